@@ -1,0 +1,6 @@
+"""Root pytest configuration: registers the fixture plugins that start real test servers."""
+
+pytest_plugins = [
+    "tests.infra.kube",
+    "tests.infra.services",
+]
