@@ -1,0 +1,132 @@
+"""Catalog and FileIO access from a spec: embedded SQLite/SQL catalogs and REST catalogs, local or S3 storage.
+
+Secrets never appear in the spec text: a ``secretRef`` is mounted (by the operator) as a directory
+of files, one per property, under ``$ICEBERGSYNC_SECRETS_DIR/<secret name>/``; values may also use
+``${env:NAME}`` to read an environment variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.transforms import parse_transform
+
+from icebergsync import spec as model
+from icebergsync.errors import CatalogUnreachableError, SpecError
+
+DEFAULT_SECRETS_DIR = "/etc/icebergsync/secrets"
+_ENV_REFERENCE = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def secrets_dir() -> Path:
+    """Where mounted Secrets live (``ICEBERGSYNC_SECRETS_DIR``, default /etc/icebergsync/secrets)."""
+    return Path(os.environ.get("ICEBERGSYNC_SECRETS_DIR", DEFAULT_SECRETS_DIR))
+
+
+def read_secret(ref: model.SecretRef | None) -> dict[str, str]:
+    """Properties from a mounted Secret: each file's name is a key, its content the value."""
+    if ref is None:
+        return {}
+    directory = secrets_dir() / ref.name
+    if not directory.is_dir():
+        raise SpecError([f"secretRef {ref.name!r}: not mounted at {directory}"])
+    return {
+        path.name: path.read_text().strip()
+        for path in sorted(directory.iterdir())
+        if path.is_file() and not path.name.startswith(".")
+    }
+
+
+def resolve_env(properties: dict[str, str], field_path: str) -> dict[str, str]:
+    """Replace ``${env:NAME}`` references; a missing variable is a spec error naming the field."""
+    resolved: dict[str, str] = {}
+    problems = []
+    for key, value in properties.items():
+        def substitute(match: re.Match[str], key: str = key) -> str:
+            name = match.group(1)
+            if name not in os.environ:
+                problems.append(f"{field_path}.{key}: environment variable {name} is not set")
+                return ""
+            return os.environ[name]
+
+        resolved[key] = _ENV_REFERENCE.sub(substitute, value)
+    if problems:
+        raise SpecError(problems)
+    return resolved
+
+
+def _local_uri(path: str) -> str:
+    """Turn a relative or absolute local path into a file:// URI; leave other URIs alone."""
+    if "://" in path:
+        return path
+    return Path(path).expanduser().resolve().as_uri()
+
+
+def catalog_properties(catalog: model.Catalog) -> dict[str, str]:
+    """The pyiceberg properties for a catalog spec, with secrets and environment resolved."""
+    properties: dict[str, str] = {"type": catalog.type, "uri": catalog.uri}
+    if catalog.warehouse:
+        properties["warehouse"] = _local_uri(catalog.warehouse) if catalog.type == "sql" else catalog.warehouse
+    if catalog.type == "sql" and catalog.uri.startswith("sqlite:///") and not catalog.uri.startswith("sqlite:////"):
+        relative = catalog.uri.removeprefix("sqlite:///")
+        Path(relative).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        properties["uri"] = "sqlite:///" + str(Path(relative).expanduser().resolve())
+    if properties.get("warehouse", "").startswith("file://"):
+        Path(properties["warehouse"].removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+    properties.update(resolve_env(catalog.properties, "spec.table.catalog.properties"))
+    properties.update(read_secret(catalog.secret_ref))
+    return properties
+
+
+def open_catalog(catalog: model.Catalog) -> Catalog:
+    """Connect to the catalog; raise ``CatalogUnreachableError`` with the URI when it does not answer."""
+    properties = catalog_properties(catalog)
+    try:
+        loaded = load_catalog(catalog.name, **properties)
+        loaded.list_namespaces()
+    except SpecError:
+        raise
+    except Exception as exc:
+        raise CatalogUnreachableError(f"catalog {catalog.name!r} at {catalog.uri} is unreachable: {exc}") from exc
+    return loaded
+
+
+def partition_spec(schema: Schema, expressions: list[str]) -> PartitionSpec:
+    """Build a partition spec from expressions like ``day(ts)``, ``bucket(16, vendor)`` or ``vendor``."""
+    fields = []
+    for index, expression in enumerate(expressions):
+        text = expression.replace(" ", "")
+        match = re.fullmatch(r"(\w+)\((?:(\d+),)?(\w+)\)", text)
+        name, argument, column = (match.group(1), match.group(2), match.group(3)) if match else ("identity", None, text)
+        transform = parse_transform(f"{name}[{argument}]" if argument else name)
+        source = schema.find_field(column)
+        suffix = "" if name == "identity" else f"_{name}" + (f"_{argument}" if argument else "")
+        fields.append(
+            PartitionField(source_id=source.field_id, field_id=1000 + index, transform=transform, name=f"{column}{suffix}")
+        )
+    return PartitionSpec(*fields)
+
+
+def ensure_table(catalog: Catalog, identifier: str, schema: Schema, partition_by: list[str], properties: dict[str, str]) -> Table:
+    """Load the table, creating its namespace and the table itself when missing."""
+    namespace = identifier.rsplit(".", 1)[0]
+    with contextlib.suppress(NamespaceAlreadyExistsError):
+        catalog.create_namespace(namespace)
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError:
+        pass
+    try:
+        return catalog.create_table(
+            identifier, schema=schema, partition_spec=partition_spec(schema, partition_by), properties=properties
+        )
+    except TableAlreadyExistsError:
+        return catalog.load_table(identifier)

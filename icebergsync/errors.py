@@ -1,0 +1,58 @@
+"""Exceptions shared by the job and the operator, and the job's documented exit statuses."""
+
+from __future__ import annotations
+
+# Exit statuses of `icebergsync run`. FENCED is used for nothing else, so the operator (and a
+# person reading a pod's status) can tell "superseded by a newer version" from a crash.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID_SPEC = 2
+EXIT_FENCED = 75
+EXIT_INCOMPATIBLE_SCHEMA = 3
+EXIT_CATALOG_UNREACHABLE = 4
+
+
+class IcebergSyncError(Exception):
+    """Base class of the project's errors."""
+
+    exit_status = EXIT_FAILED
+
+
+class SpecError(IcebergSyncError):
+    """An IcebergSync document is invalid; ``problems`` lists each one with its field path."""
+
+    exit_status = EXIT_INVALID_SPEC
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid IcebergSync spec:\n" + "\n".join(f"  - {problem}" for problem in problems))
+
+
+class FencedError(IcebergSyncError):
+    """A newer launch of the same sink owns the table; this writer must stop without writing."""
+
+    exit_status = EXIT_FENCED
+
+    def __init__(self, sink_id: str, version: int, by_version: int, by_attempt: str | None = None):
+        self.sink_id = sink_id
+        self.version = version
+        self.by_version = by_version
+        self.by_attempt = by_attempt
+        who = f"version {by_version}" + (f" (attempt {by_attempt})" if by_attempt else "")
+        super().__init__(f"sink {sink_id} version {version} is fenced by {who}")
+
+
+class IncompatibleSchemaError(IcebergSyncError):
+    """The spec's schema cannot be reached from the table's schema by safe evolution."""
+
+    exit_status = EXIT_INCOMPATIBLE_SCHEMA
+
+
+class CatalogUnreachableError(IcebergSyncError):
+    """The catalog could not be contacted; nothing was written."""
+
+    exit_status = EXIT_CATALOG_UNREACHABLE
+
+
+class CommitStateUnknownError(IcebergSyncError):
+    """A commit's outcome could not be determined even after looking for our snapshot."""

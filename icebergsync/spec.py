@@ -1,0 +1,296 @@
+"""The IcebergSync resource model: one definition read by the Spark job and the operator.
+
+A document is the same YAML a user applies with kubectl. ``load_spec`` validates all of it at
+once and raises ``SpecError`` listing every problem with its field path, so a job never starts
+half-configured.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from icebergsync.errors import SpecError
+from icebergsync.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
+
+API_GROUP = "icebergsync.io"
+API_VERSION = "v1alpha1"
+KIND = "IcebergSync"
+
+PRIMITIVE_TYPES = (
+    "boolean", "int", "long", "float", "double", "string", "binary", "date", "timestamp", "timestamptz",
+)
+COLUMN_TYPE_PATTERN = r"^(boolean|int|long|float|double|string|binary|date|timestamp|timestamptz|decimal\(\s*[0-9]+\s*,\s*[0-9]+\s*\))$"
+PARTITION_PATTERN = (
+    r"^\s*(identity\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)|(year|month|day|hour|void)\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)"
+    r"|(bucket|truncate)\(\s*[0-9]+\s*,\s*[A-Za-z_][A-Za-z0-9_]*\s*\)|[A-Za-z_][A-Za-z0-9_]*)\s*$"
+)
+IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+TABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
+Size = Annotated[str, Field(pattern=SIZE_PATTERN)]
+
+
+class Model(BaseModel):
+    """Base: camelCase field names in YAML, unknown fields rejected (typos never pass silently)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class SecretRef(Model):
+    """A Kubernetes Secret whose keys are mounted as files and read as extra properties."""
+
+    name: str = Field(pattern=K8S_NAME_PATTERN, description="Name of a Secret in the sync's namespace.")
+
+
+class Column(Model):
+    name: str = Field(pattern=IDENTIFIER_PATTERN)
+    type: str = Field(pattern=COLUMN_TYPE_PATTERN, description="Iceberg primitive type, e.g. long or decimal(10,2).")
+    required: bool = False
+
+
+class GeneratorSource(Model):
+    """Deterministic synthetic taxi-trip-like records with a unique increasing ``id`` from 0."""
+
+    rows_per_second: int = Field(default=1000, ge=1)
+    total_rows: int | None = Field(default=None, ge=0, description="Stop once this many rows are committed.")
+    max_rows_per_trigger: int = Field(default=1_000_000, ge=1)
+
+
+class FilesSource(Model):
+    """A directory of JSON-lines, CSV or Parquet files, ingested in lexical path order."""
+
+    path: str = Field(min_length=1, description="Local directory, file:// or s3:// / s3a:// URI.")
+    format: Literal["json", "csv", "parquet"] = "json"
+    max_files_per_trigger: int = Field(default=100, ge=1)
+    csv_header: bool = True
+    secret_ref: SecretRef | None = None
+
+
+class KafkaSource(Model):
+    """Kafka topics read with Spark's Kafka connector; offsets live in the table, not in Kafka."""
+
+    bootstrap_servers: str = Field(min_length=1)
+    topic: str | list[str]
+    starting_offsets: str = Field(default="earliest", description="earliest, latest, or per-partition JSON.")
+    max_records_per_trigger: int = Field(default=1_000_000, ge=1)
+    format: Literal["json"] = "json"
+    options: dict[str, str] = Field(default_factory=dict)
+    secret_ref: SecretRef | None = None
+
+    @field_validator("starting_offsets")
+    @classmethod
+    def _offsets_form(cls, value: str) -> str:
+        if value in ("earliest", "latest"):
+            return value
+        import json
+
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError("must be earliest, latest or JSON like {\"topic\":{\"0\":42}}") from exc
+        if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
+            raise ValueError("per-partition JSON must look like {\"topic\":{\"0\":42}}")
+        return value
+
+
+class Source(Model):
+    """Exactly one of the source kinds."""
+
+    generator: GeneratorSource | None = None
+    files: FilesSource | None = None
+    kafka: KafkaSource | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Source:
+        chosen = [name for name in ("generator", "files", "kafka") if getattr(self, name) is not None]
+        if len(chosen) != 1:
+            raise ValueError(f"exactly one of generator, files, kafka must be set (found {chosen or 'none'})")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(name for name in ("generator", "files", "kafka") if getattr(self, name) is not None)
+
+
+class Catalog(Model):
+    type: Literal["sql", "rest"] = "sql"
+    uri: str = Field(default="sqlite:///.icebergsync/catalog.db", min_length=1)
+    warehouse: str | None = Field(default=".icebergsync/warehouse")
+    name: str = Field(default="icebergsync", pattern=IDENTIFIER_PATTERN)
+    properties: dict[str, str] = Field(default_factory=dict)
+    secret_ref: SecretRef | None = None
+
+
+class Table(Model):
+    catalog: Catalog = Field(default_factory=Catalog)
+    name: str = Field(pattern=TABLE_NAME_PATTERN, description="namespace.table")
+    partition_by: list[Annotated[str, Field(pattern=PARTITION_PATTERN)]] = Field(default_factory=list)
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class Commit(Model):
+    interval: Duration = "30s"
+    target_file_size: Size = "512Mi"
+    max_staged_size: Size = Field(default="1Gi", description="Commit early once this much is staged.")
+    poll_interval: Duration = Field(default="1s", description="How often the source is polled for new data.")
+
+    @property
+    def interval_seconds(self) -> float:
+        return parse_duration(self.interval)
+
+    @property
+    def poll_seconds(self) -> float:
+        return parse_duration(self.poll_interval)
+
+    @property
+    def target_file_bytes(self) -> int:
+        return parse_size(self.target_file_size)
+
+    @property
+    def max_staged_bytes(self) -> int:
+        return parse_size(self.max_staged_size)
+
+    @model_validator(mode="after")
+    def _positive(self) -> Commit:
+        if self.interval_seconds <= 0:
+            raise ValueError("interval must be greater than zero")
+        if self.target_file_bytes < 1024:
+            raise ValueError("targetFileSize must be at least 1Ki")
+        return self
+
+
+class DeadLetter(Model):
+    table: str = Field(pattern=TABLE_NAME_PATTERN)
+
+
+class Resources(Model):
+    cores: int = Field(default=1, ge=1)
+    memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
+    instances: int = Field(default=1, ge=1, description="Executors only.")
+
+
+class Spark(Model):
+    image: str | None = None
+    service_account: str | None = None
+    driver: Resources = Field(default_factory=Resources)
+    executor: Resources = Field(default_factory=Resources)
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class IcebergSyncSpec(Model):
+    sink_id: str | None = Field(default=None, min_length=1, description="Defaults to <namespace>/<name>.")
+    source: Source
+    schema_: list[Column] = Field(default_factory=list, alias="schema")
+    event_time_column: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN)
+    transform: str | None = Field(default=None, min_length=1, description="Spark SQL over a view named source.")
+    table: Table
+    commit: Commit = Field(default_factory=Commit)
+    dead_letter: DeadLetter | None = None
+    spark: Spark = Field(default_factory=Spark)
+    suspend: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IcebergSyncSpec:
+        if not self.schema_ and self.source.kind != "generator":
+            raise ValueError("schema is required for the files and kafka sources")
+        names = [column.name for column in self.schema_]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"schema has duplicate columns: {duplicates}")
+        if self.dead_letter and self.dead_letter.table == self.table.name:
+            raise ValueError("deadLetter.table must differ from table.name")
+        return self
+
+
+class Metadata(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = Field(pattern=K8S_NAME_PATTERN, max_length=63)
+    namespace: str = Field(default="default", pattern=K8S_NAME_PATTERN)
+
+
+class IcebergSync(BaseModel):
+    """A whole IcebergSync document."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow", frozen=True)
+    api_version: Literal["icebergsync.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["IcebergSync"]
+    metadata: Metadata
+    spec: IcebergSyncSpec
+
+    @property
+    def sink_id(self) -> str:
+        return self.spec.sink_id or f"{self.metadata.namespace}/{self.metadata.name}"
+
+
+def _format_location(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("generator", "files", "kafka") or not str(part).startswith("function-after"):
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def parse_spec(document: dict[str, Any]) -> IcebergSync:
+    """Validate a parsed document; raise ``SpecError`` naming every invalid field."""
+    try:
+        sync = IcebergSync.model_validate(document)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            location = _format_location(error["loc"]) or "document"
+            message = error["msg"].removeprefix("Value error, ")
+            if error["type"] == "string_pattern_mismatch":
+                message = f"{error['input']!r} is not valid (must match {error['ctx']['pattern']})"
+            elif "input" in error and error["type"] not in ("missing", "model_type") and not isinstance(error["input"], dict):
+                message = f"{message} (got {error['input']!r})"
+            problems.append(f"{location}: {message}")
+        raise SpecError(problems) from None
+    problems = list(_semantic_problems(sync.spec))
+    if problems:
+        raise SpecError(problems)
+    return sync
+
+
+def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
+    """Cross-field checks that need the parsed spec (partition source columns, event time)."""
+    from icebergsync.schema import effective_columns
+
+    columns = {column.name: column for column in effective_columns(spec)}
+    problems = []
+    for index, expression in enumerate(spec.table.partition_by):
+        column = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expression)[-1]
+        if column not in columns:
+            problems.append(f"spec.table.partitionBy[{index}]: column {column!r} is not in the schema")
+        elif expression.strip().startswith(("year", "month", "day", "hour")) and columns[column].type not in (
+            "date", "timestamp", "timestamptz"
+        ):
+            problems.append(
+                f"spec.table.partitionBy[{index}]: {expression!r} needs a date or timestamp column, "
+                f"{column!r} is {columns[column].type}"
+            )
+    if spec.event_time_column and spec.event_time_column not in columns:
+        problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is not in the schema")
+    return problems
+
+
+def load_spec(path: str | Path) -> IcebergSync:
+    """Read and validate an IcebergSync YAML file (the first IcebergSync document in it)."""
+    text = Path(path).read_text()
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc]
+    except yaml.YAMLError as exc:
+        raise SpecError([f"{path}: not valid YAML: {exc}"]) from None
+    for document in documents:
+        if isinstance(document, dict) and document.get("kind") == KIND:
+            return parse_spec(document)
+    raise SpecError([f"{path}: no document with kind: {KIND}"])

@@ -1,0 +1,109 @@
+"""Decoding raw records into the declared columns, and the optional SQL transform.
+
+Every frame handed to the writer has the declared columns plus three control columns:
+``_isync_error`` (why the row is a dead letter, null when it is good), ``_isync_raw`` (the raw
+record for the dead-letter table) and ``_isync_position`` (its source position as JSON).
+Decoding happens in the JVM (``from_json``) so bad values are found without Python per-row work.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from icebergsync.errors import SpecError
+from icebergsync.schema import spark_ddl, spark_type
+from icebergsync.spec import Column as SpecColumn
+from spark_app.writer import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+
+CORRUPT = "_isync_corrupt"
+
+
+def _first_error(checks: list[Column]) -> Column:
+    """The first non-null message among ``checks`` (or null)."""
+    return F.coalesce(*checks) if checks else F.lit(None).cast("string")
+
+
+def decode_json(frame: DataFrame, raw: str, columns: list[SpecColumn], position: Column) -> DataFrame:
+    """Parse the JSON text column ``raw`` into ``columns``; rows that do not parse or fit get an error."""
+    schema = f"{spark_ddl(columns)}, `{CORRUPT}` string"
+    parsed = frame.select(
+        F.col(raw).cast("string").alias(RAW_COLUMN),
+        position.alias(POSITION_COLUMN),
+        F.from_json(F.col(raw).cast("string"), schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+        .alias("_p"),
+    )
+    text = F.col(RAW_COLUMN)
+    mismatches = [
+        F.when(
+            F.col(f"_p.{c.name}").isNull() & F.get_json_object(text, f"$.{c.name}").isNotNull(),
+            F.concat(F.lit(f"field {c.name}: value "), F.get_json_object(text, f"$.{c.name}"), F.lit(f" is not a {c.type}")),
+        )
+        for c in columns
+    ]
+    error = (
+        F.when(text.isNull(), F.lit("empty record"))
+        .when(F.col(f"_p.{CORRUPT}").isNull(), F.lit(None).cast("string"))
+        .when(F.get_json_object(text, "$").isNull(), F.lit("malformed JSON"))
+        .otherwise(F.coalesce(_first_error(mismatches), F.lit("record does not match the schema")))
+    )
+    return parsed.select(
+        *[F.col(f"_p.{c.name}").alias(c.name) for c in columns],
+        error.alias(ERROR_COLUMN), F.col(RAW_COLUMN), F.col(POSITION_COLUMN),
+    )
+
+
+def conform_columns(frame: DataFrame, columns: list[SpecColumn], what: str) -> DataFrame:
+    """Cast ``frame``'s columns to the declared types with ``try_cast``; a value that does not fit is an error.
+
+    Declared columns the frame lacks become null (the writer then rejects null required columns).
+    Columns the frame has that are not declared are a spec error, raised before anything runs.
+    """
+    declared = {c.name for c in columns}
+    control = {ERROR_COLUMN, RAW_COLUMN, POSITION_COLUMN}
+    extra = [name for name in frame.columns if name not in declared and name not in control]
+    if extra:
+        raise SpecError([f"{what} produces columns that spec.schema does not declare: {extra}"])
+    casts, checks = [], []
+    for c in columns:
+        if c.name in frame.columns:
+            value = F.col(f"`{c.name}`")
+            cast = value.try_cast(spark_type(c.type))
+            checks.append(F.when(value.isNotNull() & cast.isNull(),
+                                 F.concat(F.lit(f"field {c.name}: value "), value.cast("string"), F.lit(f" is not a {c.type}"))))
+            casts.append(cast.alias(c.name))
+        else:
+            casts.append(F.lit(None).cast(spark_type(c.type)).alias(c.name))
+    prior = [F.col(ERROR_COLUMN)] if ERROR_COLUMN in frame.columns else []
+    keep = [F.col(name) for name in (RAW_COLUMN, POSITION_COLUMN) if name in frame.columns]
+    missing = [F.lit(None).cast("string").alias(name) for name in (RAW_COLUMN, POSITION_COLUMN) if name not in frame.columns]
+    return frame.select(*casts, _first_error(prior + checks).alias(ERROR_COLUMN), *keep, *missing)
+
+
+def with_control_columns(frame: DataFrame) -> DataFrame:
+    """Add empty control columns to a frame of already-typed good rows."""
+    return frame.select(
+        "*",
+        F.lit(None).cast("string").alias(ERROR_COLUMN),
+        F.lit(None).cast("string").alias(RAW_COLUMN),
+        F.lit(None).cast("string").alias(POSITION_COLUMN),
+    )
+
+
+def apply_transform(spark: SparkSession, frame: DataFrame, sql: str | None, columns: list[SpecColumn]) -> DataFrame:
+    """Run the spec's SQL over the good rows (view ``source``); bad rows bypass it unchanged.
+
+    With a transform the source range is evaluated twice (once per branch of the union); both
+    evaluations read the same fixed range, so the result is exact.
+    """
+    if not sql:
+        return frame
+    good = frame.where(F.col(ERROR_COLUMN).isNull()).select(*[c.name for c in columns])
+    good.createOrReplaceTempView("source")
+    try:
+        transformed = spark.sql(sql)
+        transformed.schema  # noqa: B018 - analyse now so a bad query fails before anything is written
+    except Exception as exc:
+        raise SpecError([f"spec.transform: {exc}"]) from None
+    conformed = conform_columns(transformed, columns, "spec.transform")
+    return conformed.unionByName(frame.where(F.col(ERROR_COLUMN).isNotNull()))

@@ -1,0 +1,218 @@
+"""The job's driver loop: fence, then per trigger read one range, stage it, commit it once.
+
+    spec → fence (schema evolution, claim) → [pending? due? → read range → executors stage files
+         → ONE commit with sink id, version, frontier] → … → stop (bounded source done, or fenced)
+
+The table is the only durable record: the loop starts from the frontier the table holds and
+keeps nothing else across restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyiceberg.io import load_file_io
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.table import Table
+from pyiceberg.typedef import Record
+from pyspark.sql import SparkSession
+
+from icebergsync.catalog import ensure_table, open_catalog
+from icebergsync.errors import EXIT_OK, FencedError
+from icebergsync.protocol import Frontier, Writer, encode_json
+from icebergsync.schema import effective_columns, iceberg_schema, plan_evolution
+from icebergsync.spec import IcebergSync
+from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
+from spark_app.deadletter import DEAD_LETTER_SCHEMA
+from spark_app.decode import apply_transform, with_control_columns
+from spark_app.sources.base import Source, make_source
+from spark_app.writer import (
+    ERROR_COLUMN,
+    RESULT_SCHEMA,
+    TablePlan,
+    TaskResult,
+    WritePlan,
+    make_stage_function,
+)
+
+log = logging.getLogger("icebergsync.job")
+
+WRITER_MEMORY_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class RunSummary:
+    """What a run did, for the CLI and tests."""
+
+    writer: Writer
+    commits: int = 0
+    records: int = 0
+    dead_letters: int = 0
+    frontier: Frontier | None = None
+    exit_status: int = EXIT_OK
+
+
+def table_plan(table: Table) -> TablePlan:
+    return TablePlan(
+        location=table.metadata.location,
+        properties=dict(table.metadata.properties),
+        schema=table.schema(),
+        spec=table.spec(),
+        io_properties=dict(table.io.properties),
+    )
+
+
+def rebuild_data_file(table: Table, path: str) -> DataFile:
+    """A DataFile for an unpartitioned table's staged file, from its Parquet footer (dead-letter recovery)."""
+    import pyarrow.parquet as pq
+
+    io = load_file_io(table.io.properties, table.metadata.location)
+    input_file = io.new_input(path)
+    with input_file.open() as stream:
+        metadata = pq.ParquetFile(stream).metadata
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=metadata,
+        stats_columns=compute_statistics_plan(table.schema(), table.metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(table.schema()),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=Record(),
+        file_size_in_bytes=len(input_file), sort_order_id=None, spec_id=table.spec().spec_id, equality_ids=None,
+        key_metadata=None, **statistics.to_serialized_dict(),
+    )
+
+
+class SyncJob:
+    """One attempt of a sink: construct, then ``run()`` until done, stopped or fenced."""
+
+    def __init__(self, sync: IcebergSync, version: int, spark: SparkSession):
+        self.sync = sync
+        self.spec = sync.spec
+        self.spark = spark
+        self.writer = Writer(sync.sink_id, version, uuid.uuid4().hex[:12])
+        self.stop_requested = threading.Event()
+        self.columns = effective_columns(self.spec)
+        self.catalog = open_catalog(self.spec.table.catalog)
+
+    def _open_tables(self) -> tuple[Table, Table | None]:
+        table = ensure_table(self.catalog, self.spec.table.name, iceberg_schema(self.columns),
+                             self.spec.table.partition_by, self.spec.table.properties)
+        dead = None
+        if self.spec.dead_letter:
+            dead = ensure_table(self.catalog, self.spec.dead_letter.table, DEAD_LETTER_SCHEMA, [], {})
+        return table, dead
+
+    def run(self) -> RunSummary:
+        """Fence, resume from the table's frontier and commit until the source ends or a stop is requested."""
+        summary = RunSummary(self.writer)
+        table, dead = self._open_tables()
+        changes = plan_evolution(table.schema(), self.columns, self.spec.table.name)
+        committer = SinkCommitter(self.catalog, self.spec.table.name, self.writer,
+                                  self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file)
+        source = make_source(self.spark, self.spec)
+        progress = committer.start(changes)
+        if changes:
+            log.info("%s v%d: evolved the schema of %s: %s", self.writer.sink_id, self.writer.version,
+                     self.spec.table.name, ", ".join(change.describe() for change in changes))
+        table, dead = self._open_tables()
+        committer.cleanup_orphans(table)
+        if dead is not None:
+            committer.cleanup_orphans(dead)
+        frontier = progress.frontier if progress.frontier is not None else source.initial_frontier()
+        log.info("%s v%d attempt %s fenced the table; resuming from %s (%s)", self.writer.sink_id,
+                 self.writer.version, self.writer.attempt, encode_json(frontier), progress.resumed_from)
+        summary.frontier = frontier
+        plan = self._write_plan(table, dead)
+        last_commit = time.monotonic()
+        commit_settings = self.spec.commit
+        while not self.stop_requested.is_set():
+            if source.exhausted(frontier):
+                log.info("%s v%d: source finished at %s; every record is committed", self.writer.sink_id,
+                         self.writer.version, encode_json(frontier))
+                break
+            pending = source.pending(frontier, commit_settings.max_staged_bytes)
+            due = pending is not None and (
+                pending.estimated_bytes >= commit_settings.max_staged_bytes
+                or pending.reaches_end
+                or time.monotonic() - last_commit >= commit_settings.interval_seconds
+            )
+            if pending is None or not due:
+                self.stop_requested.wait(commit_settings.poll_seconds)
+                continue
+            output, end = self._stage(source, frontier, pending, plan)
+            try:
+                commit = committer.commit(output, end)
+            except FencedError:
+                committer.discard(table, output)
+                raise
+            last_commit = time.monotonic()
+            frontier = end
+            summary.commits += 1
+            summary.records += output.records
+            summary.dead_letters += output.dead_letters
+            summary.frontier = frontier
+            log.info(
+                "commit sink=%s version=%d snapshot=%d records=%d dead_letters=%d files=%d bytes=%d "
+                "commit_ms=%.0f frontier=%s", self.writer.sink_id, self.writer.version, commit.snapshot.snapshot_id,
+                output.records, output.dead_letters, len(output.data_files) + len(output.dead_letter_files),
+                output.bytes, commit.commit_ms, encode_json(frontier),
+            )
+        return summary
+
+    def _write_plan(self, table: Table, dead: Table | None) -> WritePlan:
+        return WritePlan(
+            sink_id=self.writer.sink_id,
+            sink_version=self.writer.version,
+            file_prefix=attempt_file_prefix(self.writer),
+            table=table_plan(table),
+            dead_letter=table_plan(dead) if dead is not None else None,
+            target_file_bytes=self.spec.commit.target_file_bytes,
+            writer_memory_bytes=WRITER_MEMORY_BYTES,
+            required_columns=tuple(f.name for f in table.schema().fields if f.required),
+            event_time_column=self.spec.event_time_column,
+        )
+
+    def _stage(self, source: Source, frontier: Frontier, pending: Any, plan: WritePlan) -> tuple[TriggerOutput, Frontier]:
+        """Phase 1: read ``[frontier, pending.end)`` and let the executors write it as staged files."""
+        batch = source.read(frontier, pending)
+        frame = batch.frame if ERROR_COLUMN in batch.frame.columns else with_control_columns(batch.frame)
+        frame = apply_transform(self.spark, frame, self.spec.transform, self.columns)
+        rows = frame.mapInArrow(make_stage_function(plan), RESULT_SCHEMA).collect()
+        output = TriggerOutput(source_lag=batch.lag, source_notes=batch.notes)
+        newest_event: int | None = None
+        for row in rows:
+            result: TaskResult = pickle.loads(row["result"])
+            output.records += result.records
+            output.dead_letters += result.dead_letters
+            for staged in result.files:
+                (output.data_files if staged.table == "data" else output.dead_letter_files).append(staged.data_file)
+            if result.max_event_time_us is not None and (newest_event is None or result.max_event_time_us > newest_event):
+                newest_event = result.max_event_time_us
+        if newest_event is not None:
+            output.max_event_time = datetime.fromtimestamp(newest_event / 1e6, tz=UTC).isoformat()
+        return output, batch.end
+
+
+def install_stop_handlers(job: SyncJob) -> None:
+    """SIGTERM/SIGINT finish the current trigger (commit included) and stop cleanly."""
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        log.info("%s v%d: received signal %d, stopping after the current trigger", job.writer.sink_id,
+                 job.writer.version, signum)
+        job.stop_requested.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)

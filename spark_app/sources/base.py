@@ -1,0 +1,88 @@
+"""The source interface: plan the next range from a frontier, then read exactly that range.
+
+A source never keeps progress of its own. The job hands it the frontier the table holds, the
+source says what is pending beyond it (cheaply) and then reads ``[frontier, end)`` as one
+DataFrame. Reading the same range twice gives the same records, which is what makes replays
+after a crash exact. Adding a source is a new module with a subclass and a registry entry.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from icebergsync.protocol import Frontier
+from icebergsync.spec import IcebergSyncSpec
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What a source has beyond a frontier: the range end, and a size estimate to decide when to commit."""
+
+    end: Frontier
+    records: int
+    estimated_bytes: int
+    reaches_end: bool = False  # a bounded source has nothing after ``end``
+    lag: dict[str, Any] | None = None
+    notes: dict[str, Any] | None = None
+
+
+@dataclass
+class SourceBatch:
+    """One range read from the source, with control columns for dead letters (see spark_app.writer)."""
+
+    frame: DataFrame
+    end: Frontier
+    lag: dict[str, Any] | None = None
+    notes: dict[str, Any] | None = field(default=None)
+
+
+class Source(ABC):
+    """A replayable source addressed by frontiers (JSON-compatible dicts)."""
+
+    def __init__(self, spark: SparkSession, spec: IcebergSyncSpec):
+        self.spark = spark
+        self.spec = spec
+
+    @abstractmethod
+    def initial_frontier(self) -> Frontier:
+        """Where a sink with no progress in the table starts."""
+
+    @abstractmethod
+    def pending(self, frontier: Frontier, max_bytes: int) -> Pending | None:
+        """What is available beyond ``frontier`` now (at most about ``max_bytes``); None when nothing is."""
+
+    @abstractmethod
+    def read(self, frontier: Frontier, pending: Pending) -> SourceBatch:
+        """Read exactly the records in ``[frontier, pending.end)``."""
+
+    def exhausted(self, frontier: Frontier) -> bool:
+        """True when a bounded source has nothing left after ``frontier``."""
+        return False
+
+    def parallelism(self, estimated_bytes: int) -> int:
+        """Tasks for a range: enough for the cores, never so many that files come out small."""
+        target = self.spec.commit.target_file_bytes
+        cores = self.spark.sparkContext.defaultParallelism
+        return max(1, min(cores, -(-estimated_bytes // target)))
+
+
+def make_source(spark: SparkSession, spec: IcebergSyncSpec) -> Source:
+    """The source named by the spec."""
+    kind = spec.source.kind
+    if kind == "generator":
+        from spark_app.sources.generator import GeneratorSource
+
+        return GeneratorSource(spark, spec)
+    if kind == "files":
+        from spark_app.sources.files import FilesSource
+
+        return FilesSource(spark, spec)
+    if kind == "kafka":
+        from spark_app.sources.kafka import KafkaSource
+
+        return KafkaSource(spark, spec)
+    raise ValueError(f"unknown source kind {kind!r}")

@@ -1,0 +1,428 @@
+"""Executor side of phase 1: Arrow batches in, staged Parquet data files out.
+
+Each Spark task runs ``stage_partition`` over its Arrow batches (via ``mapInArrow``). Rows are
+split into good rows and dead letters, good rows fan out to one rolling writer per partition value
+(a file never spans two partitions), and each writer closes its file when it reaches the table's
+target file size. Memory is bounded by the open writers' row-group buffers, not by the batch size.
+The task returns one Arrow row holding the pickled ``TaskResult``; nothing it writes is visible to
+readers until the driver commits it.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
+from pyiceberg.schema import Schema
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.typedef import Record
+
+ERROR_COLUMN = "_isync_error"
+RAW_COLUMN = "_isync_raw"
+POSITION_COLUMN = "_isync_position"
+CONTROL_COLUMNS = (ERROR_COLUMN, RAW_COLUMN, POSITION_COLUMN)
+RESULT_SCHEMA = "result binary"
+
+_MIN_ROW_GROUP_BYTES = 256 * 1024
+_MAX_ROW_GROUP_BYTES = 128 * 1024 * 1024
+_INITIAL_COMPRESSION_RATIO = 0.35
+_FOOTER_RESERVE_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """What an executor needs to write files for one table (schema, spec, location, FileIO)."""
+
+    location: str
+    properties: dict[str, str]
+    schema: Schema
+    spec: PartitionSpec
+    io_properties: dict[str, str]
+
+    def arrow_schema(self) -> pa.Schema:
+        return schema_to_pyarrow(self.schema, include_field_ids=True)
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything a task needs, shipped once per trigger in the closure."""
+
+    sink_id: str
+    sink_version: int
+    file_prefix: str
+    table: TablePlan
+    dead_letter: TablePlan | None
+    target_file_bytes: int
+    writer_memory_bytes: int
+    required_columns: tuple[str, ...]
+    event_time_column: str | None
+
+
+@dataclass
+class StagedFile:
+    """A Parquet file written but not committed; ``data_file`` is ready for an Iceberg append."""
+
+    table: str  # "data" | "dead_letter"
+    data_file: DataFile
+
+
+@dataclass
+class TaskResult:
+    """What one task staged, plus what the driver aggregates into the commit's properties."""
+
+    files: list[StagedFile] = field(default_factory=list)
+    records: int = 0
+    dead_letters: int = 0
+    max_event_time_us: int | None = None
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+
+
+def _partition_fields(plan: TablePlan) -> list[tuple[str, Any, Any]]:
+    """(source column, arrow transform, source type) for each partition field."""
+    fields = []
+    for partition_field in plan.spec.fields:
+        source = plan.schema.find_field(partition_field.source_id)
+        fields.append(
+            (source.name, partition_field.transform.pyarrow_transform(source.field_type), source.field_type)
+        )
+    return fields
+
+
+class _PartitionPath:
+    """Duck-typed stand-in for pyiceberg's PartitionKey, as location providers only call ``to_path``."""
+
+    def __init__(self, path: str):
+        self._path = path
+
+    def to_path(self) -> str:
+        return self._path
+
+
+class RollingParquetWriter:
+    """Writes one partition's rows into Parquet files that close at the target size.
+
+    Rows are buffered up to a row-group budget, then written as a row group. The compressed size
+    of the next row group is predicted from the ratio observed so far, so a file is cut within a
+    row group's worth of rows of the target rather than overshooting by a whole group.
+    """
+
+    def __init__(self, plan: TablePlan, io: FileIO, partition: Record, partition_path: str | None, name_prefix: str,
+                 target_file_bytes: int, compression: dict[str, Any]):
+        self._plan = plan
+        self._io = io
+        self._partition = partition
+        self._partition_path = partition_path
+        self._name_prefix = name_prefix
+        self._target = target_file_bytes
+        self._compression = compression
+        self._location_provider = load_location_provider(plan.location, plan.properties)
+        self._arrow_schema = plan.arrow_schema()
+        self._buffer: list[pa.RecordBatch] = []
+        self.buffered_bytes = 0
+        self._ratio = _INITIAL_COMPRESSION_RATIO
+        self._file_uncompressed = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._stream: Any = None
+        self._path = ""
+        self._sequence = 0
+        self.closed_files: list[DataFile] = []
+
+    def _row_group_budget(self) -> int:
+        return max(_MIN_ROW_GROUP_BYTES, min(_MAX_ROW_GROUP_BYTES, int(self._target / self._ratio / 4)))
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._buffer.append(batch)
+        self.buffered_bytes += batch.nbytes
+        if self.buffered_bytes >= self._row_group_budget():
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffer as row groups, rolling to a new file whenever the target is reached."""
+        if not self._buffer:
+            return
+        table = pa.Table.from_batches(self._buffer, schema=self._arrow_schema)
+        self._buffer, self.buffered_bytes = [], 0
+        while table.num_rows:
+            if self._writer is None:
+                self._open()
+            written = self._stream.tell()
+            remaining = self._target - _FOOTER_RESERVE_BYTES - written
+            predicted = max(1, int(table.nbytes * self._ratio))
+            if predicted <= remaining:
+                self._write_group(table)
+                table = table.slice(table.num_rows)
+                if self._stream.tell() >= self._target - _FOOTER_RESERVE_BYTES:
+                    self._close()
+            else:
+                rows = max(1, int(table.num_rows * remaining / predicted))
+                self._write_group(table.slice(0, rows))
+                table = table.slice(rows)
+                self._close()
+
+    def _write_group(self, table: pa.Table) -> None:
+        assert self._writer is not None
+        before = self._stream.tell()
+        self._writer.write_table(table, row_group_size=max(1, table.num_rows))
+        self._file_uncompressed += table.nbytes
+        written = self._stream.tell() - before
+        if table.nbytes > 0 and written > 0:
+            self._ratio = max(0.01, (self._stream.tell()) / max(1, self._file_uncompressed))
+
+    def _open(self) -> None:
+        self._sequence += 1
+        name = f"{self._name_prefix}-{self._sequence:05d}-{uuid.uuid4().hex[:12]}.parquet"
+        key = _PartitionPath(self._partition_path) if self._partition_path else None
+        self._path = self._location_provider.new_data_location(name, key)  # type: ignore[arg-type]
+        self._stream = self._io.new_output(self._path).create(overwrite=False)
+        self._writer = pq.ParquetWriter(
+            self._stream, schema=self._arrow_schema, store_decimal_as_integer=True, **self._compression
+        )
+        self._file_uncompressed = 0
+
+    def _close(self) -> None:
+        assert self._writer is not None
+        self._writer.close()
+        metadata = self._writer.writer.metadata
+        size = self._stream.tell()
+        self._stream.close()
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=metadata,
+            stats_columns=compute_statistics_plan(self._plan.schema, self._plan.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(self._plan.schema),
+        )
+        self.closed_files.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=self._path,
+                file_format=FileFormat.PARQUET,
+                partition=self._partition,
+                file_size_in_bytes=size,
+                sort_order_id=None,
+                spec_id=self._plan.spec.spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **statistics.to_serialized_dict(),
+            )
+        )
+        self._writer, self._stream = None, None
+
+    def finish(self) -> list[DataFile]:
+        """Flush what is buffered and close the open file; return every file this writer closed."""
+        self.flush()
+        if self._writer is not None:
+            self._close()
+        return self.closed_files
+
+    def abort(self) -> None:
+        """Close and delete the open file (used when the task fails)."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+                self._stream.close()
+            finally:
+                self._io.delete(self._path)
+                self._writer = None
+
+
+def _compression(properties: dict[str, str]) -> dict[str, Any]:
+    codec = properties.get("write.parquet.compression-codec", "zstd")
+    level = properties.get("write.parquet.compression-level")
+    options: dict[str, Any] = {"compression": "none" if codec == "uncompressed" else codec}
+    if level is not None:
+        options["compression_level"] = int(level)
+    return options
+
+
+class PartitionedWriter:
+    """Fans rows out to one rolling writer per partition value, within a shared memory budget."""
+
+    def __init__(self, plan: TablePlan, name_prefix: str, target_file_bytes: int, memory_bytes: int):
+        self._plan = plan
+        self._io = load_file_io(plan.io_properties, plan.location)
+        self._name_prefix = name_prefix
+        self._target = target_file_bytes
+        self._memory = memory_bytes
+        self._fields = _partition_fields(plan)
+        self._compression = _compression(plan.properties)
+        self._writers: dict[tuple[Any, ...], RollingParquetWriter] = {}
+        self._arrow_schema = plan.arrow_schema()
+
+    def write(self, table: pa.Table) -> None:
+        """Append rows (already in the table's Arrow schema) to their partitions' writers."""
+        if table.num_rows == 0:
+            return
+        if not self._fields:
+            self._write_to((), table)
+            return
+        keys = {f"k{i}": transform(table.column(name)) for i, (name, transform, _) in enumerate(self._fields)}
+        keyed = pa.table({**keys, "_row": pa.array(range(table.num_rows), pa.int64())})
+        groups = keyed.group_by(list(keys), use_threads=False).aggregate([("_row", "list")])
+        key_values = [groups.column(f"k{i}").to_pylist() for i in range(len(self._fields))]
+        row_lists = groups.column("_row_list")
+        for index in range(groups.num_rows):
+            key = tuple(values[index] for values in key_values)
+            self._write_to(key, table.take(row_lists[index].values))
+
+    def _write_to(self, key: tuple[Any, ...], table: pa.Table) -> None:
+        writer = self._writers.get(key)
+        if writer is None:
+            record = Record(*[
+                _to_partition_representation(source_type, value)
+                for (_, _, source_type), value in zip(self._fields, key, strict=True)
+            ])
+            path = self._plan.spec.partition_to_path(record, self._plan.schema) if self._fields else None
+            writer = RollingParquetWriter(
+                self._plan, self._io, record, path, self._name_prefix, self._target, self._compression
+            )
+            self._writers[key] = writer
+        for batch in table.to_batches():
+            writer.write(batch)
+        self._enforce_memory_budget()
+
+    def _enforce_memory_budget(self) -> None:
+        total = sum(writer.buffered_bytes for writer in self._writers.values())
+        while total > self._memory:
+            largest = max(self._writers.values(), key=lambda writer: writer.buffered_bytes)
+            total -= largest.buffered_bytes
+            largest.flush()
+
+    def finish(self) -> list[DataFile]:
+        files: list[DataFile] = []
+        for writer in self._writers.values():
+            files.extend(writer.finish())
+        return files
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            writer.abort()
+
+    def written_paths(self) -> list[str]:
+        return [data_file.file_path for writer in self._writers.values() for data_file in writer.closed_files]
+
+
+def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.Table:
+    """Cast a batch's columns to the table's Arrow schema (with field ids); absent columns become null."""
+    columns = []
+    for target_field in target:
+        if target_field.name in batch.schema.names:
+            column = batch.column(target_field.name)
+            columns.append(column if column.type == target_field.type else pc.cast(column, target_field.type))
+        else:
+            columns.append(pa.nulls(batch.num_rows, target_field.type))
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def split_dead_letters(batch: pa.RecordBatch, required: tuple[str, ...]) -> tuple[pa.RecordBatch, pa.Array, pa.Array]:
+    """Return (good rows, mask of bad rows, reasons) where reasons explain each bad row."""
+    reasons = batch.column(ERROR_COLUMN) if ERROR_COLUMN in batch.schema.names else pa.nulls(batch.num_rows, pa.string())
+    for name in required:
+        if name in batch.schema.names:
+            missing = pc.is_null(batch.column(name))
+            reasons = pc.if_else(
+                pc.and_(missing, pc.is_null(reasons)), pa.scalar(f"required field {name} is missing or null"), reasons
+            )
+    bad = pc.is_valid(reasons)
+    return batch.filter(pc.invert(bad)), bad, reasons
+
+
+def _row_payloads(batch: pa.RecordBatch) -> list[str]:
+    data = batch.drop_columns([name for name in CONTROL_COLUMNS if name in batch.schema.names])
+    return [json.dumps(row, default=str, sort_keys=True) for row in data.to_pylist()]
+
+
+def dead_letter_rows(plan: WritePlan, batch: pa.RecordBatch, bad: pa.Array, reasons: pa.Array) -> pa.Table:
+    """Rows for the dead-letter table: sink, payload (raw record, or the row as JSON), reason, position, time."""
+    rows = batch.filter(bad)
+    raw = rows.column(RAW_COLUMN) if RAW_COLUMN in rows.schema.names else pa.nulls(rows.num_rows, pa.string())
+    fallback = pa.array(_row_payloads(rows), pa.string())
+    payload = pc.if_else(pc.is_valid(raw), pc.cast(raw, pa.string()), fallback)
+    position = rows.column(POSITION_COLUMN) if POSITION_COLUMN in rows.schema.names else pa.nulls(rows.num_rows, pa.string())
+    now = datetime.now(UTC)
+    return pa.table({
+        "sink_id": pa.array([plan.sink_id] * rows.num_rows, pa.string()),
+        "sink_version": pa.array([plan.sink_version] * rows.num_rows, pa.int64()),
+        "payload": payload,
+        "reason": reasons.filter(bad),
+        "position": pc.cast(position, pa.string()),
+        "failed_at": pa.array([now] * rows.num_rows, pa.timestamp("us", tz="UTC")),
+    })
+
+
+def stage_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch], task_id: str) -> TaskResult:
+    """Write one task's rows; on any error delete what it wrote and re-raise."""
+    prefix = f"{plan.file_prefix}-{task_id}"
+    data_writer = PartitionedWriter(plan.table, prefix, plan.target_file_bytes, plan.writer_memory_bytes)
+    dead_writer = (
+        PartitionedWriter(plan.dead_letter, prefix + "-dlq", plan.target_file_bytes, plan.writer_memory_bytes // 8)
+        if plan.dead_letter else None
+    )
+    data_schema = plan.table.arrow_schema()
+    dead_schema = plan.dead_letter.arrow_schema() if plan.dead_letter else None
+    result = TaskResult()
+    try:
+        for batch in batches:
+            good, bad, reasons = split_dead_letters(batch, plan.required_columns)
+            bad_count = batch.num_rows - good.num_rows
+            if bad_count:
+                if dead_writer is None or dead_schema is None:
+                    first = reasons.filter(bad)[0].as_py()
+                    raise ValueError(
+                        f"{bad_count} record(s) failed validation (first: {first}) and spec.deadLetter is not set"
+                    )
+                rows = dead_letter_rows(plan, batch, bad, reasons)
+                for reason in rows.column("reason").to_pylist():
+                    key = reason.split(":", 1)[0][:80]
+                    result.dead_letter_reasons[key] = result.dead_letter_reasons.get(key, 0) + 1
+                dead_writer.write(pa.concat_tables([conform(rb, dead_schema) for rb in rows.to_batches()]))
+                result.dead_letters += bad_count
+            if good.num_rows:
+                result.records += good.num_rows
+                if plan.event_time_column:
+                    newest = pc.max(pc.cast(good.column(plan.event_time_column), pa.timestamp("us", tz="UTC"))).value
+                    if newest is not None and (result.max_event_time_us is None or newest > result.max_event_time_us):
+                        result.max_event_time_us = newest
+                data_writer.write(conform(good, data_schema))
+        result.files = [StagedFile("data", data_file) for data_file in data_writer.finish()]
+        if dead_writer is not None:
+            result.files += [StagedFile("dead_letter", data_file) for data_file in dead_writer.finish()]
+    except BaseException:
+        for writer in (data_writer, dead_writer):
+            if writer is None:
+                continue
+            writer.abort()
+            io = load_file_io(plan.table.io_properties, plan.table.location)
+            for path in writer.written_paths():
+                io.delete(path)
+        raise
+    return result
+
+
+def make_stage_function(plan: WritePlan) -> Any:
+    """The ``mapInArrow`` function for a trigger: one result row per task."""
+
+    def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        task_id = f"{context.partitionId():05d}-{context.attemptNumber()}" if context else "00000-0"
+        result = stage_partition(plan, batches, task_id)
+        yield pa.RecordBatch.from_pydict({"result": [pickle.dumps(result)]}, schema=pa.schema([("result", pa.binary())]))
+
+    return stage
