@@ -70,8 +70,11 @@ def _local_uri(path: str) -> str:
     return Path(path).expanduser().resolve().as_uri()
 
 
-def catalog_properties(catalog: model.Catalog) -> dict[str, str]:
-    """The pyiceberg properties for a catalog spec, with secrets and environment resolved."""
+def catalog_properties(catalog: model.Catalog, secret_values: dict[str, str] | None = None) -> dict[str, str]:
+    """The pyiceberg properties for a catalog spec, with secrets and environment resolved.
+
+    ``secret_values`` replaces reading the mounted ``secretRef`` (the operator reads it from the API).
+    """
     properties: dict[str, str] = {"type": catalog.type, "uri": catalog.uri}
     if catalog.warehouse:
         properties["warehouse"] = _local_uri(catalog.warehouse) if catalog.type == "sql" else catalog.warehouse
@@ -82,13 +85,13 @@ def catalog_properties(catalog: model.Catalog) -> dict[str, str]:
     if properties.get("warehouse", "").startswith("file://"):
         Path(properties["warehouse"].removeprefix("file://")).mkdir(parents=True, exist_ok=True)
     properties.update(resolve_env(catalog.properties, "spec.table.catalog.properties"))
-    properties.update(read_secret(catalog.secret_ref))
+    properties.update(read_secret(catalog.secret_ref) if secret_values is None else secret_values)
     return properties
 
 
-def open_catalog(catalog: model.Catalog) -> Catalog:
+def open_catalog(catalog: model.Catalog, secret_values: dict[str, str] | None = None) -> Catalog:
     """Connect to the catalog; raise ``CatalogUnreachableError`` with the URI when it does not answer."""
-    properties = catalog_properties(catalog)
+    properties = catalog_properties(catalog, secret_values)
     try:
         loaded = load_catalog(catalog.name, **properties)
         loaded.list_namespaces()
