@@ -38,6 +38,7 @@ from icebergsync.spec import IcebergSync
 from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.decode import apply_transform, with_control_columns
+from spark_app.faults import crash_point
 from spark_app.sources.base import Source, make_source
 from spark_app.writer import (
     ERROR_COLUMN,
@@ -124,6 +125,7 @@ class SyncJob:
                                   self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file)
         source = make_source(self.spark, self.spec)
         progress = committer.start(changes)
+        crash_point("fenced")
         if changes:
             log.info("%s v%d: evolved the schema of %s: %s", self.writer.sink_id, self.writer.version,
                      self.spec.table.name, ", ".join(change.describe() for change in changes))
@@ -153,11 +155,13 @@ class SyncJob:
                 self.stop_requested.wait(commit_settings.poll_seconds)
                 continue
             output, end = self._stage(source, frontier, pending, plan)
+            crash_point("staged")
             try:
                 commit = committer.commit(output, end)
             except FencedError:
                 committer.discard(table, output)
                 raise
+            crash_point("committed")
             last_commit = time.monotonic()
             frontier = end
             summary.commits += 1

@@ -1,0 +1,48 @@
+"""Helpers for committer tests: a real SQLite catalog and real staged Parquet files, no Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import LongType, NestedField, StringType
+
+from icebergsync.protocol import Writer
+from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
+from spark_app.job import table_plan
+from spark_app.writer import PartitionedWriter, conform
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "who", StringType()))
+TABLE = "ns.events"
+
+
+def open_catalog(directory: Path) -> Catalog:
+    return SqlCatalog("test", uri=f"sqlite:///{directory}/catalog.db", warehouse=(directory / "warehouse").as_uri())
+
+
+def create_table(catalog: Catalog) -> Table:
+    catalog.create_namespace_if_not_exists("ns")
+    return catalog.create_table(TABLE, SCHEMA)
+
+
+def stage(table: Table, writer: Writer, ids: range) -> list[DataFile]:
+    """Write ids as one real staged Parquet file of ``writer``."""
+    plan = table_plan(table)
+    files = PartitionedWriter(plan, attempt_file_prefix(writer) + "-00000-0", 1 << 30, 1 << 26)
+    batch = pa.RecordBatch.from_pydict({"id": list(ids), "who": [f"v{writer.version}"] * len(ids)})
+    files.write(conform(batch, plan.arrow_schema()))
+    return files.finish()
+
+
+def commit_range(committer: SinkCommitter, table: Table, start: int, end: int) -> None:
+    output = TriggerOutput(data_files=stage(table, committer.writer, range(start, end)), records=end - start)
+    committer.commit(output, {"next_id": end})
+
+
+def committed_ids(catalog: Catalog) -> list[int]:
+    return sorted(catalog.load_table(TABLE).scan().to_arrow().column("id").to_pylist())

@@ -1,0 +1,206 @@
+"""The fence and commit protocol against a real catalog: CAS, fencing, recovery, expiry, cleanup."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+from pyiceberg.table import Table
+
+from icebergsync import protocol
+from icebergsync.errors import FencedError
+from icebergsync.protocol import Writer
+from icebergsync.storage import list_files
+from spark_app.committer import SinkCommitter, TriggerOutput, sink_file_prefix
+from tests.integration.committer_support import (
+    TABLE,
+    commit_range,
+    committed_ids,
+    create_table,
+    open_catalog,
+    stage,
+)
+
+SINK = "ns/ledger"
+
+
+def committer(catalog, version: int, attempt: str = "a") -> SinkCommitter:  # type: ignore[no-untyped-def]
+    return SinkCommitter(catalog, TABLE, Writer(SINK, version, f"{attempt}{version}"))
+
+
+def sink_commits(table: Table) -> list[protocol.SinkCommit]:
+    """This sink's commits on main, oldest first."""
+    commits = [protocol.parse_commit(s) for s in protocol.main_ancestry(table.metadata)]
+    return [c for c in reversed(commits) if c is not None and c.writer.sink_id == SINK]
+
+
+def test_fence_then_commits_carry_the_protocol(tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    first = committer(catalog, 1)
+    progress = first.start([])
+    assert progress.frontier is None and progress.resumed_from == "none"
+    commit_range(first, table, 0, 10)
+    commit_range(first, table, 10, 25)
+    table = catalog.load_table(TABLE)
+    commits = sink_commits(table)
+    assert [c.kind for c in commits] == ["fence", "data", "data"]
+    assert [c.frontier for c in commits] == [None, {"next_id": 10}, {"next_id": 25}]
+    assert [c.records for c in commits] == [0, 10, 15]
+    summary = table.metadata.current_snapshot().summary.additional_properties  # type: ignore[union-attr]
+    assert summary[protocol.SINK_ID] == SINK and summary[protocol.SINK_VERSION] == "1"
+    assert summary[protocol.FRONTIER] == '{"next_id":25}'
+    checkpoint = protocol.parse_checkpoint(table.metadata, SINK)
+    assert checkpoint is not None and checkpoint.frontier == {"next_id": 25}
+    assert committed_ids(catalog) == list(range(25))
+
+
+def test_restart_resumes_from_the_newest_own_snapshot_skipping_foreign_ones(tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    first = committer(catalog, 1)
+    first.start([])
+    commit_range(first, table, 0, 10)
+    # Other writers land on top: a rewrite of the table (pyiceberg writes a delete and an append
+    # snapshot for it), then a manual append.
+    table = catalog.load_table(TABLE)
+    table.overwrite(table.scan().to_arrow())
+    catalog.load_table(TABLE).append(table.scan().to_arrow().slice(0, 0))
+    progress = committer(catalog, 2).start([])
+    assert progress.frontier == {"next_id": 10}
+    assert progress.resumed_from == "snapshot"
+    assert progress.foreign_snapshots_on_top == 3
+
+
+def test_higher_version_fences_lower_one_at_start_and_before_commit(tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    old = committer(catalog, 1)
+    old.start([])
+    commit_range(old, table, 0, 5)
+    new = committer(catalog, 2)
+    assert new.start([]).frontier == {"next_id": 5}
+    staged = stage(table, old.writer, range(5, 9))
+    with pytest.raises(FencedError) as caught:
+        old.commit(TriggerOutput(data_files=staged, records=4), {"next_id": 9})
+    assert caught.value.by_version == 2
+    with pytest.raises(FencedError):
+        committer(catalog, 1, attempt="z").start([])
+    assert committed_ids(catalog) == list(range(5))
+
+
+def test_same_version_restart_takes_over_and_fences_the_zombie(tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    zombie = committer(catalog, 3, attempt="old")
+    zombie.start([])
+    restarted = committer(catalog, 3, attempt="new")
+    restarted.start([])
+    with pytest.raises(FencedError) as caught:
+        commit_range(zombie, table, 0, 3)
+    assert caught.value.by_version == 3 and caught.value.by_attempt == "new3"
+    commit_range(restarted, table, 0, 3)
+    assert committed_ids(catalog) == [0, 1, 2]
+
+
+def test_progress_survives_expiry_of_every_own_snapshot(tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    first = committer(catalog, 1)
+    first.start([])
+    commit_range(first, table, 0, 7)
+    foreign = catalog.load_table(TABLE)
+    foreign.append(foreign.scan().to_arrow().slice(0, 0))  # someone else's snapshot becomes the head
+    table = catalog.load_table(TABLE)
+    head = table.metadata.current_snapshot()
+    assert head is not None
+    time.sleep(0.01)
+    table.maintenance.expire_snapshots().older_than(
+        __import__("datetime").datetime.fromtimestamp(head.timestamp_ms / 1000 + 0.001)
+    ).commit()
+    table = catalog.load_table(TABLE)
+    assert sink_commits(table) == [], "every snapshot carrying our properties was expired"
+    progress = committer(catalog, 2).start([])
+    assert progress.resumed_from == "checkpoint"
+    assert progress.frontier == {"next_id": 7}
+
+
+def test_rolled_back_table_does_not_resume_past_what_it_holds(tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    first = committer(catalog, 1)
+    first.start([])
+    commit_range(first, table, 0, 4)
+    table = catalog.load_table(TABLE)
+    keep = table.metadata.current_snapshot()
+    commit_range(first, table, 4, 8)
+    assert keep is not None
+    catalog.load_table(TABLE).manage_snapshots().rollback_to_snapshot(keep.snapshot_id).commit()
+    progress = committer(catalog, 2).start([])
+    assert progress.frontier == {"next_id": 4}
+
+
+def test_leftover_staged_files_are_deleted_on_start_and_only_those(tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    crashed = committer(catalog, 1)
+    crashed.start([])
+    commit_range(crashed, table, 0, 3)
+    orphan = stage(table, crashed.writer, range(3, 6))[0].file_path  # staged, then the job "crashed"
+    foreign_file = tmp_path / "warehouse" / "ns" / "events" / "data" / "someone-else.parquet"
+    foreign_file.write_bytes(b"not ours")
+    restarted = committer(catalog, 2)
+    restarted.start([])
+    deleted = restarted.cleanup_orphans(catalog.load_table(TABLE))
+    assert [Path(p.removeprefix("file://")).name for p in deleted] == [Path(orphan.removeprefix("file://")).name]
+    remaining = {Path(f.uri).name for f in list_files(catalog.load_table(TABLE).metadata.location + "/data", {})}
+    assert "someone-else.parquet" in remaining
+    assert all(name.startswith(sink_file_prefix(SINK)) or name == "someone-else.parquet" for name in remaining)
+    assert committed_ids(catalog) == [0, 1, 2]
+
+
+def _race_writer(directory: str, version: int, rounds: int, started: multiprocessing.synchronize.Event | None) -> None:  # type: ignore[name-defined]
+    """A writer process: fence, then commit ``rounds`` small batches as fast as it can, until fenced."""
+    catalog = open_catalog(Path(directory))
+    me = committer(catalog, version, attempt=f"p{os.getpid()}-")
+    try:
+        me.start([])
+        if started is not None:
+            started.set()
+        table = catalog.load_table(TABLE)
+        for index in range(rounds):
+            base = version * 1_000_000 + index * 10
+            commit_range(me, table, base, base + 10)
+    except FencedError:
+        os._exit(75)
+    os._exit(0)
+
+
+def test_stale_writers_never_land_after_a_newer_fence(tmp_path: Path) -> None:
+    """Race each version against the next, many rounds: no stale commit lands after a newer fence."""
+    catalog = open_catalog(tmp_path)
+    create_table(catalog)
+    context = multiprocessing.get_context("spawn")
+    processes = []
+    for version in range(1, 6):
+        started = context.Event()
+        process = context.Process(target=_race_writer, args=(str(tmp_path), version, 40, started))
+        process.start()
+        processes.append(process)
+        assert started.wait(120), f"writer v{version} did not fence in time"
+    for process in processes:
+        process.join(300)
+    codes = [process.exitcode for process in processes]
+    assert codes[-1] == 0, "the newest writer must finish all its rounds"
+    assert 75 in codes[:-1], "at least one stale writer must have been fenced while racing"
+    table = catalog.load_table(TABLE)
+    commits = sink_commits(table)
+    fence_index = {c.writer.version: i for i, c in enumerate(commits) if c.kind == "fence"}
+    for version, index in fence_index.items():
+        stale_after = [c for c in commits[index + 1:] if c.writer.version < version]
+        assert stale_after == [], f"version(s) {sorted({c.writer.version for c in stale_after})} landed after v{version}'s fence"
+    newest_rows = [i for i in committed_ids(catalog) if i >= 5_000_000]
+    assert len(newest_rows) == 400 and len(set(newest_rows)) == 400

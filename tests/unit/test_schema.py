@@ -1,0 +1,64 @@
+"""Safe schema evolution: add optional columns and widen types; refuse everything else, naming it."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.types import DecimalType, DoubleType, LongType, StringType
+
+from icebergsync.errors import IncompatibleSchemaError
+from icebergsync.schema import iceberg_schema, plan_evolution
+from icebergsync.spec import Column
+
+BASE = [
+    Column(name="id", type="long", required=True),
+    Column(name="n", type="int"),
+    Column(name="x", type="float"),
+    Column(name="amount", type="decimal(10,2)"),
+    Column(name="note", type="string"),
+]
+
+
+def test_no_change() -> None:
+    assert plan_evolution(iceberg_schema(BASE), BASE, "t") == []
+
+
+def test_add_optional_and_widen() -> None:
+    evolved = [
+        Column(name="id", type="long", required=True),
+        Column(name="n", type="long"),
+        Column(name="x", type="double"),
+        Column(name="amount", type="decimal(12,2)"),
+        Column(name="note", type="string"),
+        Column(name="extra", type="string"),
+    ]
+    changes = {(c.kind, c.column): c.new_type for c in plan_evolution(iceberg_schema(BASE), evolved, "t")}
+    assert changes == {
+        ("widen", "n"): LongType(),
+        ("widen", "x"): DoubleType(),
+        ("widen", "amount"): DecimalType(12, 2),
+        ("add", "extra"): StringType(),
+    }
+
+
+def test_relaxing_required_is_allowed_and_dropping_optional_keeps_it() -> None:
+    relaxed = [Column(name="id", type="long"), Column(name="n", type="int")]
+    changes = plan_evolution(iceberg_schema(BASE), relaxed, "t")
+    assert [(c.kind, c.column) for c in changes] == [("make-optional", "id")]
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ([Column(name="n", type="int")], "required column 'id' of the table is missing"),
+        ([*BASE[:1], Column(name="n", type="string")], "column 'n': int cannot change to string"),
+        ([Column(name="id", type="int", required=True)], "column 'id': long cannot change to int"),
+        ([*BASE, Column(name="must", type="long", required=True)], "new column 'must' is required"),
+        ([*BASE[:1], Column(name="n", type="int", required=True)], "'n' is optional in the table and cannot become required"),
+        ([*BASE[:3], Column(name="amount", type="decimal(10,3)")], "decimal(10, 2) cannot change to decimal(10, 3)"),
+    ],
+)
+def test_incompatible_changes_are_named(columns: list[Column], message: str) -> None:
+    with pytest.raises(IncompatibleSchemaError, match=None) as caught:
+        plan_evolution(iceberg_schema(BASE), columns, "demo.t")
+    assert message in str(caught.value)
+    assert "demo.t" in str(caught.value)

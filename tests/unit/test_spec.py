@@ -1,0 +1,121 @@
+"""The spec model: defaults, and every problem reported with its field path."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from icebergsync.errors import SpecError
+from icebergsync.spec import load_spec, parse_spec
+from icebergsync.units import parse_duration, parse_size
+
+VALID: dict[str, Any] = {
+    "apiVersion": "icebergsync.io/v1alpha1",
+    "kind": "IcebergSync",
+    "metadata": {"name": "trips", "namespace": "data"},
+    "spec": {
+        "source": {"generator": {"rowsPerSecond": 10}},
+        "table": {"name": "demo.trips", "partitionBy": ["day(ts)", "bucket(16, vendor)"]},
+    },
+}
+
+
+def with_spec(**changes: Any) -> dict[str, Any]:
+    document = copy.deepcopy(VALID)
+    document["spec"].update(changes)
+    return document
+
+
+def problems_of(document: dict[str, Any]) -> list[str]:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(document)
+    return caught.value.problems
+
+
+def test_defaults_and_sink_id() -> None:
+    sync = parse_spec(VALID)
+    assert sync.sink_id == "data/trips"
+    assert sync.spec.commit.interval_seconds == 30
+    assert sync.spec.commit.target_file_bytes == 512 * 1024**2
+    assert sync.spec.table.catalog.type == "sql"
+    assert sync.spec.source.kind == "generator"
+
+
+def test_explicit_sink_id_wins() -> None:
+    assert parse_spec(with_spec(sinkId="ledger")).sink_id == "ledger"
+
+
+def test_exactly_one_source() -> None:
+    files = {"path": "/in", "format": "json"}
+    problems = problems_of(with_spec(source={"generator": {}, "files": files}, schema=[{"name": "a", "type": "long"}]))
+    assert any(p.startswith("spec.source") and "exactly one" in p for p in problems)
+    assert any("exactly one" in p for p in problems_of(with_spec(source={})))
+
+
+def test_every_problem_is_reported_with_its_path() -> None:
+    document = with_spec(
+        commit={"interval": "30x", "targetFileSize": "big"},
+        table={"name": "nodots", "partitionBy": ["bucket(x, vendor)"]},
+        surprise=True,
+    )
+    problems = problems_of(document)
+    joined = "\n".join(problems)
+    assert "spec.commit.interval: '30x' is not valid" in joined
+    assert "spec.commit.targetFileSize: 'big' is not valid" in joined
+    assert "spec.table.name: 'nodots' is not valid" in joined
+    assert "spec.table.partitionBy[0]" in joined
+    assert "spec.surprise" in joined
+    assert len(problems) >= 5
+
+
+def test_partition_columns_must_exist_and_fit() -> None:
+    problems = problems_of(with_spec(table={"name": "a.b", "partitionBy": ["day(vendor)", "bucket(4, nope)"]}))
+    assert "spec.table.partitionBy[0]: 'day(vendor)' needs a date or timestamp column, 'vendor' is string" in problems
+    assert "spec.table.partitionBy[1]: column 'nope' is not in the schema" in problems
+
+
+def test_schema_required_for_files_and_types_checked() -> None:
+    files = {"files": {"path": "/in"}}
+    assert any("schema is required" in p for p in problems_of(with_spec(source=files)))
+    problems = problems_of(with_spec(source=files, schema=[{"name": "a", "type": "varchar"}]))
+    assert any(p.startswith("spec.schema[0].type") for p in problems)
+
+
+def test_dead_letter_table_must_differ() -> None:
+    assert any("deadLetter.table must differ" in p for p in problems_of(with_spec(deadLetter={"table": "demo.trips"})))
+
+
+def test_kafka_starting_offsets_form() -> None:
+    kafka = {"bootstrapServers": "b:9092", "topic": "t", "startingOffsets": "{oops"}
+    problems = problems_of(with_spec(source={"kafka": kafka}, schema=[{"name": "a", "type": "long"}]))
+    assert any(p.startswith("spec.source.kafka.startingOffsets") for p in problems)
+
+
+def test_load_spec_finds_the_document(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    path = tmp_path / "sync.yaml"
+    path.write_text("---\nkind: ConfigMap\n---\n" + yaml.safe_dump(VALID))
+    assert load_spec(path).metadata.name == "trips"
+    path.write_text("a: [")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(path)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("5m", 300), ("1h30m", 5400), ("250ms", 0.25)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(("text", "size"), [("512Mi", 512 * 1024**2), ("1Gi", 1024**3), ("100MB", 100_000_000), ("42", 42)])
+def test_sizes(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+def test_bad_units() -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration("soon")
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("12XB")
