@@ -26,9 +26,8 @@ def run_command(args: argparse.Namespace) -> int:
     from spark_app.session import build_session
 
     sync = load_spec(args.spec)
-    conf = dict(item.split("=", 1) for item in args.conf)
-    spark = build_session(sync.spec, f"icebergsync-{sync.metadata.name}-v{args.sink_version}",
-                          master=args.master or None, extra_conf=conf)
+    conf = {**sync.spec.spark.conf, **dict(item.split("=", 1) for item in args.conf)}
+    spark = build_session(f"icebergsync-{sync.metadata.name}-v{args.sink_version}", args.master or None, conf)
     job = SyncJob(sync, args.sink_version, spark)
     install_stop_handlers(job)
     try:

@@ -31,6 +31,7 @@ from icebergsync.errors import CommitStateUnknownError, FencedError, IcebergSync
 from icebergsync.protocol import Frontier, Progress, Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
+from spark_app.faults import crash_point
 
 log = logging.getLogger("icebergsync.committer")
 
@@ -282,6 +283,7 @@ class SinkCommitter:
         _table, snapshot, rounds = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot_id), build)
         self.last_snapshot_id = snapshot.snapshot_id
         sequence = snapshot.sequence_number or 0
+        crash_point("main-committed")
         if output.dead_letter_files and self._dead_letter_identifier:
             self._commit_dead_letters(output.dead_letter_files, frontier, sequence)
         return Commit(snapshot, sequence, (time.monotonic() - started) * 1000, rounds)

@@ -90,15 +90,30 @@ def with_control_columns(frame: DataFrame) -> DataFrame:
     )
 
 
-def apply_transform(spark: SparkSession, frame: DataFrame, sql: str | None, columns: list[SpecColumn]) -> DataFrame:
-    """Run the spec's SQL over the good rows (view ``source``); bad rows bypass it unchanged.
+def select_declared(frame: DataFrame, columns: list[SpecColumn]) -> DataFrame:
+    """Keep the declared columns (absent ones as null) and the control columns; drop the rest.
 
-    With a transform the source range is evaluated twice (once per branch of the union); both
-    evaluations read the same fixed range, so the result is exact.
+    A generator record has more columns than a spec may declare: the schema picks among them.
+    """
+    present = set(frame.columns)
+    return frame.select(
+        *[F.col(f"`{c.name}`") if c.name in present else F.lit(None).cast(spark_type(c.type)).alias(c.name)
+          for c in columns],
+        *[F.col(name) for name in (ERROR_COLUMN, RAW_COLUMN, POSITION_COLUMN)],
+    )
+
+
+def apply_transform(spark: SparkSession, frame: DataFrame, sql: str | None, columns: list[SpecColumn]) -> DataFrame:
+    """Run the spec's SQL over the good records (view ``source``); bad records bypass it unchanged.
+
+    The view holds every column of the source record; the query's output must fit the declared
+    schema. With a transform the source range is evaluated twice (once per branch of the union);
+    both evaluations read the same fixed range, so the result is exact.
     """
     if not sql:
-        return frame
-    good = frame.where(F.col(ERROR_COLUMN).isNull()).select(*[c.name for c in columns])
+        return select_declared(frame, columns)
+    control = {ERROR_COLUMN, RAW_COLUMN, POSITION_COLUMN}
+    good = frame.where(F.col(ERROR_COLUMN).isNull()).select(*[f"`{n}`" for n in frame.columns if n not in control])
     good.createOrReplaceTempView("source")
     try:
         transformed = spark.sql(sql)
@@ -106,4 +121,4 @@ def apply_transform(spark: SparkSession, frame: DataFrame, sql: str | None, colu
     except Exception as exc:
         raise SpecError([f"spec.transform: {exc}"]) from None
     conformed = conform_columns(transformed, columns, "spec.transform")
-    return conformed.unionByName(frame.where(F.col(ERROR_COLUMN).isNotNull()))
+    return conformed.unionByName(select_declared(frame.where(F.col(ERROR_COLUMN).isNotNull()), columns))

@@ -1,5 +1,6 @@
 """Crash injection for the exactly-once tests: ``ICEBERGSYNC_CRASH_AT=<point>:<n>`` kills the job
-with SIGKILL the n-th time it reaches ``point`` (``fenced``, ``staged``, ``committed``).
+with SIGKILL the n-th time it reaches ``point`` (``fenced``, ``staged``,
+``main-committed`` — between the main and the dead-letter commit — and ``committed``).
 
 Unset (always, outside tests) it does nothing.
 """

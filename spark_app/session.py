@@ -7,8 +7,6 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from icebergsync.spec import IcebergSyncSpec
-
 BASE_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
@@ -20,22 +18,20 @@ LOCAL_CONF = {
 }
 
 
-def build_session(spec: IcebergSyncSpec, app_name: str, master: str | None = None,
-                  extra_conf: dict[str, str] | None = None) -> SparkSession:
-    """A session with the project's defaults, then ``spec.spark.conf``, then ``extra_conf``.
+def build_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    """A session with the project's defaults, then ``conf`` (the spec's ``spark.conf`` and overrides).
 
     With ``master`` (e.g. ``local[*]``) the session is local; without it the master comes from
     spark-submit, as when the Spark Operator launches the job.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    conf = dict(BASE_CONF)
+    settings = dict(BASE_CONF)
     if master:
         builder = builder.master(master)
-        conf.update(LOCAL_CONF)
-    conf.update(spec.spark.conf)
-    conf.update(extra_conf or {})
-    for key, value in conf.items():
+        settings.update(LOCAL_CONF)
+    settings.update(conf or {})
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("ICEBERGSYNC_SPARK_LOG_LEVEL", "WARN"))

@@ -1,0 +1,172 @@
+"""Helpers for tests that run the real job: spec documents, running it, reading the table back."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
+
+from icebergsync import protocol
+from icebergsync.catalog import open_catalog
+from icebergsync.spec import IcebergSync, parse_spec
+from icebergsync.storage import list_files, normalize
+from spark_app.committer import referenced_files, sink_file_prefix
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sync_document(directory: Path, source: dict[str, Any], name: str = "orders", **spec: Any) -> dict[str, Any]:
+    """An IcebergSync document writing to a SQLite catalog and warehouse under ``directory``."""
+    body: dict[str, Any] = {
+        "source": source,
+        "table": {
+            "catalog": {"type": "sql", "uri": f"sqlite:///{directory}/catalog.db", "warehouse": str(directory / "warehouse")},
+            "name": "sales.orders",
+        },
+        "commit": {"interval": "1s", "pollInterval": "200ms", "targetFileSize": "8Mi"},
+    }
+    for key, value in spec.items():
+        if isinstance(value, dict) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}
+        else:
+            body[key] = value
+    return {"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync",
+            "metadata": {"name": name, "namespace": "test"}, "spec": body}
+
+
+def make_sync(directory: Path, source: dict[str, Any], **spec: Any) -> IcebergSync:
+    return parse_spec(sync_document(directory, source, **spec))
+
+
+def write_spec(directory: Path, document: dict[str, Any]) -> Path:
+    path = directory / f"{document['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def catalog_of(sync: IcebergSync) -> Catalog:
+    return open_catalog(sync.spec.table.catalog)
+
+
+def table_ids(table: Table, column: str = "id") -> list[int]:
+    return sorted(table.scan(selected_fields=(column,)).to_arrow().column(column).to_pylist())
+
+
+def sink_commits(table: Table, sink_id: str) -> list[protocol.SinkCommit]:
+    """The sink's commits on main, oldest first."""
+    commits = [protocol.parse_commit(s) for s in protocol.main_ancestry(table.metadata)]
+    return [c for c in reversed(commits) if c is not None and c.writer.sink_id == sink_id]
+
+
+def unreferenced_sink_files(table: Table, sink_id: str) -> list[str]:
+    """Files of this sink under the table's data directory that no snapshot references."""
+    referenced = referenced_files(table)
+    prefix = sink_file_prefix(sink_id)
+    return [
+        f.uri for f in list_files(table.metadata.location + "/data", table.io.properties)
+        if f.uri.rsplit("/", 1)[-1].startswith(prefix) and normalize(f.uri) not in referenced
+    ]
+
+
+def data_file_rows(table: Table) -> list[tuple[Any, Any]]:
+    """(DataFile, its rows as an Arrow table) for each live data file."""
+    result = []
+    for task in table.scan().plan_files():
+        path = task.file.file_path
+        with table.io.new_input(path).open() as stream:
+            result.append((task.file, pq.read_table(stream)))
+    return result
+
+
+def job_command(spec_path: Path, version: int) -> list[str]:
+    return [sys.executable, "-m", "icebergsync.cli", "run", str(spec_path), "--sink-version", str(version),
+            "--master", "local[2]"]
+
+
+def run_job_process(spec_path: Path, version: int, *, crash_at: str | None = None, kill_after: float | None = None,
+                    timeout: float = 240, log: Path | None = None) -> tuple[int, str]:
+    """Run ``icebergsync run`` in a subprocess; optionally SIGKILL it after ``kill_after`` seconds.
+
+    Returns (exit status, combined output). A SIGKILL shows as -9.
+    """
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env.pop("ICEBERGSYNC_CRASH_AT", None)
+    if crash_at:
+        env["ICEBERGSYNC_CRASH_AT"] = crash_at
+    output = log or spec_path.with_suffix(f".v{version}.{time.monotonic_ns()}.log")
+    with output.open("w") as sink:
+        process = subprocess.Popen(job_command(spec_path, version), cwd=REPO, env=env, stdout=sink,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            if kill_after is not None:
+                try:
+                    process.wait(kill_after)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
+        finally:
+            # The JVM is a child of the Python driver: make sure no part of the job survives it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, output.read_text()
+
+
+class BackgroundJob:
+    """Run a SyncJob in a thread; ``stop()`` requests a clean stop and re-raises the job's error."""
+
+    def __init__(self, job: Any):
+        self.job = job
+        self.error: BaseException | None = None
+        self.summary: Any = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.summary = self.job.run()
+        except BaseException as exc:  # handed to the test thread by stop()
+            self.error = exc
+
+    def __enter__(self) -> BackgroundJob:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self.job.stop_requested.set()
+        self._thread.join(120)
+        assert not self._thread.is_alive(), "the job did not stop within 120 s"
+        if self.error is not None:
+            raise self.error
+
+    def wait_until(self, predicate: Callable[[], bool], what: str, timeout: float = 90) -> None:
+        """Poll ``predicate`` until true; fail fast if the job died, or after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.error is not None:
+                raise AssertionError(f"the job failed while waiting for {what}") from self.error
+            try:
+                if predicate():
+                    return
+            except NoSuchTableError:
+                pass
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.2)

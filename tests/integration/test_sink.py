@@ -1,0 +1,206 @@
+"""The job end to end on real Spark and a real catalog: exactly-once output, files, partitions,
+idle behaviour, dead letters, transforms and schema evolution."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from pyspark.sql import SparkSession
+
+from icebergsync import protocol
+from icebergsync.errors import IncompatibleSchemaError
+from icebergsync.status import read_sink_status
+from spark_app.job import SyncJob
+from tests.integration.sync_support import (
+    BackgroundJob,
+    catalog_of,
+    data_file_rows,
+    make_sync,
+    sink_commits,
+    table_ids,
+)
+
+FAST = {"rowsPerSecond": 1_000_000}
+
+
+def test_generator_rows_land_exactly_once_with_protocol_properties(tmp_path: Path, spark: SparkSession) -> None:
+    sync = make_sync(tmp_path, {"generator": {**FAST, "totalRows": 30_000, "maxRowsPerTrigger": 12_000}},
+                     eventTimeColumn="ts")
+    summary = SyncJob(sync, 1, spark).run()
+    assert summary.records == 30_000 and summary.commits == 3
+    table = catalog_of(sync).load_table("sales.orders")
+    assert table_ids(table) == list(range(30_000))
+    commits = sink_commits(table, "test/orders")
+    assert [c.kind for c in commits] == ["fence", "data", "data", "data"]
+    assert [c.frontier for c in commits[1:]] == [{"next_id": 12_000}, {"next_id": 24_000}, {"next_id": 30_000}]
+    assert commits[-1].max_event_time == "2025-01-01T00:04:59.990000+00:00"  # id 29999 is 10 ms apart per id
+    status = read_sink_status(catalog_of(sync), "sales.orders", "test/orders")
+    assert status.frontier == {"next_id": 30_000} and status.total_records == 30_000 and status.sink_version == 1
+    # A rerun of a finished bounded sync fences, finds nothing to do and writes no data.
+    again = SyncJob(sync, 2, spark).run()
+    assert again.records == 0 and again.commits == 0
+    assert table_ids(catalog_of(sync).load_table("sales.orders")) == list(range(30_000))
+
+
+def test_files_close_at_the_target_size(tmp_path: Path, spark: SparkSession) -> None:
+    sync = make_sync(tmp_path, {"generator": {**FAST, "totalRows": 400_000}},
+                     table={"partitionBy": ["bucket(2, id)"]},
+                     commit={"targetFileSize": "1Mi", "maxStagedSize": "1Gi"})
+    SyncJob(sync, 1, spark).run()
+    table = catalog_of(sync).load_table("sales.orders")
+    target = 1024 * 1024
+    # File names: <sink prefix>-v<version>-<attempt>-<task>-<task attempt>-<sequence>-<uuid>.parquet
+    rolls: dict[tuple[object, ...], list[tuple[int, int]]] = {}
+    for data_file, _ in data_file_rows(table):
+        parts = data_file.file_path.rsplit("/", 1)[-1].split("-")
+        key = (tuple(data_file.partition), parts[4])
+        rolls.setdefault(key, []).append((int(parts[6]), data_file.file_size_in_bytes))
+    assert {key[0] for key in rolls} == {(0,), (1,)}
+    full = [size for files in rolls.values() for _, size in sorted(files)[:-1]]  # all but each roll's last file
+    assert len(full) >= 6
+    outside = [size for size in full if abs(size - target) > 0.1 * target]
+    assert outside == [], f"files outside ±10% of {target}: {outside}"
+    assert table_ids(table) == list(range(400_000))
+
+
+def test_partition_fan_out_never_mixes_partitions(tmp_path: Path, spark: SparkSession) -> None:
+    partition_by = ["day(ts)", "bucket(4, vendor)", "truncate(2, payment_type)", "store_and_forward"]
+    sync = make_sync(tmp_path, {"generator": {**FAST, "totalRows": 20_000_000 // 1000 * 10}},
+                     table={"partitionBy": partition_by})
+    SyncJob(sync, 1, spark).run()
+    table = catalog_of(sync).load_table("sales.orders")
+    spec, schema = table.spec(), table.schema()
+    partitions = set()
+    for data_file, rows in data_file_rows(table):
+        for field, value in zip(spec.fields, data_file.partition, strict=True):
+            source = schema.find_field(field.source_id)
+            transformed = field.transform.pyarrow_transform(source.field_type)(rows.column(source.name))
+            assert pc.all(pc.equal(transformed, pa.scalar(value, transformed.type))).as_py(), (
+                f"{data_file.file_path} holds rows outside partition {field.name}={value}"
+            )
+        partitions.add(tuple(data_file.partition))
+    assert len(partitions) > 8
+    assert table_ids(table) == list(range(200_000))
+
+
+def test_idle_source_writes_no_snapshots_and_restart_resumes(tmp_path: Path, spark: SparkSession) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    source = {"files": {"path": str(inbox), "format": "json"}}
+    schema = [{"name": "id", "type": "long", "required": True}, {"name": "item", "type": "string"}]
+    sync = make_sync(tmp_path, source, schema=schema)
+
+    def orders_commits() -> list[protocol.SinkCommit]:
+        return sink_commits(catalog_of(sync).load_table("sales.orders"), "test/orders")
+
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(lambda: len(orders_commits()) == 1, "the fence")
+        time.sleep(5)  # five commit intervals with nothing arriving
+        assert [c.kind for c in orders_commits()] == ["fence"]
+        (inbox / "0001.json").write_text("\n".join(json.dumps({"id": i, "item": f"i{i}"}) for i in range(5)))
+        running.wait_until(lambda: len(orders_commits()) == 2, "the new file's commit")
+        time.sleep(3)  # idle again: still exactly one data commit
+    assert [c.kind for c in orders_commits()] == ["fence", "data"]
+    assert orders_commits()[-1].frontier == {"after": "0001.json"}
+    (inbox / "0002.json").write_text(json.dumps({"id": 5, "item": "i5"}))
+    (inbox / "_0003.json.inprogress").write_text("{ half a record")
+    with BackgroundJob(SyncJob(sync, 2, spark)) as running:
+        running.wait_until(lambda: len(orders_commits()) == 4, "the restart's commit of the second file")
+    assert table_ids(catalog_of(sync).load_table("sales.orders")) == list(range(6))
+    assert orders_commits()[-1].frontier == {"after": "0002.json"}
+
+
+def test_bad_records_go_to_the_dead_letter_table(tmp_path: Path, spark: SparkSession) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    lines = [
+        '{"id": 1, "amount": "12.50", "at": "2025-03-01T10:00:00Z"}',
+        "this is not json",
+        '{"id": "two", "amount": 3}',
+        '{"amount": 4}',
+        '{"id": 5, "amount": 5, "at": "2025-03-01T11:00:00Z"}',
+        "",
+    ]
+    (inbox / "batch-1.json").write_text("\n".join(lines))
+    schema = [{"name": "id", "type": "long", "required": True}, {"name": "amount", "type": "decimal(10,2)"},
+              {"name": "at", "type": "timestamptz"}]
+    sync = make_sync(tmp_path, {"files": {"path": str(inbox)}}, schema=schema, deadLetter={"table": "sales.orders_dlq"})
+    catalog = catalog_of(sync)
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(lambda: len(sink_commits(catalog.load_table("sales.orders"), "test/orders")) == 2,
+                           "the commit of batch-1.json")
+    assert table_ids(catalog.load_table("sales.orders")) == [1, 5]
+    dead = catalog.load_table("sales.orders_dlq").scan().to_arrow().sort_by("payload").to_pylist()
+    reasons = {row["payload"]: row["reason"] for row in dead}
+    assert reasons == {
+        "this is not json": "malformed JSON",
+        '{"id": "two", "amount": 3}': 'field id: value two is not a long',
+        '{"amount": 4}': "required field id is missing or null",
+    }
+    for row in dead:
+        assert json.loads(row["position"])["file"].endswith("batch-1.json")
+        assert row["sink_id"] == "test/orders" and row["sink_version"] == 1 and row["failed_at"] is not None
+    main_commit = sink_commits(catalog.load_table("sales.orders"), "test/orders")[-1]
+    assert main_commit.dead_letters == 3 and main_commit.records == 2
+    dead_commit = sink_commits(catalog.load_table("sales.orders_dlq"), "test/orders")[-1]
+    assert dead_commit.frontier == main_commit.frontier
+
+
+def test_transform_runs_on_good_rows_and_its_violations_are_dead_letters(tmp_path: Path, spark: SparkSession) -> None:
+    sync = make_sync(
+        tmp_path, {"generator": {**FAST, "totalRows": 2_000}},
+        schema=[{"name": "id", "type": "long", "required": True}, {"name": "ts", "type": "timestamptz"},
+                {"name": "vendor", "type": "string", "required": True}],
+        transform="SELECT id, ts, CASE WHEN id % 100 = 7 THEN NULL ELSE lower(vendor) END AS vendor "
+                  "FROM source WHERE id % 2 = 1",
+        deadLetter={"table": "sales.orders_dlq"},
+    )
+    summary = SyncJob(sync, 1, spark).run()
+    catalog = catalog_of(sync)
+    rows = catalog.load_table("sales.orders").scan().to_arrow()
+    expected = [i for i in range(2_000) if i % 2 == 1 and i % 100 != 7]
+    assert sorted(rows.column("id").to_pylist()) == expected
+    assert all(v == v.lower() for v in rows.column("vendor").to_pylist())
+    dead = catalog.load_table("sales.orders_dlq").scan().to_arrow()
+    assert dead.num_rows == 20 == summary.dead_letters
+    assert set(dead.column("reason").to_pylist()) == {"required field vendor is missing or null"}
+    assert sorted(json.loads(p)["id"] for p in dead.column("payload").to_pylist()) == [i for i in range(2000) if i % 100 == 7]
+
+
+def test_schema_evolves_before_the_first_commit_of_the_new_version(tmp_path: Path, spark: SparkSession) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.json").write_text('{"id": 1, "qty": 2, "price": 1.5}')
+    v1 = [{"name": "id", "type": "long", "required": True}, {"name": "qty", "type": "int"},
+          {"name": "price", "type": "float"}]
+    source = {"files": {"path": str(inbox)}}
+
+    def run_until_ids(version: int, schema: list[dict[str, object]], ids: list[int]) -> None:
+        sync = make_sync(tmp_path, source, schema=schema)
+        with BackgroundJob(SyncJob(sync, version, spark)) as running:
+            running.wait_until(lambda: table_ids(catalog_of(sync).load_table("sales.orders")) == ids, f"ids {ids}")
+
+    run_until_ids(1, v1, [1])
+    (inbox / "b.json").write_text('{"id": 2, "qty": 3000000000, "price": 2.25, "note": "new"}')
+    v2 = [{"name": "id", "type": "long", "required": True}, {"name": "qty", "type": "long"},
+          {"name": "price", "type": "double"}, {"name": "note", "type": "string"}]
+    run_until_ids(2, v2, [1, 2])
+    table = catalog_of(make_sync(tmp_path, source, schema=v2)).load_table("sales.orders")
+    assert [(f.name, str(f.field_type)) for f in table.schema().fields] == [
+        ("id", "long"), ("qty", "long"), ("price", "double"), ("note", "string")]
+    rows = table.scan().to_arrow().sort_by("id").to_pylist()
+    assert rows == [{"id": 1, "qty": 2, "price": 1.5, "note": None},
+                    {"id": 2, "qty": 3_000_000_000, "price": 2.25, "note": "new"}]
+    fence = next(c for c in sink_commits(table, "test/orders") if c.writer.version == 2)
+    assert fence.kind == "fence"
+    snapshots_before = len(table.metadata.snapshots)
+    narrowed = [{"name": "id", "type": "long", "required": True}, {"name": "qty", "type": "int"}]
+    with pytest.raises(IncompatibleSchemaError, match="'qty': long cannot change to int"):
+        SyncJob(make_sync(tmp_path, source, schema=narrowed), 3, spark).run()
+    assert len(catalog_of(make_sync(tmp_path, source, schema=v2)).load_table("sales.orders").metadata.snapshots) == snapshots_before
+    assert protocol.parse_checkpoint(table.metadata, "test/orders") is not None
