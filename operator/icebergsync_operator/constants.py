@@ -1,0 +1,40 @@
+"""Names shared by the operator's modules: API coordinates, labels, annotations, mount paths, states."""
+
+from __future__ import annotations
+
+from icebergsync.catalog import DEFAULT_SECRETS_DIR
+from icebergsync.crd import PLURAL
+from icebergsync.spec import API_GROUP, API_VERSION, KIND
+
+SYNC_GROUP = API_GROUP
+SYNC_VERSION = API_VERSION
+SYNC_PLURAL = PLURAL
+SYNC_KIND = KIND
+
+SPARK_GROUP = "sparkoperator.k8s.io"
+SPARK_VERSION = "v1beta2"
+SPARK_PLURAL = "sparkapplications"
+SPARK_KIND = "SparkApplication"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "icebergsync"
+SYNC_LABEL = f"{API_GROUP}/sync"
+SINK_VERSION_LABEL = f"{API_GROUP}/sink-version"
+GENERATION_ANNOTATION = f"{API_GROUP}/generation"
+SINK_ID_ANNOTATION = f"{API_GROUP}/sink-id"
+
+FINALIZER = f"{API_GROUP}/finalizer"
+KOPF_STORAGE_PREFIX = f"kopf.{API_GROUP}"
+FIELD_MANAGER = "icebergsync-operator"
+COMPONENT = "icebergsync-operator"
+
+MAIN_APPLICATION_FILE = "local:///opt/icebergsync/spark_app/main.py"
+SPEC_MOUNT_DIR = "/etc/icebergsync/spec"
+SPEC_FILE_NAME = "sync.yaml"
+SECRETS_MOUNT_DIR = DEFAULT_SECRETS_DIR
+
+# Spark Operator v1beta2 status.applicationState.state values, grouped by what they mean for us.
+FAILED_STATES = frozenset({"FAILED", "SUBMISSION_FAILED"})
+COMPLETED_STATES = frozenset({"COMPLETED"})
+RUNNING_STATES = frozenset({"RUNNING", "SUCCEEDING", "FAILING"})
+# Anything else ("", SUBMITTED, PENDING_RERUN, INVALIDATING, UNKNOWN) is still starting.

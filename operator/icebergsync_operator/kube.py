@@ -1,0 +1,153 @@
+"""The operator's Kubernetes API calls (the only module that talks to the API server directly)."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from icebergsync_operator.constants import (
+    COMPONENT,
+    FIELD_MANAGER,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    SPARK_GROUP,
+    SPARK_PLURAL,
+    SPARK_VERSION,
+    SYNC_GROUP,
+    SYNC_KIND,
+    SYNC_LABEL,
+    SYNC_PLURAL,
+    SYNC_VERSION,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _create(call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+    """Run a create call; False when the object already exists (so retried creates are idempotent)."""
+    try:
+        call(*args, **kwargs)
+    except ApiException as error:
+        if error.status == 409:
+            return False
+        raise
+    return True
+
+
+def _delete(call: Callable[..., Any], *args: Any) -> None:
+    """Run a delete call; an object that is already gone is fine."""
+    try:
+        call(*args)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+def load_api_client() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG)."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+class KubeApi:
+    """Typed access to IcebergSyncs, their SparkApplications, ConfigMaps, Secrets and Events."""
+
+    def __init__(self, api_client: client.ApiClient):
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    # IcebergSync -------------------------------------------------------------------------
+
+    def get_sync(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            body = self.custom.get_namespaced_custom_object(SYNC_GROUP, SYNC_VERSION, namespace, SYNC_PLURAL, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], body)
+
+    def patch_sync_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Replace the operator-owned status fields (merge patch; null removes a field)."""
+        self.custom.patch_namespaced_custom_object_status(
+            SYNC_GROUP, SYNC_VERSION, namespace, SYNC_PLURAL, name, {"status": dict(status)},
+            field_manager=FIELD_MANAGER,
+        )
+
+    # SparkApplications and ConfigMaps ------------------------------------------------------
+
+    @staticmethod
+    def _selector(sync_name: str) -> str:
+        return f"{MANAGED_BY_LABEL}={MANAGED_BY},{SYNC_LABEL}={sync_name}"
+
+    def list_applications(self, namespace: str, sync_name: str) -> list[dict[str, Any]]:
+        result = cast(dict[str, Any], self.custom.list_namespaced_custom_object(
+            SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, label_selector=self._selector(sync_name)))
+        return list(result.get("items", []))
+
+    def create_application(self, body: Mapping[str, Any]) -> bool:
+        return _create(self.custom.create_namespaced_custom_object, SPARK_GROUP, SPARK_VERSION,
+                       body["metadata"]["namespace"], SPARK_PLURAL, dict(body), field_manager=FIELD_MANAGER)
+
+    def create_configmap(self, body: Mapping[str, Any]) -> bool:
+        return _create(self.core.create_namespaced_config_map, body["metadata"]["namespace"], dict(body),
+                       field_manager=FIELD_MANAGER)
+
+    def delete_application(self, namespace: str, name: str) -> None:
+        _delete(self.custom.delete_namespaced_custom_object, SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL,
+                name)
+
+    def delete_configmap(self, namespace: str, name: str) -> None:
+        _delete(self.core.delete_namespaced_config_map, name, namespace)
+
+    def list_configmap_names(self, namespace: str, sync_name: str) -> list[str]:
+        items = self.core.list_namespaced_config_map(namespace, label_selector=self._selector(sync_name)).items
+        return [item.metadata.name for item in items if item.metadata and item.metadata.name]
+
+    # Secrets and Events ------------------------------------------------------------------
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        """A Secret's decoded data, kept in memory only."""
+        secret = self.core.read_namespaced_secret(name, namespace)
+        return {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
+
+    def post_event(self, sync: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the IcebergSync (failures to post are logged, never raised)."""
+        metadata = sync["metadata"]
+        now = datetime.now(UTC)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{metadata['name']}.", namespace=metadata["namespace"]),
+            involved_object=client.V1ObjectReference(
+                api_version=f"{SYNC_GROUP}/{SYNC_VERSION}", kind=SYNC_KIND, name=metadata["name"],
+                namespace=metadata["namespace"], uid=metadata.get("uid"),
+                resource_version=metadata.get("resourceVersion")),
+            type=type_, reason=reason, message=message[:1024], count=1,
+            first_timestamp=now, last_timestamp=now, event_time=None,
+            source=client.V1EventSource(component=COMPONENT), reporting_component=COMPONENT,
+        )
+        try:
+            self.core.create_namespaced_event(metadata["namespace"], event)
+        except ApiException as error:
+            log.warning("could not post event %s on %s/%s: %s", reason, metadata["namespace"], metadata["name"],
+                        error.reason)
+
+    # Peering -----------------------------------------------------------------------------
+
+    def ensure_peering(self, name: str, namespaces: tuple[str, ...]) -> None:
+        """Create the KopfPeering objects (or the ClusterKopfPeering) replicas coordinate through."""
+        body = {"apiVersion": "kopf.dev/v1", "metadata": {"name": name}}
+        if not namespaces:
+            _create(self.custom.create_cluster_custom_object, "kopf.dev", "v1", "clusterkopfpeerings",
+                    {**body, "kind": "ClusterKopfPeering"})
+        for namespace in namespaces:
+            _create(self.custom.create_namespaced_custom_object, "kopf.dev", "v1", namespace, "kopfpeerings",
+                    {**body, "kind": "KopfPeering"})

@@ -1,0 +1,133 @@
+"""One reconcile of one sync: observe (API + table), decide (pure), act (launch, delete, events, status).
+
+Every handler calls ``reconcile_sync``; it re-reads everything, so it is safe to call for any reason
+and any number of times. A per-sync lock keeps two handlers of this process from acting on the
+same sync at once; peering keeps other replicas out (see docs/operator.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from icebergsync.errors import SpecError
+from icebergsync.spec import IcebergSync, parse_spec
+from icebergsync_operator import metrics
+from icebergsync_operator.applications import parse_application
+from icebergsync_operator.cleanup import delete_applications, delete_everything
+from icebergsync_operator.kube import KubeApi
+from icebergsync_operator.launch import launch
+from icebergsync_operator.reconcile import Decision, Observation, decide
+from icebergsync_operator.render import spec_document
+from icebergsync_operator.settings import OperatorSettings
+from icebergsync_operator.status import TableObservation, parse_status
+from icebergsync_operator.table import observe_table
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COMMIT_INTERVAL = 30.0
+
+
+@dataclass
+class OperatorContext:
+    """What the handlers share: the API, the settings and one lock per sync."""
+
+    api: KubeApi
+    settings: OperatorSettings
+    _locks: defaultdict[tuple[str, str], threading.Lock] = field(default_factory=lambda: defaultdict(threading.Lock))
+    _guard: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def lock(self, namespace: str, name: str) -> Iterator[None]:
+        with self._guard:
+            lock = self._locks[(namespace, name)]
+        with lock:
+            yield
+
+
+def observe(context: OperatorContext, body: Mapping[str, Any], now: datetime) -> tuple[Observation, IcebergSync | None]:
+    """Everything ``decide`` needs, plus the parsed spec (None when it is invalid)."""
+    metadata = body["metadata"]
+    namespace, name = metadata["namespace"], metadata["name"]
+    raw_spec = body.get("spec") or {}
+    try:
+        sync: IcebergSync | None = parse_spec(spec_document(name, namespace, raw_spec))
+        problems: tuple[str, ...] = ()
+    except SpecError as error:
+        sync, problems = None, tuple(error.problems)
+    applications = [parse_application(app) for app in context.api.list_applications(namespace, name)]
+    table = observe_table(context.api, sync) if sync is not None and not sync.spec.suspend else TableObservation()
+    observation = Observation(
+        name=name,
+        namespace=namespace,
+        generation=int(metadata.get("generation") or 1),
+        sink_id=sync.sink_id if sync else str(raw_spec.get("sinkId") or f"{namespace}/{name}"),
+        table_name=sync.spec.table.name if sync else str((raw_spec.get("table") or {}).get("name", "")),
+        suspend=bool(raw_spec.get("suspend")),
+        commit_interval=sync.spec.commit.interval_seconds if sync else DEFAULT_COMMIT_INTERVAL,
+        spec_problems=problems,
+        previous=parse_status(body.get("status")),
+        applications=tuple(app for app in applications if app is not None),
+        table=table,
+        now=now,
+    )
+    return observation, sync
+
+
+def act(context: OperatorContext, body: Mapping[str, Any], sync: IcebergSync | None, decision: Decision) -> None:
+    """Carry out a decision: create first, then delete, then tell (events), then record (status).
+
+    Creating before recording makes a crash in between harmless: the next reconcile adopts the
+    application it finds for the current generation instead of launching another.
+    """
+    metadata = body["metadata"]
+    namespace, name = metadata["namespace"], metadata["name"]
+    if decision.launch is not None:
+        assert sync is not None, "a launch needs a valid spec"
+        launch(context.api, body, sync, decision.launch.version, context.settings)
+        metrics.LAUNCHES.labels(decision.launch.reason).inc()
+    delete_applications(context.api, namespace, decision.delete)
+    for event in decision.events:
+        log.log(logging.WARNING if event.type == "Warning" else logging.INFO, "%s/%s %s: %s", namespace, name,
+                event.reason, event.message)
+        context.api.post_event(body, event.type, event.reason, event.message)
+    for reason in decision.failure_reasons:
+        metrics.FAILURES.labels(reason).inc()
+    status = decision.status
+    context.api.patch_sync_status(namespace, name, status.model_dump(by_alias=True, mode="json"))
+    if status.seconds_since_last_commit is not None:
+        metrics.SECONDS_SINCE_COMMIT.labels(namespace, name).set(status.seconds_since_last_commit)
+    if status.sink_version is not None:
+        metrics.SINK_VERSION.labels(namespace, name).set(status.sink_version)
+
+
+def reconcile_sync(context: OperatorContext, namespace: str, name: str) -> Decision | None:
+    """Observe, decide and act for one sync; None when it is gone or being deleted."""
+    with context.lock(namespace, name):
+        try:
+            body = context.api.get_sync(namespace, name)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                return None
+            observation, sync = observe(context, body, datetime.now(UTC))
+            decision = decide(observation, context.settings)
+            act(context, body, sync, decision)
+        except Exception:
+            metrics.RECONCILES.labels("error").inc()
+            raise
+        metrics.RECONCILES.labels("ok").inc()
+        return decision
+
+
+def finalize_sync(context: OperatorContext, namespace: str, name: str) -> list[str]:
+    """Delete every application of a sync being deleted; the table and its data stay."""
+    with context.lock(namespace, name):
+        deleted = delete_everything(context.api, namespace, name)
+        metrics.forget_sync(namespace, name)
+        log.info("%s/%s deleted: removed applications %s; the table is kept", namespace, name, deleted or "none")
+        return deleted

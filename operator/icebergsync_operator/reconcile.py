@@ -1,0 +1,324 @@
+"""The decision at the heart of the operator (pure): from what was observed, what to do and what to report.
+
+``decide`` takes one ``Observation`` of a sync (its spec, the status it last wrote, its
+SparkApplications and what the table says) and returns a ``Decision``: at most one launch, the
+applications to delete, the events to post and the new status. The side effects live in
+``lifecycle``; everything here is a function of its arguments, so every rule is unit-tested.
+
+Versions: every launch gets ``1 + max(status version, any application's version, the table's
+highest version)``, so a version is never reused, even if the status was lost. An application
+created for the current generation whose status write was lost is adopted, never duplicated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from icebergsync.crd import SyncStatus
+from icebergsync_operator.applications import ObservedApplication, Outcome
+from icebergsync_operator.render import application_name
+from icebergsync_operator.settings import OperatorSettings
+from icebergsync_operator.status import (
+    FALSE,
+    TRUE,
+    Assessment,
+    TableObservation,
+    Verdict,
+    condition,
+    conditions,
+    format_time,
+    parse_time,
+    with_table,
+)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+# Why a launch happens -> the Reconciling reason while it starts.
+LAUNCH_REASONS = {"Launched": "Launching", "Upgraded": "Upgrading", "Resumed": "Resuming", "Relaunched": "Relaunching"}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything ``decide`` looks at, read fresh at the start of a reconcile."""
+
+    name: str
+    namespace: str
+    generation: int
+    sink_id: str
+    table_name: str
+    suspend: bool
+    commit_interval: float  #: seconds
+    spec_problems: tuple[str, ...]  #: empty when the spec is valid
+    previous: SyncStatus
+    applications: tuple[ObservedApplication, ...]
+    table: TableObservation
+    now: datetime
+
+
+@dataclass(frozen=True)
+class Launch:
+    version: int
+    reason: str  #: Launched, Upgraded, Resumed or Relaunched
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: SyncStatus
+    launch: Launch | None = None
+    delete: tuple[str, ...] = ()
+    events: tuple[Event, ...] = field(default_factory=tuple)
+
+    @property
+    def failure_reasons(self) -> list[str]:
+        """Failures newly observed in this decision (for metrics)."""
+        return [event.reason for event in self.events if event.reason in ("Failed", "Fenced")]
+
+
+OK_STALLED = Verdict(FALSE, "AsExpected")
+
+
+def decide(observation: Observation, settings: OperatorSettings) -> Decision:
+    """What to do next for one sync."""
+    previous = _adopt_orphan(observation)
+    if observation.spec_problems:
+        return _invalid_spec(observation, previous)
+    if observation.suspend:
+        return _suspend(observation, previous)
+    reason = _launch_reason(observation, previous)
+    if reason:
+        return _launch(observation, previous, reason, settings)
+    current = _current(observation, previous)
+    if current is None or current.outcome is Outcome.FAILED:
+        return _failed(observation, previous, current, settings)
+    if current.outcome is Outcome.FENCED:
+        return _fenced(observation, previous, current)
+    if current.outcome is Outcome.COMPLETED:
+        return _completed(observation, previous, current)
+    return _active(observation, previous, current, settings)
+
+
+def next_version(observation: Observation, previous: SyncStatus) -> int:
+    """A version above every one this sink ever used: in status, in applications, in the table."""
+    known = [previous.sink_version or 0, *(app.version for app in observation.applications)]
+    if observation.table.sink is not None and observation.table.sink.sink_version is not None:
+        known.append(observation.table.sink.sink_version)
+    return max(known) + 1
+
+
+def _adopt_orphan(observation: Observation) -> SyncStatus:
+    """Take over an application launched for this generation whose status write was lost."""
+    previous = observation.previous
+    orphans = [app for app in observation.applications
+               if app.version > (previous.sink_version or 0) and app.generation == observation.generation]
+    if not orphans:
+        return previous
+    newest = max(orphans, key=lambda app: app.version)
+    return previous.model_copy(update={"sink_version": newest.version, "application": newest.name,
+                                       "observed_generation": observation.generation})
+
+
+def _current(observation: Observation, previous: SyncStatus) -> ObservedApplication | None:
+    return next((app for app in observation.applications if app.name == previous.application), None)
+
+
+def _launch_reason(observation: Observation, previous: SyncStatus) -> str | None:
+    if previous.sink_version is None:
+        return "Launched"
+    if previous.observed_generation != observation.generation or previous.phase == "Suspended":
+        return "Resumed" if previous.phase == "Suspended" else "Upgraded"
+    return None
+
+
+def _others(observation: Observation, keep: str | None) -> tuple[str, ...]:
+    return tuple(sorted(app.name for app in observation.applications if app.name != keep))
+
+
+def _finish(observation: Observation, previous: SyncStatus, assessment: Assessment, *,
+            launch: Launch | None = None, delete: tuple[str, ...] = (), events: tuple[Event, ...] = (),
+            **updates: object) -> Decision:
+    """Assemble the decision: the status carries the assessment, table facts and ``updates``."""
+    status = with_table(previous, observation.table).model_copy(update={
+        **updates,
+        "phase": assessment.phase,
+        "observed_generation": observation.generation,
+        "conditions": conditions(previous, assessment, observation.generation, observation.now),
+    })
+    return Decision(status=status, launch=launch, delete=delete, events=events)
+
+
+def _stalled_by_failures(failures: int, settings: OperatorSettings) -> Verdict:
+    if failures >= settings.stall_after_failures:
+        return Verdict(TRUE, "TooManyFailures", f"{failures} consecutive failures; relaunching at most every "
+                                                f"{settings.backoff_cap:.0f}s")
+    return OK_STALLED
+
+
+def _invalid_spec(observation: Observation, previous: SyncStatus) -> Decision:
+    message = "; ".join(observation.spec_problems)
+    before = condition(previous, "Stalled")
+    is_new = previous.observed_generation != observation.generation or before is None or before.reason != "InvalidSpec"
+    events = (Event(WARNING, "InvalidSpec", message),) if is_new else ()
+    assessment = Assessment(
+        phase="Failed",
+        ready=Verdict(FALSE, "InvalidSpec", "the spec is invalid; the running application, if any, is left as is"),
+        reconciling=Verdict(FALSE, "InvalidSpec"),
+        stalled=Verdict(TRUE, "InvalidSpec", message),
+    )
+    return _finish(observation, previous, assessment, events=events)
+
+
+def _suspend(observation: Observation, previous: SyncStatus) -> Decision:
+    doomed = _others(observation, keep=None)
+    events: tuple[Event, ...] = ()
+    if previous.phase != "Suspended":
+        deleted = f"; deleted {', '.join(doomed)}" if doomed else ""
+        events = (Event(NORMAL, "Suspended", f"suspended at version {previous.sink_version}{deleted}"),)
+    assessment = Assessment(
+        phase="Suspended",
+        ready=Verdict(FALSE, "Suspended", "spec.suspend is true"),
+        reconciling=Verdict(FALSE, "Suspended"),
+        stalled=OK_STALLED,
+    )
+    return _finish(observation, previous, assessment, delete=doomed, events=events,
+                   application=None, next_retry_at=None, consecutive_failures=0)
+
+
+def _launch(observation: Observation, previous: SyncStatus, reason: str, settings: OperatorSettings) -> Decision:
+    version = next_version(observation, previous)
+    name = application_name(observation.name, version)
+    messages = {
+        "Launched": f"launched {name} (version {version})",
+        "Upgraded": f"spec generation {observation.generation}: launched {name} (version {version}); "
+                    f"version {previous.sink_version} is fenced and its application deleted",
+        "Resumed": f"resumed with {name} (version {version}) from the table's frontier",
+        "Relaunched": f"relaunched as {name} (version {version}) after {previous.consecutive_failures} "
+                      f"consecutive failure(s)",
+    }
+    restarts = previous.restarts + (1 if reason == "Relaunched" else 0)
+    assessment = Assessment(
+        phase="Pending",
+        ready=Verdict(FALSE, "Launching", messages[reason]),
+        reconciling=Verdict(TRUE, LAUNCH_REASONS[reason], messages[reason]),
+        stalled=_stalled_by_failures(previous.consecutive_failures, settings),
+    )
+    return _finish(observation, previous, assessment, launch=Launch(version, reason),
+                   delete=_others(observation, keep=None), events=(Event(NORMAL, reason, messages[reason]),),
+                   sink_version=version, application=name, next_retry_at=None, restarts=restarts)
+
+
+def _failed(observation: Observation, previous: SyncStatus, current: ObservedApplication | None,
+            settings: OperatorSettings) -> Decision:
+    """A failed or vanished current application: count it, wait out the backoff, then relaunch."""
+    retry_at = parse_time(previous.next_retry_at)
+    if retry_at is not None and observation.now >= retry_at:
+        return _launch(observation, previous, "Relaunched", settings)
+    description = current.describe() if current else (
+        f"application {previous.application} (version {previous.sink_version}) disappeared")
+    failures = previous.consecutive_failures
+    events: tuple[Event, ...] = ()
+    if retry_at is None:
+        failures += 1
+        delay = settings.retry_delay(failures)
+        retry_at = observation.now + timedelta(seconds=delay)
+        events = (Event(WARNING, "Failed", f"{description}; relaunching as a new version in {delay:.0f}s"),)
+        if failures == settings.stall_after_failures:
+            events += (Event(WARNING, "Stalled", f"{failures} consecutive failures; still relaunching, "
+                                                 f"at most every {settings.backoff_cap:.0f}s"),)
+    stalled = _stalled_by_failures(failures, settings)
+    assessment = Assessment(
+        phase="Failed" if stalled.status == TRUE else "Degraded",
+        ready=Verdict(FALSE, "JobFailed", description),
+        reconciling=Verdict(TRUE, "WaitingToRetry", f"relaunch at {format_time(retry_at)}"),
+        stalled=stalled,
+    )
+    keep = current.name if current else None
+    return _finish(observation, previous, assessment, delete=_others(observation, keep), events=events,
+                   consecutive_failures=failures, next_retry_at=format_time(retry_at))
+
+
+def _fenced(observation: Observation, previous: SyncStatus, current: ObservedApplication) -> Decision:
+    """The current version was fenced: someone else writes this sink; relaunching would fight it."""
+    owner = observation.table.sink.sink_version if observation.table.sink else None
+    message = (f"version {current.version} was fenced: {f'version {owner}' if owner else 'a newer writer'} of sink "
+               f"{observation.sink_id} owns table {observation.table_name}; another IcebergSync or operator "
+               f"writes with the same sink id. Not relaunching; change the spec to launch a newer version.")
+    before = condition(previous, "Stalled")
+    events = () if before is not None and before.reason == "Fenced" else (Event(WARNING, "Fenced", message),)
+    assessment = Assessment(
+        phase="Failed",
+        ready=Verdict(FALSE, "Fenced", message),
+        reconciling=Verdict(FALSE, "Fenced"),
+        stalled=Verdict(TRUE, "Fenced", message),
+    )
+    return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events)
+
+
+def _completed(observation: Observation, previous: SyncStatus, current: ObservedApplication) -> Decision:
+    """A bounded source (generator totalRows) finished: terminal until the spec changes."""
+    message = f"{current.name} (version {current.version}) finished: the source is fully committed"
+    events = () if previous.phase == "Completed" else (Event(NORMAL, "Completed", message),)
+    assessment = Assessment(
+        phase="Completed",
+        ready=Verdict(TRUE, "Completed", message),
+        reconciling=Verdict(FALSE, "Completed"),
+        stalled=OK_STALLED,
+    )
+    return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events,
+                   consecutive_failures=0, next_retry_at=None)
+
+
+def _active(observation: Observation, previous: SyncStatus, current: ObservedApplication,
+            settings: OperatorSettings) -> Decision:
+    """Starting or running: Ready once the table holds a recent commit of this version."""
+    table = observation.table
+    sink = table.sink
+    window = max(settings.stall_threshold, 3 * observation.commit_interval)
+    committed = (sink is not None and sink.written_by_version == current.version
+                 and sink.seconds_since_commit is not None)
+    failures = 0 if committed and current.outcome is Outcome.RUNNING else previous.consecutive_failures
+    stalled = _stalled_by_failures(failures, settings)
+    events: tuple[Event, ...] = ()
+    if current.outcome is Outcome.STARTING:
+        assessment = Assessment("Pending", Verdict(FALSE, "Starting", current.describe()),
+                                Verdict(TRUE, "Starting", current.describe()), stalled)
+    elif table.error is not None:
+        before = condition(previous, "Ready")
+        if before is None or before.reason != "CatalogUnreachable":
+            events = (Event(WARNING, "CatalogUnreachable", table.error),)
+        assessment = Assessment("Degraded", Verdict(FALSE, "CatalogUnreachable", table.error),
+                                Verdict(FALSE, "CatalogUnreachable"), stalled)
+    elif committed:
+        assert sink is not None and sink.seconds_since_commit is not None
+        age = sink.seconds_since_commit
+        if age <= window:
+            assessment = Assessment("Running", Verdict(TRUE, "Committing", (
+                f"version {current.version} committed snapshot {sink.snapshot_id} {age:.0f}s ago")),
+                Verdict(FALSE, "Reconciled"), stalled)
+        else:
+            assessment = _silent(current, age, window, stalled)
+    else:
+        running_for = (observation.now - current.created_at).total_seconds() if current.created_at else 0.0
+        if running_for <= window:
+            waiting = f"version {current.version} is running; no commit of it yet"
+            assessment = Assessment("Running", Verdict(FALSE, "WaitingForFirstCommit", waiting),
+                                    Verdict(TRUE, "WaitingForFirstCommit", waiting), stalled)
+        else:
+            assessment = _silent(current, running_for, window, stalled)
+    return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events,
+                   consecutive_failures=failures, next_retry_at=None)
+
+
+def _silent(current: ObservedApplication, seconds: float, window: float, stalled: Verdict) -> Assessment:
+    message = (f"version {current.version} is running but has not committed for {seconds:.0f}s "
+               f"(expected within {window:.0f}s)")
+    return Assessment("Degraded", Verdict(FALSE, "NoRecentCommit", message), Verdict(FALSE, "NoRecentCommit"),
+                      stalled)

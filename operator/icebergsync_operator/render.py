@@ -1,0 +1,164 @@
+"""Pure renderers: the SparkApplication and the spec ConfigMap for one version of a sync.
+
+Each version gets its own immutable ConfigMap, so a running application never sees a spec that
+changes under it. Secrets are referenced by name and mounted by the Spark Operator; their
+values never appear in what is rendered here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from icebergsync.spec import IcebergSync, Resources
+from icebergsync_operator.constants import (
+    GENERATION_ANNOTATION,
+    MAIN_APPLICATION_FILE,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    SECRETS_MOUNT_DIR,
+    SINK_ID_ANNOTATION,
+    SINK_VERSION_LABEL,
+    SPARK_GROUP,
+    SPARK_KIND,
+    SPARK_VERSION,
+    SPEC_FILE_NAME,
+    SPEC_MOUNT_DIR,
+    SYNC_GROUP,
+    SYNC_KIND,
+    SYNC_LABEL,
+    SYNC_VERSION,
+)
+from icebergsync_operator.settings import OperatorSettings
+
+# The Spark Operator derives pod and service names from the application name (e.g. "<app>-ui-svc",
+# at most 63 characters), so application names stay well below that.
+MAX_APPLICATION_NAME = 50
+SPEC_PATH = f"{SPEC_MOUNT_DIR}/{SPEC_FILE_NAME}"
+
+
+def application_name(sync_name: str, version: int) -> str:
+    """``<sync>-v<version>``; long sync names are cut and made unique again with a short hash."""
+    suffix = f"-v{version}"
+    name = f"{sync_name}{suffix}"
+    if len(name) <= MAX_APPLICATION_NAME:
+        return name
+    digest = hashlib.sha256(sync_name.encode()).hexdigest()[:6]
+    head = sync_name[: MAX_APPLICATION_NAME - len(suffix) - len(digest) - 1].rstrip("-")
+    return f"{head}-{digest}{suffix}"
+
+
+def configmap_name(sync_name: str, version: int) -> str:
+    return f"{application_name(sync_name, version)}-spec"
+
+
+def labels(sync_name: str, version: int) -> dict[str, str]:
+    return {MANAGED_BY_LABEL: MANAGED_BY, SYNC_LABEL: sync_name, SINK_VERSION_LABEL: str(version)}
+
+
+def owner_reference(sync_name: str, sync_uid: str) -> dict[str, Any]:
+    """Controller owner reference to the IcebergSync."""
+    return {
+        "apiVersion": f"{SYNC_GROUP}/{SYNC_VERSION}",
+        "kind": SYNC_KIND,
+        "name": sync_name,
+        "uid": sync_uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def spec_document(sync_name: str, namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The IcebergSync document the job reads: identity and spec only, never status."""
+    return {
+        "apiVersion": f"{SYNC_GROUP}/{SYNC_VERSION}",
+        "kind": SYNC_KIND,
+        "metadata": {"name": sync_name, "namespace": namespace},
+        "spec": dict(spec),
+    }
+
+
+def _metadata(sync: IcebergSync, name: str, version: int, generation: int, sync_uid: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": sync.metadata.namespace,
+        "labels": labels(sync.metadata.name, version),
+        "annotations": {GENERATION_ANNOTATION: str(generation), SINK_ID_ANNOTATION: sync.sink_id},
+        "ownerReferences": [owner_reference(sync.metadata.name, sync_uid)],
+    }
+
+
+def build_spec_configmap(sync: IcebergSync, raw_spec: Mapping[str, Any], version: int, generation: int,
+                         sync_uid: str) -> dict[str, Any]:
+    """The immutable ConfigMap holding this version's spec, mounted at /etc/icebergsync/spec/.
+
+    ``raw_spec`` is the spec as stored by the API server (with its defaults), written verbatim.
+    """
+    document = spec_document(sync.metadata.name, sync.metadata.namespace, raw_spec)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(sync, configmap_name(sync.metadata.name, version), version, generation, sync_uid),
+        "immutable": True,
+        "data": {SPEC_FILE_NAME: yaml.safe_dump(document, sort_keys=False)},
+    }
+
+
+def secret_names(sync: IcebergSync) -> list[str]:
+    """Every Secret the spec references, each once, in a stable order."""
+    source = sync.spec.source
+    refs = [sync.spec.table.catalog.secret_ref, source.files.secret_ref if source.files else None,
+            source.kafka.secret_ref if source.kafka else None]
+    return sorted({ref.name for ref in refs if ref is not None})
+
+
+def _pod(sync: IcebergSync, version: int, resources: Resources) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "cores": resources.cores,
+        "memory": resources.memory,
+        "labels": labels(sync.metadata.name, version),
+        "configMaps": [{"name": configmap_name(sync.metadata.name, version), "path": SPEC_MOUNT_DIR}],
+    }
+    secrets = [{"name": name, "path": f"{SECRETS_MOUNT_DIR}/{name}", "secretType": "Generic"}
+               for name in secret_names(sync)]
+    if secrets:
+        pod["secrets"] = secrets
+    return pod
+
+
+def build_spark_application(sync: IcebergSync, version: int, generation: int, sync_uid: str,
+                            settings: OperatorSettings) -> dict[str, Any]:
+    """The SparkApplication (sparkoperator.k8s.io/v1beta2) running ``version`` of the sync.
+
+    The Spark Operator never restarts it (restartPolicy Never): a relaunch is always a new
+    version decided by this operator, so that the new job fences the old one.
+    """
+    spark = sync.spec.spark
+    driver = _pod(sync, version, spark.driver)
+    service_account = spark.service_account or settings.default_service_account
+    if service_account:
+        driver["serviceAccount"] = service_account
+    executor = {**_pod(sync, version, spark.executor), "instances": spark.executor.instances}
+    spec: dict[str, Any] = {
+        "type": "Python",
+        "pythonVersion": "3",
+        "mode": "cluster",
+        "image": spark.image or settings.default_image,
+        "mainApplicationFile": MAIN_APPLICATION_FILE,
+        "arguments": ["run", SPEC_PATH, "--sink-version", str(version), "--master", ""],
+        "sparkVersion": settings.spark_version,
+        "restartPolicy": {"type": "Never"},
+        "driver": driver,
+        "executor": executor,
+    }
+    if spark.conf:
+        spec["sparkConf"] = dict(spark.conf)
+    return {
+        "apiVersion": f"{SPARK_GROUP}/{SPARK_VERSION}",
+        "kind": SPARK_KIND,
+        "metadata": _metadata(sync, application_name(sync.metadata.name, version), version, generation, sync_uid),
+        "spec": spec,
+    }

@@ -1,0 +1,131 @@
+"""Operator settings: every one from a command-line flag, defaulting to an ``ICEBERGSYNC_*`` variable.
+
+Durations accept the spec's notation (``30s``, ``5m``, ``1h30m``) or plain seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from icebergsync.units import parse_duration
+
+DEFAULT_IMAGE = "ghcr.io/icebergsync/icebergsync:0.1.0"
+DEFAULT_SPARK_VERSION = "4.0.1"
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What the operator watches and how it paces launches, retries and status."""
+
+    namespaces: tuple[str, ...] = ()  #: empty: all namespaces (cluster-wide)
+    default_image: str = DEFAULT_IMAGE  #: image of SparkApplications whose spec.spark.image is unset
+    default_service_account: str | None = None  #: driver service account when spec.spark.serviceAccount is unset
+    spark_version: str = DEFAULT_SPARK_VERSION  #: SparkApplication spec.sparkVersion
+    timer_interval: float = 30.0  #: seconds between status refreshes of each sync
+    backoff_base: float = 10.0  #: first relaunch delay after a failure, doubled per consecutive failure
+    backoff_cap: float = 600.0  #: longest relaunch delay
+    stall_after_failures: int = 5  #: consecutive failures that set Stalled (relaunches go on at the cap)
+    stall_threshold: float = 300.0  #: minimum commit silence of a running job before it counts as Degraded
+    metrics_port: int = 9090  #: Prometheus endpoint port; 0 disables it
+    metrics_address: str = "0.0.0.0"
+    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"  #: kopf liveness probe URL; empty disables it
+    peering_name: str = "icebergsync"  #: KopfPeering / ClusterKopfPeering object shared by replicas
+    standalone: bool = False  #: no peering: only for a single replica or development
+    priority: int | None = None  #: peering priority; unset: older replicas outrank newer ones
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces
+
+    def retry_delay(self, consecutive_failures: int) -> float:
+        """Seconds to wait before relaunching after the given number of consecutive failures."""
+        exponent = max(consecutive_failures - 1, 0)
+        return min(self.backoff_cap, self.backoff_base * 2 ** min(exponent, 32))
+
+    def peering_priority(self, started_at: float | None = None) -> int:
+        """The configured priority, or one that makes the longest-running replica the active one."""
+        if self.priority is not None:
+            return self.priority
+        return -int((time.time() if started_at is None else started_at) * 1000)
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        try:
+            return parse_duration(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _namespaces(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _flag(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    def env(name: str, default: object) -> object:
+        return environ.get(f"ICEBERGSYNC_{name}", default)
+
+    defaults = OperatorSettings()
+    parser = argparse.ArgumentParser(
+        prog="icebergsync-operator",
+        description="Run IcebergSync resources as Spark Operator SparkApplications.",
+        epilog="Every flag defaults to the ICEBERGSYNC_<FLAG> environment variable (e.g. ICEBERGSYNC_NAMESPACES).",
+    )
+    add = parser.add_argument
+    add("--namespaces", type=_namespaces, default=_namespaces(str(env("NAMESPACES", ""))),
+        help="comma-separated namespaces to watch (default: all)")
+    add("--default-image", default=env("DEFAULT_IMAGE", defaults.default_image))
+    add("--default-service-account", default=env("DEFAULT_SERVICE_ACCOUNT", None) or None)
+    add("--spark-version", default=env("SPARK_VERSION", defaults.spark_version))
+    add("--timer-interval", type=_seconds, default=_seconds(str(env("TIMER_INTERVAL", defaults.timer_interval))))
+    add("--backoff-base", type=_seconds, default=_seconds(str(env("BACKOFF_BASE", defaults.backoff_base))))
+    add("--backoff-cap", type=_seconds, default=_seconds(str(env("BACKOFF_CAP", defaults.backoff_cap))))
+    add("--stall-after-failures", type=int, default=int(str(env("STALL_AFTER_FAILURES", defaults.stall_after_failures))))
+    add("--stall-threshold", type=_seconds, default=_seconds(str(env("STALL_THRESHOLD", defaults.stall_threshold))))
+    add("--metrics-port", type=int, default=int(str(env("METRICS_PORT", defaults.metrics_port))))
+    add("--metrics-address", default=env("METRICS_ADDRESS", defaults.metrics_address))
+    add("--liveness-endpoint", default=env("LIVENESS_ENDPOINT", defaults.liveness_endpoint))
+    add("--peering-name", default=env("PEERING_NAME", defaults.peering_name))
+    add("--standalone", action="store_true", default=_flag(str(env("STANDALONE", ""))))
+    priority = env("PRIORITY", "")
+    add("--priority", type=int, default=int(str(priority)) if str(priority).strip() else None)
+    add("--log-level", default=env("LOG_LEVEL", "INFO"))
+    return parser
+
+
+def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+                   ) -> tuple[OperatorSettings, str]:
+    """Settings and log level from the command line and environment."""
+    args = build_parser(os.environ if environ is None else environ).parse_args(argv)
+    if args.backoff_base <= 0 or args.backoff_cap < args.backoff_base:
+        raise SystemExit("--backoff-base must be > 0 and --backoff-cap at least --backoff-base")
+    if args.timer_interval <= 0 or args.stall_after_failures < 1:
+        raise SystemExit("--timer-interval must be > 0 and --stall-after-failures at least 1")
+    settings = OperatorSettings(
+        namespaces=args.namespaces,
+        default_image=args.default_image,
+        default_service_account=args.default_service_account,
+        spark_version=args.spark_version,
+        timer_interval=args.timer_interval,
+        backoff_base=args.backoff_base,
+        backoff_cap=args.backoff_cap,
+        stall_after_failures=args.stall_after_failures,
+        stall_threshold=args.stall_threshold,
+        metrics_port=args.metrics_port,
+        metrics_address=args.metrics_address,
+        liveness_endpoint=args.liveness_endpoint,
+        peering_name=args.peering_name,
+        standalone=args.standalone,
+        priority=args.priority,
+    )
+    return settings, args.log_level

@@ -1,0 +1,124 @@
+"""Pure status helpers: parse the stored status, kstatus conditions, and what the table says.
+
+Condition polarity follows kstatus: ``Ready`` is the normal-true condition; ``Reconciling`` and
+``Stalled`` are abnormal-true. All three are always present, each with a CamelCase reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from icebergsync.crd import Condition, LastCommit, SyncStatus
+from icebergsync.protocol import encode_json
+from icebergsync.status import SinkStatus
+
+log = logging.getLogger(__name__)
+
+TRUE = "True"
+FALSE = "False"
+
+
+@dataclass(frozen=True)
+class TableObservation:
+    """What reading the table gave: the sink's state, or why it could not be read."""
+
+    sink: SinkStatus | None = None  #: None when the table does not exist yet or could not be read
+    error: str | None = None  #: set when the catalog or table could not be read
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One condition's value before it gets its timestamps."""
+
+    status: str
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """The phase and the three conditions of one reconcile."""
+
+    phase: str
+    ready: Verdict
+    reconciling: Verdict
+    stalled: Verdict
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as Kubernetes writes times."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def parse_status(raw: Mapping[str, Any] | None) -> SyncStatus:
+    """The stored status; fields this operator does not own are ignored, a corrupt one starts over."""
+    known = {field.alias for field in SyncStatus.model_fields.values()}
+    try:
+        return SyncStatus.model_validate({key: value for key, value in (raw or {}).items() if key in known})
+    except ValidationError as error:
+        log.warning("ignoring unreadable status: %s", error)
+        return SyncStatus()
+
+
+def condition(status: SyncStatus, kind: str) -> Condition | None:
+    return next((item for item in status.conditions if item.type == kind), None)
+
+
+def conditions(previous: SyncStatus, assessment: Assessment, generation: int, now: datetime) -> list[Condition]:
+    """The new conditions; lastTransitionTime only moves when a condition's status changes."""
+    result = []
+    for kind, verdict in (("Ready", assessment.ready), ("Reconciling", assessment.reconciling),
+                          ("Stalled", assessment.stalled)):
+        before = condition(previous, kind)
+        moved = before is None or before.status != verdict.status
+        result.append(Condition(
+            type=kind,  # type: ignore[arg-type]
+            status=verdict.status,  # type: ignore[arg-type]
+            reason=verdict.reason,
+            message=verdict.message,
+            last_transition_time=format_time(now) if moved or before is None else before.last_transition_time,
+            observed_generation=generation,
+        ))
+    return result
+
+
+def last_commit(sink: SinkStatus) -> LastCommit | None:
+    """The sink's newest snapshot in status form (frontier as canonical JSON)."""
+    if sink.snapshot_id is None or sink.committed_at is None:
+        return None
+    return LastCommit(
+        snapshot_id=sink.snapshot_id,
+        committed_at=sink.committed_at,
+        frontier=encode_json(sink.frontier) if sink.frontier is not None else None,
+        records_added=sink.records_added,
+        sink_version=sink.written_by_version,
+    )
+
+
+def lag_text(source_lag: Mapping[str, Any] | None) -> str | None:
+    """A source's backlog for humans: ``{"records": 1200}`` becomes ``1200 records``."""
+    if not source_lag:
+        return None
+    return ", ".join(f"{value} {unit}" for unit, value in sorted(source_lag.items()))
+
+
+def with_table(status: SyncStatus, table: TableObservation) -> SyncStatus:
+    """Copy what the table says into the status; keep the last known values when it could not be read."""
+    if table.error is not None or table.sink is None:
+        return status
+    sink = table.sink
+    return status.model_copy(update={
+        "last_commit": last_commit(sink),
+        "seconds_since_last_commit": sink.seconds_since_commit,
+        "lag": lag_text(sink.source_lag),
+    })
