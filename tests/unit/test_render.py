@@ -1,0 +1,209 @@
+"""Pure renderers and parsers of the operator: SparkApplication, spec ConfigMap, settings, app states."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+from icebergsync_operator.applications import Outcome, parse_application
+from icebergsync_operator.render import (
+    MAX_APPLICATION_NAME,
+    application_name,
+    build_spark_application,
+    build_spec_configmap,
+    configmap_name,
+    secret_names,
+)
+from icebergsync_operator.settings import OperatorSettings, parse_settings
+
+from icebergsync.spec import IcebergSync, parse_spec
+
+UID = "0b0e5d6c-1111-2222-3333-444455556666"
+SETTINGS = OperatorSettings(default_image="registry.example/icebergsync:test", default_service_account="spark")
+
+
+def _document(**spec_overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "source": {"kafka": {"bootstrapServers": "kafka:9092", "topic": "trips", "secretRef": {"name": "kafka-creds"}}},
+        "schema": [{"name": "id", "type": "long"}, {"name": "ts", "type": "timestamp"}],
+        "table": {"name": "db.trips", "catalog": {"type": "rest", "uri": "http://rest:8181",
+                                                  "secretRef": {"name": "catalog-creds"}}},
+        "spark": {"driver": {"cores": 2, "memory": "2g"}, "executor": {"cores": 3, "memory": "4g", "instances": 5},
+                  "conf": {"spark.sql.shuffle.partitions": "8"}},
+    }
+    spec.update(spec_overrides)
+    return {"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync",
+            "metadata": {"name": "trips", "namespace": "data"}, "spec": spec}
+
+
+def _sync(**spec_overrides: Any) -> IcebergSync:
+    return parse_spec(_document(**spec_overrides))
+
+
+def test_application_names_are_deterministic_per_version() -> None:
+    assert application_name("trips", 1) == "trips-v1"
+    assert application_name("trips", 12) == "trips-v12"
+    assert configmap_name("trips", 3) == "trips-v3-spec"
+
+
+def test_long_sync_names_are_cut_and_kept_unique() -> None:
+    first, second = "a" * 60, "a" * 59 + "b"
+    names = {application_name(first, 7), application_name(second, 7)}
+    assert len(names) == 2
+    for name in names:
+        assert len(name) <= MAX_APPLICATION_NAME
+        assert name.endswith("-v7")
+    assert application_name(first, 7) == application_name(first, 7)
+
+
+def test_spark_application_runs_the_job_entry_point_with_the_version() -> None:
+    app = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS)
+    assert app["apiVersion"] == "sparkoperator.k8s.io/v1beta2"
+    assert app["kind"] == "SparkApplication"
+    spec = app["spec"]
+    assert spec["type"] == "Python"
+    assert spec["mode"] == "cluster"
+    assert spec["mainApplicationFile"] == "local:///opt/icebergsync/spark_app/main.py"
+    assert spec["arguments"] == ["run", "/etc/icebergsync/spec/sync.yaml", "--sink-version", "4", "--master", ""]
+    assert spec["restartPolicy"] == {"type": "Never"}
+    assert spec["sparkVersion"] == SETTINGS.spark_version
+    assert spec["image"] == "registry.example/icebergsync:test"
+    assert spec["sparkConf"] == {"spark.sql.shuffle.partitions": "8"}
+
+
+def test_spark_application_metadata_owner_and_labels() -> None:
+    metadata = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS)["metadata"]
+    assert metadata["name"] == "trips-v4"
+    assert metadata["namespace"] == "data"
+    assert metadata["labels"] == {"app.kubernetes.io/managed-by": "icebergsync", "icebergsync.io/sync": "trips",
+                                  "icebergsync.io/sink-version": "4"}
+    assert metadata["annotations"] == {"icebergsync.io/generation": "9", "icebergsync.io/sink-id": "data/trips"}
+    assert metadata["ownerReferences"] == [{
+        "apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync", "name": "trips", "uid": UID,
+        "controller": True, "blockOwnerDeletion": True,
+    }]
+
+
+def test_resources_service_account_and_mounts_on_driver_and_executors() -> None:
+    spec = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS)["spec"]
+    driver, executor = spec["driver"], spec["executor"]
+    assert (driver["cores"], driver["memory"], driver["serviceAccount"]) == (2, "2g", "spark")
+    assert (executor["cores"], executor["memory"], executor["instances"]) == (3, "4g", 5)
+    assert "instances" not in driver
+    for pod in (driver, executor):
+        assert pod["configMaps"] == [{"name": "trips-v4-spec", "path": "/etc/icebergsync/spec"}]
+        assert pod["secrets"] == [
+            {"name": "catalog-creds", "path": "/etc/icebergsync/secrets/catalog-creds", "secretType": "Generic"},
+            {"name": "kafka-creds", "path": "/etc/icebergsync/secrets/kafka-creds", "secretType": "Generic"},
+        ]
+        assert pod["labels"]["icebergsync.io/sink-version"] == "4"
+
+
+def test_spec_image_and_service_account_override_the_settings() -> None:
+    sync = _sync(spark={"image": "mine:1", "serviceAccount": "sync-runner"})
+    spec = build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=SETTINGS)["spec"]
+    assert spec["image"] == "mine:1"
+    assert spec["driver"]["serviceAccount"] == "sync-runner"
+    assert "sparkConf" not in spec
+
+
+def test_no_service_account_and_no_secrets_when_none_are_configured() -> None:
+    sync = _sync(source={"generator": {"totalRows": 10}}, schema=[], table={"name": "db.trips"})
+    spec = build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=OperatorSettings())["spec"]
+    assert "serviceAccount" not in spec["driver"]
+    assert "secrets" not in spec["driver"] and "secrets" not in spec["executor"]
+
+
+def test_secret_names_are_unique_and_sorted() -> None:
+    sync = _sync(table={"name": "db.trips", "catalog": {"secretRef": {"name": "kafka-creds"}}})
+    assert secret_names(sync) == ["kafka-creds"]
+
+
+def test_spec_configmap_holds_the_whole_document_verbatim_and_is_immutable() -> None:
+    document = _document()
+    configmap = build_spec_configmap(_sync(), document["spec"], 4, generation=9, sync_uid=UID)
+    assert configmap["metadata"]["name"] == "trips-v4-spec"
+    assert configmap["metadata"]["labels"]["icebergsync.io/sink-version"] == "4"
+    assert configmap["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert configmap["immutable"] is True
+    written = yaml.safe_load(configmap["data"]["sync.yaml"])
+    assert written == {"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync",
+                       "metadata": {"name": "trips", "namespace": "data"}, "spec": document["spec"]}
+    assert parse_spec(written) == _sync()
+
+
+def test_rendered_objects_carry_secret_names_never_values() -> None:
+    rendered = json.dumps([build_spark_application(_sync(), 1, 1, UID, SETTINGS),
+                           build_spec_configmap(_sync(), _document()["spec"], 1, 1, UID)])
+    assert "catalog-creds" in rendered
+    for secret_word in ("password", "token", "access-key"):
+        assert secret_word not in rendered
+
+
+def _app(state: str, error: str = "", version: str = "3") -> dict[str, Any]:
+    return {"metadata": {"name": "trips-v3", "labels": {"icebergsync.io/sink-version": version},
+                         "annotations": {"icebergsync.io/generation": "2"},
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"applicationState": {"state": state, "errorMessage": error}}}
+
+
+@pytest.mark.parametrize(("state", "error", "outcome"), [
+    ("", "", Outcome.STARTING),
+    ("SUBMITTED", "", Outcome.STARTING),
+    ("PENDING_RERUN", "", Outcome.STARTING),
+    ("RUNNING", "", Outcome.RUNNING),
+    ("COMPLETED", "", Outcome.COMPLETED),
+    ("FAILED", "driver container failed with ExitCode: 1, Reason: Error", Outcome.FAILED),
+    ("SUBMISSION_FAILED", "failed to run spark-submit", Outcome.FAILED),
+    ("FAILED", "driver container failed with ExitCode: 75, Reason: Error", Outcome.FENCED),
+    ("FAILED", "driver container failed with ExitCode: 175, Reason: Error", Outcome.FAILED),
+])
+def test_application_outcomes(state: str, error: str, outcome: Outcome) -> None:
+    app = parse_application(_app(state, error))
+    assert app is not None
+    assert app.outcome is outcome
+    assert (app.name, app.version, app.generation) == ("trips-v3", 3, 2)
+
+
+def test_applications_without_a_version_label_are_not_ours() -> None:
+    assert parse_application(_app("RUNNING", version="x")) is None
+
+
+def test_settings_from_environment_and_flags() -> None:
+    settings, level = parse_settings(
+        ["--backoff-cap", "2m", "--stall-after-failures", "3"],
+        {"ICEBERGSYNC_NAMESPACES": "a, b", "ICEBERGSYNC_TIMER_INTERVAL": "5s", "ICEBERGSYNC_BACKOFF_BASE": "2",
+         "ICEBERGSYNC_METRICS_PORT": "0", "ICEBERGSYNC_STANDALONE": "true", "ICEBERGSYNC_LOG_LEVEL": "debug"},
+    )
+    assert settings.namespaces == ("a", "b")
+    assert not settings.clusterwide
+    assert (settings.timer_interval, settings.backoff_base, settings.backoff_cap) == (5.0, 2.0, 120.0)
+    assert settings.stall_after_failures == 3
+    assert settings.metrics_port == 0
+    assert settings.standalone is True
+    assert level == "debug"
+
+
+def test_default_settings_watch_all_namespaces() -> None:
+    settings, _ = parse_settings([], {})
+    assert settings == OperatorSettings()
+    assert settings.clusterwide
+
+
+def test_invalid_backoff_settings_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        parse_settings(["--backoff-base", "10", "--backoff-cap", "5"], {})
+
+
+def test_retry_delay_doubles_up_to_the_cap() -> None:
+    settings = OperatorSettings(backoff_base=10, backoff_cap=60)
+    assert [settings.retry_delay(n) for n in range(1, 7)] == [10, 20, 40, 60, 60, 60]
+    assert settings.retry_delay(10_000) == 60
+
+
+def test_older_replicas_outrank_newer_ones_unless_a_priority_is_set() -> None:
+    settings = OperatorSettings()
+    assert settings.peering_priority(started_at=1000.0) > settings.peering_priority(started_at=1000.5)
+    assert OperatorSettings(priority=7).peering_priority(started_at=1.0) == 7
