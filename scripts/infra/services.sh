@@ -30,7 +30,7 @@ have_stamp() { [[ -f "$1/.stamp" && "$(cat "$1/.stamp")" == "$2" ]]; }
 mvn_copy() { # pom outdir [extra mvn args...]: copy the pom's runtime dependency closure into outdir
   local pom="$1" out="$2"; shift 2
   command -v mvn >/dev/null || { log "mvn is required (apt-get install maven)"; return 1; }
-  mvn -B -q -f "$pom" -Dmaven.repo.local="$M2_REPO" \
+  mvn -B -q -Dstyle.color=never -f "$pom" -Dmaven.repo.local="$M2_REPO" \
     org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$out" -Dmdep.overWriteReleases=true "$@"
 }
@@ -424,7 +424,11 @@ exec 9>"$CACHE/.services.lock"
 flock 9
 for part in "${parts[@]}"; do
   case "$part" in
-    all) do_spark; do_kafka; do_rest; do_minio ;;
+    all)
+      # The MinIO build is CPU-bound and the Maven fetches network-bound: overlap them.
+      ( do_minio ) & minio_pid=$!
+      do_spark; do_kafka; do_rest
+      wait "$minio_pid" ;;
     jars) do_spark; do_kafka; do_rest ;;
     spark) do_spark ;;
     kafka) do_kafka ;;

@@ -1,1 +1,749 @@
-"""Data-plane test fixtures (Kafka, REST catalog, S3). Filled in by the infra work."""
+"""Data-plane test fixtures: real Kafka (KRaft), Iceberg REST catalog and MinIO (S3) servers.
+
+Everything runs from ``$ICEBERGSYNC_CACHE`` (default ``~/.cache/icebergsync``), filled by
+``scripts/infra/services.sh``; a fixture runs that script for its own part first, which is a no-op
+when the cache is warm (run ``scripts/infra/services.sh`` up front to pay the cold cost outside pytest).
+
+Every server listens on 127.0.0.1 on a free port, logs to a file in pytest's tmp dir (its tail is
+shown when it fails to start), runs under ``timeout --kill-after=10 <ttl>s`` and gets SIGTERM when
+the pytest process dies (``PR_SET_PDEATHSIG``), and is stopped at the end of the session.
+
+Fixtures (session scope):
+  ``kafka_broker``     -> :class:`KafkaBroker` (``bootstrap_servers``, ``create_topic``, ``produce``,
+                          ``end_offsets``, ``begin_offsets``, ``delete_records``, ``consume``, ...)
+  ``s3_server``        -> :class:`S3Server` (``endpoint``, ``access_key``, ``secret_key``, ``region``,
+                          ``bucket``, ``fileio_properties``, ``spark_s3a_conf()``, ``filesystem()``)
+  ``rest_catalog``     -> :class:`RestCatalog` with a local-directory warehouse
+  ``rest_catalog_s3``  -> :class:`RestCatalog` with an ``s3://<bucket>/warehouse`` warehouse on MinIO
+Plain functions: ``spark_jars(*bundles)`` -> jar paths of "iceberg-spark", "kafka-connector", "s3a"
+(for ``spark.jars``); ``spark_classpath(*bundles)`` -> the same joined for ``spark.driver.extraClassPath``.
+
+Environment: ``ICEBERGSYNC_SERVICE_TTL`` (seconds a server may live, default 5400).
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SERVICES_SH = REPO_ROOT / "scripts" / "infra" / "services.sh"
+HOST = "127.0.0.1"
+SPARK_BUNDLES = ("iceberg-spark", "kafka-connector", "s3a")
+SERVICE_TTL = int(os.environ.get("ICEBERGSYNC_SERVICE_TTL", "5400"))
+JAVA = os.environ.get("JAVA", "java")
+# Short-lived, small JVMs: C1 only and serial GC start faster and use less CPU on a 2-core machine.
+SMALL_JVM = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m", "-Djava.awt.headless=true"]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ICEBERGSYNC_CACHE") or Path.home() / ".cache" / "icebergsync")
+
+
+# --------------------------------------------------------------------------------------------
+# cache preparation
+
+
+_prepared: set[str] = set()
+_prepare_lock = threading.Lock()
+
+
+def ensure_services(part: str) -> None:
+    """Run ``services.sh <part>`` once per session (fast no-op when the cache is warm)."""
+    with _prepare_lock:
+        if part in _prepared:
+            return
+        res = subprocess.run(
+            ["bash", str(SERVICES_SH), part], capture_output=True, text=True, check=False, timeout=3000
+        )
+        if res.returncode != 0:
+            raise RuntimeError(
+                f"scripts/infra/services.sh {part} failed (exit {res.returncode}):\n{res.stderr[-4000:]}"
+            )
+        _prepared.add(part)
+
+
+def spark_classpath(*bundles: str) -> str:
+    """The same jars joined for ``spark.driver.extraClassPath``: in local mode this skips the copy
+    Spark makes of every ``spark.jars`` entry per session (~650 MB with "s3a")."""
+    return os.pathsep.join(spark_jars(*bundles))
+
+
+def spark_jars(*bundles: str) -> list[str]:
+    """Jar paths of the named bundles, for ``spark.jars`` (all three when none is named).
+
+    "iceberg-spark": iceberg-spark-runtime-4.0_2.13 + iceberg-aws-bundle (S3FileIO, AWS SDK 2.33);
+    "kafka-connector": spark-sql-kafka-0-10 + kafka-clients, commons-pool2, token provider;
+    "s3a": hadoop-aws 3.4.1 + the AWS SDK bundle it is built against (2.24.6).
+    """
+    names = bundles or SPARK_BUNDLES
+    unknown = [b for b in names if b not in SPARK_BUNDLES]
+    if unknown:
+        raise ValueError(f"unknown Spark jar bundle(s) {unknown}; known: {SPARK_BUNDLES}")
+    ensure_services("spark")
+    jars: list[str] = []
+    for name in names:
+        d = cache_dir() / "jars" / name
+        found = sorted(str(p) for p in d.glob("*.jar"))
+        if not found:
+            raise RuntimeError(f"no jars in {d}: run scripts/infra/services.sh spark")
+        jars.extend(found)
+    return jars
+
+
+# --------------------------------------------------------------------------------------------
+# process management
+
+_PR_SET_PDEATHSIG = 1
+# Linux only: have the kernel SIGTERM a server's `timeout` wrapper when pytest dies.
+_prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class ServerProcess:
+    """A server under ``timeout`` in its own session, killed if the parent (pytest) dies."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        ttl: int = SERVICE_TTL,
+        pipe_stdio: bool = False,
+    ) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        parent = os.getpid()
+
+        def _die_with_parent() -> None:  # runs in the child between fork and exec
+            if _prctl is not None:
+                _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:
+                os._exit(1)
+
+        cmd = ["timeout", "--kill-after=10", f"{ttl}s", *argv]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE if pipe_stdio else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pipe_stdio else self._log,
+            stderr=self._log,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 60) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def failure(self, message: str) -> RuntimeError:
+        state = "running" if self.alive() else f"exited with {self.proc.returncode}"
+        return RuntimeError(
+            f"{self.name}: {message} ({state}); last lines of {self.log_path}:\n{self.tail()}"
+        )
+
+    def wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.alive():
+                raise self.failure(f"exited while waiting for {what}")
+            try:
+                if ready():
+                    return
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                raise self.failure(f"not ready after {timeout:.0f}s waiting for {what}")
+            time.sleep(0.1)
+
+    def stop(self, grace: float = 15.0) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+            except ProcessLookupError:
+                pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+        self._log.close()
+
+
+def _classpath(*dirs: Path) -> str:
+    parts: list[str] = []
+    for d in dirs:
+        parts.append(str(d) if d.name == "classes" else str(d / "*"))
+    return os.pathsep.join(parts)
+
+
+def _log4j2_config(path: Path, level: str) -> Path:
+    path.write_text(
+        "status = warn\n"
+        "appender.err.type = Console\n"
+        "appender.err.name = STDERR\n"
+        "appender.err.target = SYSTEM_ERR\n"
+        "appender.err.layout.type = PatternLayout\n"
+        "appender.err.layout.pattern = [%d] %p %m (%c)%n\n"
+        f"rootLogger.level = {level}\n"
+        "rootLogger.appenderRef.err.ref = STDERR\n"
+    )
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Kafka
+
+
+class KafkaRecord(NamedTuple):
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def _b64(data: bytes | str | None) -> str:
+    if data is None:
+        return "-"
+    if isinstance(data, str):
+        data = data.encode()
+    return base64.b64encode(data).decode()
+
+
+def _unb64(text: str) -> bytes | None:
+    return None if text == "-" else base64.b64decode(text)
+
+
+class _KafkaClient:
+    """The long-lived Java helper (KafkaTestClient) speaking a line protocol over stdin/stdout."""
+
+    def __init__(self, bootstrap: str, home: Path, log_dir: Path) -> None:
+        log4j = _log4j2_config(log_dir / "client-log4j2.properties", "WARN")
+        self._lock = threading.Lock()
+        self.process = ServerProcess(
+            "kafka test client",
+            [
+                JAVA,
+                *SMALL_JVM,
+                "-Xmx256m",
+                f"-Dlog4j2.configurationFile={log4j}",
+                "-cp",
+                _classpath(home / "classes", home / "lib"),
+                "icebergsync.testinfra.KafkaTestClient",
+                bootstrap,
+            ],
+            log_dir / "kafka-client.log",
+            pipe_stdio=True,
+        )
+
+    def call(self, *fields: object, body: Iterable[str] = ()) -> list[str]:
+        line = "\t".join(str(f) for f in fields) + "\n"
+        with self._lock:
+            stdin, stdout = self.process.proc.stdin, self.process.proc.stdout
+            assert stdin is not None and stdout is not None
+            try:
+                stdin.write(line.encode())
+                for b in body:
+                    stdin.write(b.encode() + b"\n")
+                stdin.flush()
+            except BrokenPipeError as e:
+                raise self.process.failure("helper is gone") from e
+            head = stdout.readline().decode().rstrip("\n")
+            if not head:
+                raise self.process.failure(f"no reply to {fields[0]}")
+            status, _, rest = head.partition("\t")
+            if status == "err":
+                raise RuntimeError(f"kafka {fields[0]} failed: {rest}")
+            return [stdout.readline().decode().rstrip("\n") for _ in range(int(rest))]
+
+    def close(self) -> None:
+        try:
+            if self.process.alive() and self.process.proc.stdin is not None:
+                self.process.proc.stdin.write(b"quit\n")
+                self.process.proc.stdin.flush()
+                self.process.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.process.stop()
+
+
+@dataclass
+class KafkaBroker:
+    """A single-node KRaft broker+controller (Kafka 4.1.1) on 127.0.0.1."""
+
+    bootstrap_servers: str
+    port: int
+    controller_port: int
+    cluster_id: str
+    data_dir: Path
+    log_path: Path
+    _server: ServerProcess = field(repr=False)
+    _client: _KafkaClient = field(repr=False)
+
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+        """Create a topic (replication 1) and wait until every partition has a leader."""
+        extra = [f"{k}={v}" for k, v in (config or {}).items()]
+        self._client.call("create_topic", name, partitions, *extra)
+
+    def delete_topic(self, name: str) -> None:
+        self._client.call("delete_topic", name)
+
+    def list_topics(self) -> list[str]:
+        return self._client.call("list_topics")
+
+    def produce(
+        self,
+        topic: str,
+        records: Iterable[tuple[Any, ...]],
+    ) -> list[tuple[int, int]]:
+        """Produce ``(key, value)`` or ``(key, value, partition|None)`` records (bytes, str or None),
+        acks=all and idempotent, in order; returns each record's ``(partition, offset)``."""
+        body: list[str] = []
+        for rec in records:
+            key, value = rec[0], rec[1]
+            partition = rec[2] if len(rec) > 2 else None
+            body.append(f"{'-' if partition is None else int(partition)}\t{_b64(key)}\t{_b64(value)}")
+        if not body:
+            return []
+        rows = self._client.call("produce", topic, len(body), body=body)
+        return [(int(p), int(o)) for p, o in (r.split("\t") for r in rows)]
+
+    def _offsets(self, cmd: str, topic: str) -> dict[int, int]:
+        return {int(p): int(o) for p, o in (r.split("\t") for r in self._client.call(cmd, topic))}
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """Latest offset (high watermark) per partition."""
+        return self._offsets("end_offsets", topic)
+
+    def begin_offsets(self, topic: str) -> dict[int, int]:
+        """Earliest available offset (log start) per partition."""
+        return self._offsets("begin_offsets", topic)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Delete records below ``before_offset`` (as retention would); returns the new log start."""
+        return int(self._client.call("delete_records", topic, partition, before_offset)[0])
+
+    def consume(
+        self, topic: str, timeout: float = 30.0, isolation: str = "read_uncommitted"
+    ) -> list[KafkaRecord]:
+        """Every record from the log start up to the end offsets read at call time."""
+        rows = self._client.call("consume", topic, int(timeout * 1000), isolation)
+        out = []
+        for r in rows:
+            p, o, k, v = r.split("\t")
+            out.append(KafkaRecord(int(p), int(o), _unb64(k), _unb64(v)))
+        return out
+
+    def spark_options(self) -> dict[str, str]:
+        return {"kafka.bootstrap.servers": self.bootstrap_servers}
+
+
+def _kafka_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def start_kafka(workdir: Path, ttl: int = SERVICE_TTL) -> KafkaBroker:
+    ensure_services("kafka")
+    home = cache_dir() / "kafka"
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, cport = free_port(), free_port()
+    data = workdir / "data"
+    props = workdir / "server.properties"
+    props.write_text(
+        "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.voters=1@{HOST}:{cport}",
+                f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{cport}",
+                f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                f"log.dirs={data}",
+                "num.partitions=1",
+                "default.replication.factor=1",
+                "min.insync.replicas=1",
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=1",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "transaction.state.log.num.partitions=1",
+                "share.coordinator.state.topic.replication.factor=1",
+                "share.coordinator.state.topic.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=false",
+                "delete.topic.enable=true",
+                "log.retention.check.interval.ms=1000",
+                "",
+            ]
+        )
+    )
+    log4j = _log4j2_config(workdir / "log4j2.properties", "INFO")
+    cp = _classpath(home / "lib")
+    jvm = [f"-Dlog4j2.configurationFile={log4j}", "-cp", cp]
+    cluster_id = _kafka_cluster_id()
+    fmt = subprocess.run(
+        [
+            JAVA,
+            *SMALL_JVM,
+            "-Xmx256m",
+            *jvm,
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(props),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if fmt.returncode != 0:
+        raise RuntimeError(f"kafka storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
+    log_path = workdir / "kafka.log"
+    server = ServerProcess(
+        "kafka broker",
+        [
+            JAVA,
+            "-Xms256m",
+            "-Xmx768m",
+            "-XX:+UseSerialGC",
+            "-Djava.awt.headless=true",
+            *jvm,
+            "kafka.Kafka",
+            str(props),
+        ],
+        log_path,
+        cwd=workdir,
+        ttl=ttl,
+    )
+    client: _KafkaClient | None = None
+    try:
+        # start the client JVM while the broker boots; it retries until the broker answers
+        client = _KafkaClient(f"{HOST}:{port}", home, workdir)
+        server.wait_until(lambda: _port_open(port), 120, f"port {port}")
+        got = client.call("ping")
+        if got != [cluster_id]:
+            raise server.failure(f"unexpected cluster id {got}")
+    except BaseException:
+        if client is not None:
+            client.close()
+        server.stop()
+        raise
+    return KafkaBroker(f"{HOST}:{port}", port, cport, cluster_id, data, log_path, server, client)
+
+
+def stop_kafka(broker: KafkaBroker) -> None:
+    broker._client.close()
+    broker._server.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# S3 (MinIO)
+
+
+@dataclass
+class S3Server:
+    endpoint: str  # http://127.0.0.1:<port>
+    access_key: str
+    secret_key: str
+    region: str
+    bucket: str
+    data_dir: Path
+    log_path: Path
+    _server: ServerProcess = field(repr=False)
+
+    @property
+    def fileio_properties(self) -> dict[str, str]:
+        """pyiceberg (and Iceberg Java S3FileIO) properties for this server."""
+        return {
+            "s3.endpoint": self.endpoint,
+            "s3.access-key-id": self.access_key,
+            "s3.secret-access-key": self.secret_key,
+            "s3.region": self.region,
+            "s3.path-style-access": "true",
+        }
+
+    def filesystem(self) -> Any:
+        """A pyarrow S3FileSystem on this server (path-style, http)."""
+        from pyarrow import fs
+
+        return fs.S3FileSystem(
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            region=self.region,
+            endpoint_override=self.endpoint,
+            allow_bucket_creation=True,
+            allow_bucket_deletion=True,
+        )
+
+    def create_bucket(self, name: str) -> str:
+        self.filesystem().create_dir(name)
+        return name
+
+    def spark_s3a_conf(self) -> dict[str, str]:
+        """Spark conf for s3a:// paths on this server (needs the "s3a" jar bundle)."""
+        return {
+            "spark.hadoop.fs.s3a.endpoint": self.endpoint,
+            "spark.hadoop.fs.s3a.endpoint.region": self.region,
+            "spark.hadoop.fs.s3a.access.key": self.access_key,
+            "spark.hadoop.fs.s3a.secret.key": self.secret_key,
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        }
+
+    def iceberg_spark_catalog_conf(self, prefix: str) -> dict[str, str]:
+        """S3FileIO settings for a Spark Iceberg catalog named by ``prefix`` (spark.sql.catalog.<x>)."""
+        return {
+            f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+            f"{prefix}.s3.endpoint": self.endpoint,
+            f"{prefix}.s3.path-style-access": "true",
+            f"{prefix}.s3.access-key-id": self.access_key,
+            f"{prefix}.s3.secret-access-key": self.secret_key,
+            f"{prefix}.client.region": self.region,
+        }
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(200 <= r.status < 300)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def start_minio(workdir: Path, bucket: str = "icebergsync", ttl: int = SERVICE_TTL) -> S3Server:
+    ensure_services("minio")
+    binary = cache_dir() / "bin" / "minio"
+    workdir.mkdir(parents=True, exist_ok=True)
+    data = workdir / "data"
+    data.mkdir(exist_ok=True)
+    port, console = free_port(), free_port()
+    access, secret, region = "icebergsync", "icebergsync-secret", "us-east-1"
+    env = {
+        "MINIO_ROOT_USER": access,
+        "MINIO_ROOT_PASSWORD": secret,
+        "MINIO_REGION": region,
+        "MINIO_BROWSER": "off",
+        "MINIO_UPDATE": "off",
+        "MINIO_CI_CD": "on",
+        "GOMAXPROCS": "2",
+    }
+    log_path = workdir / "minio.log"
+    server = ServerProcess(
+        "minio",
+        [
+            str(binary),
+            "server",
+            "--quiet",
+            "--address",
+            f"{HOST}:{port}",
+            "--console-address",
+            f"{HOST}:{console}",
+            str(data),
+        ],
+        log_path,
+        env=env,
+        cwd=workdir,
+        ttl=ttl,
+    )
+    endpoint = f"http://{HOST}:{port}"
+    s3 = S3Server(endpoint, access, secret, region, bucket, data, log_path, server)
+    try:
+        server.wait_until(lambda: _http_ok(f"{endpoint}/minio/health/ready"), 60, "/minio/health/ready")
+        s3.create_bucket(bucket)
+    except BaseException:
+        server.stop()
+        raise
+    return s3
+
+
+# --------------------------------------------------------------------------------------------
+# Iceberg REST catalog
+
+
+@dataclass
+class RestCatalog:
+    uri: str
+    warehouse: str
+    properties: dict[str, str]  # for pyiceberg.catalog.load_catalog(name, **properties)
+    log_path: Path
+    _server: ServerProcess = field(repr=False)
+
+    def load(self, name: str = "rest") -> Any:
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog(name, **self.properties)
+
+    def spark_catalog_conf(self, name: str) -> dict[str, str]:
+        """Spark conf for an Iceberg catalog ``name`` on this server (needs "iceberg-spark" jars)."""
+        prefix = f"spark.sql.catalog.{name}"
+        conf = {
+            prefix: "org.apache.iceberg.spark.SparkCatalog",
+            f"{prefix}.type": "rest",
+            f"{prefix}.uri": self.uri,
+        }
+        if self.warehouse.startswith("s3://"):
+            p = self.properties
+            conf.update(
+                {
+                    f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+                    f"{prefix}.s3.endpoint": p["s3.endpoint"],
+                    f"{prefix}.s3.path-style-access": "true",
+                    f"{prefix}.s3.access-key-id": p["s3.access-key-id"],
+                    f"{prefix}.s3.secret-access-key": p["s3.secret-access-key"],
+                    f"{prefix}.client.region": p["s3.region"],
+                }
+            )
+        return conf
+
+
+def start_rest_catalog(workdir: Path, s3: S3Server | None = None, ttl: int = SERVICE_TTL) -> RestCatalog:
+    ensure_services("rest")
+    home = cache_dir() / "rest-catalog"
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    props = {
+        "catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+        "uri": f"jdbc:sqlite:{workdir / 'catalog.db'}",
+        "jdbc.schema-version": "V1",
+    }
+    env: dict[str, str] = {}
+    if s3 is None:
+        wh_dir = workdir / "warehouse"
+        wh_dir.mkdir(exist_ok=True)
+        warehouse = f"file://{wh_dir}"
+        client_props: dict[str, str] = {}
+    else:
+        warehouse = f"s3://{s3.bucket}/warehouse"
+        props.update(
+            {
+                "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+                "s3.endpoint": s3.endpoint,
+                "s3.path-style-access": "true",
+                "s3.access-key-id": s3.access_key,
+                "s3.secret-access-key": s3.secret_key,
+                "client.region": s3.region,
+            }
+        )
+        env = {
+            "AWS_REGION": s3.region,
+            "AWS_ACCESS_KEY_ID": s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+        }
+        client_props = s3.fileio_properties
+    props["warehouse"] = warehouse
+    log_path = workdir / "rest-catalog.log"
+    server = ServerProcess(
+        "iceberg rest catalog",
+        [
+            JAVA,
+            *SMALL_JVM,
+            "-Xmx512m",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+            "-cp",
+            _classpath(home / "classes", home / "lib"),
+            "org.apache.iceberg.rest.LoopbackRESTCatalogServer",
+            HOST,
+            str(port),
+            *(f"{k}={v}" for k, v in props.items()),
+        ],
+        log_path,
+        env=env,
+        cwd=workdir,
+        ttl=ttl,
+    )
+    uri = f"http://{HOST}:{port}"
+    try:
+        server.wait_until(lambda: _http_ok(f"{uri}/v1/config"), 120, "GET /v1/config")
+    except BaseException:
+        server.stop()
+        raise
+    properties = {"type": "rest", "uri": uri, "warehouse": warehouse, **client_props}
+    return RestCatalog(uri, warehouse, properties, log_path, server)
+
+
+# --------------------------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    broker = start_kafka(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield broker
+    finally:
+        stop_kafka(broker)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    s3 = start_minio(tmp_path_factory.mktemp("minio"))
+    try:
+        yield s3
+    finally:
+        s3._server.stop()
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalog]:
+    cat = start_rest_catalog(tmp_path_factory.mktemp("rest-catalog"))
+    try:
+        yield cat
+    finally:
+        cat._server.stop()
+
+
+@pytest.fixture(scope="session")
+def rest_catalog_s3(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Iterator[RestCatalog]:
+    cat = start_rest_catalog(tmp_path_factory.mktemp("rest-catalog-s3"), s3=s3_server)
+    try:
+        yield cat
+    finally:
+        cat._server.stop()

@@ -97,35 +97,45 @@ def job_command(spec_path: Path, version: int) -> list[str]:
 
 
 def run_job_process(spec_path: Path, version: int, *, crash_at: str | None = None, kill_after: float | None = None,
-                    timeout: float = 240, log: Path | None = None) -> tuple[int, str]:
-    """Run ``icebergsync run`` in a subprocess; optionally SIGKILL it after ``kill_after`` seconds.
+                    stop_when: Callable[[], bool] | None = None, timeout: float = 240) -> tuple[int, str]:
+    """Run ``icebergsync run`` in a subprocess and return (exit status, output); SIGKILL shows as -9.
 
-    Returns (exit status, combined output). A SIGKILL shows as -9.
+    ``kill_after`` SIGKILLs the whole process group after that many seconds; ``stop_when`` is polled
+    and, once true, the job gets SIGTERM (a clean stop) instead.
     """
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     env.pop("ICEBERGSYNC_CRASH_AT", None)
     if crash_at:
         env["ICEBERGSYNC_CRASH_AT"] = crash_at
-    output = log or spec_path.with_suffix(f".v{version}.{time.monotonic_ns()}.log")
+    output = spec_path.with_suffix(f".v{version}.{time.monotonic_ns()}.log")
     with output.open("w") as sink:
         process = subprocess.Popen(job_command(spec_path, version), cwd=REPO, env=env, stdout=sink,
                                    stderr=subprocess.STDOUT, start_new_session=True)
+        started = time.monotonic()
         try:
-            if kill_after is not None:
-                try:
-                    process.wait(kill_after)
-                except subprocess.TimeoutExpired:
+            while process.poll() is None:
+                elapsed = time.monotonic() - started
+                if elapsed > timeout:
+                    raise AssertionError(f"job v{version} still running after {timeout}s:\n{output.read_text()[-3000:]}")
+                if kill_after is not None and elapsed >= kill_after:
                     os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            raise
+                elif stop_when is not None and _holds(stop_when):
+                    process.send_signal(signal.SIGTERM)
+                    stop_when = None
+                time.sleep(0.25)
         finally:
             # The JVM is a child of the Python driver: make sure no part of the job survives it.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
     return process.returncode, output.read_text()
+
+
+def _holds(predicate: Callable[[], bool]) -> bool:
+    try:
+        return predicate()
+    except NoSuchTableError:
+        return False
 
 
 class BackgroundJob:
@@ -163,10 +173,7 @@ class BackgroundJob:
         while True:
             if self.error is not None:
                 raise AssertionError(f"the job failed while waiting for {what}") from self.error
-            try:
-                if predicate():
-                    return
-            except NoSuchTableError:
-                pass
+            if _holds(predicate):
+                return
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.2)
