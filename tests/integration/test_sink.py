@@ -16,6 +16,7 @@ from icebergsync import protocol
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.status import read_sink_status
 from spark_app.job import SyncJob
+from spark_app.sources.generator import generate
 from tests.integration.sync_support import (
     BackgroundJob,
     catalog_of,
@@ -45,6 +46,21 @@ def test_generator_rows_land_exactly_once_with_protocol_properties(tmp_path: Pat
     again = SyncJob(sync, 2, spark).run()
     assert again.records == 0 and again.commits == 0
     assert table_ids(catalog_of(sync).load_table("sales.orders")) == list(range(30_000))
+
+
+def test_spark_iceberg_runtime_reads_exactly_the_source_rows(tmp_path: Path, spark: SparkSession) -> None:
+    """An independent reader (Spark's own Iceberg runtime) sees exactly the generator's rows."""
+    sync = make_sync(tmp_path, {"generator": {**FAST, "totalRows": 50_000, "maxRowsPerTrigger": 20_000}},
+                     table={"partitionBy": ["day(ts)", "bucket(8, vendor)"]})
+    SyncJob(sync, 1, spark).run()
+    table = catalog_of(sync).load_table("sales.orders")
+    read_back = spark.read.format("iceberg").load(table.metadata_location)
+    expected = generate(spark.range(0, 50_000))
+    assert read_back.columns == expected.columns
+    assert read_back.count() == 50_000
+    assert read_back.select("id").distinct().count() == 50_000
+    assert read_back.exceptAll(expected).count() == 0
+    assert expected.exceptAll(read_back).count() == 0
 
 
 def test_files_close_at_the_target_size(tmp_path: Path, spark: SparkSession) -> None:
