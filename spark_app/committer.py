@@ -163,6 +163,7 @@ class SinkCommitter:
             with transaction.update_schema() as update:
                 for change in schema_changes:
                     if change.kind == "add":
+                        assert change.new_type is not None
                         update.add_column(change.column, change.new_type, required=False)
                     elif change.kind == "widen":
                         update.update_column(change.column, field_type=change.new_type)

@@ -12,6 +12,7 @@ or dropped silently.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -33,7 +34,7 @@ def spark_path(uri: str) -> str:
 
 
 class FilesSource(Source):
-    def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         settings = self.spec.source.files
         assert settings is not None
@@ -67,7 +68,8 @@ class FilesSource(Source):
         new = [(rel, f) for rel, f in listing if rel > after]
         if not new:
             return None
-        chosen, size = [], 0
+        chosen: list[tuple[str, StoredFile]] = []
+        size = 0
         for rel, stored in new[: self.settings.max_files_per_trigger]:
             if chosen and size + stored.size > max_bytes:
                 break

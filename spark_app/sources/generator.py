@@ -7,6 +7,7 @@ resumed position); with ``totalRows`` the source is bounded. Frontier: ``{"next_
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -68,7 +69,7 @@ def generate(spark_range: DataFrame) -> DataFrame:
 
 
 class GeneratorSource(Source):
-    def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         settings = self.spec.source.generator
         assert settings is not None

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite: installs/builds every test dependency (cached under $ICEBERGSYNC_CACHE),
+# runs lint and type checks, then pytest over tests/ (unit, integration with real Spark, Kafka,
+# REST catalog and MinIO, and e2e against a real kube-apiserver with helm). Extra arguments go to pytest.
+source "$(dirname "$0")/lib.sh"
+cd "$REPO_ROOT"
+"$REPO_ROOT/scripts/bootstrap.sh"
+log "test dependencies: Spark jars, Kafka, REST catalog, MinIO"
+bash "$REPO_ROOT/scripts/infra/services.sh"
+log "test dependencies: etcd, kube-apiserver, helm, Spark Operator CRD"
+bash "$REPO_ROOT/scripts/infra/kube-tools.sh"
+log "lint (ruff) and types (mypy)"
+"$VENV/bin/ruff" check .
+"$VENV/bin/mypy"
+log "pytest"
+status=0
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 "$@" || status=$?
+if [[ $status -eq 5 ]]; then
+  log "pytest collected no tests: that is a failure"
+  exit 1
+fi
+exit $status
