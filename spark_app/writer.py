@@ -44,6 +44,7 @@ _MIN_ROW_GROUP_BYTES = 256 * 1024
 _MAX_ROW_GROUP_BYTES = 128 * 1024 * 1024
 _INITIAL_COMPRESSION_RATIO = 0.35
 _FOOTER_RESERVE_BYTES = 16 * 1024
+_CLOSE_AT_FRACTION = 0.97
 
 
 @dataclass(frozen=True)
@@ -154,26 +155,25 @@ class RollingParquetWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffer as row groups, rolling to a new file whenever the target is reached."""
+        """Write the buffer as row groups, rolling to a new file whenever the target is reached.
+
+        A slice is sized from the compression ratio measured so far; the file closes only once it
+        is within a few percent of the target, so a wrong first guess costs a row group, not a file.
+        """
         if not self._buffer:
             return
         table = pa.Table.from_batches(self._buffer, schema=self._arrow_schema)
         self._buffer, self.buffered_bytes = [], 0
+        limit = self._target - _FOOTER_RESERVE_BYTES
         while table.num_rows:
             if self._writer is None:
                 self._open()
-            written = self._stream.tell()
-            remaining = self._target - _FOOTER_RESERVE_BYTES - written
+            remaining = limit - self._stream.tell()
             predicted = max(1, int(table.nbytes * self._ratio))
-            if predicted <= remaining:
-                self._write_group(table)
-                table = table.slice(table.num_rows)
-                if self._stream.tell() >= self._target - _FOOTER_RESERVE_BYTES:
-                    self._close()
-            else:
-                rows = max(1, int(table.num_rows * remaining / predicted))
-                self._write_group(table.slice(0, rows))
-                table = table.slice(rows)
+            rows = table.num_rows if predicted <= remaining else max(1, int(table.num_rows * remaining / predicted))
+            self._write_group(table.slice(0, rows))
+            table = table.slice(rows)
+            if self._stream.tell() >= limit * _CLOSE_AT_FRACTION:
                 self._close()
 
     def _write_group(self, table: pa.Table) -> None:

@@ -220,3 +220,34 @@ def test_schema_evolves_before_the_first_commit_of_the_new_version(tmp_path: Pat
         SyncJob(make_sync(tmp_path, source, schema=narrowed), 3, spark).run()
     assert len(catalog_of(make_sync(tmp_path, source, schema=v2)).load_table("sales.orders").metadata.snapshots) == snapshots_before
     assert protocol.parse_checkpoint(table.metadata, "test/orders") is not None
+
+
+def test_csv_and_parquet_files_decode_against_the_schema(tmp_path: Path, spark: SparkSession) -> None:
+    import pyarrow.parquet as pq
+
+    schema = [{"name": "id", "type": "long", "required": True}, {"name": "price", "type": "double"},
+              {"name": "day", "type": "date"}]
+    csv_inbox, parquet_inbox = tmp_path / "csv", tmp_path / "parquet"
+    csv_inbox.mkdir()
+    parquet_inbox.mkdir()
+    (csv_inbox / "a.csv").write_text("id,price,day\n1,2.5,2025-01-02\nseven,1.0,2025-01-03\n3,4.25,2025-01-04\n")
+    pq.write_table(pa.table({"id": pa.array([10, 11], pa.int64()), "price": ["1.5", "not a number"],
+                             "day": pa.array([None, None], pa.date32())}), parquet_inbox / "a.parquet")
+    for name, inbox, fmt, expected_ids, expected_reason in [
+        ("csv", csv_inbox, "csv", [1, 3], "CSV row does not match the schema"),
+        ("parquet", parquet_inbox, "parquet", [10], "field price: value not a number is not a double"),
+    ]:
+        sync = make_sync(tmp_path / f"{name}-sync", {"files": {"path": str(inbox), "format": fmt}}, schema=schema,
+                         deadLetter={"table": "sales.orders_dlq"})
+        catalog = catalog_of(sync)
+        with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+            running.wait_until(lambda c=catalog: len(sink_commits(c.load_table("sales.orders"), "test/orders")) == 2,
+                               f"the {fmt} commit")
+        assert table_ids(catalog.load_table("sales.orders")) == expected_ids
+        dead = catalog.load_table("sales.orders_dlq").scan().to_arrow().to_pylist()
+        assert [row["reason"] for row in dead] == [expected_reason]
+        assert json.loads(dead[0]["position"])["file"].endswith(f"a.{fmt}")
+    csv_rows = catalog_of(make_sync(tmp_path / "csv-sync", {"files": {"path": str(csv_inbox), "format": "csv"}},
+                                    schema=schema)).load_table("sales.orders").scan().to_arrow().sort_by("id")
+    assert csv_rows.column("price").to_pylist() == [2.5, 4.25]
+    assert [str(d) for d in csv_rows.column("day").to_pylist()] == ["2025-01-02", "2025-01-04"]

@@ -1,0 +1,89 @@
+"""The executor writer without Spark: dead-letter split, fan-out, rolling and the memory budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import BucketTransform, IdentityTransform
+from pyiceberg.types import LongType, NestedField, StringType
+
+from spark_app.writer import ERROR_COLUMN, PartitionedWriter, TablePlan, conform, split_dead_letters
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "kind", StringType()),
+                NestedField(3, "text", StringType()))
+
+
+def plan(tmp_path: Path, spec: PartitionSpec | None = None) -> TablePlan:
+    return TablePlan(location=tmp_path.as_uri(), properties={}, schema=SCHEMA, spec=spec or PartitionSpec(),
+                     io_properties={})
+
+
+def rows(start: int, count: int, kinds: int = 3) -> pa.RecordBatch:
+    ids = list(range(start, start + count))
+    return pa.RecordBatch.from_pydict({
+        "id": pa.array(ids, pa.int64()),
+        "kind": [f"k{i % kinds}" for i in ids],
+        "text": [f"row {i} " + "x" * (i % 37) + str(i * 7919 % 104729) for i in ids],
+    })
+
+
+def test_split_dead_letters_names_the_reason() -> None:
+    batch = pa.RecordBatch.from_pydict({
+        "id": pa.array([1, None, 3], pa.int64()),
+        ERROR_COLUMN: pa.array([None, None, "malformed JSON"], pa.string()),
+    })
+    good, bad, reasons = split_dead_letters(batch, ("id",))
+    assert good.column("id").to_pylist() == [1]
+    assert bad.to_pylist() == [False, True, True]
+    assert reasons.to_pylist() == [None, "required field id is missing or null", "malformed JSON"]
+
+
+def test_fan_out_writes_one_partition_per_file(tmp_path: Path) -> None:
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "kind"),
+                         PartitionField(1, 1001, BucketTransform(4), "id_bucket"))
+    table_plan = plan(tmp_path, spec)
+    writer = PartitionedWriter(table_plan, "isync-test", 1 << 30, 1 << 26)
+    for start in range(0, 30_000, 5_000):
+        writer.write(conform(rows(start, 5_000), table_plan.arrow_schema()))
+    files = writer.finish()
+    assert len(files) == 12  # 3 kinds × 4 buckets
+    assert sum(f.record_count for f in files) == 30_000
+    for data_file in files:
+        content = pq.read_table(data_file.file_path.removeprefix("file://"))
+        kind, bucket = data_file.partition
+        assert set(content.column("kind").to_pylist()) == {kind}
+        assert set(BucketTransform(4).pyarrow_transform(LongType())(content.column("id")).to_pylist()) == {bucket}
+        field_ids = [f.metadata[b"PARQUET:field_id"] for f in pq.read_schema(data_file.file_path.removeprefix("file://"))]
+        assert field_ids == [b"1", b"2", b"3"]
+
+
+def test_rolling_files_land_near_the_target(tmp_path: Path) -> None:
+    table_plan = plan(tmp_path)
+    target = 256 * 1024
+    writer = PartitionedWriter(table_plan, "isync-test", target, 1 << 26)
+    for start in range(0, 400_000, 20_000):
+        writer.write(conform(rows(start, 20_000), table_plan.arrow_schema()))
+    files = writer.finish()
+    sizes = [f.file_size_in_bytes for f in files]
+    assert len(files) >= 5
+    assert all(abs(size - target) <= 0.1 * target for size in sizes[:-1]), sizes
+    assert sizes[-1] <= 1.1 * target
+    assert sum(f.record_count for f in files) == 400_000
+    assert all(Path(f.file_path.removeprefix("file://")).stat().st_size == f.file_size_in_bytes for f in files)
+
+
+def test_buffers_stay_within_the_memory_budget(tmp_path: Path) -> None:
+    spec = PartitionSpec(PartitionField(1, 1000, BucketTransform(16), "id_bucket"))
+    table_plan = plan(tmp_path, spec)
+    budget = 2 * 1024 * 1024
+    writer = PartitionedWriter(table_plan, "isync-test", 64 * 1024 * 1024, budget)
+    peak = 0
+    for start in range(0, 300_000, 10_000):
+        writer.write(conform(rows(start, 10_000), table_plan.arrow_schema()))
+        peak = max(peak, sum(w.buffered_bytes for w in writer._writers.values()))
+    assert peak <= budget
+    assert sum(f.record_count for f in writer.finish()) == 300_000
