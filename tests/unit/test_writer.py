@@ -50,7 +50,7 @@ def test_fan_out_writes_one_partition_per_file(tmp_path: Path) -> None:
     for start in range(0, 30_000, 5_000):
         writer.write(conform(rows(start, 5_000), table_plan.arrow_schema()))
     files = writer.finish()
-    assert len(files) == 12  # 3 kinds × 4 buckets
+    assert len(files) == 12  # 3 kinds x 4 buckets
     assert sum(f.record_count for f in files) == 30_000
     for data_file in files:
         content = pq.read_table(data_file.file_path.removeprefix("file://"))
