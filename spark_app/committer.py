@@ -78,6 +78,7 @@ class TriggerOutput:
     dead_letter_files: list[DataFile] = field(default_factory=list)
     records: int = 0
     dead_letters: int = 0
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     max_event_time: str | None = None
     source_lag: dict[str, object] | None = None
     source_notes: dict[str, object] | None = None
@@ -111,10 +112,10 @@ class SinkCommitter:
         identifier: str,
         check: Callable[[TableMetadata], None],
         build: Callable[[Table], tuple[Transaction, int]],
-    ) -> tuple[Table, Snapshot, int]:
+    ) -> tuple[Snapshot, int]:
         """Commit ``build``'s transaction iff ``check`` passes on the head it was built on.
 
-        Returns the reloaded table, the snapshot that landed and the number of rounds.
+        Returns the snapshot that landed and the number of rounds it took.
         """
         attempted: list[int] = []
         deadline = time.monotonic() + UNKNOWN_OUTCOME_DEADLINE_SECONDS
@@ -124,13 +125,13 @@ class SinkCommitter:
             table = self._catalog.load_table(identifier)
             landed = next((s for s in map(table.metadata.snapshot_by_id, attempted) if s is not None), None)
             if landed is not None:
-                return table, landed, rounds
+                return landed, rounds
             check(table.metadata)
             transaction, snapshot_id = build(table)
             attempted.append(snapshot_id)
             requirements = (*transaction._requirements, AssertTableUUID(uuid=table.metadata.table_uuid))
             try:
-                self._catalog.commit_table(table, requirements, transaction._updates)
+                response = self._catalog.commit_table(table, requirements, transaction._updates)
             except CommitFailedException as exc:
                 log.info("commit conflict on %s (round %d): %s; re-checking the fence", identifier, rounds, exc)
                 time.sleep(random.uniform(0.0, min(1.0, 0.01 * 2**min(rounds, 7))))
@@ -147,11 +148,10 @@ class SinkCommitter:
                             identifier, exc, attempted)
                 time.sleep(min(5.0, 0.2 * 2**min(rounds, 5)))
                 continue
-            table = self._catalog.load_table(identifier)
-            snapshot = table.metadata.snapshot_by_id(snapshot_id)
+            snapshot = response.metadata.snapshot_by_id(snapshot_id)
             if snapshot is None:
                 raise CommitStateUnknownError(f"commit to {identifier} succeeded but snapshot {snapshot_id} is missing")
-            return table, snapshot, rounds
+            return snapshot, rounds
 
     def _transaction(
         self, table: Table, kind: str, frontier: Frontier | None, files: list[DataFile],
@@ -214,12 +214,12 @@ class SinkCommitter:
         def build(table: Table) -> tuple[Transaction, int]:
             return self._transaction(table, protocol.KIND_FENCE, progress_seen[-1].frontier, [], schema_changes)
 
-        table, snapshot, _ = self._compare_and_swap(self._identifier, check, build)
+        snapshot, _ = self._compare_and_swap(self._identifier, check, build)
         self.last_snapshot_id = snapshot.snapshot_id
         self.fence_time_ms = snapshot.timestamp_ms
         progress = progress_seen[-1]
         if self._dead_letter_identifier:
-            self._fence_dead_letters(table)
+            self._fence_dead_letters(self._catalog.load_table(self._identifier))
         for note in progress.notes:
             log.warning("%s: %s", self.writer.sink_id, note)
         return progress
@@ -242,7 +242,7 @@ class SinkCommitter:
                 table, protocol.KIND_FENCE, frontier, files, checkpoint_extra={MAIN_SEQUENCE: sequence}
             )
 
-        _, snapshot, _ = self._compare_and_swap(self._dead_letter_identifier, check, build)
+        snapshot, _ = self._compare_and_swap(self._dead_letter_identifier, check, build)
         self.last_dead_letter_snapshot_id = snapshot.snapshot_id
 
     def _dead_letter_sequence(self, metadata: TableMetadata) -> int:
@@ -281,7 +281,7 @@ class SinkCommitter:
                 max_event_time=max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
             )
 
-        _table, snapshot, rounds = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot_id), build)
+        snapshot, rounds = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot_id), build)
         self.last_snapshot_id = snapshot.snapshot_id
         sequence = snapshot.sequence_number or 0
         crash_point("main-committed")
@@ -298,7 +298,7 @@ class SinkCommitter:
                 dead_letters=sum(f.record_count for f in files),
             )
 
-        _, snapshot, _ = self._compare_and_swap(
+        snapshot, _ = self._compare_and_swap(
             self._dead_letter_identifier, self._steady_check(self.last_dead_letter_snapshot_id), build
         )
         self.last_dead_letter_snapshot_id = snapshot.snapshot_id

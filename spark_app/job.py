@@ -168,6 +168,9 @@ class SyncJob:
             summary.records += output.records
             summary.dead_letters += output.dead_letters
             summary.frontier = frontier
+            if output.dead_letter_reasons:
+                log.warning("%s v%d: %d record(s) went to the dead-letter table: %s", self.writer.sink_id,
+                            self.writer.version, output.dead_letters, encode_json(output.dead_letter_reasons))
             log.info(
                 "commit sink=%s version=%d snapshot=%d records=%d dead_letters=%d files=%d bytes=%d "
                 "commit_ms=%.0f frontier=%s", self.writer.sink_id, self.writer.version, commit.snapshot.snapshot_id,
@@ -195,12 +198,16 @@ class SyncJob:
         frame = batch.frame if ERROR_COLUMN in batch.frame.columns else with_control_columns(batch.frame)
         frame = apply_transform(self.spark, frame, self.spec.transform, self.columns)
         rows = frame.mapInArrow(make_stage_function(plan), RESULT_SCHEMA).collect()
+        if batch.verify is not None:
+            batch.verify()
         output = TriggerOutput(source_lag=batch.lag, source_notes=batch.notes)
         newest_event: int | None = None
         for row in rows:
             result: TaskResult = pickle.loads(row["result"])
             output.records += result.records
             output.dead_letters += result.dead_letters
+            for reason, count in result.dead_letter_reasons.items():
+                output.dead_letter_reasons[reason] = output.dead_letter_reasons.get(reason, 0) + count
             for staged in result.files:
                 (output.data_files if staged.table == "data" else output.dead_letter_files).append(staged.data_file)
             if result.max_event_time_us is not None and (newest_event is None or result.max_event_time_us > newest_event):

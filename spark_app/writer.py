@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -272,7 +273,7 @@ class PartitionedWriter:
             self._write_to((), table)
             return
         keys = {f"k{i}": transform(table.column(name)) for i, (name, transform, _) in enumerate(self._fields)}
-        keyed = pa.table({**keys, "_row": pa.array(range(table.num_rows), pa.int64())})
+        keyed = pa.table({**keys, "_row": pa.array(np.arange(table.num_rows, dtype=np.int64))})
         groups = keyed.group_by(list(keys), use_threads=False).aggregate([("_row", "list")])
         key_values = [groups.column(f"k{i}").to_pylist() for i in range(len(self._fields))]
         row_lists = groups.column("_row_list")
