@@ -37,7 +37,7 @@ def read_secret(ref: model.SecretRef | None) -> dict[str, str]:
         return {}
     directory = secrets_dir() / ref.name
     if not directory.is_dir():
-        raise SpecError([f"secretRef {ref.name!r}: not mounted at {directory}"])
+        raise SpecError([f"secretRef {ref.name!r}: the Secret is not mounted at {directory}"])
     return {
         path.name: path.read_text().strip()
         for path in sorted(directory.iterdir())
@@ -84,8 +84,17 @@ def catalog_properties(catalog: model.Catalog, secret_values: dict[str, str] | N
         properties["uri"] = "sqlite:///" + str(Path(relative).expanduser().resolve())
     if properties.get("warehouse", "").startswith("file://"):
         Path(properties["warehouse"].removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-    properties.update(resolve_env(catalog.properties, "spec.table.catalog.properties"))
-    properties.update(read_secret(catalog.secret_ref) if secret_values is None else secret_values)
+    problems: list[str] = []
+    for resolve in (
+        lambda: resolve_env(catalog.properties, "spec.table.catalog.properties"),
+        lambda: read_secret(catalog.secret_ref) if secret_values is None else secret_values,
+    ):
+        try:
+            properties.update(resolve())
+        except SpecError as error:
+            problems.extend(error.problems)
+    if problems:
+        raise SpecError(problems)
     return properties
 
 

@@ -22,13 +22,15 @@ def _configure_logging(level: str) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the sync; return the documented exit status."""
+    from icebergsync.catalog import open_catalog
     from spark_app.job import SyncJob, install_stop_handlers
     from spark_app.session import build_session
 
     sync = load_spec(args.spec)
+    catalog = open_catalog(sync.spec.table.catalog)  # fail fast, before a JVM starts
     conf = {**sync.spec.spark.conf, **dict(item.split("=", 1) for item in args.conf)}
     spark = build_session(f"icebergsync-{sync.metadata.name}-v{args.sink_version}", args.master or None, conf)
-    job = SyncJob(sync, args.sink_version, spark)
+    job = SyncJob(sync, args.sink_version, spark, catalog)
     install_stop_handlers(job)
     try:
         summary = job.run()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
@@ -99,14 +100,14 @@ def rebuild_data_file(table: Table, path: str) -> DataFile:
 class SyncJob:
     """One attempt of a sink: construct, then ``run()`` until done, stopped or fenced."""
 
-    def __init__(self, sync: IcebergSync, version: int, spark: SparkSession):
+    def __init__(self, sync: IcebergSync, version: int, spark: SparkSession, catalog: Catalog | None = None):
         self.sync = sync
         self.spec = sync.spec
         self.spark = spark
         self.writer = Writer(sync.sink_id, version, uuid.uuid4().hex[:12])
         self.stop_requested = threading.Event()
         self.columns = effective_columns(self.spec)
-        self.catalog = open_catalog(self.spec.table.catalog)
+        self.catalog = catalog or open_catalog(self.spec.table.catalog)
 
     def _open_tables(self) -> tuple[Table, Table | None]:
         table = ensure_table(self.catalog, self.spec.table.name, iceberg_schema(self.columns),
