@@ -55,8 +55,6 @@ need_go() {
 # Never let `go` fetch another toolchain; the wrapper modules need go >= 1.25.
 export GOTOOLCHAIN=local
 export CGO_ENABLED=0
-BASE_GOFLAGS="${GOFLAGS:-}"
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
 GO_P="${KUBE_TOOLS_GO_P:-2}"
 
 mkdir -p "$BIN_DIR" "$TOOLS_DIR" "$CRD_DIR"
@@ -83,7 +81,7 @@ build_tool() {
   work="$(mktemp -d "$TOOLS_DIR/.build-$name.XXXXXX")"
   # Build from a copy so that `-mod=mod` can never rewrite the committed go.mod/go.sum.
   cp "$src/go.mod" "$src/go.sum" "$work/"
-  if ! (cd "$work" && go build -p "$GO_P" -trimpath -ldflags "-s -w $ldflags" -o "$work/$name" "$pkg") \
+  if ! (cd "$work" && go build -mod=mod -p "$GO_P" -trimpath -ldflags "-s -w $ldflags" -o "$work/$name" "$pkg") \
       >"$work/build.log" 2>&1; then
     log "building $name failed; last lines of $work/build.log:"
     tail -n 40 "$work/build.log" >&2
@@ -129,7 +127,7 @@ ensure_crds() {
   need_go
   log "extracting Spark Operator CRDs from $SPARK_OPERATOR_MODULE@$SPARK_OPERATOR_VERSION"
   local json dir sum
-  json="$(cd "$TOOLS_DIR" && GOFLAGS="$BASE_GOFLAGS" go mod download -json "$SPARK_OPERATOR_MODULE@$SPARK_OPERATOR_VERSION")" || {
+  json="$(cd "$TOOLS_DIR" && go mod download -json "$SPARK_OPERATOR_MODULE@$SPARK_OPERATOR_VERSION")" || {
     log "go mod download $SPARK_OPERATOR_MODULE@$SPARK_OPERATOR_VERSION failed:"; printf '%s\n' "$json" >&2; exit 1; }
   read -r dir sum < <(printf '%s' "$json" | python3 -c \
     'import json,sys; d=json.load(sys.stdin); print(d.get("Dir",""), d.get("Sum",""))')

@@ -15,10 +15,11 @@ What the cluster is -- and is not:
   - Garbage collection does not happen: objects with ``ownerReferences`` to a deleted owner are
     *not* deleted, and ``foreground``/``background`` propagation never completes. Tests of
     owner references can only assert that the references are set correctly.
-  - No ServiceAccount token controller / ``default`` ServiceAccount per namespace (only the
-    apiserver-created namespaces ``default``, ``kube-system``, ``kube-public``,
-    ``kube-node-lease`` exist up front). The ServiceAccount admission plugin is on, so a Pod
-    naming a ServiceAccount that does not exist is rejected.
+  - No ``default`` ServiceAccount and no ``kube-root-ca.crt`` ConfigMap appear in new namespaces
+    (controller-manager creates those). The ServiceAccount admission plugin is on, so creating a
+    Pod whose ServiceAccount (``default`` if unset) does not exist is rejected: create the
+    ServiceAccount first. Namespaces ``default``, ``kube-system``, ``kube-public`` and
+    ``kube-node-lease`` exist up front (the apiserver makes them).
 
 * ``--authorization-mode=RBAC``: RBAC objects (Roles, ClusterRoles, bindings) are really
   enforced. The admin user (client certificate ``CN=icebergsync-admin, O=system:masters``, also
@@ -28,7 +29,14 @@ What the cluster is -- and is not:
 
 * The cluster is one per pytest session (fixture ``kube_cluster``). Its processes run under
   ``timeout`` (``ICEBERGSYNC_KUBE_MAX_LIFETIME`` seconds, default 7200) and get SIGTERM if the
-  pytest process dies (``PR_SET_PDEATHSIG``), and they are always stopped at session end.
+  pytest process dies (``PR_SET_PDEATHSIG``; they are gone ~10 s later), and they are always
+  stopped at session end. ``ICEBERGSYNC_KEEP_KUBE_DIR=1`` keeps the work dir (logs, certs).
+
+Fixtures: ``kube_tools`` (:class:`KubeTools`), ``helm_binary`` (path), ``kube_cluster``
+(:class:`KubeCluster`: ``kubeconfig``, ``server``, ``env``, ``version``, ``token``, ``ca_file``,
+``work_dir``, ``tools``, ``etcd_url``, ``api_client()``, ``make_user_kubeconfig(user)``, ``logs()``).
+Helpers: :func:`apply_crd` (server-side apply a CRD YAML file and wait until Established),
+:func:`crd_conditions`, :func:`wait_for_crd`, :func:`start_cluster` (for a private cluster).
 """
 
 from __future__ import annotations
@@ -68,6 +76,10 @@ ADMIN_USER = "icebergsync-admin"
 
 class KubeInfraError(RuntimeError):
     """The Kubernetes test infrastructure could not be built or started."""
+
+
+class _GiveUp(KubeInfraError):
+    """Raised from a wait-loop check: retrying cannot help."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,6 +251,8 @@ def _wait_until(what: str, check: Any, timeout: float, procs: list[_Proc], inter
             if result:
                 return result
             last_error = f"check returned {result!r}"
+        except _GiveUp:
+            raise
         except Exception as exc:
             last_error = f"{type(exc).__name__}: {exc}"
         if time.monotonic() > deadline:
@@ -412,9 +426,23 @@ def _https_get(url: str, ctx: ssl.SSLContext, token: str, timeout: float = 5.0) 
         return exc.code, exc.read().decode(errors="replace")
 
 
-def start_cluster(work_dir: Path, tools: KubeTools | None = None) -> KubeCluster:
-    """Start etcd + kube-apiserver under ``work_dir``; on failure everything started is stopped."""
+def start_cluster(work_dir: Path, tools: KubeTools | None = None, attempts: int = 3) -> KubeCluster:
+    """Start etcd + kube-apiserver under ``work_dir`` (free ports on 127.0.0.1); on failure
+    everything started is stopped. Retries when a picked port was taken in the meantime."""
     tools = tools or ensure_kube_tools()
+    for attempt in range(1, attempts + 1):
+        try:
+            return _start_cluster_once(work_dir, tools)
+        except KubeInfraError as exc:
+            if attempt == attempts or "address already in use" not in str(exc):
+                raise
+            shutil.rmtree(work_dir / "etcd", ignore_errors=True)
+            for log in (work_dir / "logs").glob("*.log"):
+                log.rename(log.with_suffix(f".attempt{attempt}"))
+    raise AssertionError("unreachable")
+
+
+def _start_cluster_once(work_dir: Path, tools: KubeTools) -> KubeCluster:
     work_dir.mkdir(parents=True, exist_ok=True)
     pki = work_dir / "pki"
     _make_pki(pki)
@@ -549,17 +577,27 @@ def server_side_apply_crd(
     if doc.get("kind") != "CustomResourceDefinition":
         raise ValueError(f"not a CustomResourceDefinition: kind={doc.get('kind')!r}")
     name = doc["metadata"]["name"]
+    from kubernetes.client.rest import ApiException
+
     with cluster.api_client() as api_client:
         api = client.ApiextensionsV1Api(api_client)
-        resp = api.patch_custom_resource_definition_without_preload_content(
-            name,
-            body=doc,
-            field_manager=field_manager,
-            force=True,
-            _content_type="application/apply-patch+yaml",
-        )
-        if resp.status >= 300:
-            raise KubeInfraError(f"server-side apply of CRD {name} -> {resp.status}: {resp.data[:2000]!r}")
+        try:
+            # Raw response: no need to deserialize the (large) CRD into client models.
+            resp = api.patch_custom_resource_definition(
+                name,
+                body=doc,
+                field_manager=field_manager,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            raise KubeInfraError(
+                f"server-side apply of CRD {name} -> {exc.status}: {exc.body!s:.2000}"
+            ) from exc
+        status = getattr(resp, "status", 200)
+        if status >= 300:
+            raise KubeInfraError(f"server-side apply of CRD {name} -> {status}: {resp.data[:2000]!r}")
     return name
 
 
@@ -590,7 +628,7 @@ def wait_for_crd(cluster: KubeCluster, name: str, timeout: float = 60.0) -> None
         if conditions.get("Established", {}).get("status") != "True":
             names = conditions.get("NamesAccepted", {})
             if names.get("status") == "False":
-                raise KubeInfraError(f"CRD {name}: NamesAccepted=False: {names.get('message')}")
+                raise _GiveUp(f"CRD {name}: NamesAccepted=False: {names.get('message')}")
             return False
         group = obj["spec"]["group"]
         plural = obj["spec"]["names"]["plural"]
