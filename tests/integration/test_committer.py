@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icebergsync import protocol
@@ -29,6 +30,17 @@ SINK = "ns/ledger"
 
 def committer(catalog, version: int, attempt: str = "a") -> SinkCommitter:  # type: ignore[no-untyped-def]
     return SinkCommitter(catalog, TABLE, Writer(SINK, version, f"{attempt}{version}"))
+
+
+def started_sink(directory: Path, rows: int = 0) -> tuple[Catalog, Table, SinkCommitter]:
+    """A new table with version 1 of the sink fenced and ids ``0 … rows-1`` committed."""
+    catalog = open_catalog(directory)
+    table = create_table(catalog)
+    first = committer(catalog, 1)
+    first.start([])
+    if rows:
+        commit_range(first, table, 0, rows)
+    return catalog, table, first
 
 
 def sink_commits(table: Table) -> list[protocol.SinkCommit]:
@@ -59,11 +71,7 @@ def test_fence_then_commits_carry_the_protocol(tmp_path: Path) -> None:
 
 
 def test_restart_resumes_from_the_newest_own_snapshot_skipping_foreign_ones(tmp_path: Path) -> None:
-    catalog = open_catalog(tmp_path)
-    table = create_table(catalog)
-    first = committer(catalog, 1)
-    first.start([])
-    commit_range(first, table, 0, 10)
+    catalog, table, _first = started_sink(tmp_path, 10)
     # Other writers land on top: a rewrite of the table (pyiceberg writes a delete and an append
     # snapshot for it), then a manual append.
     table = catalog.load_table(TABLE)
@@ -76,11 +84,7 @@ def test_restart_resumes_from_the_newest_own_snapshot_skipping_foreign_ones(tmp_
 
 
 def test_higher_version_fences_lower_one_at_start_and_before_commit(tmp_path: Path) -> None:
-    catalog = open_catalog(tmp_path)
-    table = create_table(catalog)
-    old = committer(catalog, 1)
-    old.start([])
-    commit_range(old, table, 0, 5)
+    catalog, table, old = started_sink(tmp_path, 5)
     new = committer(catalog, 2)
     assert new.start([]).frontier == {"next_id": 5}
     staged = stage(table, old.writer, range(5, 9))
@@ -107,11 +111,7 @@ def test_same_version_restart_takes_over_and_fences_the_zombie(tmp_path: Path) -
 
 
 def test_progress_survives_expiry_of_every_own_snapshot(tmp_path: Path) -> None:
-    catalog = open_catalog(tmp_path)
-    table = create_table(catalog)
-    first = committer(catalog, 1)
-    first.start([])
-    commit_range(first, table, 0, 7)
+    catalog, table, _first = started_sink(tmp_path, 7)
     foreign = catalog.load_table(TABLE)
     foreign.append(foreign.scan().to_arrow().slice(0, 0))  # someone else's snapshot becomes the head
     table = catalog.load_table(TABLE)
@@ -129,11 +129,7 @@ def test_progress_survives_expiry_of_every_own_snapshot(tmp_path: Path) -> None:
 
 
 def test_rolled_back_table_does_not_resume_past_what_it_holds(tmp_path: Path) -> None:
-    catalog = open_catalog(tmp_path)
-    table = create_table(catalog)
-    first = committer(catalog, 1)
-    first.start([])
-    commit_range(first, table, 0, 4)
+    catalog, table, first = started_sink(tmp_path, 4)
     table = catalog.load_table(TABLE)
     keep = table.metadata.current_snapshot()
     commit_range(first, table, 4, 8)
@@ -144,11 +140,7 @@ def test_rolled_back_table_does_not_resume_past_what_it_holds(tmp_path: Path) ->
 
 
 def test_leftover_staged_files_are_deleted_on_start_and_only_those(tmp_path: Path) -> None:
-    catalog = open_catalog(tmp_path)
-    table = create_table(catalog)
-    crashed = committer(catalog, 1)
-    crashed.start([])
-    commit_range(crashed, table, 0, 3)
+    catalog, table, crashed = started_sink(tmp_path, 3)
     orphan = stage(table, crashed.writer, range(3, 6))[0].file_path  # staged, then the job "crashed"
     foreign_file = tmp_path / "warehouse" / "ns" / "events" / "data" / "someone-else.parquet"
     foreign_file.write_bytes(b"not ours")
