@@ -9,6 +9,7 @@ after a crash exact. Adding a source is a new module with a subclass and a regis
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,9 @@ class SourceBatch:
     end: Frontier
     lag: dict[str, Any] | None = None
     notes: dict[str, Any] | None = field(default=None)
+    # Called once the executors staged the range, before the commit: checks what was read against
+    # ``end`` (raises to fail the trigger) and may add notes. Sources that need no check leave it None.
+    verify: Callable[[], None] | None = None
 
 
 class Source(ABC):
