@@ -1,0 +1,108 @@
+"""Helpers for the Kafka tests: keyed JSON order messages, Kafka sync documents, frontier coverage."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.table import Table
+
+from tests.infra.services import KafkaBroker, spark_classpath
+from tests.integration.sync_support import sink_commits, sync_document
+
+SCHEMA = [
+    {"name": "id", "type": "long", "required": True},
+    {"name": "customer", "type": "string"},
+    {"name": "amount", "type": "double"},
+]
+
+
+def new_topic(broker: KafkaBroker, partitions: int = 3, prefix: str = "orders") -> str:
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions)
+    return topic
+
+
+def order(i: int) -> str:
+    return json.dumps({"id": i, "customer": f"c{i % 7}", "amount": round(i * 0.25, 2)})
+
+
+def produce_orders(broker: KafkaBroker, topic: str, ids: range | list[int],
+                   partition: int | None = None) -> dict[int, tuple[int, int]]:
+    """Produce keyed order messages; returns id -> (partition, offset)."""
+    ids = list(ids)
+    placed = broker.produce(topic, [(f"customer-{i % 50}", order(i), partition) for i in ids])
+    return dict(zip(ids, placed, strict=True))
+
+
+def kafka_source(broker: KafkaBroker, topic: str, **settings: Any) -> dict[str, Any]:
+    return {"kafka": {"bootstrapServers": broker.bootstrap_servers, "topic": topic, **settings}}
+
+
+def connector_conf() -> dict[str, str]:
+    """Spark conf giving a job subprocess the cached Kafka connector jars (no fetch at run time)."""
+    classpath = spark_classpath("kafka-connector")
+    return {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
+
+
+def kafka_document(directory: Path, broker: KafkaBroker, topic: str, *, source: dict[str, Any] | None = None,
+                   **spec: Any) -> dict[str, Any]:
+    spec.setdefault("schema", SCHEMA)
+    spec.setdefault("spark", {"conf": connector_conf()})
+    return sync_document(directory, kafka_source(broker, topic, **(source or {})), **spec)
+
+
+def covered_ids(placed: dict[int, tuple[int, int]], frontier: dict[str, Any] | None, topic: str) -> list[int]:
+    """The ids whose offsets a frontier says are in the table."""
+    ends = {int(p): int(o) for p, o in ((frontier or {}).get(topic) or {}).items()}
+    return sorted(i for i, (p, o) in placed.items() if o < ends.get(p, 0))
+
+
+def last_frontier(table: Table, sink_id: str = "test/orders") -> dict[str, Any] | None:
+    commits = sink_commits(table, sink_id)
+    return commits[-1].frontier if commits else None
+
+
+def data_summaries(table: Table, sink_id: str = "test/orders") -> list[dict[str, str]]:
+    """The snapshot summaries of the sink's data commits on main, oldest first."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    return [by_id[c.snapshot_id].summary.additional_properties  # type: ignore[union-attr]
+            for c in sink_commits(table, sink_id) if c.kind == "data"]
+
+
+class Producer:
+    """Produce ids in chunks from a thread while jobs run; ``placed`` maps id -> (partition, offset)."""
+
+    def __init__(self, broker: KafkaBroker, topic: str, total: int, chunk: int, pause: float):
+        self.placed: dict[int, tuple[int, int]] = {}
+        self.error: BaseException | None = None
+        self._args = (broker, topic, total, chunk, pause)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        broker, topic, total, chunk, pause = self._args
+        try:
+            for start in range(0, total, chunk):
+                self.placed.update(produce_orders(broker, topic, range(start, min(total, start + chunk))))
+                time.sleep(pause)
+        except BaseException as exc:  # handed to the test by join()
+            self.error = exc
+
+    def start(self) -> Producer:
+        self._thread.start()
+        return self
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def join(self) -> dict[int, tuple[int, int]]:
+        self._thread.join(300)
+        assert not self._thread.is_alive(), "the producer did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.placed
