@@ -1,0 +1,249 @@
+"""Fixtures of the operator e2e tests: the CRDs on the real test API server, a fresh namespace per
+test, the operator run for real as a subprocess (bounded lifetime, stopped after the test), a
+client helper that waits with timeouts, and the Spark Operator stand-in."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client
+
+from tests.e2e.spark_harness import SparkOperatorHarness, set_application_state
+from tests.infra.kube import KubeCluster, apply_crd
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GROUP, VERSION, PLURAL = "icebergsync.io", "v1alpha1", "icebergsyncs"
+SPARK = ("sparkoperator.k8s.io", "v1beta2")
+OPERATOR_MAX_SECONDS = 900
+WAIT_SECONDS = 60.0
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_SECONDS, interval: float = 0.2) -> T:
+    """Poll ``probe`` until it returns neither None nor False; fail after ``timeout`` seconds saying what."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = probe()
+        except Exception as error:
+            last = f"{type(error).__name__}: {error}"
+        else:
+            if last is not None and last is not False:
+                return last
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+@dataclass
+class Kube:
+    """The test's view of one namespace: IcebergSyncs, SparkApplications, ConfigMaps, events."""
+
+    api_client: client.ApiClient
+    namespace: str
+
+    def __post_init__(self) -> None:
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.core = client.CoreV1Api(self.api_client)
+
+    def create_sync(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IcebergSync", "metadata": {"name": name}, "spec": spec}
+        return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body,
+                                                                field_validation="Strict"))
+
+    def get_sync(self, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name))
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec})
+
+    def delete_sync(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict((self.get_sync(name) or {}).get("status") or {})
+
+    def condition(self, name: str, kind: str) -> tuple[str, str] | None:
+        found = [c for c in self.status(name).get("conditions", []) if c["type"] == kind]
+        return (found[0]["status"], found[0]["reason"]) if found else None
+
+    def applications(self) -> dict[str, dict[str, Any]]:
+        items = self.custom.list_namespaced_custom_object(*SPARK, self.namespace, "sparkapplications")["items"]
+        return {item["metadata"]["name"]: item for item in items}
+
+    def configmaps(self) -> dict[str, client.V1ConfigMap]:
+        return {item.metadata.name: item for item in self.core.list_namespaced_config_map(self.namespace).items}
+
+    def set_state(self, application: str, state: str, error: str = "") -> None:
+        set_application_state(self.custom, self.namespace, application, state, error)
+
+    def events(self, name: str) -> list[tuple[str, str]]:
+        items = self.core.list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={name}").items
+        return [(event.type, event.reason) for event in sorted(items, key=lambda e: int(e.metadata.resource_version))]
+
+    def event_reasons(self, name: str) -> list[str]:
+        return [reason for _, reason in self.events(name)]
+
+    def wait_status(self, name: str, what: str, check: Callable[[dict[str, Any]], bool],
+                    timeout: float = WAIT_SECONDS) -> dict[str, Any]:
+        return wait_for(f"{name}: {what}", lambda: (lambda s: s if check(s) else None)(self.status(name)), timeout)
+
+    def wait_applications(self, names: set[str], timeout: float = WAIT_SECONDS) -> dict[str, dict[str, Any]]:
+        return wait_for(f"applications {sorted(names)}", lambda: (lambda apps: apps if set(apps) == names else None)(
+            self.applications()), timeout)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class OperatorProcess:
+    """``icebergsync-operator`` in a subprocess, watching one namespace, with its own ports and log."""
+
+    namespace: str
+    env: dict[str, str]
+    log_path: Path
+    extra_args: tuple[str, ...] = ()
+    metrics_port: int = field(default_factory=_free_port)
+    health_port: int = field(default_factory=_free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        args = ["timeout", "--kill-after=10", str(OPERATOR_MAX_SECONDS), sys.executable, "-m",
+                "icebergsync_operator.main", "--namespaces", self.namespace, "--metrics-address", "127.0.0.1",
+                "--metrics-port", str(self.metrics_port),
+                "--liveness-endpoint", f"http://127.0.0.1:{self.health_port}/healthz", *self.extra_args]
+        with open(self.log_path, "ab") as out:
+            self.process = subprocess.Popen(args, cwd=REPO_ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        wait_for(f"operator liveness on port {self.health_port}", self._healthy, timeout=60)
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            pytest.fail(f"operator exited with {self.process.returncode}:\n{self.log()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, ConnectionError):
+            return False
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def metrics(self) -> dict[str, float]:
+        """The Prometheus samples, e.g. ``icebergsync_operator_launches_total{reason="Launched"}``."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        samples = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                samples[key] = float(value)
+        return samples
+
+    def reconciles(self) -> float:
+        return self.metrics().get('icebergsync_operator_reconciles_total{result="ok"}', 0.0)
+
+    def wait_reconciles(self, more: int) -> None:
+        """Wait until this operator has completed ``more`` further reconciles (timer ticks included)."""
+        target = self.reconciles() + more
+        wait_for(f"{more} more reconciles", lambda: self.reconciles() >= target)
+
+
+@pytest.fixture(scope="session")
+def operator_crds(kube_cluster: KubeCluster) -> KubeCluster:
+    """The IcebergSync CRD and kopf's peering CRDs, installed once per session."""
+    apply_crd(kube_cluster, REPO_ROOT / "crds" / "icebergsync.yaml")
+    apply_crd(kube_cluster, REPO_ROOT / "crds" / "kopf-peering.yaml")
+    return kube_cluster
+
+
+@pytest.fixture
+def kube(operator_crds: KubeCluster) -> Iterator[Kube]:
+    """A fresh namespace (never deleted: nothing would finalize it) and a client for it."""
+    namespace = f"e2e-{uuid.uuid4().hex[:8]}"
+    with operator_crds.api_client() as api_client:
+        client.CoreV1Api(api_client).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        yield Kube(api_client, namespace)
+
+
+@pytest.fixture
+def start_operator(operator_crds: KubeCluster, kube: Kube, tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
+    """Start operators watching the test's namespace; every one is stopped after the test.
+
+    Defaults are fast: a 1 s timer and a 1 s backoff base (capped at 2 s).
+    """
+    started: list[OperatorProcess] = []
+    env = {**operator_crds.env, "PYTHONUNBUFFERED": "1"}
+
+    def start(*args: str) -> OperatorProcess:
+        defaults = ("--timer-interval", "1", "--backoff-base", "1", "--backoff-cap", "2", "--stall-threshold", "120")
+        operator = OperatorProcess(kube.namespace, env, tmp_path / f"operator-{len(started)}.log", (*defaults, *args))
+        started.append(operator)
+        return operator.start()
+
+    yield start
+    for operator in started:
+        operator.stop()
+
+
+@pytest.fixture
+def spark_operator(kube: Kube, tmp_path: Path) -> Iterator[Callable[..., SparkOperatorHarness]]:
+    """Start the Spark Operator stand-in for the test's namespace (stopped, jobs killed, after the test)."""
+    harnesses: list[SparkOperatorHarness] = []
+
+    def start(**options: Any) -> SparkOperatorHarness:
+        harness = SparkOperatorHarness(kube.api_client, kube.namespace, tmp_path / "spark", **options)
+        harness.work_dir.mkdir(parents=True, exist_ok=True)
+        harnesses.append(harness.start())
+        return harness
+
+    yield start
+    for harness in harnesses:
+        harness.stop()
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A local SQLite catalog and warehouse reachable by the jobs and the operator."""
+    root = tmp_path / "lake"
+    root.mkdir()
+    yield {"uri": f"sqlite:///{root / 'catalog.db'}", "warehouse": str(root / "warehouse")}
+    shutil.rmtree(root, ignore_errors=True)
