@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
+from icebergsync_operator.settings import DEFAULT_IMAGE, DEFAULT_SPARK_VERSION, parse_settings
 
 from icebergsync import crd
-from icebergsync_operator.settings import DEFAULT_IMAGE, DEFAULT_SPARK_VERSION, parse_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "icebergsync"
