@@ -24,11 +24,12 @@ def run_command(args: argparse.Namespace) -> int:
     """Run the sync; return the documented exit status."""
     from icebergsync.catalog import open_catalog
     from spark_app.job import SyncJob, install_stop_handlers
-    from spark_app.session import build_session
+    from spark_app.session import build_session, connector_conf
 
     sync = load_spec(args.spec)
     catalog = open_catalog(sync.spec.table.catalog)  # fail fast, before a JVM starts
     conf = {**sync.spec.spark.conf, **dict(item.split("=", 1) for item in args.conf)}
+    conf.update(connector_conf(sync.spec.source.kind, conf))
     spark = build_session(f"icebergsync-{sync.metadata.name}-v{args.sink_version}", args.master or None, conf)
     job = SyncJob(sync, args.sink_version, spark, catalog)
     install_stop_handlers(job)
