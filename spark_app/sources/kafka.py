@@ -75,7 +75,7 @@ def reader_options(options: dict[str, str], secret: dict[str, str], field_path: 
     for source, values in ((field_path, resolve_env(options, field_path)), ("secretRef", secret)):
         for key, value in values.items():
             name = key if key.startswith("kafka.") or key in SPARK_OPTIONS else f"kafka.{key}"
-            if name in RESERVED_OPTIONS:
+            if key in RESERVED_OPTIONS or name in RESERVED_OPTIONS:
                 problems.append(f"{source}.{key}: set by icebergsync itself (the table holds the offsets)")
             merged[name] = value
     if problems:
