@@ -27,7 +27,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.infra.kube import KubeCluster, _write_kubeconfig
+from tests.infra.kube import KubeCluster, _write_kubeconfig, apply_crd
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "icebergsync"
@@ -325,3 +325,28 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
     assert not exists(rbac.read_namespaced_role, fullname, watched)
     assert not exists(core.read_namespaced_service_account, "icebergsync-spark", watched)
     assert not exists(custom.get_namespaced_custom_object, "kopf.dev", "v1", watched, "kopfpeerings", "icebergsync")
+
+
+# ------------------------------------------------------------------------------------------------
+# examples: accepted by the real API server with the real CRD (dry run, strict field validation)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("example", sorted((REPO_ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_example_is_accepted_by_the_api_server(kube_cluster: KubeCluster, admin: client.ApiClient,
+                                               example: Path) -> None:
+    apply_crd(kube_cluster, REPO_ROOT / "crds" / "icebergsync.yaml")
+    namespace = create_namespace(admin, "example")
+    core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
+    kinds = []
+    for document in (doc for doc in yaml.safe_load_all(example.read_text()) if doc):
+        document["metadata"].pop("namespace", None)  # as `kubectl apply -n <namespace>` does
+        kinds.append(document["kind"])
+        if document["kind"] == "Secret":
+            core.create_namespaced_secret(namespace, document, dry_run="All", field_validation="Strict")
+        else:
+            created = custom.create_namespaced_custom_object(
+                "icebergsync.io", "v1alpha1", namespace, "icebergsyncs", document, dry_run="All",
+                field_validation="Strict")
+            assert created["spec"]["table"]["name"] == document["spec"]["table"]["name"]
+    assert "IcebergSync" in kinds
