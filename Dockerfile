@@ -12,7 +12,8 @@
 # of pyproject.toml, checked by tests/unit/test_dockerfile.py). The Kafka connector and the S3A
 # (hadoop-aws) jars are resolved from the same Maven poms the test suite uses
 # (scripts/infra/maven/) and baked into $SPARK_HOME/jars, so they are on every driver's and
-# executor's classpath with no spark.jars download at run time.
+# executor's classpath with no spark.jars download at run time (ICEBERGSYNC_SPARK_JARS_PRESENT=1
+# tells the job so: spark_app/session.py adds no spark.jars.packages).
 #
 #   docker build -t ghcr.io/icebergsync/icebergsync:0.1.0 .
 
@@ -49,7 +50,8 @@ ENV SPARK_HOME=/opt/spark \
     PYSPARK_DRIVER_PYTHON=/usr/local/bin/python3 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    ICEBERGSYNC_SPARK_JARS_PRESENT=1
 ENV PATH=${SPARK_HOME}/bin:${PATH}
 
 # What Spark's own image installs for its entrypoint (tini, nss_wrapper for arbitrary uids, ps),

@@ -275,6 +275,25 @@ def test_connector_jars_come_from_the_test_suite_poms() -> None:
     assert any(dest == "/opt/spark/jars/" and flags.get("from") == "jars" for _, _, dest, flags in copies())
 
 
+def env_of_final_stage() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for i in instructions():
+        if i.keyword == "ENV" and i.stage == final_stage():
+            for word in i.words():
+                key, _, value = word.partition("=")
+                env[key] = value
+    return env
+
+
+def test_image_tells_the_job_that_the_connector_jars_are_baked() -> None:
+    from spark_app.session import JARS_PRESENT_ENV, KAFKA_CONNECTOR
+
+    assert env_of_final_stage()[JARS_PRESENT_ENV] in ("1", "true", "yes")
+    assert KAFKA_CONNECTOR.split(":")[1] + "-" + pinned_dependencies()["pyspark"] + ".jar" in DOCKERFILE.read_text()
+    env = env_of_final_stage()
+    assert env["SPARK_HOME"] == "/opt/spark" and env["PYSPARK_PYTHON"] == "/usr/local/bin/python3"
+
+
 def test_lock_is_the_runtime_closure_of_pyproject() -> None:
     assert LOCK.read_text() == render_lock(), (
         "requirements.lock is stale: .venv/bin/python -m tests.unit.test_dockerfile --write-lock")
