@@ -332,7 +332,8 @@ class SinkCommitter:
         referenced = referenced_files(table)
         orphans = [uri for uri in candidates if normalize(uri) not in referenced]
         for uri in orphans:
-            table.io.delete(uri)
+            with contextlib.suppress(FileNotFoundError):  # its (fenced) writer may have discarded it meanwhile
+                table.io.delete(uri)
         if orphans:
             log.info("%s: deleted %d leftover staged file(s) of earlier attempts", self.writer.sink_id, len(orphans))
         return orphans
