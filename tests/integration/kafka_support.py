@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -75,26 +74,37 @@ def data_summaries(table: Table, sink_id: str = "test/orders") -> list[dict[str,
 
 
 class Producer:
-    """Produce ids in chunks from a thread while jobs run; ``placed`` maps id -> (partition, offset)."""
+    """Produce ids in chunks from a thread while jobs run; ``placed`` maps id -> (partition, offset).
 
-    def __init__(self, broker: KafkaBroker, topic: str, total: int, chunk: int, pause: float):
+    With ``total=None`` it produces until ``stop()``; ids then are ``range(first, first + len(placed))``.
+    """
+
+    def __init__(self, broker: KafkaBroker, topic: str, total: int | None, chunk: int, pause: float,
+                 first: int = 0):
         self.placed: dict[int, tuple[int, int]] = {}
         self.error: BaseException | None = None
-        self._args = (broker, topic, total, chunk, pause)
+        self._args = (broker, topic, total, chunk, pause, first)
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        broker, topic, total, chunk, pause = self._args
+        broker, topic, total, chunk, pause, first = self._args
+        start = first
         try:
-            for start in range(0, total, chunk):
-                self.placed.update(produce_orders(broker, topic, range(start, min(total, start + chunk))))
-                time.sleep(pause)
+            while not self._stop.is_set() and (total is None or start < first + total):
+                end = start + chunk if total is None else min(first + total, start + chunk)
+                self.placed.update(produce_orders(broker, topic, range(start, end)))
+                start = end
+                self._stop.wait(pause)
         except BaseException as exc:  # handed to the test by join()
             self.error = exc
 
     def start(self) -> Producer:
         self._thread.start()
         return self
+
+    def stop(self) -> None:
+        self._stop.set()
 
     @property
     def done(self) -> bool:
