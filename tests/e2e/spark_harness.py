@@ -107,7 +107,7 @@ class SparkOperatorHarness:
             if name not in present and not driver.deleted:
                 driver.deleted = True
                 if not self.linger_on_delete and driver.process.poll() is None:
-                    driver.process.terminate()  # `timeout` passes SIGTERM on: the job stops after its trigger
+                    driver.process.terminate()  # `timeout --foreground` passes SIGTERM to the job only
             if driver.exit_code is None and driver.process.poll() is not None:
                 driver.exit_code = driver.process.returncode
                 if not driver.deleted:
@@ -137,7 +137,7 @@ class SparkOperatorHarness:
         self._set_state(name, "SUBMITTED")
         with open(log_path, "wb") as out:
             process = subprocess.Popen(
-                ["timeout", "--kill-after=10", str(JOB_MAX_SECONDS), sys.executable,
+                ["timeout", "--foreground", "--signal=KILL", str(JOB_MAX_SECONDS), sys.executable,
                  str(REPO_ROOT / "spark_app" / "main.py"), *arguments],
                 cwd=self.work_dir / name, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )

@@ -316,19 +316,20 @@ def test_spec_change_mid_stream_is_exactly_once_and_fences_the_old_version(
     kube.create_sync("trips", generator_spec(catalog=warehouse, source={"generator": {"rowsPerSecond": 300}}))
     start_operator()
 
-    kube.wait_status("trips", "Ready with a commit of version 1", lambda s: any(
-        c["type"] == "Ready" and c["status"] == "True" for c in s.get("conditions", [])), timeout=180)
-    assert kube.status("trips")["lastCommit"]["sinkVersion"] == 1
+    kube.wait_status("trips", "Ready with a data commit of version 1", lambda s: (s.get("lastCommit") or {}).get(
+        "sinkVersion") == 1 and s["lastCommit"].get("recordsAdded", 0) > 0 and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in s["conditions"]), timeout=180)
 
     kube.patch_spec("trips", {"commit": {"interval": "2s"}})
     kube.wait_applications({"trips-v2"})
     wait_for("version 1 fenced (exit 75)", lambda: harness.exit_code("trips-v1") is not None, timeout=180)
     assert harness.exit_code("trips-v1") == 75, harness.driver_log("trips-v1")[-3000:]
-    kube.wait_status("trips", "Ready with a commit of version 2", lambda s: (s.get("lastCommit") or {}).get(
-        "sinkVersion") == 2 and any(c["type"] == "Ready" and c["status"] == "True" for c in s["conditions"]),
-        timeout=180)
+    kube.wait_status("trips", "Ready with a data commit of version 2", lambda s: (s.get("lastCommit") or {}).get(
+        "sinkVersion") == 2 and s["lastCommit"].get("recordsAdded", 0) > 0 and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in s["conditions"]), timeout=180)
 
-    kube.delete_sync("trips")  # the finalizer deletes v2; the harness stops its driver (SIGTERM)
+    harness.linger_on_delete = False  # from now on a deleted application's driver is stopped (SIGTERM)
+    kube.delete_sync("trips")  # the finalizer deletes v2
     wait_for("version 2 stopped", lambda: harness.exit_code("trips-v2") is not None, timeout=120)
     assert harness.exit_code("trips-v2") == 0, harness.driver_log("trips-v2")[-3000:]
     ids = _table_ids(warehouse)  # the table and its data are kept
