@@ -69,12 +69,14 @@ class RestProxy:
                 if fault == "unavailable":
                     self._reply(503, b'{"error": {"message": "injected: unavailable", "type": "ServiceUnavailable", '
                                      b'"code": 503}}', {"Content-Type": "application/json"})
+                    proxy.statuses.append(503)
                     return
                 if fault == "conflict" and proxy.before_conflict is not None:
                     proxy.before_conflict()
                 status, headers, answer = proxy._forward(self.command, self.path, dict(self.headers), body)
                 if fault == "lost-response":
                     status, answer = 502, b'{"error": {"message": "injected: bad gateway", "type": "BadGateway", "code": 502}}'
+                    headers = {"Content-Type": "application/json"}
                 self._reply(status, answer, headers)
                 if fault is not None:
                     proxy.statuses.append(status)

@@ -226,8 +226,7 @@ def test_exactly_once_across_kill_9_while_producing(tmp_path: Path, kafka_broker
     assert unreferenced_sink_files(table, "test/orders") == [], "staged files of crashed attempts were left behind"
     commits = sink_commits(table, "test/orders")
     assert {1, 2, 3, 4} == {c.writer.version for c in commits}
-    assert not list(tmp_path.rglob("*checkpoint*")) and not list(Path("spark-warehouse").glob("*")), \
-        "the job wrote a Spark checkpoint or warehouse"
+    assert not list(tmp_path.rglob("*checkpoint*")), "the job wrote a Spark checkpoint"
 
 
 @pytest.mark.slow
