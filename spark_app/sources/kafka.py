@@ -140,12 +140,12 @@ class OffsetLookup:
                 for key, value in self._settings.items():
                     properties.setProperty(key, value)
                 self._consumer = self._jvm.org.apache.kafka.clients.consumer.KafkaConsumer(properties)
-            except Exception as exc:
-                if "org.apache.kafka" in str(exc) and "does not exist" in str(exc):
-                    raise IcebergSyncError(
-                        "the Kafka connector is not on the Spark classpath (org.apache.spark:spark-sql-kafka-0-10); "
-                        "see docs/connectors.md") from exc
-                raise
+            except TypeError as exc:  # py4j: an unknown class is a JavaPackage, which is not callable
+                if "JavaPackage" not in str(exc):
+                    raise
+                raise IcebergSyncError(
+                    "the Kafka connector is not on the Spark classpath (org.apache.spark:spark-sql-kafka-0-10_2.13 "
+                    "and kafka-clients); see docs/connectors.md") from exc
         return self._consumer
 
     def close(self) -> None:
@@ -229,6 +229,8 @@ class KafkaSource(Source):
         try:
             partitions = self._partitions()
             begin, end = self.lookup.offsets(partitions)
+        except IcebergSyncError:
+            raise
         except Exception as exc:  # the broker is unreachable or slow: try again at the next poll
             log.warning("kafka source: cannot read offsets from %s: %s", self.settings.bootstrap_servers,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
