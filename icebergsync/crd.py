@@ -12,6 +12,7 @@ Regenerate the committed file with ``python -m icebergsync.crd > crds/icebergsyn
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import copy
 import sys
 from typing import Annotated, Any, Literal
@@ -80,6 +81,7 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.spark.driver.memory": "Memory in JVM notation, e.g. 1g, 512m.",
     "spec.spark.executor.cores": "CPU cores per executor.",
     "spec.spark.executor.memory": "Memory per executor in JVM notation, e.g. 1g, 512m.",
+    "spec.spark.executor.instances": "Number of executors.",
     "spec.spark.conf": "Extra Spark configuration.",
     "spec.suspend": "Stop the job (the application is deleted); setting it back resumes from the table.",
 }
@@ -371,10 +373,34 @@ def render_crd_yaml() -> str:
     return header + yaml.safe_dump(build_crd(), sort_keys=False, width=110)
 
 
+GENERATED_CRD_PATHS = ("crds/icebergsync.yaml", "charts/icebergsync/crds/icebergsync.yaml")
+GENERATED_REFERENCE_PATH = "docs/configuration.md"
+
+
+def write_generated(root: Path) -> list[Path]:
+    """Rewrite every file generated from the spec model (both CRD copies, the configuration reference)."""
+    from icebergsync.docs_reference import render_reference
+
+    written = []
+    for relative, text in [*((path, render_crd_yaml()) for path in GENERATED_CRD_PATHS),
+                           (GENERATED_REFERENCE_PATH, render_reference())]:
+        target = root / relative
+        target.write_text(text)
+        written.append(target)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m icebergsync.crd", description="Print the IcebergSync CRD.")
     parser.add_argument("--output", "-o", help="write to this file instead of stdout")
+    parser.add_argument("--write", metavar="REPO", nargs="?", const=".",
+                        help="rewrite every generated file in the repository (" + ", ".join(
+                            (*GENERATED_CRD_PATHS, GENERATED_REFERENCE_PATH)) + ")")
     args = parser.parse_args(argv)
+    if args.write:
+        for path in write_generated(Path(args.write)):
+            print(f"wrote {path}")
+        return 0
     text = render_crd_yaml()
     if args.output:
         with open(args.output, "w") as out:

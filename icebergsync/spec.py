@@ -172,16 +172,23 @@ class DeadLetter(Model):
 
 
 class Resources(Model):
+    """Cores and memory of one Spark pod."""
+
     cores: int = Field(default=1, ge=1)
     memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
-    instances: int = Field(default=1, ge=1, description="Executors only.")
+
+
+class ExecutorResources(Resources):
+    """Cores and memory of each executor, and how many executors to run."""
+
+    instances: int = Field(default=1, ge=1)
 
 
 class Spark(Model):
     image: str | None = None
     service_account: str | None = None
     driver: Resources = Field(default_factory=Resources)
-    executor: Resources = Field(default_factory=Resources)
+    executor: ExecutorResources = Field(default_factory=ExecutorResources)
     conf: dict[str, str] = Field(default_factory=dict)
 
 

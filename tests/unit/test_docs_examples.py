@@ -23,7 +23,7 @@ EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 def test_configuration_reference_is_generated_from_the_crd() -> None:
     committed = (REPO_ROOT / "docs" / "configuration.md").read_text()
     assert committed == docs_reference.render_reference(), (
-        "docs/configuration.md is stale: .venv/bin/python -m icebergsync.docs_reference > docs/configuration.md")
+        "docs/configuration.md is stale: run .venv/bin/python -m icebergsync.crd --write")
 
 
 def test_reference_lists_every_schema_field() -> None:
