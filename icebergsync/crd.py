@@ -12,9 +12,9 @@ Regenerate the committed file with ``python -m icebergsync.crd > crds/icebergsyn
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import copy
 import sys
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
