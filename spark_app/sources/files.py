@@ -17,7 +17,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from icebergsync.catalog import read_secret
+from icebergsync.catalog import read_secret, resolve_env
 from icebergsync.protocol import Frontier, encode_json
 from icebergsync.schema import spark_ddl
 from icebergsync.storage import StoredFile, list_files
@@ -26,6 +26,25 @@ from spark_app.sources.base import Pending, Source, SourceBatch
 from spark_app.writer import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
 
 log = logging.getLogger("icebergsync.source.files")
+
+
+# pyiceberg FileIO property -> Hadoop S3A setting: one set of S3 settings serves both readers.
+S3A_SETTINGS = {
+    "s3.endpoint": "fs.s3a.endpoint",
+    "s3.access-key-id": "fs.s3a.access.key",
+    "s3.secret-access-key": "fs.s3a.secret.key",
+    "s3.session-token": "fs.s3a.session.token",
+    "s3.region": "fs.s3a.endpoint.region",
+    "s3.path-style-access": "fs.s3a.path.style.access",
+}
+
+
+def s3a_settings(properties: dict[str, str]) -> dict[str, str]:
+    """Hadoop S3A settings equivalent to the S3 FileIO properties the spec and its secret give."""
+    settings = {S3A_SETTINGS[key]: value for key, value in properties.items() if key in S3A_SETTINGS}
+    if properties.get("s3.endpoint", "").startswith("http://"):
+        settings["fs.s3a.connection.ssl.enabled"] = "false"
+    return settings
 
 
 def spark_path(uri: str) -> str:
@@ -44,7 +63,14 @@ class FilesSource(Source):
             from pathlib import Path
 
             self._root = Path(self._root).expanduser().resolve().as_uri()
-        self._io_properties = {**self.spec.table.catalog.properties, **read_secret(settings.secret_ref)}
+        self._io_properties = {
+            **resolve_env(self.spec.table.catalog.properties, "spec.table.catalog.properties"),
+            **read_secret(settings.secret_ref),
+        }
+        if self._root.startswith(("s3://", "s3a://")):
+            hadoop = self.spark.sparkContext._jsc.hadoopConfiguration()
+            for key, value in s3a_settings(self._io_properties).items():
+                hadoop.set(key, value)
         self._reported_late: set[str] = set()
 
     def initial_frontier(self) -> Frontier:
