@@ -13,8 +13,11 @@ log "lint (ruff) and types (mypy)"
 "$VENV/bin/ruff" check .
 "$VENV/bin/mypy"
 log "pytest"
+# A private temp dir: concurrent pytest runs on one machine would otherwise prune each other's.
+basetemp="$(mktemp -d)"
+trap 'rm -rf "$basetemp"' EXIT
 status=0
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 "$@" || status=$?
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 --basetemp="$basetemp/pytest" "$@" || status=$?
 if [[ $status -eq 5 ]]; then
   log "pytest collected no tests: that is a failure"
   exit 1
