@@ -75,7 +75,7 @@ def test_valid_spec_gets_defaults_and_printer_columns(kube: Kube) -> None:
     created = kube.create_sync("ok", generator_spec(UNUSED_CATALOG))
     assert created["spec"]["commit"] == {"interval": "1s", "targetFileSize": "512Mi", "maxStagedSize": "1Gi",
                                          "pollInterval": "1s"}
-    assert created["spec"]["spark"]["driver"] == {"cores": 1, "memory": "1g", "instances": 1}
+    assert created["spec"]["spark"]["driver"] == {"cores": 1, "memory": "1g"}
     assert created["spec"]["suspend"] is False
     api_client = kube.api_client
     response = api_client.call_api(

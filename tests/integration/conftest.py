@@ -13,12 +13,13 @@ from tests.infra.services import spark_classpath
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """One local Spark session (2 cores) shared by the in-process job tests.
+    """THE local Spark session (2 cores) of the test process: PySpark keeps one JVM per process, so
+    every in-process test uses this one and none may stop it or build another.
 
-    Its classpath holds Spark's own Iceberg runtime (the independent reader) and the Kafka
-    connector, both from Maven Central (scripts/infra/services.sh).
+    Its classpath holds Spark's own Iceberg runtime (the independent reader), the Kafka connector
+    and the S3A connector, all from Maven Central (scripts/infra/services.sh).
     """
-    classpath = spark_classpath("iceberg-spark", "kafka-connector")
+    classpath = spark_classpath("iceberg-spark", "kafka-connector", "s3a")
     session = build_session("icebergsync-tests", "local[2]",
                             {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath})
     yield session
