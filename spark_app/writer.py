@@ -147,7 +147,9 @@ class RollingParquetWriter:
         self.closed_files: list[DataFile] = []
 
     def _row_group_budget(self) -> int:
-        return max(_MIN_ROW_GROUP_BYTES, min(_MAX_ROW_GROUP_BYTES, int(self._target / self._ratio / 4)))
+        """Uncompressed bytes to buffer before writing a row group: about one row group per file
+        (fewer, larger groups compress better), capped so that buffers stay small."""
+        return max(_MIN_ROW_GROUP_BYTES, min(_MAX_ROW_GROUP_BYTES, int(self._target / self._ratio)))
 
     def write(self, batch: pa.RecordBatch) -> None:
         self._buffer.append(batch)
@@ -331,14 +333,19 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.Table:
 
 
 def split_dead_letters(batch: pa.RecordBatch, required: tuple[str, ...]) -> tuple[pa.RecordBatch, pa.Array, pa.Array]:
-    """Return (good rows, mask of bad rows, reasons) where reasons explain each bad row."""
+    """Return (good rows, mask of bad rows, reasons) where reasons explain each bad row.
+
+    The common case, a batch without a bad row, is returned as it is (no copy).
+    """
     reasons = batch.column(ERROR_COLUMN) if ERROR_COLUMN in batch.schema.names else pa.nulls(batch.num_rows, pa.string())
-    for name in required:
-        if name in batch.schema.names:
-            missing = pc.is_null(batch.column(name))
-            reasons = pc.if_else(
-                pc.and_(missing, pc.is_null(reasons)), pa.scalar(f"required field {name} is missing or null"), reasons
-            )
+    present = [name for name in required if name in batch.schema.names]
+    if reasons.null_count == batch.num_rows and all(batch.column(name).null_count == 0 for name in present):
+        return batch, pa.repeat(pa.scalar(False), batch.num_rows), reasons
+    for name in present:
+        missing = pc.is_null(batch.column(name))
+        reasons = pc.if_else(
+            pc.and_(missing, pc.is_null(reasons)), pa.scalar(f"required field {name} is missing or null"), reasons
+        )
     bad = pc.is_valid(reasons)
     return batch.filter(pc.invert(bad)), bad, reasons
 

@@ -87,3 +87,10 @@ def test_buffers_stay_within_the_memory_budget(tmp_path: Path) -> None:
         peak = max(peak, sum(w.buffered_bytes for w in writer._writers.values()))
     assert peak <= budget
     assert sum(f.record_count for f in writer.finish()) == 300_000
+
+
+def test_a_clean_batch_passes_through_without_a_copy() -> None:
+    batch = pa.RecordBatch.from_pydict({"id": pa.array([1, 2], pa.int64()), ERROR_COLUMN: pa.nulls(2, pa.string())})
+    good, bad, _ = split_dead_letters(batch, ("id",))
+    assert good is batch
+    assert bad.to_pylist() == [False, False]
