@@ -31,7 +31,7 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 from pyspark.sql import SparkSession
 
-from icebergsync.catalog import ensure_table, open_catalog
+from icebergsync.catalog import ensure_table, open_catalog, partition_spec
 from icebergsync.errors import EXIT_OK, FencedError
 from icebergsync.protocol import Frontier, Writer, encode_json
 from icebergsync.schema import effective_columns, iceberg_schema, plan_evolution
@@ -121,6 +121,7 @@ class SyncJob:
         """Fence, resume from the table's frontier and commit until the source ends or a stop is requested."""
         summary = RunSummary(self.writer)
         table, dead = self._open_tables()
+        self._warn_on_partition_change(table)
         changes = plan_evolution(table.schema(), self.columns, self.spec.table.name)
         committer = SinkCommitter(self.catalog, self.spec.table.name, self.writer,
                                   self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file)
@@ -179,6 +180,15 @@ class SyncJob:
                 output.bytes, commit.commit_ms, encode_json(frontier),
             )
         return summary
+
+    def _warn_on_partition_change(self, table: Table) -> None:
+        """``partitionBy`` applies when the table is created; say so loudly when the spec now differs."""
+        wanted = partition_spec(table.schema(), self.spec.table.partition_by)
+        current = [(f.source_id, str(f.transform)) for f in table.spec().fields]
+        if [(f.source_id, str(f.transform)) for f in wanted.fields] != current:
+            log.warning("%s: spec.table.partitionBy %s differs from the partitioning of %s (%s); the table keeps "
+                        "its partitioning (partition evolution is not applied by IcebergSync)", self.writer.sink_id,
+                        self.spec.table.partition_by, self.spec.table.name, table.spec())
 
     def _write_plan(self, table: Table, dead: Table | None) -> WritePlan:
         return WritePlan(

@@ -251,3 +251,15 @@ def test_csv_and_parquet_files_decode_against_the_schema(tmp_path: Path, spark: 
                                     schema=schema)).load_table("sales.orders").scan().to_arrow().sort_by("id")
     assert csv_rows.column("price").to_pylist() == [2.5, 4.25]
     assert [str(d) for d in csv_rows.column("day").to_pylist()] == ["2025-01-02", "2025-01-04"]
+
+
+def test_a_changed_partition_spec_is_reported_not_applied_silently(
+    tmp_path: Path, spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = {"generator": {**FAST, "totalRows": 100}}
+    SyncJob(make_sync(tmp_path, source, table={"partitionBy": ["day(ts)"]}), 1, spark).run()
+    with caplog.at_level("WARNING", logger="icebergsync.job"):
+        SyncJob(make_sync(tmp_path, source, table={"partitionBy": ["bucket(4, id)"]}), 2, spark).run()
+    assert "spec.table.partitionBy ['bucket(4, id)'] differs from the partitioning of sales.orders" in caplog.text
+    table = catalog_of(make_sync(tmp_path, source)).load_table("sales.orders")
+    assert [str(f.transform) for f in table.spec().fields] == ["day"]
