@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import threading
 
 from icebergsync.errors import EXIT_FAILED, EXIT_OK, FencedError, IcebergSyncError
 from icebergsync.spec import load_spec
@@ -26,13 +27,15 @@ def run_command(args: argparse.Namespace) -> int:
     from spark_app.job import SyncJob, install_stop_handlers
     from spark_app.session import build_session, connector_conf
 
+    stop_requested = threading.Event()
+    install_stop_handlers(stop_requested)
+    log.info("starting %s as sink version %d", args.spec, args.sink_version)
     sync = load_spec(args.spec)
     catalog = open_catalog(sync.spec.table.catalog)  # fail fast, before a JVM starts
     conf = {**sync.spec.spark.conf, **dict(item.split("=", 1) for item in args.conf)}
     conf.update(connector_conf(sync.spec.source.kind, conf))
     spark = build_session(f"icebergsync-{sync.metadata.name}-v{args.sink_version}", args.master or None, conf)
-    job = SyncJob(sync, args.sink_version, spark, catalog)
-    install_stop_handlers(job)
+    job = SyncJob(sync, args.sink_version, spark, catalog, stop_requested)
     try:
         summary = job.run()
     except FencedError as fenced:

@@ -100,12 +100,13 @@ def rebuild_data_file(table: Table, path: str) -> DataFile:
 class SyncJob:
     """One attempt of a sink: construct, then ``run()`` until done, stopped or fenced."""
 
-    def __init__(self, sync: IcebergSync, version: int, spark: SparkSession, catalog: Catalog | None = None):
+    def __init__(self, sync: IcebergSync, version: int, spark: SparkSession, catalog: Catalog | None = None,
+                 stop_requested: threading.Event | None = None):
         self.sync = sync
         self.spec = sync.spec
         self.spark = spark
         self.writer = Writer(sync.sink_id, version, uuid.uuid4().hex[:12])
-        self.stop_requested = threading.Event()
+        self.stop_requested = stop_requested or threading.Event()
         self.columns = effective_columns(self.spec)
         self.catalog = catalog or open_catalog(self.spec.table.catalog)
 
@@ -228,13 +229,15 @@ class SyncJob:
         return output, batch.end
 
 
-def install_stop_handlers(job: SyncJob) -> None:
-    """SIGTERM/SIGINT finish the current trigger (commit included) and stop cleanly."""
+def install_stop_handlers(stop_requested: threading.Event) -> None:
+    """SIGTERM/SIGINT finish the current trigger (commit included) and stop cleanly.
+
+    Installed before anything slow starts, so a stop during start-up is clean too.
+    """
 
     def request_stop(signum: int, _frame: Any) -> None:
-        log.info("%s v%d: received signal %d, stopping after the current trigger", job.writer.sink_id,
-                 job.writer.version, signum)
-        job.stop_requested.set()
+        log.info("received signal %d: stopping after the current trigger", signum)
+        stop_requested.set()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)

@@ -8,8 +8,13 @@ whole process group at a random moment, usually while executors are staging.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +25,9 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from icebergsync.errors import EXIT_FENCED
 from tests.integration.sync_support import (
+    REPO,
     catalog_of,
+    job_command,
     make_sync,
     run_job_process,
     sink_commits,
@@ -132,3 +139,29 @@ def _committed(predicate: Callable[[], bool]) -> bool:
         return predicate()
     except NoSuchTableError:
         return False
+
+
+@pytest.mark.slow
+def test_sigterm_during_start_up_stops_cleanly(tmp_path: Path) -> None:
+    """A pod terminated while the job starts (its JVM, the catalog) exits 0 having written at most its fence."""
+    source = {"generator": {"rowsPerSecond": 1_000}}
+    spec_path = write_spec(tmp_path, sync_document(tmp_path, source))
+    output = tmp_path / "job.log"
+    with output.open("w") as sink:
+        process = subprocess.Popen(job_command(spec_path, 1), cwd=REPO, stdout=sink, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "PYSPARK_PYTHON": sys.executable}, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while "starting " not in output.read_text():
+                assert process.poll() is None and time.monotonic() < deadline, output.read_text()[-3000:]
+                time.sleep(0.05)
+            process.send_signal(signal.SIGTERM)  # the JVM has not started yet
+            status = process.wait(120)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    log = output.read_text()
+    assert status == 0, log[-3000:]
+    assert "received signal 15" in log
+    commits = sink_commits(catalog_of(make_sync(tmp_path, source)).load_table("sales.orders"), "test/orders")
+    assert [c.kind for c in commits] == ["fence"]
