@@ -19,6 +19,7 @@ KAFKA_CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 JARS_PRESENT_ENV = "ICEBERGSYNC_SPARK_JARS_PRESENT"
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",  # progress bars would interleave with the per-commit lines
     "spark.driver.memory": "2g",
 }
 
