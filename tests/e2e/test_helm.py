@@ -14,42 +14,24 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.e2e.conftest import wait_for
 from tests.infra.kube import KubeCluster, _write_kubeconfig, apply_crd
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "icebergsync"
 CRDS = ("icebergsyncs.icebergsync.io", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev")
-WAIT_SECONDS = 60.0
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_SECONDS) -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = probe()
-        except Exception as error:
-            last = f"{type(error).__name__}: {error}"
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-        time.sleep(0.2)
 
 
 def helm(cluster: KubeCluster, *args: str) -> str:
@@ -308,7 +290,7 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
 
         assert wait_for("status written by the operator", status)["application"] == "trips-v1"
         wait_for("an event on the sync", lambda: [
-            e for e in core.list_namespaced_event(watched).items if e.involved_object.name == "trips"])
+            e for e in core.list_namespaced_event(watched).items if e.involved_object.name == "trips"] or None)
 
         # Delete: the operator's finalizer deletes the application and its ConfigMap, then lets go.
         custom.delete_namespaced_custom_object("icebergsync.io", "v1alpha1", watched, "icebergsyncs", "trips")
