@@ -234,12 +234,12 @@ def read_progress(metadata: TableMetadata, sink_id: str) -> Progress:
     return Progress(sink_id, last_commit, checkpoint, highest, frontier, resumed_from, foreign_on_top, notes)
 
 
-def startup_fence_owner(metadata: TableMetadata, me: Writer) -> Writer | None:
+def startup_fence_owner(progress: Progress, me: Writer) -> Writer | None:
     """Before the fence commit: the writer that outranks ``me`` by a higher version, if any.
 
-    A restart of the same version (same version, new attempt) takes over, so only higher versions count.
+    ``progress`` is ``read_progress`` of the head being checked. A restart of the same version (same
+    version, new attempt) takes over, so only higher versions count.
     """
-    progress = read_progress(metadata, me.sink_id)
     if progress.highest is not None and progress.highest.version > me.version:
         return progress.highest
     return None

@@ -180,10 +180,13 @@ class SinkCommitter:
 
     # -- fencing ----------------------------------------------------------------------------------
 
-    def _startup_check(self, metadata: TableMetadata) -> None:
-        owner = protocol.startup_fence_owner(metadata, self.writer)
+    def _startup_check(self, metadata: TableMetadata) -> Progress:
+        """Raise ``FencedError`` if a higher version owns the sink; else return where it resumes."""
+        progress = protocol.read_progress(metadata, self.writer.sink_id)
+        owner = protocol.startup_fence_owner(progress, self.writer)
         if owner is not None:
             raise FencedError(self.writer.sink_id, self.writer.version, owner.version, owner.attempt)
+        return progress
 
     def _steady_check(self, last_snapshot_id: int | None) -> Callable[[TableMetadata], None]:
         def check(metadata: TableMetadata) -> None:
@@ -208,8 +211,7 @@ class SinkCommitter:
         progress_seen: list[Progress] = []
 
         def check(metadata: TableMetadata) -> None:
-            self._startup_check(metadata)
-            progress_seen.append(protocol.read_progress(metadata, self.writer.sink_id))
+            progress_seen.append(self._startup_check(metadata))
 
         def build(table: Table) -> tuple[Transaction, int]:
             return self._transaction(table, protocol.KIND_FENCE, progress_seen[-1].frontier, [], schema_changes)
