@@ -20,13 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.io import load_file_io
-from pyiceberg.io.pyarrow import (
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-)
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 from pyspark.sql import SparkSession
@@ -47,6 +41,7 @@ from spark_app.writer import (
     TablePlan,
     TaskResult,
     WritePlan,
+    data_file_from_footer,
     make_stage_function,
 )
 
@@ -81,20 +76,10 @@ def rebuild_data_file(table: Table, path: str) -> DataFile:
     """A DataFile for an unpartitioned table's staged file, from its Parquet footer (dead-letter recovery)."""
     import pyarrow.parquet as pq
 
-    io = load_file_io(table.io.properties, table.metadata.location)
-    input_file = io.new_input(path)
+    input_file = table.io.new_input(path)
     with input_file.open() as stream:
         metadata = pq.ParquetFile(stream).metadata
-    statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=metadata,
-        stats_columns=compute_statistics_plan(table.schema(), table.metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(table.schema()),
-    )
-    return DataFile.from_args(
-        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=Record(),
-        file_size_in_bytes=len(input_file), sort_order_id=None, spec_id=table.spec().spec_id, equality_ids=None,
-        key_metadata=None, **statistics.to_serialized_dict(),
-    )
+    return data_file_from_footer(table_plan(table), path, len(input_file), Record(), metadata)
 
 
 class SyncJob:

@@ -117,6 +117,20 @@ class _PartitionPath:
         return self._path
 
 
+def data_file_from_footer(plan: TablePlan, path: str, size: int, partition: Record, metadata: pq.FileMetaData) -> DataFile:
+    """The Iceberg DataFile (with column statistics) of a written Parquet file, from its footer."""
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=metadata,
+        stats_columns=compute_statistics_plan(plan.schema, plan.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(plan.schema),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
+        file_size_in_bytes=size, sort_order_id=None, spec_id=plan.spec.spec_id, equality_ids=None,
+        key_metadata=None, **statistics.to_serialized_dict(),
+    )
+
+
 class RollingParquetWriter:
     """Writes one partition's rows into Parquet files that close at the target size.
 
@@ -205,25 +219,7 @@ class RollingParquetWriter:
         metadata = self._writer.writer.metadata
         size = self._stream.tell()
         self._stream.close()
-        statistics = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=metadata,
-            stats_columns=compute_statistics_plan(self._plan.schema, self._plan.properties),
-            parquet_column_mapping=parquet_path_to_id_mapping(self._plan.schema),
-        )
-        self.closed_files.append(
-            DataFile.from_args(
-                content=DataFileContent.DATA,
-                file_path=self._path,
-                file_format=FileFormat.PARQUET,
-                partition=self._partition,
-                file_size_in_bytes=size,
-                sort_order_id=None,
-                spec_id=self._plan.spec.spec_id,
-                equality_ids=None,
-                key_metadata=None,
-                **statistics.to_serialized_dict(),
-            )
-        )
+        self.closed_files.append(data_file_from_footer(self._plan, self._path, size, self._partition, metadata))
         self._writer, self._stream = None, None
 
     def finish(self) -> list[DataFile]:
