@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ def run_job_process(spec_path: Path, version: int, *, crash_at: str | None = Non
                     raise AssertionError(f"job v{version} still running after {timeout}s:\n{output.read_text()[-3000:]}")
                 if kill_after is not None and elapsed >= kill_after:
                     os.killpg(process.pid, signal.SIGKILL)
-                elif stop_when is not None and _holds(stop_when):
+                elif stop_when is not None and holds(stop_when):
                     process.send_signal(signal.SIGTERM)
                     stop_when = None
                 time.sleep(0.25)
@@ -131,7 +132,8 @@ def run_job_process(spec_path: Path, version: int, *, crash_at: str | None = Non
     return process.returncode, output.read_text()
 
 
-def _holds(predicate: Callable[[], bool]) -> bool:
+def holds(predicate: Callable[[], bool]) -> bool:
+    """``predicate()``, where a table that does not exist yet counts as false."""
     try:
         return predicate()
     except NoSuchTableError:
@@ -173,7 +175,16 @@ class BackgroundJob:
         while True:
             if self.error is not None:
                 raise AssertionError(f"the job failed while waiting for {what}") from self.error
-            if _holds(predicate):
+            if holds(predicate):
                 return
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.2)
+
+
+def wait_while_running(job: Future[Any], predicate: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    """Poll ``predicate`` until true; fail if the background ``job`` ended first, or after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not holds(predicate):
+        assert not job.done(), f"the job ended before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)

@@ -16,12 +16,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from pyiceberg.exceptions import NoSuchTableError
 
 from icebergsync.errors import EXIT_FENCED
 from tests.integration.sync_support import (
@@ -34,6 +32,7 @@ from tests.integration.sync_support import (
     sync_document,
     table_ids,
     unreferenced_sink_files,
+    wait_while_running,
     write_spec,
 )
 
@@ -114,10 +113,7 @@ def test_a_fenced_job_exits_75_says_so_and_leaves_nothing(tmp_path: Path) -> Non
 
     with ThreadPoolExecutor(1) as pool:
         old = pool.submit(run_job_process, spec_path, 1)
-        deadline = time.monotonic() + 120
-        while not _committed(old_has_committed):
-            assert not old.done() and time.monotonic() < deadline, "the old version never committed"
-            time.sleep(0.5)
+        wait_while_running(old, old_has_committed, "the old version's commits")
         status, _ = run_job_process(spec_path, 2, stop_when=new_has_committed)
         assert status == 0
         old_status, log = old.result(timeout=180)
@@ -132,13 +128,6 @@ def test_a_fenced_job_exits_75_says_so_and_leaves_nothing(tmp_path: Path) -> Non
     assert old_files == [], "the fenced job left staged files behind"
     ids = table_ids(table)
     assert ids == list(range(len(ids)))
-
-
-def _committed(predicate: Callable[[], bool]) -> bool:
-    try:
-        return predicate()
-    except NoSuchTableError:
-        return False
 
 
 @pytest.mark.slow

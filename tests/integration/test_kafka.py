@@ -12,12 +12,10 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import SparkSession
 
 from icebergsync.errors import EXIT_FENCED
@@ -42,6 +40,7 @@ from tests.integration.sync_support import (
     sink_commits,
     table_ids,
     unreferenced_sink_files,
+    wait_while_running,
     write_spec,
 )
 
@@ -254,10 +253,7 @@ def test_a_stale_job_on_the_same_topic_is_fenced_without_duplicates(tmp_path: Pa
                 producer.stop()
             return producer.done and len(table_ids(catalog_of(sync).load_table("sales.orders"))) >= len(producer.placed)
 
-        deadline = time.monotonic() + 120
-        while not _holds(lambda: data_commits(1) >= 2):
-            assert not old.done() and time.monotonic() < deadline, "the old version never committed"
-            time.sleep(0.5)
+        wait_while_running(old, lambda: data_commits(1) >= 2, "the old version's commits")
         status, new_log = run_job_process(spec_path, 2, stop_when=finished)
         assert status == 0, new_log[-3000:]
         old_status, old_log = old.result(timeout=180)
@@ -272,10 +268,3 @@ def test_a_stale_job_on_the_same_topic_is_fenced_without_duplicates(tmp_path: Pa
     new_fence = next(i for i, c in enumerate(commits) if c.writer.version == 2)
     assert all(c.writer.version == 2 for c in commits[new_fence:]), "the stale job landed after the new fence"
     assert [uri for uri in unreferenced_sink_files(table, "test/orders") if "-v1-" in uri] == []
-
-
-def _holds(predicate: Callable[[], bool]) -> bool:
-    try:
-        return predicate()
-    except NoSuchTableError:
-        return False

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import SparkSession
 
 from icebergsync.errors import EXIT_FENCED
@@ -38,6 +35,7 @@ from tests.integration.sync_support import (
     sink_commits,
     table_ids,
     unreferenced_sink_files,
+    wait_while_running,
     write_spec,
 )
 
@@ -65,13 +63,6 @@ def rest_table(rest: RestCatalog, s3: S3Server, uri: str | None = None) -> dict[
         },
         "name": f"ns_{uuid.uuid4().hex[:8]}.orders",
     }
-
-
-def _holds(predicate: Callable[[], bool]) -> bool:
-    try:
-        return predicate()
-    except NoSuchTableError:
-        return False
 
 
 @pytest.mark.slow
@@ -116,10 +107,7 @@ def test_kafka_to_rest_s3_exactly_once_across_kill_9_and_a_fencing_race(
                 more.stop()
             return more.done and len(table_ids(load())) >= 5_000 + len(more.placed)
 
-        deadline = time.monotonic() + 120
-        while not _holds(lambda: data_commits(3) >= 1):
-            assert not old.done() and time.monotonic() < deadline, "version 3 never committed"
-            time.sleep(0.5)
+        wait_while_running(old, lambda: data_commits(3) >= 1, "version 3's first commit")
         status, new_log = run_job_process(spec_path, 4, stop_when=finished)
         assert status == 0, new_log[-3000:]
         old_status, old_log = old.result(timeout=180)
