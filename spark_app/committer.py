@@ -65,9 +65,7 @@ class Commit:
     """A commit that landed: its snapshot and how long the compare-and-swap took."""
 
     snapshot: Snapshot
-    sequence_number: int
     commit_ms: float
-    rounds: int
 
 
 @dataclass
@@ -112,11 +110,8 @@ class SinkCommitter:
         identifier: str,
         check: Callable[[TableMetadata], None],
         build: Callable[[Table], tuple[Transaction, int]],
-    ) -> tuple[Snapshot, int]:
-        """Commit ``build``'s transaction iff ``check`` passes on the head it was built on.
-
-        Returns the snapshot that landed and the number of rounds it took.
-        """
+    ) -> Snapshot:
+        """Commit ``build``'s transaction iff ``check`` passes on the head it was built on; return the snapshot that landed."""
         attempted: list[int] = []
         deadline = time.monotonic() + UNKNOWN_OUTCOME_DEADLINE_SECONDS
         rounds = 0
@@ -125,7 +120,7 @@ class SinkCommitter:
             table = self._catalog.load_table(identifier)
             landed = next((s for s in map(table.metadata.snapshot_by_id, attempted) if s is not None), None)
             if landed is not None:
-                return landed, rounds
+                return landed
             check(table.metadata)
             transaction, snapshot_id = build(table)
             attempted.append(snapshot_id)
@@ -151,7 +146,7 @@ class SinkCommitter:
             snapshot = response.metadata.snapshot_by_id(snapshot_id)
             if snapshot is None:
                 raise CommitStateUnknownError(f"commit to {identifier} succeeded but snapshot {snapshot_id} is missing")
-            return snapshot, rounds
+            return snapshot
 
     def _transaction(
         self, table: Table, kind: str, frontier: Frontier | None, files: list[DataFile],
@@ -216,7 +211,7 @@ class SinkCommitter:
         def build(table: Table) -> tuple[Transaction, int]:
             return self._transaction(table, protocol.KIND_FENCE, progress_seen[-1].frontier, [], schema_changes)
 
-        snapshot, _ = self._compare_and_swap(self._identifier, check, build)
+        snapshot = self._compare_and_swap(self._identifier, check, build)
         self.last_snapshot_id = snapshot.snapshot_id
         self.fence_time_ms = snapshot.timestamp_ms
         progress = progress_seen[-1]
@@ -244,7 +239,7 @@ class SinkCommitter:
                 table, protocol.KIND_FENCE, frontier, files, checkpoint_extra={MAIN_SEQUENCE: sequence}
             )
 
-        snapshot, _ = self._compare_and_swap(self._dead_letter_identifier, check, build)
+        snapshot = self._compare_and_swap(self._dead_letter_identifier, check, build)
         self.last_dead_letter_snapshot_id = snapshot.snapshot_id
 
     def _dead_letter_sequence(self, metadata: TableMetadata) -> int:
@@ -283,13 +278,13 @@ class SinkCommitter:
                 max_event_time=max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
             )
 
-        snapshot, rounds = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot_id), build)
+        snapshot = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot_id), build)
         self.last_snapshot_id = snapshot.snapshot_id
         sequence = snapshot.sequence_number or 0
         crash_point("main-committed")
         if output.dead_letter_files and self._dead_letter_identifier:
             self._commit_dead_letters(output.dead_letter_files, frontier, sequence)
-        return Commit(snapshot, sequence, (time.monotonic() - started) * 1000, rounds)
+        return Commit(snapshot, (time.monotonic() - started) * 1000)
 
     def _commit_dead_letters(self, files: list[DataFile], frontier: Frontier, main_sequence: int) -> None:
         assert self._dead_letter_identifier is not None
@@ -300,7 +295,7 @@ class SinkCommitter:
                 dead_letters=sum(f.record_count for f in files),
             )
 
-        snapshot, _ = self._compare_and_swap(
+        snapshot = self._compare_and_swap(
             self._dead_letter_identifier, self._steady_check(self.last_dead_letter_snapshot_id), build
         )
         self.last_dead_letter_snapshot_id = snapshot.snapshot_id

@@ -24,7 +24,6 @@ class Pending:
     """What a source has beyond a frontier: the range end, and a size estimate to decide when to commit."""
 
     end: Frontier
-    records: int
     estimated_bytes: int
     reaches_end: bool = False  # a bounded source has nothing after ``end``
     lag: dict[str, Any] | None = None

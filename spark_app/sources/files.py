@@ -109,7 +109,6 @@ class FilesSource(Source):
             notes = {"files-before-frontier": late[:100], "files-before-frontier-count": len(late)}
         return Pending(
             end={"after": chosen[-1][0], "files": [rel for rel, _ in chosen]},
-            records=0,
             estimated_bytes=size,
             lag={"files": len(new) - len(chosen)},
             notes=notes,

@@ -99,7 +99,6 @@ class GeneratorSource(Source):
         rows = end - next_id
         return Pending(
             end={"next_id": end},
-            records=rows,
             estimated_bytes=rows * ESTIMATED_BYTES_PER_ROW,
             reaches_end=total is not None and end >= total,
             lag={"records": self._available(next_id) - end},

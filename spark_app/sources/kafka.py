@@ -281,7 +281,6 @@ class KafkaSource(Source):
             notes["frontier-beyond-end"] = ahead
         return KafkaPending(
             end=as_frontier(ends),
-            records=records,
             estimated_bytes=records * ESTIMATED_BYTES_PER_RECORD,
             lag={"records": sum(max(0, lag) for lag in lag_by_partition.values()),
                  "partitions": as_frontier(lag_by_partition)},
