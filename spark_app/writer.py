@@ -309,11 +309,11 @@ class PartitionedWriter:
         return files
 
     def abort(self) -> None:
+        """Delete every file this writer wrote, open or closed (the task failed; nothing is committed)."""
         for writer in self._writers.values():
             writer.abort()
-
-    def written_paths(self) -> list[str]:
-        return [data_file.file_path for writer in self._writers.values() for data_file in writer.closed_files]
+            for data_file in writer.closed_files:
+                self._io.delete(data_file.file_path)
 
 
 def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.Table:
@@ -407,13 +407,9 @@ def stage_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch], task_id:
         if dead_writer is not None:
             result.files += [StagedFile("dead_letter", data_file) for data_file in dead_writer.finish()]
     except BaseException:
-        for writer in (data_writer, dead_writer):
-            if writer is None:
-                continue
-            writer.abort()
-            io = load_file_io(plan.table.io_properties, plan.table.location)
-            for path in writer.written_paths():
-                io.delete(path)
+        data_writer.abort()
+        if dead_writer is not None:
+            dead_writer.abort()
         raise
     return result
 

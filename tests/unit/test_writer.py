@@ -94,3 +94,13 @@ def test_a_clean_batch_passes_through_without_a_copy() -> None:
     good, bad, _ = split_dead_letters(batch, ("id",))
     assert good is batch
     assert bad.to_pylist() == [False, False]
+
+
+def test_abort_deletes_every_file_written_open_or_closed(tmp_path: Path) -> None:
+    table_plan = plan(tmp_path)
+    writer = PartitionedWriter(table_plan, "isync-test", 64 * 1024, 1 << 26)
+    for start in range(0, 200_000, 20_000):
+        writer.write(conform(rows(start, 20_000), table_plan.arrow_schema()))
+    assert len(list(tmp_path.rglob("*.parquet"))) >= 2  # rolled files, and one still open
+    writer.abort()
+    assert list(tmp_path.rglob("*.parquet")) == []
