@@ -12,6 +12,7 @@ or dropped silently.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -20,7 +21,7 @@ from pyspark.sql import functions as F
 from icebergsync.catalog import read_secret, resolve_env
 from icebergsync.protocol import Frontier, encode_json
 from icebergsync.schema import spark_ddl
-from icebergsync.storage import StoredFile, list_files
+from icebergsync.storage import StoredFile, list_files, normalize
 from spark_app.decode import CORRUPT, conform_columns, decode_json
 from spark_app.sources.base import Pending, Source, SourceBatch
 from spark_app.writer import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
@@ -60,8 +61,6 @@ class FilesSource(Source):
         self.settings = settings
         self._root = settings.path.rstrip("/")
         if "://" not in self._root:
-            from pathlib import Path
-
             self._root = Path(self._root).expanduser().resolve().as_uri()
         self._io_properties = {
             **resolve_env(self.spec.table.catalog.properties, "spec.table.catalog.properties"),
@@ -77,9 +76,7 @@ class FilesSource(Source):
         return {"after": ""}
 
     def _relative(self, stored: StoredFile) -> str:
-        root = self._root.removeprefix("file://").removeprefix("s3a://").removeprefix("s3://")
-        path = stored.uri.removeprefix("file://").removeprefix("s3a://").removeprefix("s3://")
-        return path[len(root):].lstrip("/")
+        return normalize(stored.uri)[len(normalize(self._root)):].lstrip("/")
 
     def _listing(self) -> list[tuple[str, StoredFile]]:
         root = self._root.replace("s3a://", "s3://", 1)
