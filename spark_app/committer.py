@@ -190,8 +190,8 @@ class SinkCommitter:
             owner = protocol.steady_fence_owner(metadata, self.writer, last_snapshot_id)
             if owner is not None:
                 raise FencedError(self.writer.sink_id, self.writer.version, owner.version, owner.attempt)
-            ancestors = {s.snapshot_id for s in protocol.main_ancestry(metadata)}
-            if last_snapshot_id not in ancestors and metadata.snapshot_by_id(last_snapshot_id) is not None:
+            on_main = any(s.snapshot_id == last_snapshot_id for s in protocol.main_ancestry(metadata))  # stops there
+            if not on_main and metadata.snapshot_by_id(last_snapshot_id) is not None:
                 raise IcebergSyncError(
                     f"snapshot {last_snapshot_id} of this sink is no longer on main (the table was rolled back); "
                     "restart to resume from the table"
