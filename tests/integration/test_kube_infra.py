@@ -4,6 +4,7 @@ with RBAC, the Spark Operator CRDs Established and validating, and the pinned he
 from __future__ import annotations
 
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -154,7 +155,16 @@ def test_rbac_is_enforced(kube_cluster: KubeCluster) -> None:
                     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
                 },
             )
-        assert api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"] == []
+        # The RBAC authorizer reads an informer cache: a new binding takes effect shortly, not instantly.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                listed = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+                break
+            except ApiException as denied:
+                assert denied.status == 403 and time.monotonic() < deadline, "the RoleBinding never took effect"
+                time.sleep(0.2)
+        assert listed["items"] == []
         with pytest.raises(ApiException) as err:
             api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _spark_app("x", namespace))
         assert err.value.status == 403
