@@ -9,7 +9,7 @@
 # Spark 4.0.1 (Scala 2.13, Java 17) comes from the official Apache Spark image, the same version as
 # the project's pinned pyspark; Python is the 3.11 line the project is tested on; the Java 17 runtime
 # is Debian's. The Python dependencies are the exact pins of requirements.lock (the runtime closure
-# of pyproject.toml, checked by tests/unit/test_dockerfile.py). The Kafka connector and the S3A
+# of pyproject.toml with hashes, checked by tests/unit/test_lock.py). The Kafka connector and the S3A
 # (hadoop-aws) jars are resolved from the same Maven poms the test suite uses
 # (scripts/infra/maven/) and baked into $SPARK_HOME/jars, so they are on every driver's and
 # executor's classpath with no spark.jars download at run time (ICEBERGSYNC_SPARK_JARS_PRESENT=1
@@ -71,7 +71,7 @@ COPY --from=jars /build/jars/ /opt/spark/jars/
 
 # Python dependencies first (exact pins; a layer that changes only with requirements.lock).
 COPY requirements.lock /opt/icebergsync/requirements.lock
-RUN pip install --no-deps -r /opt/icebergsync/requirements.lock
+RUN pip install --no-deps --require-hashes -r /opt/icebergsync/requirements.lock
 
 # The project: installed (console scripts icebergsync, icebergsync-operator) and kept as source
 # under /opt/icebergsync, where the SparkApplication's mainApplicationFile points.

@@ -2,12 +2,9 @@
 
 What can be checked is: every file it copies from the build context exists and passes
 .dockerignore; the pinned versions agree with the project's (Spark = pyspark, Python line, the
-connector jars' Maven poms are the test suite's own, the Python pins are requirements.lock, which is
-the runtime closure of pyproject.toml as installed in .venv); the entry points it and the chart name
-exist, agree with render.py's constants, and start; the final user is not root.
-
-Regenerate the lock after changing pyproject.toml's dependencies (and re-running bootstrap):
-``.venv/bin/python -m tests.unit.test_dockerfile --write-lock``
+connector jars' Maven poms are the test suite's own, the Python pins are installed from
+requirements.lock with hashes, see test_lock.py); the entry points it and the chart name exist,
+agree with render.py's constants, and start; the final user is not root.
 """
 
 from __future__ import annotations
@@ -28,19 +25,12 @@ import pytest
 import yaml
 from icebergsync_operator.constants import MAIN_APPLICATION_FILE
 from icebergsync_operator.settings import DEFAULT_SPARK_VERSION
-from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "Dockerfile"
-LOCK = REPO_ROOT / "requirements.lock"
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
-LOCK_HEADER = (
-    "# Exact pins of the image's Python dependencies: the runtime closure of pyproject.toml's\n"
-    "# [project].dependencies as resolved in .venv. Generated, do not edit:\n"
-    "#   .venv/bin/python -m tests.unit.test_dockerfile --write-lock\n"
-)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -162,48 +152,6 @@ def pinned_dependencies() -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------------
-# requirements.lock
-# ------------------------------------------------------------------------------------------------
-
-
-def runtime_closure(root: str = "icebergsync") -> dict[str, str]:
-    """Every distribution ``root`` needs at run time (no extras of its own), as installed here."""
-    environment: dict[str, str] = {key: str(value) for key, value in default_environment().items()}
-    versions: dict[str, str] = {}
-    done: set[tuple[str, frozenset[str]]] = set()
-    todo: list[tuple[str, frozenset[str]]] = [(root, frozenset())]
-    while todo:
-        name, extras = todo.pop()
-        key = canonicalize_name(name)
-        if (key, extras) in done:
-            continue
-        done.add((key, extras))
-        distribution = metadata.distribution(name)
-        versions[key] = distribution.version
-        for text in distribution.requires or []:
-            requirement = Requirement(text)
-            if requirement.marker is not None and not any(
-                    requirement.marker.evaluate({**environment, "extra": extra}) for extra in (extras or {""})):
-                continue
-            todo.append((requirement.name, frozenset(requirement.extras)))
-    versions.pop(canonicalize_name(root))
-    return versions
-
-
-def render_lock() -> str:
-    return LOCK_HEADER + "".join(f"{name}=={version}\n" for name, version in sorted(runtime_closure().items()))
-
-
-def read_lock() -> dict[str, str]:
-    pins: dict[str, str] = {}
-    for line in LOCK.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, _, version = line.partition("==")
-            pins[canonicalize_name(name)] = version
-    return pins
-
-
-# ------------------------------------------------------------------------------------------------
 # tests
 # ------------------------------------------------------------------------------------------------
 
@@ -294,20 +242,9 @@ def test_image_tells_the_job_that_the_connector_jars_are_baked() -> None:
     assert env["SPARK_HOME"] == "/opt/spark" and env["PYSPARK_PYTHON"] == "/usr/local/bin/python3"
 
 
-def test_lock_is_the_runtime_closure_of_pyproject() -> None:
-    assert LOCK.read_text() == render_lock(), (
-        "requirements.lock is stale: .venv/bin/python -m tests.unit.test_dockerfile --write-lock")
-    lock = read_lock()
-    for name, version in pinned_dependencies().items():
-        assert lock.get(name) == version, f"{name}: pyproject pins {version}, requirements.lock has {lock.get(name)}"
-    # No dev tools in the image.
-    for dev in ("pytest", "ruff", "mypy"):
-        assert dev not in lock
-
-
 def test_dockerfile_installs_the_lock_then_the_project() -> None:
     runs = [i.args for i in instructions() if i.keyword == "RUN" and i.stage == final_stage()]
-    assert any("pip install --no-deps -r /opt/icebergsync/requirements.lock" in run for run in runs)
+    assert any("pip install --no-deps --require-hashes -r /opt/icebergsync/requirements.lock" in run for run in runs)
     assert any("pip install --no-deps /opt/icebergsync" in run and "pip check" in run for run in runs)
 
 
@@ -361,10 +298,3 @@ def test_spark_entrypoint_is_kept() -> None:
     assert entrypoints == [['["/opt/entrypoint.sh"]']] or entrypoints == [["[/opt/entrypoint.sh]"]]
     assert any(flags.get("from") == "spark" and "/opt/entrypoint.sh" in srcs for _, srcs, _, flags in copies())
 
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--write-lock"]:
-        LOCK.write_text(render_lock())
-        print(f"wrote {LOCK}")
-    else:
-        sys.exit("usage: python -m tests.unit.test_dockerfile --write-lock")
