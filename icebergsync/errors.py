@@ -10,6 +10,9 @@ EXIT_INVALID_SPEC = 2
 EXIT_FENCED = 75
 EXIT_INCOMPATIBLE_SCHEMA = 3
 EXIT_CATALOG_UNREACHABLE = 4
+# A record or file that cannot be ingested and no dead-letter table to put it in (EX_DATAERR): waiting or
+# relaunching will not help, the operator reports Stalled with the reason.
+EXIT_BAD_INPUT = 65
 
 
 class IcebergSyncError(Exception):
