@@ -34,7 +34,8 @@ from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefi
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.decode import apply_transform, with_control_columns
 from spark_app.faults import crash_point
-from spark_app.sources.base import Source, make_source
+from spark_app.sources.base import Source
+from spark_app.sources.registry import make_source
 from spark_app.writer import (
     ERROR_COLUMN,
     RESULT_SCHEMA,
