@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from icebergsync.crd import Condition, LastCommit, SyncStatus
 from icebergsync.protocol import encode_json
+from icebergsync.resource_status import Condition, LastCommit, SyncStatus
 from icebergsync.status import SinkStatus
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.settings import OperatorSettings
 from icebergsync_operator.status import TableObservation, conditions, lag_text, parse_status, with_table
 
-from icebergsync.crd import SyncStatus
+from icebergsync.resource_status import SyncStatus
 from icebergsync.status import SinkStatus
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
