@@ -19,7 +19,7 @@ from icebergsync.resource_status import SyncStatus
 from icebergsync_operator.applications import ObservedApplication, Outcome
 from icebergsync_operator.render import application_name
 from icebergsync_operator.settings import OperatorSettings
-from icebergsync_operator.status import (
+from icebergsync_operator.status_update import (
     FALSE,
     TRUE,
     Assessment,
