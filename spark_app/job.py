@@ -26,7 +26,7 @@ from pyiceberg.typedef import Record
 from pyspark.sql import SparkSession
 
 from icebergsync.catalog import ensure_table, open_catalog, partition_spec
-from icebergsync.errors import EXIT_OK, FencedError
+from icebergsync.errors import EXIT_OK
 from icebergsync.protocol import Frontier, Writer, encode_json
 from icebergsync.schema import iceberg_schema, plan_evolution
 from icebergsync.spec import IcebergSync, effective_columns
@@ -113,7 +113,7 @@ class SyncJob:
         committer = SinkCommitter(self.catalog, self.spec.table.name, self.writer,
                                   self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file)
         source = make_source(self.spark, self.spec)
-        progress = committer.start(changes)
+        progress = committer.start(changes, source.identity(), source.check_frontier)
         crash_point("fenced")
         if changes:
             log.info("%s v%d: evolved the schema of %s: %s", self.writer.sink_id, self.writer.version,
@@ -145,11 +145,7 @@ class SyncJob:
                 continue
             output, end = self._stage(source, frontier, pending, plan)
             crash_point("staged")
-            try:
-                commit = committer.commit(output, end)
-            except FencedError:
-                committer.discard(table, output)
-                raise
+            commit = committer.commit(output, end)  # on refusal it deletes what it staged, and only that
             crash_point("committed")
             last_commit = time.monotonic()
             frontier = end

@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from icebergsync.protocol import Frontier
+from icebergsync.protocol import Frontier, SourceIdentity
 from icebergsync.spec import IcebergSyncSpec
 
 
@@ -53,6 +53,16 @@ class Source(ABC):
     @abstractmethod
     def initial_frontier(self) -> Frontier:
         """Where a sink with no progress in the table starts."""
+
+    def identity(self) -> SourceIdentity:
+        """What identifies this source's records, recorded with every frontier (a frontier recorded
+        for another identity is refused). The kind, plus what addresses the records where a
+        frontier of the same shape could point into another source's."""
+        return {"kind": self.spec.source.kind}
+
+    @abstractmethod
+    def check_frontier(self, frontier: Frontier) -> None:
+        """Raise ``ValueError`` when ``frontier`` is not of this source's shape."""
 
     @abstractmethod
     def pending(self, frontier: Frontier, max_bytes: int) -> Pending | None:

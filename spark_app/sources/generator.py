@@ -80,6 +80,11 @@ class GeneratorSource(Source):
     def initial_frontier(self) -> Frontier:
         return {"next_id": 0}
 
+    def check_frontier(self, frontier: Frontier) -> None:
+        next_id = frontier.get("next_id")
+        if set(frontier) != {"next_id"} or not isinstance(next_id, int) or isinstance(next_id, bool) or next_id < 0:
+            raise ValueError('a generator frontier is {"next_id": <id ≥ 0>}')
+
     def _available(self, next_id: int) -> int:
         """Rows generated so far at the configured rate, counted from where this run started."""
         now = time.monotonic()

@@ -109,8 +109,9 @@ def rules_of(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 def settings_from(docs: list[dict[str, Any]]) -> Any:
     """The settings the operator would run with, parsed by its own parser from the rendered env."""
     cont = container(docs)
-    assert cont["command"] == ["icebergsync-operator"]
-    settings, log_level = parse_settings(cont.get("args", []), env_of(docs))
+    # args, not command: the image's entrypoint (tini as PID 1) must not be bypassed.
+    assert "command" not in cont and cont["args"][0] == "icebergsync-operator"
+    settings, log_level = parse_settings(cont["args"][1:], env_of(docs))
     return settings, log_level
 
 
