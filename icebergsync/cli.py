@@ -55,10 +55,10 @@ def run_command(args: argparse.Namespace) -> int:
 def status_command(args: argparse.Namespace) -> int:
     """Print what the table says about the sync."""
     from icebergsync.catalog import open_catalog
-    from icebergsync.status import read_sink_status
+    from icebergsync.sink_state import read_sink_state
 
     sync = load_spec(args.spec)
-    status = read_sink_status(open_catalog(sync.spec.table.catalog), sync.spec.table.name, sync.sink_id)
+    status = read_sink_state(open_catalog(sync.spec.table.catalog), sync.spec.table.name, sync.sink_id)
     if args.json:
         print(json.dumps(status.as_dict(), indent=2, sort_keys=True))
         return EXIT_OK

@@ -28,13 +28,14 @@ from pyspark.sql import SparkSession
 from icebergsync.catalog import ensure_table, open_catalog, partition_spec
 from icebergsync.errors import EXIT_OK
 from icebergsync.protocol import Frontier, Writer, encode_json
-from icebergsync.schema import effective_columns, iceberg_schema, plan_evolution
-from icebergsync.spec import IcebergSync
+from icebergsync.schema import iceberg_schema, plan_evolution
+from icebergsync.spec import IcebergSync, effective_columns
 from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.decode import apply_transform, with_control_columns
 from spark_app.faults import crash_point
-from spark_app.sources.base import Source, make_source
+from spark_app.sources.base import Source
+from spark_app.sources.registry import make_source
 from spark_app.writer import (
     ERROR_COLUMN,
     RESULT_SCHEMA,

@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from icebergsync.protocol import Frontier
-from icebergsync.schema import GENERATOR_COLUMNS
+from icebergsync.spec import GENERATOR_COLUMNS
 from spark_app.sources.base import Pending, Source, SourceBatch
 
 # Epoch micros of 2025-01-01T00:00:00Z; consecutive ids are 10 ms apart in event time.

@@ -134,7 +134,7 @@ def test_app_version_is_the_project_version() -> None:
 @pytest.mark.parametrize("name", ["icebergsync.yaml", "kopf-peering.yaml"])
 def test_chart_crds_are_byte_identical_to_the_generated_ones(name: str) -> None:
     assert (CHART / "crds" / name).read_bytes() == (REPO_ROOT / "crds" / name).read_bytes(), (
-        f"charts/icebergsync/crds/{name} drifted: run .venv/bin/python -m icebergsync.crd --write")
+        f"charts/icebergsync/crds/{name} drifted: run .venv/bin/python -m icebergsync.generate --write")
     assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["icebergsync.yaml", "kopf-peering.yaml"]
 
 
