@@ -38,6 +38,7 @@ from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
 from spark_app.faults import crash_point
+from spark_app.iceberg_internals import appended_snapshot_id, commit_transaction
 
 log = logging.getLogger("icebergsync.committer")
 
@@ -165,9 +166,10 @@ class SinkCommitter:
             check(table.metadata)
             transaction, snapshot_id = build(table)
             attempted.append(snapshot_id)
-            requirements = (*transaction._requirements, AssertTableUUID(uuid=table.metadata.table_uuid))
             try:
-                response = self._catalog.commit_table(table, requirements, transaction._updates)
+                response = commit_transaction(
+                    self._catalog, table, transaction, AssertTableUUID(uuid=table.metadata.table_uuid)
+                )
             except CommitFailedException as exc:
                 log.info("commit conflict on %s (round %d): %s; re-checking the fence", identifier, rounds, exc)
                 time.sleep(random.uniform(0.0, min(1.0, 0.01 * 2**min(rounds, 7))))
@@ -211,7 +213,7 @@ class SinkCommitter:
         with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
             for data_file in files:
                 append.append_data_file(data_file)
-            snapshot_id = append.snapshot_id
+            snapshot_id = appended_snapshot_id(append)
         checkpoint = protocol.checkpoint_value(self.writer, frontier, snapshot_id, checkpoint_extra, self.source)
         transaction.set_properties({protocol.checkpoint_key(self.writer.sink_id): checkpoint})
         return transaction, snapshot_id
