@@ -74,6 +74,11 @@ def status_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_arguments(spec_path: str, sink_version: int, master: str = "") -> list[str]:
+    """The ``icebergsync run`` arguments for one launch (what the operator renders into the application)."""
+    return ["run", spec_path, "--sink-version", str(sink_version), "--master", master]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="icebergsync", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
