@@ -76,6 +76,8 @@ def observe(context: OperatorContext, body: Mapping[str, Any], now: datetime) ->
         applications=tuple(app for app in applications if app is not None),
         table=table,
         now=now,
+        source_bounded=sync.spec.source.bounded if sync else False,
+        source_exhausted=bool(sync and table.sink and sync.spec.source.exhausted(table.sink.frontier)),
     )
     return observation, sync
 

@@ -182,6 +182,7 @@ def _app(state: str, error: str = "", version: str = "3") -> dict[str, Any]:
     ("SUBMISSION_FAILED", "failed to run spark-submit", Outcome.FAILED),
     ("FAILED", "driver container failed with ExitCode: 75, Reason: Error", Outcome.FENCED),
     ("FAILED", "driver container failed with ExitCode: 175, Reason: Error", Outcome.FAILED),
+    ("FAILED", "driver container failed with ExitCode: 65, Reason: Error", Outcome.BAD_INPUT),
 ])
 def test_application_outcomes(state: str, error: str, outcome: Outcome) -> None:
     app = parse_application(_app(state, error))
