@@ -52,6 +52,11 @@ def status_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_arguments(spec_path: str, sink_version: int, master: str = "") -> list[str]:
+    """The ``icebergsync run`` arguments for one launch (what the operator renders into the application)."""
+    return ["run", spec_path, "--sink-version", str(sink_version), "--master", master]
+
+
 def version_text() -> str:
     """``icebergsync <version> (pyspark <version>, Python <version>)`` of the installed distributions."""
     python = ".".join(map(str, sys.version_info[:3]))
