@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync.errors import FencedError, ProgressConflictError
 from icebergsync.protocol import Writer
-from icebergsync.schema import GENERATOR_COLUMNS
+from icebergsync.spec import GENERATOR_COLUMNS
 from spark_app import committer as committer_module
 from spark_app.committer import SinkCommitter
 from spark_app.job import SyncJob, rebuild_data_file
