@@ -20,6 +20,7 @@ from icebergsync_operator.settings import OperatorSettings, parse_settings
 
 from icebergsync.cli import build_parser, run_arguments
 from icebergsync.spec import IcebergSync, parse_spec
+from spark_app.cli import add_run_command
 
 UID = "0b0e5d6c-1111-2222-3333-444455556666"
 SETTINGS = OperatorSettings(default_image="registry.example/icebergsync:test", default_service_account="spark")
@@ -68,7 +69,7 @@ def test_spark_application_runs_the_job_entry_point_with_the_version() -> None:
     assert spec["mode"] == "cluster"
     assert spec["mainApplicationFile"] == "local:///opt/icebergsync/spark_app/main.py"
     assert spec["arguments"] == ["run", "/etc/icebergsync/spec/sync.yaml", "--sink-version", "4", "--master", ""]
-    job_args = build_parser().parse_args(spec["arguments"])
+    job_args = build_parser(extra_commands=(add_run_command,)).parse_args(spec["arguments"])
     assert (job_args.spec, job_args.sink_version, job_args.master) == ("/etc/icebergsync/spec/sync.yaml", 4, "")
     assert spec["restartPolicy"] == {"type": "Never"}
     assert spec["sparkVersion"] == SETTINGS.spark_version
@@ -153,7 +154,7 @@ def test_spec_configmap_name_changes_with_the_spec_content() -> None:
 
 def test_run_arguments_round_trip_through_the_job_parser() -> None:
     for version in (1, 7, 123456):
-        args = build_parser().parse_args(run_arguments("/spec.yaml", version))
+        args = build_parser(extra_commands=(add_run_command,)).parse_args(run_arguments("/spec.yaml", version))
         assert (args.command, args.spec, args.sink_version, args.master) == ("run", "/spec.yaml", version, "")
 
 
