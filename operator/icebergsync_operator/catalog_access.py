@@ -34,7 +34,7 @@ ENV_REFERENCE = "${env:"
 ALLOWED_PROPERTIES = frozenset({
     "warehouse", "credential", "token", "scope", "audience", "resource", "oauth2-server-uri",
     "s3.endpoint", "s3.region", "s3.access-key-id", "s3.secret-access-key", "s3.session-token",
-    "s3.path-style-access", "prefix",
+    "s3.path-style-access", "s3.force-virtual-addressing", "prefix",
 })
 # Properties naming an endpoint the operator would connect to (checked against the allow-list).
 ENDPOINT_PROPERTIES = ("uri", "oauth2-server-uri", "s3.endpoint")
