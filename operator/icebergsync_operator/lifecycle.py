@@ -62,7 +62,7 @@ def observe(context: OperatorContext, body: Mapping[str, Any], now: datetime) ->
     except SpecError as error:
         sync, problems = None, tuple(error.problems)
     applications = [parse_application(app) for app in context.api.list_applications(namespace, name)]
-    table = observe_table(context.api, sync) if sync is not None and not sync.spec.suspend else TableObservation()
+    table = observe_table(context.api, sync, context.settings) if sync is not None and not sync.spec.suspend else TableObservation()
     observation = Observation(
         name=name,
         namespace=namespace,

@@ -157,6 +157,23 @@ def test_nothing_is_launched_while_the_catalog_does_not_answer(kube: Kube, start
     assert kube.event_reasons("orders") == ["WaitingForCatalog"]
 
 
+def test_a_binary_catalog_secret_is_a_condition_and_an_event_not_a_crash(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
+    kube.core.create_namespaced_secret(kube.namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="catalog-creds"),
+        data={"token": base64.b64encode(b"\xff\xfe\x00binary").decode()}))
+    kube.create_sync("orders", generator_spec(catalog={**warehouse, "secretRef": {"name": "catalog-creds"}}))
+    operator = start_operator()
+    status = kube.wait_status("orders", "waiting for the catalog", lambda s: any(
+        c["reason"] == "WaitingForCatalog" for c in s.get("conditions", [])))
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert "the value of key 'token' is not UTF-8 text" in ready["message"]
+    operator.wait_reconciles(2)
+    assert kube.event_reasons("orders") == ["WaitingForCatalog"]
+    assert kube.applications() == {}
+    assert 'icebergsync_operator_reconciles_total{result="error"}' not in operator.metrics()
+
+
 def test_spec_change_raises_the_version_and_removes_the_old_application(
         kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
     kube.create_sync("trips", generator_spec(warehouse))
