@@ -352,6 +352,20 @@ def check_resumable(progress: Progress, source: SourceIdentity | None) -> None:
         )
 
 
+def rolled_back_past(metadata: TableMetadata, sink_id: str, last_snapshot_id: int) -> bool:
+    """Whether main no longer holds a sink's last snapshot (main was rolled back past it).
+
+    The snapshot still exists off main; or it is gone and main's history reaches an older commit of
+    the sink (expiry alone cuts the history at the expired snapshot, so no older commit is reachable).
+    Check the fence first: a newer writer's commits above the snapshot are no rollback.
+    """
+    if metadata.snapshot_by_id(last_snapshot_id) is not None:
+        return not is_on_main(metadata, last_snapshot_id)
+    return any(
+        (s.summary.additional_properties if s.summary else {}).get(SINK_ID) == sink_id for s in main_ancestry(metadata)
+    )
+
+
 def steady_fence_owner(metadata: TableMetadata, me: Writer, my_last_snapshot_id: int) -> Writer | None:
     """Before a data commit: the writer that has claimed the sink since ``me`` last committed, if any.
 

@@ -35,8 +35,12 @@ IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 TABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
-Size = Annotated[str, Field(pattern=SIZE_PATTERN)]
+# The length bounds also let the API server's CEL cost estimator accept the rules on these strings.
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=64)]
+Size = Annotated[str, Field(pattern=SIZE_PATTERN, max_length=64)]
+PartitionTransform = Annotated[str, Field(pattern=PARTITION_PATTERN, max_length=256)]
+ZERO_WIDTH_PATTERN = r"^\s*(bucket|truncate)\(\s*0+\s*,"
+MIN_TARGET_FILE_BYTES = 1024
 
 
 class Model(BaseModel):
@@ -153,8 +157,15 @@ class Catalog(Model):
 class Table(Model):
     catalog: Catalog = Field(default_factory=Catalog)
     name: str = Field(pattern=TABLE_NAME_PATTERN, description="namespace.table")
-    partition_by: list[Annotated[str, Field(pattern=PARTITION_PATTERN)]] = Field(default_factory=list)
+    partition_by: list[PartitionTransform] = Field(default_factory=list, max_length=64)
     properties: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("partition_by")
+    @classmethod
+    def _positive_widths(cls, transforms: list[str]) -> list[str]:
+        if any(re.match(ZERO_WIDTH_PATTERN, transform) for transform in transforms):
+            raise ValueError("bucket and truncate need a width of at least 1")
+        return transforms
 
 
 class Commit(Model):
@@ -185,7 +196,7 @@ class Commit(Model):
             raise ValueError("interval must be greater than zero")
         if self.poll_seconds <= 0:
             raise ValueError("pollInterval must be greater than zero")
-        if self.target_file_bytes < 1024:
+        if self.target_file_bytes < MIN_TARGET_FILE_BYTES:
             raise ValueError("targetFileSize must be at least 1Ki")
         return self
 

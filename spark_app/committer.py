@@ -235,8 +235,7 @@ class SinkCommitter:
             owner = protocol.steady_fence_owner(metadata, self.writer, last_snapshot_id)
             if owner is not None:
                 raise FencedError(self.writer.sink_id, self.writer.version, owner.version, owner.attempt)
-            if metadata.snapshot_by_id(last_snapshot_id) is not None \
-                    and not protocol.is_on_main(metadata, last_snapshot_id):
+            if protocol.rolled_back_past(metadata, self.writer.sink_id, last_snapshot_id):
                 raise ProgressConflictError(
                     f"snapshot {last_snapshot_id} of this sink is no longer on main (the table was rolled back); "
                     "nothing more was written. A restart resumes from what main holds"

@@ -261,6 +261,25 @@ def test_is_on_main() -> None:
     assert not protocol.is_on_main(history.metadata(), 424242)
 
 
+def test_a_rollback_is_told_from_expiry_of_the_sinks_last_snapshot() -> None:
+    history = History()
+    history.sink(ME, 1)
+    kept = history.sink(ME, 2)
+    history.sink(ME, 3)
+    last = history.commit({"operation-by": "someone"}, checkpoint=False)
+    history.sink(ME, 4)
+    mine = history.head
+    assert mine is not None
+    history.commit({"operation-by": "someone"})
+    assert not protocol.rolled_back_past(history.metadata(), SINK, mine)
+    history.expire(mine)  # expiry of the sink's last snapshot (not the head)
+    assert not protocol.rolled_back_past(history.metadata(), SINK, mine)
+    history.rollback(kept)
+    assert protocol.rolled_back_past(history.metadata(), SINK, last)
+    history.expire(last)  # the rolled-back snapshots expired too: main still holds an older commit
+    assert protocol.rolled_back_past(history.metadata(), SINK, mine)
+
+
 # -- the fence decision and the source check ---------------------------------------------------------
 
 
