@@ -174,6 +174,27 @@ def test_a_binary_catalog_secret_is_a_condition_and_an_event_not_a_crash(
     assert 'icebergsync_operator_reconciles_total{result="error"}' not in operator.metrics()
 
 
+def test_a_spec_outside_the_admins_policy_is_refused_with_a_condition_and_an_event(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
+    kube.create_sync("orders", generator_spec(warehouse, spark={
+        "serviceAccount": "cluster-admin",
+        "conf": {"spark.kubernetes.driver.volumes.hostPath.root.mount.path": "/host"}}))
+    operator = start_operator("--allowed-service-accounts", "icebergsync-spark")
+    status = kube.wait_status("orders", "refused", lambda s: s.get("phase") == "Failed")
+    assert kube.condition("orders", "Stalled") == ("True", "PolicyViolation")
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert "'cluster-admin' is not allowed" in stalled["message"]
+    assert "spark.kubernetes.driver.volumes.hostPath.root.mount.path' is denied" in stalled["message"]
+    operator.wait_reconciles(2)
+    assert kube.applications() == {}
+    assert kube.event_reasons("orders") == ["PolicyViolation"]
+
+    kube.patch_spec("orders", {"spark": {"serviceAccount": "icebergsync-spark", "conf": None}})
+    app = kube.wait_applications({"orders-v1"})["orders-v1"]
+    assert app["spec"]["driver"]["serviceAccount"] == "icebergsync-spark"
+    assert "sparkConf" not in app["spec"]
+
+
 def test_spec_change_raises_the_version_and_removes_the_old_application(
         kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
     kube.create_sync("trips", generator_spec(warehouse))

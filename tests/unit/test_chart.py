@@ -15,7 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
-from icebergsync_operator.settings import DEFAULT_IMAGE, DEFAULT_SPARK_VERSION, parse_settings
+from icebergsync_operator.settings import (
+    DEFAULT_DENIED_SPARK_CONF,
+    DEFAULT_IMAGE,
+    DEFAULT_SPARK_VERSION,
+    parse_settings,
+)
 
 from icebergsync import crd
 
@@ -470,3 +475,16 @@ def test_spark_driver_service_account_cluster_wide_goes_to_the_release_namespace
     driver = [d for d in of_kind(docs, "ServiceAccount") if d["metadata"]["name"] == "icebergsync-spark"]
     assert [d["metadata"]["namespace"] for d in driver] == ["jobs"]
 
+
+
+def test_policy_values_reach_the_operator(helm_binary: Path, tmp_path: Path) -> None:
+    default, _ = settings_from(render(helm_binary, tmp_path))
+    assert default.denied_spark_conf == DEFAULT_DENIED_SPARK_CONF
+    assert (default.allowed_images, default.allowed_service_accounts, default.allowed_spark_conf) == ((), (), ())
+    docs = render(helm_binary, tmp_path, {"policy": {
+        "allowedImages": ["registry.example/data/"], "allowedServiceAccounts": ["icebergsync-spark"],
+        "deniedSparkConf": ["spark.kubernetes.*"], "allowedSparkConf": ["spark.sql.*"]}})
+    settings, _ = settings_from(docs)
+    assert settings.allowed_images == ("registry.example/data/",)
+    assert settings.allowed_service_accounts == ("icebergsync-spark",)
+    assert (settings.denied_spark_conf, settings.allowed_spark_conf) == (("spark.kubernetes.*",), ("spark.sql.*",))
