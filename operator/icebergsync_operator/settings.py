@@ -38,8 +38,8 @@ class OperatorSettings:
     stall_after_failures: int = 5  #: consecutive failures that set Stalled (relaunches go on at the cap)
     stall_threshold: float = 300.0  #: minimum commit silence of a running job before it counts as Degraded
     metrics_port: int = 9090  #: Prometheus endpoint port; 0 disables it
-    metrics_address: str = "0.0.0.0"
-    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"  #: kopf liveness probe URL; empty disables it
+    metrics_address: str = "127.0.0.1"  #: loopback unless told (the chart binds the pod IP)
+    liveness_endpoint: str = "http://127.0.0.1:8080/healthz"  #: kopf liveness probe URL; empty disables it
     peering_name: str = "icebergsync"  #: KopfPeering / ClusterKopfPeering object shared by replicas
     standalone: bool = False  #: no peering: only for a single replica or development
     priority: int | None = None  #: peering priority; unset: older replicas outrank newer ones
