@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.infra.kube",
     "tests.infra.services",
+    "tests.infra.spark_operator",
 ]

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite: installs/builds every test dependency (cached under $ICEBERGSYNC_CACHE),
 # runs lint and type checks, then pytest over tests/ (unit, integration with real Spark, Kafka,
-# REST catalog and MinIO, and e2e against a real kube-apiserver with helm). Extra arguments go to pytest.
+# REST catalog and MinIO, and e2e against a real kube-apiserver with helm and the real Spark Operator
+# controller). Extra arguments go to pytest.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 "$REPO_ROOT/scripts/bootstrap.sh"
 log "test dependencies: Spark jars, Kafka, REST catalog, MinIO"
 bash "$REPO_ROOT/scripts/infra/services.sh"
-log "test dependencies: etcd, kube-apiserver, helm, Spark Operator CRD"
+log "test dependencies: etcd, kube-apiserver, helm, Spark Operator (controller and CRDs)"
 bash "$REPO_ROOT/scripts/infra/kube-tools.sh"
 log "lint (ruff) and types (mypy)"
 "$VENV/bin/ruff" check .

@@ -1,8 +1,14 @@
 """Pure renderers: the SparkApplication and the spec ConfigMap for one version of a sync.
 
 Each version gets its own immutable ConfigMap, so a running application never sees a spec that
-changes under it. Secrets are referenced by name and mounted by the Spark Operator; their
-values never appear in what is rendered here.
+changes under it. Secrets are referenced by name and mounted by Spark (``driver.secrets`` become
+``spark.kubernetes.*.secrets.*`` conf); their values never appear in what is rendered here.
+
+The application needs no Spark Operator webhook: what Spark's own conf cannot express (the spec
+ConfigMap volume, the security context) is in the driver and executor pod templates
+(``spec.driver.template`` / ``spec.executor.template``), which the Spark Operator hands to
+spark-submit as pod template files. Fields such as ``driver.configMaps`` or
+``driver.securityContext`` would only take effect through the operator's mutating webhook.
 """
 
 from __future__ import annotations
@@ -38,6 +44,13 @@ from icebergsync_operator.settings import OperatorSettings
 # at most 63 characters), so application names stay well below that.
 MAX_APPLICATION_NAME = 50
 SPEC_PATH = f"{SPEC_MOUNT_DIR}/{SPEC_FILE_NAME}"
+# Container names Spark looks for in a pod template (spark.kubernetes.*.podTemplateContainerName,
+# set so by the Spark Operator).
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+SPEC_VOLUME = "icebergsync-spec"
+POD_SECURITY_CONTEXT: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def application_name(sync_name: str, version: int) -> str:
@@ -115,12 +128,28 @@ def secret_names(sync: IcebergSync) -> list[str]:
     return sorted({ref.name for ref in refs if ref is not None})
 
 
-def _pod(sync: IcebergSync, version: int, resources: Resources) -> dict[str, Any]:
+def pod_template(sync_name: str, version: int, container: str) -> dict[str, Any]:
+    """The pod template of a driver or executor: the spec ConfigMap mounted read-only at
+    ``SPEC_MOUNT_DIR`` and the security context. Spark adds image, resources, env and its own volumes."""
+    return {
+        "spec": {
+            "securityContext": POD_SECURITY_CONTEXT,
+            "containers": [{
+                "name": container,
+                "securityContext": CONTAINER_SECURITY_CONTEXT,
+                "volumeMounts": [{"name": SPEC_VOLUME, "mountPath": SPEC_MOUNT_DIR, "readOnly": True}],
+            }],
+            "volumes": [{"name": SPEC_VOLUME, "configMap": {"name": configmap_name(sync_name, version)}}],
+        },
+    }
+
+
+def _pod(sync: IcebergSync, version: int, resources: Resources, container: str) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "cores": resources.cores,
         "memory": resources.memory,
         "labels": labels(sync.metadata.name, version),
-        "configMaps": [{"name": configmap_name(sync.metadata.name, version), "path": SPEC_MOUNT_DIR}],
+        "template": pod_template(sync.metadata.name, version, container),
     }
     secrets = [{"name": name, "path": f"{SECRETS_MOUNT_DIR}/{name}", "secretType": "Generic"}
                for name in secret_names(sync)]
@@ -137,11 +166,11 @@ def build_spark_application(sync: IcebergSync, version: int, generation: int, sy
     version decided by this operator, so that the new job fences the old one.
     """
     spark = sync.spec.spark
-    driver = _pod(sync, version, spark.driver)
+    driver = _pod(sync, version, spark.driver, DRIVER_CONTAINER)
     service_account = spark.service_account or settings.default_service_account
     if service_account:
         driver["serviceAccount"] = service_account
-    executor = {**_pod(sync, version, spark.executor), "instances": spark.executor.instances}
+    executor = {**_pod(sync, version, spark.executor, EXECUTOR_CONTAINER), "instances": spark.executor.instances}
     spec: dict[str, Any] = {
         "type": "Python",
         "pythonVersion": "3",

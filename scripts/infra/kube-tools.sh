@@ -4,14 +4,16 @@
 #   $ICEBERGSYNC_CACHE/bin/etcd            go.etcd.io/etcd/server/v3      $ETCD_VERSION
 #   $ICEBERGSYNC_CACHE/bin/kube-apiserver  k8s.io/kubernetes/cmd/kube-apiserver $K8S_VERSION
 #   $ICEBERGSYNC_CACHE/bin/helm            helm.sh/helm/v3/cmd/helm       $HELM_VERSION
-#   $ICEBERGSYNC_CACHE/crds/*.yaml         SparkApplication + ScheduledSparkApplication CRDs
-#                                          from github.com/kubeflow/spark-operator/v2 $SPARK_OPERATOR_VERSION
+#   $ICEBERGSYNC_CACHE/bin/spark-operator  github.com/kubeflow/spark-operator/v2/cmd/operator $SPARK_OPERATOR_VERSION
+#                                          (the Kubeflow Spark Operator: `controller start`, `webhook start`)
+#   $ICEBERGSYNC_CACHE/crds/*.yaml         SparkApplication, ScheduledSparkApplication and SparkConnect
+#                                          CRDs from the same module at the same version
 #
 # Each binary is built into a directory keyed by its pinned version and a hash of its wrapper
 # module (scripts/infra/<tool>/go.mod + go.sum); bin/<tool> is a symlink to the current one, so a
 # version bump rebuilds and a re-run with everything present does nothing and prints nothing.
 #
-# Usage: kube-tools.sh [--env] [etcd|kube-apiserver|helm|crds ...]
+# Usage: kube-tools.sh [--env] [etcd|kube-apiserver|helm|spark-operator|crds ...]
 #   no tool names   ensure all of them
 #   --env           after ensuring, print KEY=VALUE lines (paths and pinned versions) on stdout
 #
@@ -23,10 +25,13 @@ K8S_VERSION=v1.35.4                      # k8s.io/kubernetes; staging modules at
 K8S_BUILD_DATE=2026-04-15T18:01:22Z      # release time of K8S_VERSION (module .info Time)
 ETCD_VERSION=v3.6.5                      # the etcd that k8s v1.35.4 itself depends on
 HELM_VERSION=v3.20.2                     # built against k8s.io/* v0.35
-SPARK_OPERATOR_VERSION=v2.3.0            # github.com/kubeflow/spark-operator/v2
+SPARK_OPERATOR_VERSION=v2.4.0            # github.com/kubeflow/spark-operator/v2
+SPARK_OPERATOR_BUILD_DATE=2025-11-17T02:54:28Z           # release time (module .info Time)
+SPARK_OPERATOR_COMMIT=1199997006678a6d520c0755a0d543b3c1c47649  # the tag's commit (module .info Origin)
 SPARK_OPERATOR_MODULE=github.com/kubeflow/spark-operator/v2
-# go.sum-style hash of the spark-operator module zip (as in `go mod download -json` .Sum).
-SPARK_OPERATOR_SUM="h1:cYN/331gwkdZ0S/ai72JQoUv7UK52O2OQOWFpl8XhPc="
+# go.sum-style hash of the spark-operator module zip (as in `go mod download -json` .Sum); the same
+# line is in scripts/infra/spark-operator/go.sum.
+SPARK_OPERATOR_SUM="h1:Bo5rz5dlhqYEa7e/TLtUEVXDMNRotnVaQ4VLCyeLeOc="
 
 INFRA_DIR="$REPO_ROOT/scripts/infra"
 BIN_DIR="$ICEBERGSYNC_CACHE/bin"
@@ -34,18 +39,19 @@ TOOLS_DIR="$ICEBERGSYNC_CACHE/kube-tools"
 CRD_DIR="$ICEBERGSYNC_CACHE/crds"
 SPARK_CRD="$CRD_DIR/spark-operator-$SPARK_OPERATOR_VERSION/sparkoperator.k8s.io_sparkapplications.yaml"
 SCHEDULED_SPARK_CRD="$CRD_DIR/spark-operator-$SPARK_OPERATOR_VERSION/sparkoperator.k8s.io_scheduledsparkapplications.yaml"
+SPARK_CONNECT_CRD="$CRD_DIR/spark-operator-$SPARK_OPERATOR_VERSION/sparkoperator.k8s.io_sparkconnects.yaml"
 
 print_env=0
 targets=()
 for arg in "$@"; do
   case "$arg" in
     --env) print_env=1 ;;
-    etcd|kube-apiserver|helm|crds) targets+=("$arg") ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    etcd|kube-apiserver|helm|spark-operator|crds) targets+=("$arg") ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) log "kube-tools.sh: unknown argument '$arg'"; exit 2 ;;
   esac
 done
-[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kube-apiserver helm crds)
+[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kube-apiserver helm spark-operator crds)
 
 need_go() {
   command -v go >/dev/null && return 0
@@ -122,8 +128,17 @@ ensure_helm() {
 -X $v/pkg/chartutil.k8sVersionMajor=1 -X $v/pkg/chartutil.k8sVersionMinor=$minor"
 }
 
+ensure_spark_operator() {
+  # The variables the upstream Makefile sets; with a commit, a tag and a clean tree the binary
+  # reports the tag (`spark-operator version`).
+  local v=$SPARK_OPERATOR_MODULE
+  build_tool spark-operator "$SPARK_OPERATOR_VERSION" "$v/cmd/operator" \
+    "-X $v.version=$SPARK_OPERATOR_VERSION -X $v.buildDate=$SPARK_OPERATOR_BUILD_DATE \
+-X $v.gitCommit=$SPARK_OPERATOR_COMMIT -X $v.gitTag=$SPARK_OPERATOR_VERSION -X $v.gitTreeState=clean"
+}
+
 ensure_crds() {
-  [[ -s "$SPARK_CRD" && -s "$SCHEDULED_SPARK_CRD" ]] && return 0
+  [[ -s "$SPARK_CRD" && -s "$SCHEDULED_SPARK_CRD" && -s "$SPARK_CONNECT_CRD" ]] && return 0
   need_go
   log "extracting Spark Operator CRDs from $SPARK_OPERATOR_MODULE@$SPARK_OPERATOR_VERSION"
   local json dir sum
@@ -139,7 +154,8 @@ ensure_crds() {
   local out; out="$(dirname "$SPARK_CRD")"
   mkdir -p "$out"
   local f
-  for f in sparkoperator.k8s.io_sparkapplications.yaml sparkoperator.k8s.io_scheduledsparkapplications.yaml; do
+  for f in sparkoperator.k8s.io_sparkapplications.yaml sparkoperator.k8s.io_scheduledsparkapplications.yaml \
+      sparkoperator.k8s.io_sparkconnects.yaml; do
     [[ -s "$dir/config/crd/bases/$f" ]] || { log "missing config/crd/bases/$f in $dir"; exit 1; }
     cp "$dir/config/crd/bases/$f" "$out/.$f.tmp"
     chmod 0644 "$out/.$f.tmp"
@@ -152,6 +168,7 @@ for t in "${targets[@]}"; do
     etcd) ensure_etcd ;;
     kube-apiserver) ensure_kube_apiserver ;;
     helm) ensure_helm ;;
+    spark-operator) ensure_spark_operator ;;
     crds) ensure_crds ;;
   esac
 done
@@ -166,7 +183,9 @@ SPARK_OPERATOR_VERSION=$SPARK_OPERATOR_VERSION
 ETCD_BIN=$BIN_DIR/etcd
 KUBE_APISERVER_BIN=$BIN_DIR/kube-apiserver
 HELM_BIN=$BIN_DIR/helm
+SPARK_OPERATOR_BIN=$BIN_DIR/spark-operator
 SPARK_APPLICATION_CRD=$SPARK_CRD
 SCHEDULED_SPARK_APPLICATION_CRD=$SCHEDULED_SPARK_CRD
+SPARK_CONNECT_CRD=$SPARK_CONNECT_CRD
 EOF
 fi

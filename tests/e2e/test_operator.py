@@ -18,14 +18,14 @@ from kubernetes import client
 from icebergsync.catalog import open_catalog
 from icebergsync.spec import Catalog
 from tests.e2e.conftest import Kube, OperatorProcess, wait_for
-from tests.e2e.spark_harness import SparkOperatorHarness
+from tests.e2e.spark_operator_standin import SparkOperatorStandIn
 
 FENCED = "driver container failed with ExitCode: 75, Reason: Error"
 CRASHED = "driver container failed with ExitCode: 1, Reason: Error"
 UNUSED_CATALOG = {"uri": "sqlite:////nonexistent/catalog.db"}
 StartOperator = Callable[..., OperatorProcess]
 Lake = dict[str, str]
-StartSpark = Callable[..., SparkOperatorHarness]
+StartSpark = Callable[..., SparkOperatorStandIn]
 
 
 def generator_spec(catalog: dict[str, Any], **overrides: Any) -> dict[str, Any]:
@@ -117,7 +117,8 @@ def test_create_renders_the_application_configmap_and_secret_mounts(kube: Kube, 
     for pod in (driver, executor):
         assert pod["secrets"] == [{"name": "catalog-creds", "path": "/etc/icebergsync/secrets/catalog-creds",
                                    "secretType": "Generic"}]
-        assert pod["configMaps"] == [{"name": "orders-v1-spec", "path": "/etc/icebergsync/spec"}]
+        assert pod["template"]["spec"]["volumes"] == [
+            {"name": "icebergsync-spec", "configMap": {"name": "orders-v1-spec"}}]
 
     configmap = kube.configmaps()["orders-v1-spec"]
     assert configmap.immutable is True
@@ -289,18 +290,18 @@ def _table_ids(catalog: dict[str, str]) -> list[int]:
 
 
 def test_bounded_sync_commits_and_reports_the_snapshot(kube: Kube, start_operator: StartOperator,
-                                                       spark_operator: StartSpark,
+                                                       spark_operator_standin: StartSpark,
                                                        warehouse: Lake) -> None:
     kube.core.create_namespaced_secret(kube.namespace, client.V1Secret(
         metadata=client.V1ObjectMeta(name="catalog-props"), string_data={"echo": "false"}))
-    harness = spark_operator()
+    standin = spark_operator_standin()
     kube.create_sync("trips", generator_spec(
         catalog={**warehouse, "secretRef": {"name": "catalog-props"}},
         source={"generator": {"rowsPerSecond": 5000, "totalRows": 2000}}))
     start_operator()
 
     status = kube.wait_status("trips", "completed", lambda s: s.get("phase") == "Completed", timeout=240)
-    assert harness.exit_code("trips-v1") == 0, harness.driver_log("trips-v1")[-3000:]
+    assert standin.exit_code("trips-v1") == 0, standin.driver_log("trips-v1")[-3000:]
     commit = status["lastCommit"]
     assert json.loads(commit["frontier"]) == {"next_id": 2000}
     assert commit["sinkVersion"] == 1 and commit["snapshotId"] and commit["committedAt"]
@@ -311,8 +312,8 @@ def test_bounded_sync_commits_and_reports_the_snapshot(kube: Kube, start_operato
 
 
 def test_spec_change_mid_stream_is_exactly_once_and_fences_the_old_version(
-        kube: Kube, start_operator: StartOperator, spark_operator: StartSpark, warehouse: Lake) -> None:
-    harness = spark_operator(linger_on_delete=True)  # the old driver keeps running: only the fence stops it
+        kube: Kube, start_operator: StartOperator, spark_operator_standin: StartSpark, warehouse: Lake) -> None:
+    standin = spark_operator_standin(linger_on_delete=True)  # the old driver keeps running: only the fence stops it
     kube.create_sync("trips", generator_spec(catalog=warehouse, source={"generator": {"rowsPerSecond": 300}}))
     start_operator()
 
@@ -322,16 +323,16 @@ def test_spec_change_mid_stream_is_exactly_once_and_fences_the_old_version(
 
     kube.patch_spec("trips", {"commit": {"interval": "2s"}})
     kube.wait_applications({"trips-v2"})
-    wait_for("version 1 fenced (exit 75)", lambda: harness.exit_code("trips-v1") is not None, timeout=180)
-    assert harness.exit_code("trips-v1") == 75, harness.driver_log("trips-v1")[-3000:]
+    wait_for("version 1 fenced (exit 75)", lambda: standin.exit_code("trips-v1") is not None, timeout=180)
+    assert standin.exit_code("trips-v1") == 75, standin.driver_log("trips-v1")[-3000:]
     kube.wait_status("trips", "Ready with a data commit of version 2", lambda s: (s.get("lastCommit") or {}).get(
         "sinkVersion") == 2 and s["lastCommit"].get("recordsAdded", 0) > 0 and any(
         c["type"] == "Ready" and c["status"] == "True" for c in s["conditions"]), timeout=180)
 
-    harness.linger_on_delete = False  # from now on a deleted application's driver is stopped (SIGTERM)
+    standin.linger_on_delete = False  # from now on a deleted application's driver is stopped (SIGTERM)
     kube.delete_sync("trips")  # the finalizer deletes v2
-    wait_for("version 2 stopped", lambda: harness.exit_code("trips-v2") is not None, timeout=120)
-    assert harness.exit_code("trips-v2") == 0, harness.driver_log("trips-v2")[-3000:]
+    wait_for("version 2 stopped", lambda: standin.exit_code("trips-v2") is not None, timeout=120)
+    assert standin.exit_code("trips-v2") == 0, standin.driver_log("trips-v2")[-3000:]
     ids = _table_ids(warehouse)  # the table and its data are kept
     assert ids == list(range(len(ids))), "every generated record exactly once, none missing"
     assert len(ids) > 0
