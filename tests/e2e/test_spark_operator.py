@@ -108,11 +108,11 @@ def test_real_spark_operator_submits_what_the_operator_renders(
     assert driver.security_context.allow_privilege_escalation is False
     assert driver.security_context.capabilities.drop == ["ALL"]
     assert driver.resources.requests["cpu"] == "2"
-    # The job's entry point and arguments, after Spark's own driver arguments.
-    assert driver.args[-6:] == ["local:///opt/icebergsync/spark_app/main.py", "run",
-                                "/etc/icebergsync/spec/sync.yaml", "--sink-version", "1", "--master"] or \
-        driver.args[-7:] == ["local:///opt/icebergsync/spark_app/main.py", "run",
-                             "/etc/icebergsync/spec/sync.yaml", "--sink-version", "1", "--master", ""], driver.args
+    # Spark's driver command running the job's entry point with the rendered arguments.
+    assert driver.args[0] == "driver", driver.args
+    assert driver.args[-8:] == ["org.apache.spark.deploy.PythonRunner", "local:///opt/icebergsync/spark_app/main.py",
+                                "run", "/etc/icebergsync/spec/sync.yaml", "--sink-version", "1", "--master", ""], \
+        driver.args
 
     volumes = {volume.name: volume for volume in pod.spec.volumes}
     mounts = {mount.mount_path: mount for mount in driver.volume_mounts}
