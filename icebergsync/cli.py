@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import threading
+from importlib import metadata
 
 from icebergsync.errors import EXIT_FAILED, EXIT_OK, FencedError, IcebergSyncError
 from icebergsync.spec import load_spec
@@ -54,10 +55,10 @@ def run_command(args: argparse.Namespace) -> int:
 def status_command(args: argparse.Namespace) -> int:
     """Print what the table says about the sync."""
     from icebergsync.catalog import open_catalog
-    from icebergsync.status import read_sink_status
+    from icebergsync.sink_state import read_sink_state
 
     sync = load_spec(args.spec)
-    status = read_sink_status(open_catalog(sync.spec.table.catalog), sync.spec.table.name, sync.sink_id)
+    status = read_sink_state(open_catalog(sync.spec.table.catalog), sync.spec.table.name, sync.sink_id)
     if args.json:
         print(json.dumps(status.as_dict(), indent=2, sort_keys=True))
         return EXIT_OK
@@ -74,8 +75,15 @@ def status_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def version_text() -> str:
+    """``icebergsync <version> (pyspark <version>, Python <version>)`` of the installed distributions."""
+    python = ".".join(map(str, sys.version_info[:3]))
+    return f"icebergsync {metadata.version('icebergsync')} (pyspark {metadata.version('pyspark')}, Python {python})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="icebergsync", description=__doc__)
+    parser.add_argument("--version", action="version", version=version_text())
     parser.add_argument("--log-level", default="INFO")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the sync (local Spark unless --master is empty under spark-submit)")

@@ -217,6 +217,31 @@ class IcebergSyncSpec(Model):
         return self
 
 
+# Columns of the built-in generator: taxi-trip-like, deterministic per id.
+GENERATOR_COLUMNS: tuple[Column, ...] = (
+    Column(name="id", type="long", required=True),
+    Column(name="ts", type="timestamptz", required=True),
+    Column(name="vendor", type="string", required=True),
+    Column(name="pickup_zone", type="int"),
+    Column(name="dropoff_zone", type="int"),
+    Column(name="passenger_count", type="int"),
+    Column(name="trip_distance", type="double"),
+    Column(name="fare_amount", type="decimal(10,2)"),
+    Column(name="tip_amount", type="double"),
+    Column(name="total_amount", type="double"),
+    Column(name="payment_type", type="string"),
+    Column(name="rate_code", type="int"),
+    Column(name="store_and_forward", type="boolean"),
+    Column(name="pickup_date", type="date"),
+    Column(name="notes", type="string"),
+)
+
+
+def effective_columns(spec: IcebergSyncSpec) -> list[Column]:
+    """The declared schema, or the generator's built-in columns when none is declared."""
+    return list(spec.schema_) if spec.schema_ else list(GENERATOR_COLUMNS)
+
+
 class Metadata(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     name: str = Field(pattern=K8S_NAME_PATTERN, max_length=63)
@@ -270,8 +295,6 @@ def parse_spec(document: dict[str, Any]) -> IcebergSync:
 
 def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     """Cross-field checks that need the parsed spec (partition source columns, event time)."""
-    from icebergsync.schema import effective_columns
-
     columns = {column.name: column for column in effective_columns(spec)}
     problems = []
     for index, expression in enumerate(spec.table.partition_by):

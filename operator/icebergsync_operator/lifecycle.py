@@ -26,7 +26,7 @@ from icebergsync_operator.launch import launch
 from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.render import spec_document
 from icebergsync_operator.settings import OperatorSettings
-from icebergsync_operator.status import TableObservation, parse_status
+from icebergsync_operator.status_update import TableObservation, parse_status
 from icebergsync_operator.table import observe_table
 
 log = logging.getLogger(__name__)

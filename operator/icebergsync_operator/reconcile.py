@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from icebergsync.crd import SyncStatus
+from icebergsync.resource_status import SyncStatus
 from icebergsync_operator.applications import ObservedApplication, Outcome
 from icebergsync_operator.render import application_name
 from icebergsync_operator.settings import OperatorSettings
-from icebergsync_operator.status import (
+from icebergsync_operator.status_update import (
     FALSE,
     TRUE,
     Assessment,

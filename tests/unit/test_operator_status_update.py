@@ -9,10 +9,16 @@ from typing import Any
 from icebergsync_operator.applications import ObservedApplication
 from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.settings import OperatorSettings
-from icebergsync_operator.status import TableObservation, conditions, lag_text, parse_status, with_table
+from icebergsync_operator.status_update import (
+    TableObservation,
+    conditions,
+    lag_text,
+    parse_status,
+    with_table,
+)
 
-from icebergsync.crd import SyncStatus
-from icebergsync.status import SinkStatus
+from icebergsync.resource_status import SyncStatus
+from icebergsync.sink_state import SinkState
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 SETTINGS = OperatorSettings(backoff_base=10, backoff_cap=80, stall_after_failures=3, stall_threshold=60)
@@ -24,7 +30,7 @@ def app(version: int, state: str = "RUNNING", error: str = "", generation: int =
                                error_message=error, created_at=NOW - timedelta(seconds=age))
 
 
-def sink(version: int | None = 1, written_by: int | None = 1, age: float = 5.0, **overrides: Any) -> SinkStatus:
+def sink(version: int | None = 1, written_by: int | None = 1, age: float = 5.0, **overrides: Any) -> SinkState:
     fields: dict[str, Any] = dict(
         sink_id="data/trips", table="db.trips", sink_version=version, snapshot_id=42,
         committed_at=(NOW - timedelta(seconds=age)).isoformat(), seconds_since_commit=age, kind="data",
@@ -33,7 +39,7 @@ def sink(version: int | None = 1, written_by: int | None = 1, age: float = 5.0, 
         foreign_snapshots_on_top=0,
     )
     fields.update(overrides)
-    return SinkStatus(**fields)
+    return SinkState(**fields)
 
 
 def running_status(version: int = 1, generation: int = 1, **updates: Any) -> SyncStatus:
@@ -326,7 +332,7 @@ def test_first_launch_lost_status_is_adopted() -> None:
 
 
 def test_condition_transition_time_moves_only_when_status_changes() -> None:
-    from icebergsync_operator.status import Assessment, Verdict
+    from icebergsync_operator.status_update import Assessment, Verdict
 
     ready = Assessment("Running", Verdict("True", "Committing"), Verdict("False", "Reconciled"),
                        Verdict("False", "AsExpected"))
