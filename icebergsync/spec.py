@@ -8,6 +8,7 @@ half-configured.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -62,6 +63,11 @@ class GeneratorSource(Model):
     rows_per_second: int = Field(default=1000, ge=1)
     total_rows: int | None = Field(default=None, ge=0, description="Stop once this many rows are committed.")
     max_rows_per_trigger: int = Field(default=1_000_000, ge=1)
+
+    def exhausted(self, frontier: Mapping[str, Any] | None) -> bool:
+        """True when ``totalRows`` is set and the frontier (``{"next_id": N}``) has reached it."""
+        position = frontier.get("next_id") if frontier is not None else None
+        return self.total_rows is not None and isinstance(position, int) and position >= self.total_rows
 
 
 class FilesSource(Model):
@@ -118,6 +124,15 @@ class Source(Model):
     @property
     def kind(self) -> str:
         return next(name for name in ("generator", "files", "kafka") if getattr(self, name) is not None)
+
+    @property
+    def bounded(self) -> bool:
+        """True for a source that ends (a generator with totalRows); files and Kafka run until stopped."""
+        return self.generator is not None and self.generator.total_rows is not None
+
+    def exhausted(self, frontier: Mapping[str, Any] | None) -> bool:
+        """True when a bounded source has nothing after ``frontier`` (a committed frontier of this source)."""
+        return self.generator is not None and self.generator.exhausted(frontier)
 
 
 class Catalog(Model):

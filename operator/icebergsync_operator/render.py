@@ -1,8 +1,10 @@
 """Pure renderers: the SparkApplication and the spec ConfigMap for one version of a sync.
 
-Each version gets its own immutable ConfigMap, so a running application never sees a spec that
-changes under it. Secrets are referenced by name and mounted by Spark (``driver.secrets`` become
-``spark.kubernetes.*.secrets.*`` conf); their values never appear in what is rendered here.
+Each version gets its own immutable ConfigMap named by a hash of its content, so a running
+application never sees a spec that changes under it, and a ConfigMap left from an earlier failed
+launch can never stand in for a different spec. Secrets are referenced by name and mounted by Spark
+(``driver.secrets`` become ``spark.kubernetes.*.secrets.*`` conf); their values never appear in
+what is rendered here.
 
 The application needs no Spark Operator webhook: what Spark's own conf cannot express (the spec
 ConfigMap volume, the security context) is in the driver and executor pod templates
@@ -19,8 +21,10 @@ from typing import Any
 
 import yaml
 
+from icebergsync.cli import run_arguments
 from icebergsync.spec import IcebergSync, Resources
 from icebergsync_operator.constants import (
+    APPLICATION_LABEL,
     GENERATION_ANNOTATION,
     MAIN_APPLICATION_FILE,
     MANAGED_BY,
@@ -64,8 +68,9 @@ def application_name(sync_name: str, version: int) -> str:
     return f"{head}-{digest}{suffix}"
 
 
-def configmap_name(sync_name: str, version: int) -> str:
-    return f"{application_name(sync_name, version)}-spec"
+def configmap_name(application: str, content: str) -> str:
+    """``<application>-spec-<hash of content>``: the only place a spec ConfigMap's name is made."""
+    return f"{application}-spec-{hashlib.sha256(content.encode()).hexdigest()[:10]}"
 
 
 def labels(sync_name: str, version: int) -> dict[str, str]:
@@ -109,15 +114,15 @@ def build_spec_configmap(sync: IcebergSync, raw_spec: Mapping[str, Any], version
     """The immutable ConfigMap holding this version's spec, mounted at /etc/icebergsync/spec/.
 
     ``raw_spec`` is the spec as stored by the API server (with its defaults), written verbatim.
+    Its name carries a hash of that content, and its application label names the application
+    that mounts it (cleanup selects by that label).
     """
-    document = spec_document(sync.metadata.name, sync.metadata.namespace, raw_spec)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _metadata(sync, configmap_name(sync.metadata.name, version), version, generation, sync_uid),
-        "immutable": True,
-        "data": {SPEC_FILE_NAME: yaml.safe_dump(document, sort_keys=False)},
-    }
+    document = yaml.safe_dump(spec_document(sync.metadata.name, sync.metadata.namespace, raw_spec), sort_keys=False)
+    application = application_name(sync.metadata.name, version)
+    metadata = _metadata(sync, configmap_name(application, document), version, generation, sync_uid)
+    metadata["labels"][APPLICATION_LABEL] = application
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "immutable": True,
+            "data": {SPEC_FILE_NAME: document}}
 
 
 def secret_names(sync: IcebergSync) -> list[str]:
@@ -128,7 +133,7 @@ def secret_names(sync: IcebergSync) -> list[str]:
     return sorted({ref.name for ref in refs if ref is not None})
 
 
-def pod_template(sync_name: str, version: int, container: str) -> dict[str, Any]:
+def pod_template(spec_configmap: str, container: str) -> dict[str, Any]:
     """The pod template of a driver or executor: the spec ConfigMap mounted read-only at
     ``SPEC_MOUNT_DIR`` and the security context. Spark adds image, resources, env and its own volumes."""
     return {
@@ -139,17 +144,18 @@ def pod_template(sync_name: str, version: int, container: str) -> dict[str, Any]
                 "securityContext": CONTAINER_SECURITY_CONTEXT,
                 "volumeMounts": [{"name": SPEC_VOLUME, "mountPath": SPEC_MOUNT_DIR, "readOnly": True}],
             }],
-            "volumes": [{"name": SPEC_VOLUME, "configMap": {"name": configmap_name(sync_name, version)}}],
+            "volumes": [{"name": SPEC_VOLUME, "configMap": {"name": spec_configmap}}],
         },
     }
 
 
-def _pod(sync: IcebergSync, version: int, resources: Resources, container: str) -> dict[str, Any]:
+def _pod(sync: IcebergSync, version: int, resources: Resources, spec_configmap: str, container: str
+         ) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "cores": resources.cores,
         "memory": resources.memory,
         "labels": labels(sync.metadata.name, version),
-        "template": pod_template(sync.metadata.name, version, container),
+        "template": pod_template(spec_configmap, container),
     }
     secrets = [{"name": name, "path": f"{SECRETS_MOUNT_DIR}/{name}", "secretType": "Generic"}
                for name in secret_names(sync)]
@@ -159,25 +165,27 @@ def _pod(sync: IcebergSync, version: int, resources: Resources, container: str) 
 
 
 def build_spark_application(sync: IcebergSync, version: int, generation: int, sync_uid: str,
-                            settings: OperatorSettings) -> dict[str, Any]:
+                            settings: OperatorSettings, spec_configmap: str) -> dict[str, Any]:
     """The SparkApplication (sparkoperator.k8s.io/v1beta2) running ``version`` of the sync.
 
+    ``spec_configmap`` is the name of the ConfigMap from ``build_spec_configmap`` it mounts.
     The Spark Operator never restarts it (restartPolicy Never): a relaunch is always a new
     version decided by this operator, so that the new job fences the old one.
     """
     spark = sync.spec.spark
-    driver = _pod(sync, version, spark.driver, DRIVER_CONTAINER)
+    driver = _pod(sync, version, spark.driver, spec_configmap, DRIVER_CONTAINER)
     service_account = spark.service_account or settings.default_service_account
     if service_account:
         driver["serviceAccount"] = service_account
-    executor = {**_pod(sync, version, spark.executor, EXECUTOR_CONTAINER), "instances": spark.executor.instances}
+    executor = {**_pod(sync, version, spark.executor, spec_configmap, EXECUTOR_CONTAINER),
+                "instances": spark.executor.instances}
     spec: dict[str, Any] = {
         "type": "Python",
         "pythonVersion": "3",
         "mode": "cluster",
         "image": spark.image or settings.default_image,
         "mainApplicationFile": MAIN_APPLICATION_FILE,
-        "arguments": ["run", SPEC_PATH, "--sink-version", str(version), "--master", ""],
+        "arguments": run_arguments(SPEC_PATH, version, master=""),
         "sparkVersion": settings.spark_version,
         "restartPolicy": {"type": "Never"},
         "driver": driver,

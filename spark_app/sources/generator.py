@@ -115,5 +115,4 @@ class GeneratorSource(Source):
         return SourceBatch(frame=generate(ids), end=pending.end, lag=pending.lag)
 
     def exhausted(self, frontier: Frontier) -> bool:
-        total = self.settings.total_rows
-        return total is not None and int(frontier["next_id"]) >= total
+        return self.settings.exhausted(frontier)

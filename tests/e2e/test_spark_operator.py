@@ -118,10 +118,11 @@ def test_real_spark_operator_submits_what_the_operator_renders(
     mounts = {mount.mount_path: mount for mount in driver.volume_mounts}
     spec_mount = mounts["/etc/icebergsync/spec"]
     assert spec_mount.read_only is True
-    assert volumes[spec_mount.name].config_map.name == "orders-v1-spec"
+    spec_configmap = volumes[spec_mount.name].config_map.name
+    assert spec_configmap.startswith("orders-v1-spec-")
+    assert kube.configmaps()[spec_configmap].immutable is True
     secret_mount = mounts["/etc/icebergsync/secrets/catalog-creds"]
     assert volumes[secret_mount.name].secret.secret_name == "catalog-creds"
-    assert kube.configmaps()["orders-v1-spec"].immutable is True
 
     sync = kube.wait_status("orders", "launched", lambda s: s.get("sinkVersion") == 1)
     assert (sync["application"], sync["phase"]) == ("orders-v1", "Pending")
@@ -139,6 +140,6 @@ def test_real_spark_operator_submits_what_the_operator_renders(
     kube.delete_sync("orders")
     wait_for("the IcebergSync and its application gone",
              lambda: kube.get_sync("orders") is None and not kube.applications())
-    assert "orders-v1-spec" not in kube.configmaps()
+    assert spec_configmap not in kube.configmaps()
     remaining = kube.core.read_namespaced_pod(pod_name, kube.namespace)
     assert [ref.uid for ref in remaining.metadata.owner_references] == [app["metadata"]["uid"]]

@@ -31,7 +31,7 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("icebergsync.io", "icebergsyncs/status"): {"patch"},
     ("icebergsync.io", "icebergsyncs/finalizers"): {"update"},
     ("sparkoperator.k8s.io", "sparkapplications"): {"list", "watch", "create", "delete"},
-    ("", "configmaps"): {"list", "create", "delete"},
+    ("", "configmaps"): {"get", "list", "create", "delete"},
     ("", "secrets"): {"get"},
     ("", "events"): {"create"},
 }

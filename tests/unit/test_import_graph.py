@@ -1,4 +1,4 @@
-"""The project's imports point one way: no module imports itself back through others."""
+"""The project's imports point one way: no module cycles, and the core never imports the layers above it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"icebergsync": ROOT / "icebergsync", "spark_app": ROOT / "spark_app",
             "icebergsync_operator": ROOT / "operator" / "icebergsync_operator"}
+# Which project packages each package may import; the core (icebergsync) is imported by both others.
+ALLOWED_LAYERS = {"icebergsync": {"icebergsync"}, "spark_app": {"icebergsync", "spark_app"},
+                  "icebergsync_operator": {"icebergsync", "icebergsync_operator"}}
 
 
 def project_modules() -> dict[str, Path]:
@@ -99,3 +102,12 @@ def test_cycle_detection_finds_a_cycle() -> None:
 def test_no_import_cycles() -> None:
     assert cycles(import_graph()) == []
 
+
+def test_each_package_imports_only_its_own_layer_and_below() -> None:
+    violations = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        for target in sorted(targets)
+        if target.split(".")[0] not in ALLOWED_LAYERS[module.split(".")[0]]
+    ]
+    assert violations == []
