@@ -51,6 +51,12 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_SEC
         time.sleep(interval)
 
 
+def mounted_spec_configmap(application: dict[str, Any]) -> str:
+    """The spec ConfigMap that a rendered SparkApplication's driver pod template mounts."""
+    [volume] = [v for v in application["spec"]["driver"]["template"]["spec"]["volumes"] if "configMap" in v]
+    return str(volume["configMap"]["name"])
+
+
 @dataclass
 class Kube:
     """The test's view of one namespace: IcebergSyncs, SparkApplications, ConfigMaps, events."""

@@ -17,7 +17,7 @@ from kubernetes import client
 
 from icebergsync.catalog import open_catalog
 from icebergsync.spec import Catalog
-from tests.e2e.conftest import Kube, OperatorProcess, wait_for
+from tests.e2e.conftest import Kube, OperatorProcess, mounted_spec_configmap, wait_for
 from tests.e2e.spark_operator_standin import SparkOperatorStandIn
 
 FENCED = "driver container failed with ExitCode: 75, Reason: Error"
@@ -118,7 +118,7 @@ def test_create_renders_the_application_configmap_and_secret_mounts(kube: Kube, 
     for pod in (driver, executor):
         assert pod["secrets"] == [{"name": "catalog-creds", "path": "/etc/icebergsync/secrets/catalog-creds",
                                    "secretType": "Generic"}]
-    configmap_name = driver["template"]["spec"]["volumes"][0]["configMap"]["name"]
+    configmap_name = mounted_spec_configmap(app)
     assert configmap_name.startswith("orders-v1-spec-")
     for pod in (driver, executor):
         assert pod["template"]["spec"]["volumes"] == [{"name": "icebergsync-spec", "configMap": {"name": configmap_name}}]
@@ -166,7 +166,7 @@ def test_spec_change_raises_the_version_and_removes_the_old_application(
     kube.set_state("trips-v1", "RUNNING")
 
     kube.patch_spec("trips", {"commit": {"interval": "2s"}})
-    mounted = kube.wait_applications({"trips-v2"})["trips-v2"]["spec"]["driver"]["configMaps"][0]["name"]
+    mounted = mounted_spec_configmap(kube.wait_applications({"trips-v2"})["trips-v2"])
     wait_for("old ConfigMap deleted", lambda: [name for name in kube.configmaps() if name.startswith("trips-")]
              == [mounted])
     status = kube.wait_status("trips", "version 2", lambda s: s.get("sinkVersion") == 2)
@@ -190,7 +190,7 @@ def test_a_configmap_left_from_an_earlier_launch_is_never_mounted_for_another_sp
     kube.create_sync("trips", generator_spec(warehouse))
     start_operator()
 
-    mounted = kube.wait_applications({"trips-v1"})["trips-v1"]["spec"]["driver"]["configMaps"][0]["name"]
+    mounted = mounted_spec_configmap(kube.wait_applications({"trips-v1"})["trips-v1"])
     document = yaml.safe_load(kube.configmaps()[mounted].data["sync.yaml"])
     assert document["spec"] == kube.get_sync("trips")["spec"]  # type: ignore[index]
     assert document["spec"]["commit"]["interval"] == "1s"
