@@ -283,6 +283,26 @@ def test_failures_are_relaunched_with_backoff_then_stall_and_a_fenced_version_is
     assert operator.metrics()['icebergsync_operator_failures_total{reason="Fenced"}'] == 1.0
 
 
+def test_a_clean_exit_of_an_unbounded_source_is_relaunched_and_bad_input_stalls(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
+    kube.create_sync("trips", generator_spec(warehouse, source={"generator": {"rowsPerSecond": 10}}))
+    operator = start_operator()
+    kube.wait_applications({"trips-v1"})
+    kube.set_state("trips-v1", "RUNNING")
+    kube.set_state("trips-v1", "COMPLETED")
+    kube.wait_applications({"trips-v2"})
+    status = kube.wait_status("trips", "relaunched", lambda s: s.get("restarts") == 1)
+    assert status["phase"] != "Completed"
+    assert kube.event_reasons("trips")[:3] == ["Launched", "Failed", "Relaunched"]
+
+    kube.set_state("trips-v2", "FAILED", "driver container failed with ExitCode: 65, Reason: Error")
+    kube.wait_status("trips", "stalled on bad input", lambda s: s.get("phase") == "Failed")
+    assert kube.condition("trips", "Stalled") == ("True", "BadInput")
+    operator.wait_reconciles(5)
+    assert set(kube.applications()) == {"trips-v2"}
+    assert kube.event_reasons("trips")[-1] == "BadInput"
+
+
 def test_vanished_application_is_relaunched(
         kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
     kube.create_sync("trips", generator_spec(warehouse))
