@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from icebergsync.spec import SOURCE_KINDS
+
 FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec": "Desired state: where records come from, which Iceberg table they go to and how.",
     "spec.sinkId": "Identity of this sink in the table's snapshot properties. Defaults to <namespace>/<name>.",
-    "spec.source": "Where records come from: exactly one of generator, files, kafka.",
+    "spec.source": f"Where records come from: exactly one of {', '.join(SOURCE_KINDS)}.",
     "spec.source.generator": "Synthetic records, for demos and tests.",
     "spec.source.generator.rowsPerSecond": "Rows generated per second.",
     "spec.source.generator.maxRowsPerTrigger": "Upper bound of rows read in one trigger.",
@@ -31,7 +33,8 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.table.catalog.uri": "Catalog URI (SQLAlchemy URL for sql, HTTP(S) URL for rest).",
     "spec.table.catalog.warehouse": "Warehouse location (path or URI).",
     "spec.table.catalog.name": "Catalog name.",
-    "spec.table.catalog.properties": "Extra catalog and FileIO properties; values may use ${env:NAME}.",
+    "spec.table.catalog.properties": ("Extra catalog and FileIO properties; values may use ${env:NAME}, expanded by the job from its own "
+                                       "environment (never by the operator)."),
     "spec.table.catalog.secretRef": "Secret whose keys are added as catalog properties (credentials).",
     "spec.table.partitionBy": "Partition transforms: col, identity(col), year|month|day|hour|void(col), "
     "bucket(N, col), truncate(N, col).",

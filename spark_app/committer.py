@@ -38,7 +38,7 @@ from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
 from spark_app.faults import crash_point
-from spark_app.iceberg_internals import appended_snapshot_id, commit_transaction
+from spark_app.iceberg_internals import added_snapshot, appended_snapshot_id, commit_transaction
 
 log = logging.getLogger("icebergsync.committer")
 
@@ -214,7 +214,8 @@ class SinkCommitter:
             for data_file in files:
                 append.append_data_file(data_file)
             snapshot_id = appended_snapshot_id(append)
-        checkpoint = protocol.checkpoint_value(self.writer, frontier, snapshot_id, checkpoint_extra, self.source)
+        checkpoint = protocol.checkpoint_value(self.writer, frontier, snapshot_id, checkpoint_extra, self.source,
+                                               added_snapshot(transaction, snapshot_id))
         transaction.set_properties({protocol.checkpoint_key(self.writer.sink_id): checkpoint})
         return transaction, snapshot_id
 
@@ -235,8 +236,7 @@ class SinkCommitter:
             owner = protocol.steady_fence_owner(metadata, self.writer, last_snapshot_id)
             if owner is not None:
                 raise FencedError(self.writer.sink_id, self.writer.version, owner.version, owner.attempt)
-            if metadata.snapshot_by_id(last_snapshot_id) is not None \
-                    and not protocol.is_on_main(metadata, last_snapshot_id):
+            if protocol.rolled_back_past(metadata, self.writer.sink_id, last_snapshot_id):
                 raise ProgressConflictError(
                     f"snapshot {last_snapshot_id} of this sink is no longer on main (the table was rolled back); "
                     "nothing more was written. A restart resumes from what main holds"

@@ -59,6 +59,7 @@ class Observation:
     now: datetime
     source_bounded: bool = False  #: the source ends (generator totalRows); others run until stopped
     source_exhausted: bool = False  #: the table's committed frontier is the bounded source's end
+    policy_problems: tuple[str, ...] = ()  #: what the operator's policy refuses in a valid spec
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,10 @@ def decide(observation: Observation, settings: OperatorSettings) -> Decision:
     """What to do next for one sync."""
     previous = _adopt_orphan(observation)
     if observation.spec_problems:
-        return _invalid_spec(observation, previous)
+        return _refused(observation, previous, "InvalidSpec", observation.spec_problems, "the spec is invalid")
+    if observation.policy_problems:
+        return _refused(observation, previous, "PolicyViolation", observation.policy_problems,
+                        "the operator's policy refuses the spec")
     if observation.suspend:
         return _suspend(observation, previous)
     reason = _launch_reason(observation, previous)
@@ -105,8 +109,8 @@ def decide(observation: Observation, settings: OperatorSettings) -> Decision:
         return _failed(observation, previous, current, settings)
     if current.outcome is Outcome.FENCED:
         return _fenced(observation, previous, current)
-    if current.outcome is Outcome.BAD_INPUT:
-        return _bad_input(observation, previous, current)
+    if current.outcome in _STALLING_EXITS:
+        return _stalled_by_exit(observation, previous, current)
     if current.outcome is Outcome.COMPLETED:
         if observation.source_bounded and observation.source_exhausted:
             return _completed(observation, previous, current)
@@ -179,16 +183,18 @@ def _stalled_by_failures(failures: int, settings: OperatorSettings) -> Verdict:
     return OK_STALLED
 
 
-def _invalid_spec(observation: Observation, previous: SyncStatus) -> Decision:
-    message = "; ".join(observation.spec_problems)
+def _refused(observation: Observation, previous: SyncStatus, reason: str, problems: tuple[str, ...],
+             summary: str) -> Decision:
+    """Nothing is launched for this generation; the running application, if any, is left as is."""
+    message = "; ".join(problems)
     before = condition(previous, "Stalled")
-    is_new = previous.observed_generation != observation.generation or before is None or before.reason != "InvalidSpec"
-    events = (Event(WARNING, "InvalidSpec", message),) if is_new else ()
+    is_new = previous.observed_generation != observation.generation or before is None or before.reason != reason
+    events = (Event(WARNING, reason, message),) if is_new else ()
     assessment = Assessment(
         phase="Failed",
-        ready=Verdict(FALSE, "InvalidSpec", "the spec is invalid; the running application, if any, is left as is"),
-        reconciling=Verdict(FALSE, "InvalidSpec"),
-        stalled=Verdict(TRUE, "InvalidSpec", message),
+        ready=Verdict(FALSE, reason, f"{summary}; the running application, if any, is left as is"),
+        reconciling=Verdict(FALSE, reason),
+        stalled=Verdict(TRUE, reason, message),
     )
     return _finish(observation, previous, assessment, events=events)
 
@@ -299,18 +305,34 @@ def _fenced(observation: Observation, previous: SyncStatus, current: ObservedApp
     return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events)
 
 
-def _bad_input(observation: Observation, previous: SyncStatus, current: ObservedApplication) -> Decision:
-    """Exit 65: input the job cannot ingest and no dead-letter table; relaunching would fail the same way."""
-    message = (f"{current.describe()}: the source holds a record or file it cannot ingest and spec.deadLetter "
-               f"is not set; the driver log names it. Not relaunching: fix the input, or set spec.deadLetter "
-               f"(a spec change launches a new version).")
+# Exits that a relaunch would only repeat: the reason, and what a person has to do.
+_STALLING_EXITS = {
+    Outcome.BAD_INPUT: (
+        "BadInput",
+        "the source holds a record or file it cannot ingest and spec.deadLetter is not set; the driver log names "
+        "it. Not relaunching: fix the input, or set spec.deadLetter (a spec change launches a new version).",
+    ),
+    Outcome.PROGRESS_CONFLICT: (
+        "ProgressConflict",
+        "the table's record of this sync cannot be resumed from (the table was rolled back past every commit of the "
+        "sync, its checkpoint property is damaged, or another source's sync uses the same sink id); the driver log "
+        "says which, and nothing was written. Not relaunching: restore the table or fix the sink id "
+        "(docs/operations.md), then change the spec to launch a new version.",
+    ),
+}
+
+
+def _stalled_by_exit(observation: Observation, previous: SyncStatus, current: ObservedApplication) -> Decision:
+    """An exit status that a relaunch would only repeat (bad input, progress conflict): stall with the reason."""
+    reason, advice = _STALLING_EXITS[current.outcome]
+    message = f"{current.describe()}: {advice}"
     before = condition(previous, "Stalled")
-    events = () if before is not None and before.reason == "BadInput" else (Event(WARNING, "BadInput", message),)
+    events = () if before is not None and before.reason == reason else (Event(WARNING, reason, message),)
     assessment = Assessment(
         phase="Failed",
-        ready=Verdict(FALSE, "BadInput", message),
-        reconciling=Verdict(FALSE, "BadInput"),
-        stalled=Verdict(TRUE, "BadInput", message),
+        ready=Verdict(FALSE, reason, message),
+        reconciling=Verdict(FALSE, reason),
+        stalled=Verdict(TRUE, reason, message),
     )
     return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events,
                    next_retry_at=None)

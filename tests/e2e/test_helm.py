@@ -125,7 +125,8 @@ def test_install_upgrade_uninstall_cluster_wide(kube_cluster: KubeCluster, admin
         assert allowed(admin, sa, verb, "icebergsyncs", anywhere, group="icebergsync.io"), verb
     assert allowed(admin, sa, "patch", "icebergsyncs", anywhere, group="icebergsync.io", subresource="status")
     assert allowed(admin, sa, "create", "configmaps", anywhere)
-    assert allowed(admin, sa, "get", "secrets", anywhere)
+    # Secrets: a cluster-wide operator reads none unless rbac.secrets names namespaces or opts in cluster-wide.
+    assert not allowed(admin, sa, "get", "secrets", anywhere)
     assert allowed(admin, sa, "create", "events", anywhere)
     assert allowed(admin, sa, "patch", "clusterkopfpeerings", group="kopf.dev")
     assert allowed(admin, sa, "watch", "customresourcedefinitions", group="apiextensions.k8s.io")
@@ -244,6 +245,7 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
     assert allowed(admin, sa, "create", "sparkapplications", watched, group="sparkoperator.k8s.io")
     assert allowed(admin, sa, "patch", "icebergsyncs", watched, group="icebergsync.io", subresource="status")
     assert not allowed(admin, sa, "create", "sparkapplications", other, group="sparkoperator.k8s.io")
+    assert allowed(admin, sa, "get", "secrets", watched)
     assert not allowed(admin, sa, "get", "secrets", other)
     assert not allowed(admin, sa, "get", "secrets", namespace)
 

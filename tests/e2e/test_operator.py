@@ -158,6 +158,44 @@ def test_nothing_is_launched_while_the_catalog_does_not_answer(kube: Kube, start
     assert kube.event_reasons("orders") == ["WaitingForCatalog"]
 
 
+def test_a_binary_catalog_secret_is_a_condition_and_an_event_not_a_crash(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
+    kube.core.create_namespaced_secret(kube.namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="catalog-creds"),
+        data={"token": base64.b64encode(b"\xff\xfe\x00binary").decode()}))
+    kube.create_sync("orders", generator_spec(catalog={**warehouse, "secretRef": {"name": "catalog-creds"}}))
+    operator = start_operator()
+    status = kube.wait_status("orders", "waiting for the catalog", lambda s: any(
+        c["reason"] == "WaitingForCatalog" for c in s.get("conditions", [])))
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert "the value of key 'token' is not UTF-8 text" in ready["message"]
+    operator.wait_reconciles(2)
+    assert kube.event_reasons("orders") == ["WaitingForCatalog"]
+    assert kube.applications() == {}
+    assert 'icebergsync_operator_reconciles_total{result="error"}' not in operator.metrics()
+
+
+def test_a_spec_outside_the_admins_policy_is_refused_with_a_condition_and_an_event(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
+    kube.create_sync("orders", generator_spec(warehouse, spark={
+        "serviceAccount": "cluster-admin",
+        "conf": {"spark.kubernetes.driver.volumes.hostPath.root.mount.path": "/host"}}))
+    operator = start_operator("--allowed-service-accounts", "icebergsync-spark")
+    status = kube.wait_status("orders", "refused", lambda s: s.get("phase") == "Failed")
+    assert kube.condition("orders", "Stalled") == ("True", "PolicyViolation")
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert "'cluster-admin' is not allowed" in stalled["message"]
+    assert "spark.kubernetes.driver.volumes.hostPath.root.mount.path' is denied" in stalled["message"]
+    operator.wait_reconciles(2)
+    assert kube.applications() == {}
+    assert kube.event_reasons("orders") == ["PolicyViolation"]
+
+    kube.patch_spec("orders", {"spark": {"serviceAccount": "icebergsync-spark", "conf": None}})
+    app = kube.wait_applications({"orders-v1"})["orders-v1"]
+    assert app["spec"]["driver"]["serviceAccount"] == "icebergsync-spark"
+    assert "sparkConf" not in app["spec"]
+
+
 def test_spec_change_raises_the_version_and_removes_the_old_application(
         kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
     kube.create_sync("trips", generator_spec(warehouse))
@@ -244,6 +282,26 @@ def test_failures_are_relaunched_with_backoff_then_stall_and_a_fenced_version_is
     assert kube.status("trips")["sinkVersion"] == 3
     assert kube.event_reasons("trips")[-1] == "Fenced"
     assert operator.metrics()['icebergsync_operator_failures_total{reason="Fenced"}'] == 1.0
+
+
+def test_a_clean_exit_of_an_unbounded_source_is_relaunched_and_bad_input_stalls(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
+    kube.create_sync("trips", generator_spec(warehouse, source={"generator": {"rowsPerSecond": 10}}))
+    operator = start_operator()
+    kube.wait_applications({"trips-v1"})
+    kube.set_state("trips-v1", "RUNNING")
+    kube.set_state("trips-v1", "COMPLETED")
+    kube.wait_applications({"trips-v2"})
+    status = kube.wait_status("trips", "relaunched", lambda s: s.get("restarts") == 1)
+    assert status["phase"] != "Completed"
+    assert kube.event_reasons("trips")[:3] == ["Launched", "Failed", "Relaunched"]
+
+    kube.set_state("trips-v2", "FAILED", "driver container failed with ExitCode: 65, Reason: Error")
+    kube.wait_status("trips", "stalled on bad input", lambda s: s.get("phase") == "Failed")
+    assert kube.condition("trips", "Stalled") == ("True", "BadInput")
+    operator.wait_reconciles(5)
+    assert set(kube.applications()) == {"trips-v2"}
+    assert kube.event_reasons("trips")[-1] == "BadInput"
 
 
 def test_vanished_application_is_relaunched(

@@ -234,6 +234,8 @@ def test_default_settings_watch_all_namespaces() -> None:
     settings, _ = parse_settings([], {})
     assert settings == OperatorSettings()
     assert settings.clusterwide
+    assert settings.metrics_address == "127.0.0.1"
+    assert settings.liveness_endpoint == "http://127.0.0.1:8080/healthz"
 
 
 def test_invalid_backoff_settings_are_refused() -> None:
