@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.infra.cluster",
     "tests.infra.kube",
     "tests.infra.services",
+    "tests.infra.spark_operator",
 ]
