@@ -8,6 +8,7 @@ half-configured.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -62,6 +63,11 @@ class GeneratorSource(Model):
     rows_per_second: int = Field(default=1000, ge=1)
     total_rows: int | None = Field(default=None, ge=0, description="Stop once this many rows are committed.")
     max_rows_per_trigger: int = Field(default=1_000_000, ge=1)
+
+    def exhausted(self, frontier: Mapping[str, Any] | None) -> bool:
+        """True when ``totalRows`` is set and the frontier (``{"next_id": N}``) has reached it."""
+        position = frontier.get("next_id") if frontier is not None else None
+        return self.total_rows is not None and isinstance(position, int) and position >= self.total_rows
 
 
 class FilesSource(Model):
@@ -118,6 +124,15 @@ class Source(Model):
     @property
     def kind(self) -> str:
         return next(name for name in ("generator", "files", "kafka") if getattr(self, name) is not None)
+
+    @property
+    def bounded(self) -> bool:
+        """True for a source that ends (a generator with totalRows); files and Kafka run until stopped."""
+        return self.generator is not None and self.generator.total_rows is not None
+
+    def exhausted(self, frontier: Mapping[str, Any] | None) -> bool:
+        """True when a bounded source has nothing after ``frontier`` (a committed frontier of this source)."""
+        return self.generator is not None and self.generator.exhausted(frontier)
 
 
 class Catalog(Model):
@@ -217,6 +232,31 @@ class IcebergSyncSpec(Model):
         return self
 
 
+# Columns of the built-in generator: taxi-trip-like, deterministic per id.
+GENERATOR_COLUMNS: tuple[Column, ...] = (
+    Column(name="id", type="long", required=True),
+    Column(name="ts", type="timestamptz", required=True),
+    Column(name="vendor", type="string", required=True),
+    Column(name="pickup_zone", type="int"),
+    Column(name="dropoff_zone", type="int"),
+    Column(name="passenger_count", type="int"),
+    Column(name="trip_distance", type="double"),
+    Column(name="fare_amount", type="decimal(10,2)"),
+    Column(name="tip_amount", type="double"),
+    Column(name="total_amount", type="double"),
+    Column(name="payment_type", type="string"),
+    Column(name="rate_code", type="int"),
+    Column(name="store_and_forward", type="boolean"),
+    Column(name="pickup_date", type="date"),
+    Column(name="notes", type="string"),
+)
+
+
+def effective_columns(spec: IcebergSyncSpec) -> list[Column]:
+    """The declared schema, or the generator's built-in columns when none is declared."""
+    return list(spec.schema_) if spec.schema_ else list(GENERATOR_COLUMNS)
+
+
 class Metadata(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     name: str = Field(pattern=K8S_NAME_PATTERN, max_length=63)
@@ -270,8 +310,6 @@ def parse_spec(document: dict[str, Any]) -> IcebergSync:
 
 def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     """Cross-field checks that need the parsed spec (partition source columns, event time)."""
-    from icebergsync.schema import effective_columns
-
     columns = {column.name: column for column in effective_columns(spec)}
     problems = []
     for index, expression in enumerate(spec.table.partition_by):

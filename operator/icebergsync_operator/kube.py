@@ -12,6 +12,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from icebergsync_operator.constants import (
+    APPLICATION_LABEL,
     COMPONENT,
     FIELD_MANAGER,
     MANAGED_BY,
@@ -109,8 +110,19 @@ class KubeApi:
     def delete_configmap(self, namespace: str, name: str) -> None:
         _delete(self.core.delete_namespaced_config_map, name, namespace)
 
-    def list_configmap_names(self, namespace: str, sync_name: str) -> list[str]:
-        items = self.core.list_namespaced_config_map(namespace, label_selector=self._selector(sync_name)).items
+    def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A ConfigMap's data; None when it does not exist."""
+        try:
+            return dict(self.core.read_namespaced_config_map(name, namespace).data or {})
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list_configmap_names(self, namespace: str, sync_name: str, application: str | None = None) -> list[str]:
+        """The sync's ConfigMaps (only those of ``application`` when given)."""
+        selector = self._selector(sync_name) + (f",{APPLICATION_LABEL}={application}" if application else "")
+        items = self.core.list_namespaced_config_map(namespace, label_selector=selector).items
         return [item.metadata.name for item in items if item.metadata and item.metadata.name]
 
     # Secrets and Events ------------------------------------------------------------------

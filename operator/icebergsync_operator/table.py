@@ -9,10 +9,10 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from icebergsync.catalog import open_catalog
 from icebergsync.errors import IcebergSyncError
+from icebergsync.sink_state import read_sink_state
 from icebergsync.spec import IcebergSync
-from icebergsync.status import read_sink_status
 from icebergsync_operator.kube import KubeApi
-from icebergsync_operator.status import TableObservation
+from icebergsync_operator.status_update import TableObservation
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def observe_table(api: KubeApi, sync: IcebergSync) -> TableObservation:
             return TableObservation(error=f"cannot read Secret {catalog.secret_ref.name!r} of the catalog: "
                                           f"{error.status} {error.reason}")
     try:
-        return TableObservation(sink=read_sink_status(open_catalog(catalog, secret_values), sync.spec.table.name,
+        return TableObservation(sink=read_sink_state(open_catalog(catalog, secret_values), sync.spec.table.name,
                                                       sync.sink_id))
     except (NoSuchTableError, NoSuchNamespaceError):
         return TableObservation()

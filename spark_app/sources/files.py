@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from icebergsync.catalog import read_secret, resolve_env
-from icebergsync.protocol import Frontier, encode_json
+from icebergsync.protocol import Frontier, SourceIdentity, encode_json
 from icebergsync.schema import spark_type
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.storage import StoredFile, list_files, normalize
@@ -88,6 +88,13 @@ class FilesSource(Source):
 
     def initial_frontier(self) -> Frontier:
         return {"after": ""}
+
+    def identity(self) -> SourceIdentity:
+        return {"kind": "files", "path": normalize(self._root)}
+
+    def check_frontier(self, frontier: Frontier) -> None:
+        if set(frontier) != {"after"} or not isinstance(frontier["after"], str):
+            raise ValueError('a files frontier is {"after": "<relative path>"}')
 
     def _relative(self, stored: StoredFile) -> str:
         return normalize(stored.uri)[len(normalize(self._root)):].lstrip("/")

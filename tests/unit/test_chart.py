@@ -31,7 +31,7 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("icebergsync.io", "icebergsyncs/status"): {"patch"},
     ("icebergsync.io", "icebergsyncs/finalizers"): {"update"},
     ("sparkoperator.k8s.io", "sparkapplications"): {"list", "watch", "create", "delete"},
-    ("", "configmaps"): {"list", "create", "delete"},
+    ("", "configmaps"): {"get", "list", "create", "delete"},
     ("", "secrets"): {"get"},
     ("", "events"): {"create"},
 }
@@ -109,8 +109,9 @@ def rules_of(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 def settings_from(docs: list[dict[str, Any]]) -> Any:
     """The settings the operator would run with, parsed by its own parser from the rendered env."""
     cont = container(docs)
-    assert cont["command"] == ["icebergsync-operator"]
-    settings, log_level = parse_settings(cont.get("args", []), env_of(docs))
+    # args, not command: the image's entrypoint (tini as PID 1) must not be bypassed.
+    assert "command" not in cont and cont["args"][0] == "icebergsync-operator"
+    settings, log_level = parse_settings(cont["args"][1:], env_of(docs))
     return settings, log_level
 
 
@@ -133,7 +134,7 @@ def test_app_version_is_the_project_version() -> None:
 @pytest.mark.parametrize("name", ["icebergsync.yaml", "kopf-peering.yaml"])
 def test_chart_crds_are_byte_identical_to_the_generated_ones(name: str) -> None:
     assert (CHART / "crds" / name).read_bytes() == (REPO_ROOT / "crds" / name).read_bytes(), (
-        f"charts/icebergsync/crds/{name} drifted: run .venv/bin/python -m icebergsync.crd --write")
+        f"charts/icebergsync/crds/{name} drifted: run .venv/bin/python -m icebergsync.generate --write")
     assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["icebergsync.yaml", "kopf-peering.yaml"]
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
 
-from icebergsync.cli import main
 from icebergsync.errors import EXIT_CATALOG_UNREACHABLE, EXIT_INVALID_SPEC
+from spark_app.cli import main
 
 
 def write(tmp_path: Path, spec: dict[str, object]) -> str:
@@ -49,3 +51,12 @@ def test_missing_secret_and_env_are_spec_errors(tmp_path: Path, caplog: pytest.L
             == EXIT_INVALID_SPEC
     assert "spec.table.catalog.properties.token: environment variable NO_SUCH_VARIABLE is not set" in caplog.text
     assert f"secretRef 'creds': the Secret is not mounted at {tmp_path / 'secrets' / 'creds'}" in caplog.text
+
+
+def test_version_names_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == (
+        f"icebergsync {metadata.version('icebergsync')} (pyspark {metadata.version('pyspark')}, "
+        f"Python {'.'.join(map(str, sys.version_info[:3]))})")

@@ -264,7 +264,7 @@ def test_operator_entry_point_matches_the_chart() -> None:
     scripts = pyproject()["project"]["scripts"]  # type: ignore[index]
     assert scripts["icebergsync-operator"] == "icebergsync_operator.main:main"
     deployment = (REPO_ROOT / "charts/icebergsync/templates/deployment.yaml").read_text()
-    assert 'command: ["icebergsync-operator"]' in deployment
+    assert 'args: ["icebergsync-operator"]' in deployment and '  command:' not in deployment
     # Every package pyproject installs is copied into the image.
     package_dirs = set(pyproject()["tool"]["setuptools"]["package-dir"].values())  # type: ignore[index]
     copied_sources = {src.rstrip("/") for _, srcs, _ in context_copies() for src in srcs}

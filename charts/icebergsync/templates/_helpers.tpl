@@ -105,7 +105,7 @@ Only the verbs the operator uses (operator/icebergsync_operator/kube.py and kopf
   verbs: ["list", "watch", "create", "delete"]
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["list", "create", "delete"]
+  verbs: ["get", "list", "create", "delete"]
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
