@@ -6,6 +6,8 @@ a bad resource is refused by ``kubectl apply`` instead of failing later in the o
 
 from __future__ import annotations
 
+from icebergsync.spec import EXACTLY_ONE_SOURCE_MESSAGE, SOURCE_KINDS
+
 CEL_RULES: dict[str, list[dict[str, str]]] = {
     "spec": [
         {
@@ -21,8 +23,8 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     ],
     "spec.source": [
         {
-            "rule": "(has(self.generator) ? 1 : 0) + (has(self.files) ? 1 : 0) + (has(self.kafka) ? 1 : 0) == 1",
-            "message": "exactly one of generator, files, kafka must be set",
+            "rule": " + ".join(f"(has(self.{kind}) ? 1 : 0)" for kind in SOURCE_KINDS) + " == 1",
+            "message": EXACTLY_ONE_SOURCE_MESSAGE,
         }
     ],
     "spec.table.partitionBy[]": [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from icebergsync.spec import SOURCE_KINDS
+
 FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec": "Desired state: where records come from, which Iceberg table they go to and how.",
     "spec.sinkId": "Identity of this sink in the table's snapshot properties. Defaults to <namespace>/<name>.",
-    "spec.source": "Where records come from: exactly one of generator, files, kafka.",
+    "spec.source": f"Where records come from: exactly one of {', '.join(SOURCE_KINDS)}.",
     "spec.source.generator": "Synthetic records, for demos and tests.",
     "spec.source.generator.rowsPerSecond": "Rows generated per second.",
     "spec.source.generator.maxRowsPerTrigger": "Upper bound of rows read in one trigger.",

@@ -116,14 +116,14 @@ class Source(Model):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Source:
-        chosen = [name for name in ("generator", "files", "kafka") if getattr(self, name) is not None]
+        chosen = [name for name in SOURCE_KINDS if getattr(self, name) is not None]
         if len(chosen) != 1:
-            raise ValueError(f"exactly one of generator, files, kafka must be set (found {chosen or 'none'})")
+            raise ValueError(f"{EXACTLY_ONE_SOURCE_MESSAGE} (found {chosen or 'none'})")
         return self
 
     @property
     def kind(self) -> str:
-        return next(name for name in ("generator", "files", "kafka") if getattr(self, name) is not None)
+        return next(name for name in SOURCE_KINDS if getattr(self, name) is not None)
 
     @property
     def bounded(self) -> bool:
@@ -133,6 +133,12 @@ class Source(Model):
     def exhausted(self, frontier: Mapping[str, Any] | None) -> bool:
         """True when a bounded source has nothing after ``frontier`` (a committed frontier of this source)."""
         return self.generator is not None and self.generator.exhausted(frontier)
+
+
+# The one definition of the source kinds: the fields of ``Source`` (the CRD's rule and description,
+# the error locations and the job's source registry all follow it).
+SOURCE_KINDS: tuple[str, ...] = tuple(Source.model_fields)
+EXACTLY_ONE_SOURCE_MESSAGE = f"exactly one of {', '.join(SOURCE_KINDS)} must be set"
 
 
 class Catalog(Model):
@@ -282,7 +288,7 @@ def _format_location(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in ("generator", "files", "kafka") or not str(part).startswith("function-after"):
+        elif part in SOURCE_KINDS or not str(part).startswith("function-after"):
             path += f".{part}" if path else str(part)
     return path
 

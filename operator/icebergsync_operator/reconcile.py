@@ -105,8 +105,8 @@ def decide(observation: Observation, settings: OperatorSettings) -> Decision:
         return _failed(observation, previous, current, settings)
     if current.outcome is Outcome.FENCED:
         return _fenced(observation, previous, current)
-    if current.outcome is Outcome.BAD_INPUT:
-        return _bad_input(observation, previous, current)
+    if current.outcome in _STALLING_EXITS:
+        return _stalled_by_exit(observation, previous, current)
     if current.outcome is Outcome.COMPLETED:
         if observation.source_bounded and observation.source_exhausted:
             return _completed(observation, previous, current)
@@ -299,18 +299,34 @@ def _fenced(observation: Observation, previous: SyncStatus, current: ObservedApp
     return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events)
 
 
-def _bad_input(observation: Observation, previous: SyncStatus, current: ObservedApplication) -> Decision:
-    """Exit 65: input the job cannot ingest and no dead-letter table; relaunching would fail the same way."""
-    message = (f"{current.describe()}: the source holds a record or file it cannot ingest and spec.deadLetter "
-               f"is not set; the driver log names it. Not relaunching: fix the input, or set spec.deadLetter "
-               f"(a spec change launches a new version).")
+# Exits that a relaunch would only repeat: the reason, and what a person has to do.
+_STALLING_EXITS = {
+    Outcome.BAD_INPUT: (
+        "BadInput",
+        "the source holds a record or file it cannot ingest and spec.deadLetter is not set; the driver log names "
+        "it. Not relaunching: fix the input, or set spec.deadLetter (a spec change launches a new version).",
+    ),
+    Outcome.PROGRESS_CONFLICT: (
+        "ProgressConflict",
+        "the table's record of this sync cannot be resumed from (the table was rolled back past every commit of the "
+        "sync, its checkpoint property is damaged, or another source's sync uses the same sink id); the driver log "
+        "says which, and nothing was written. Not relaunching: restore the table or fix the sink id "
+        "(docs/operations.md), then change the spec to launch a new version.",
+    ),
+}
+
+
+def _stalled_by_exit(observation: Observation, previous: SyncStatus, current: ObservedApplication) -> Decision:
+    """An exit status that a relaunch would only repeat (bad input, progress conflict): stall with the reason."""
+    reason, advice = _STALLING_EXITS[current.outcome]
+    message = f"{current.describe()}: {advice}"
     before = condition(previous, "Stalled")
-    events = () if before is not None and before.reason == "BadInput" else (Event(WARNING, "BadInput", message),)
+    events = () if before is not None and before.reason == reason else (Event(WARNING, reason, message),)
     assessment = Assessment(
         phase="Failed",
-        ready=Verdict(FALSE, "BadInput", message),
-        reconciling=Verdict(FALSE, "BadInput"),
-        stalled=Verdict(TRUE, "BadInput", message),
+        ready=Verdict(FALSE, reason, message),
+        reconciling=Verdict(FALSE, reason),
+        stalled=Verdict(TRUE, reason, message),
     )
     return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events,
                    next_retry_at=None)

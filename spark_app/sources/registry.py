@@ -1,4 +1,4 @@
-"""Which ``Source`` class reads each source kind of the spec."""
+"""Which ``Source`` class reads each source kind of the spec (``icebergsync.spec.SOURCE_KINDS``)."""
 
 from __future__ import annotations
 

@@ -347,6 +347,15 @@ def test_bad_input_exit_stalls_with_its_reason_and_is_not_relaunched() -> None:
     assert fixed.launch is not None and (fixed.launch.version, fixed.launch.reason) == (3, "Upgraded")
 
 
+def test_progress_conflict_exit_stalls_with_its_reason_and_is_not_relaunched() -> None:
+    failed = app(2, "FAILED", "driver container failed with ExitCode: 5, Reason: Error")
+    decision = decide(observe(previous=running_status(version=2), applications=(failed,)), SETTINGS)
+    assert decision.launch is None and decision.status.phase == "Failed"
+    assert cond(decision, "Stalled") == ("True", "ProgressConflict")
+    assert reasons(decision) == ["ProgressConflict"]
+    assert "rolled back" in decision.events[0].message and "nothing was written" in decision.events[0].message
+
+
 UNREACHABLE = TableObservation(error="catalog 'icebergsync' at http://rest is unreachable")
 
 
