@@ -235,7 +235,8 @@ def arrow_schema():  # type: ignore[no-untyped-def]
     """The Arrow schema (with Iceberg field ids) that our sink writes for the generator columns."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    from icebergsync.schema import GENERATOR_COLUMNS, iceberg_schema
+    from icebergsync.schema import iceberg_schema
+    from icebergsync.spec import GENERATOR_COLUMNS
 
     return schema_to_pyarrow(iceberg_schema(list(GENERATOR_COLUMNS)), include_field_ids=True)
 

@@ -46,7 +46,8 @@ def plan_for(directory: Path, layout: str, target: int, properties: dict[str, st
     from pyiceberg.catalog.sql import SqlCatalog
 
     from icebergsync.catalog import partition_spec
-    from icebergsync.schema import GENERATOR_COLUMNS, iceberg_schema
+    from icebergsync.schema import iceberg_schema
+    from icebergsync.spec import GENERATOR_COLUMNS
     from spark_app.job import WRITER_MEMORY_BYTES, table_plan
     from spark_app.writer import WritePlan
 

@@ -248,7 +248,7 @@ class NoopContender:
     def _go(self, rows: int, per_trigger: int) -> list[dict[str, Any]]:
         import pyarrow as pa
 
-        from icebergsync.schema import GENERATOR_COLUMNS
+        from icebergsync.spec import GENERATOR_COLUMNS
         from spark_app.decode import select_declared, with_control_columns
         from spark_app.sources.generator import generate
 
@@ -325,7 +325,8 @@ class NaiveContender:
         from pyiceberg.catalog.sql import SqlCatalog
 
         from icebergsync.catalog import partition_spec
-        from icebergsync.schema import GENERATOR_COLUMNS, iceberg_schema
+        from icebergsync.schema import iceberg_schema
+        from icebergsync.spec import GENERATOR_COLUMNS
 
         directory = Path(self.cell.workdir) / "tables" / name
         shutil.rmtree(directory, ignore_errors=True)

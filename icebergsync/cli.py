@@ -1,4 +1,8 @@
-"""`icebergsync run | status`: the same entry point the SparkApplication runs."""
+"""The `icebergsync` command line of the core: logging, errors to exit statuses, and `status`.
+
+The layers above add their own commands: the program users and the SparkApplication run is
+``spark_app.cli`` (which adds `run`), so this module never imports the data plane.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,16 @@ import argparse
 import json
 import logging
 import sys
-import threading
+from collections.abc import Callable, Sequence
 from importlib import metadata
 
-from icebergsync.errors import EXIT_FAILED, EXIT_OK, FencedError, IcebergSyncError
+from icebergsync.errors import EXIT_FAILED, EXIT_OK, IcebergSyncError
 from icebergsync.spec import load_spec
 
 log = logging.getLogger("icebergsync")
+
+# Adds one subcommand (parser with ``handler`` default) to the program's subparsers.
+CommandAdder = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 
 def _configure_logging(level: str) -> None:
@@ -22,43 +29,13 @@ def _configure_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """Run the sync; return the documented exit status."""
-    from icebergsync.catalog import open_catalog
-    from spark_app.job import SyncJob, install_stop_handlers
-    from spark_app.session import build_session, connector_conf
-
-    stop_requested = threading.Event()
-    install_stop_handlers(stop_requested)
-    log.info("starting %s as sink version %d", args.spec, args.sink_version)
-    sync = load_spec(args.spec)
-    catalog = open_catalog(sync.spec.table.catalog)  # fail fast, before a JVM starts
-    conf = {**sync.spec.spark.conf, **dict(item.split("=", 1) for item in args.conf)}
-    conf.update(connector_conf(sync.spec.source.kind, conf))
-    spark = build_session(f"icebergsync-{sync.metadata.name}-v{args.sink_version}", args.master or None, conf)
-    job = SyncJob(sync, args.sink_version, spark, catalog, stop_requested)
-    try:
-        summary = job.run()
-    except FencedError as fenced:
-        log.error("FENCED: sink %s version %d stops without writing: version %d%s owns the table",
-                  fenced.sink_id, fenced.version, fenced.by_version,
-                  f" (attempt {fenced.by_attempt})" if fenced.by_attempt else "")
-        return fenced.exit_status
-    finally:
-        spark.stop()
-    log.info("done: sink=%s version=%d commits=%d records=%d dead_letters=%d frontier=%s",
-             summary.writer.sink_id, summary.writer.version, summary.commits, summary.records,
-             summary.dead_letters, json.dumps(summary.frontier, sort_keys=True))
-    return summary.exit_status
-
-
 def status_command(args: argparse.Namespace) -> int:
     """Print what the table says about the sync."""
     from icebergsync.catalog import open_catalog
-    from icebergsync.status import read_sink_status
+    from icebergsync.sink_state import read_sink_state
 
     sync = load_spec(args.spec)
-    status = read_sink_status(open_catalog(sync.spec.table.catalog), sync.spec.table.name, sync.sink_id)
+    status = read_sink_state(open_catalog(sync.spec.table.catalog), sync.spec.table.name, sync.sink_id)
     if args.json:
         print(json.dumps(status.as_dict(), indent=2, sort_keys=True))
         return EXIT_OK
@@ -75,23 +52,25 @@ def status_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_arguments(spec_path: str, sink_version: int, master: str = "") -> list[str]:
+    """The ``icebergsync run`` arguments for one launch (what the operator renders into the application)."""
+    return ["run", spec_path, "--sink-version", str(sink_version), "--master", master]
+
+
 def version_text() -> str:
     """``icebergsync <version> (pyspark <version>, Python <version>)`` of the installed distributions."""
     python = ".".join(map(str, sys.version_info[:3]))
     return f"icebergsync {metadata.version('icebergsync')} (pyspark {metadata.version('pyspark')}, Python {python})"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="icebergsync", description=__doc__)
+def build_parser(extra_commands: Sequence[CommandAdder] = (), description: str | None = None) -> argparse.ArgumentParser:
+    """The ``icebergsync`` parser: the layers' ``extra_commands`` first, then ``status``."""
+    parser = argparse.ArgumentParser(prog="icebergsync", description=description)
     parser.add_argument("--version", action="version", version=version_text())
     parser.add_argument("--log-level", default="INFO")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run the sync (local Spark unless --master is empty under spark-submit)")
-    run.add_argument("spec")
-    run.add_argument("--sink-version", type=int, default=1)
-    run.add_argument("--master", default="local[*]", help="Spark master; '' to take it from spark-submit")
-    run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf")
-    run.set_defaults(handler=run_command)
+    for add_command in extra_commands:
+        add_command(commands)
     status = commands.add_parser("status", help="print what the table says about the sync")
     status.add_argument("spec")
     status.add_argument("--json", action="store_true")
@@ -99,8 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, extra_commands: Sequence[CommandAdder] = (),
+         description: str | None = None) -> int:
+    """Parse ``argv``, run the chosen command, and turn its outcome into the documented exit status."""
+    args = build_parser(extra_commands, description).parse_args(argv)
     _configure_logging(args.log_level)
     try:
         return int(args.handler(args))
@@ -110,7 +91,3 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         log.exception("icebergsync failed")
         return EXIT_FAILED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

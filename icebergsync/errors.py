@@ -13,6 +13,9 @@ EXIT_CATALOG_UNREACHABLE = 4
 # A record or file that cannot be ingested and no dead-letter table to put it in (EX_DATAERR): waiting or
 # relaunching will not help, the operator reports Stalled with the reason.
 EXIT_BAD_INPUT = 65
+# The table's record of this sink cannot be trusted (damaged checkpoint, rolled back past the sink's
+# commits, progress of another source): nothing was written, a person must decide (docs/operations.md).
+EXIT_PROGRESS_CONFLICT = 5
 
 
 class IcebergSyncError(Exception):
@@ -59,3 +62,13 @@ class CatalogUnreachableError(IcebergSyncError):
 
 class CommitStateUnknownError(IcebergSyncError):
     """A commit's outcome could not be determined even after looking for our snapshot."""
+
+
+class ProgressConflictError(IcebergSyncError):
+    """The table's record of this sink cannot be resumed from safely; the sink stops without writing."""
+
+    exit_status = EXIT_PROGRESS_CONFLICT
+
+
+class TableChangedError(IcebergSyncError):
+    """The table was recreated, or its schema changed, under a running sink; a restart re-plans from it."""

@@ -17,6 +17,8 @@ from typing import Any
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
+from icebergsync.errors import ProgressConflictError
+
 PROTOCOL_VERSION = "1"
 PREFIX = "icebergsync."
 SINK_ID = "icebergsync.sink-id"
@@ -31,12 +33,14 @@ DEAD_LETTER_FILES = "icebergsync.dead-letter-files"
 MAX_EVENT_TIME = "icebergsync.max-event-time"
 SOURCE_LAG = "icebergsync.source-lag"
 SOURCE_NOTES = "icebergsync.source-notes"
+SOURCE = "icebergsync.source"
 CHECKPOINT_PREFIX = "icebergsync.checkpoint."
 
 KIND_FENCE = "fence"
 KIND_DATA = "data"
 
 Frontier = dict[str, Any]
+SourceIdentity = dict[str, Any]
 
 
 def encode_json(value: Any) -> str:
@@ -76,6 +80,7 @@ class SinkCommit:
     dead_letter_files: tuple[str, ...] = ()
     max_event_time: str | None = None
     source_lag: dict[str, Any] | None = None
+    source: SourceIdentity | None = None
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,12 @@ class Checkpoint:
     writer: Writer
     frontier: Frontier | None
     snapshot_id: int
+    source: SourceIdentity | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class DamagedRecordError(ProgressConflictError):
+    """A snapshot summary or checkpoint that names a sink but cannot be parsed."""
 
 
 def snapshot_properties(
@@ -93,6 +103,7 @@ def snapshot_properties(
     kind: str,
     frontier: Frontier | None,
     *,
+    source: SourceIdentity | None = None,
     records: int = 0,
     dead_letters: int = 0,
     dead_letter_files: list[str] | None = None,
@@ -111,6 +122,8 @@ def snapshot_properties(
         RECORDS: str(records),
         DEAD_LETTERS: str(dead_letters),
     }
+    if source:
+        properties[SOURCE] = encode_json(source)
     if dead_letter_files:
         properties[DEAD_LETTER_FILES] = encode_json(dead_letter_files)
     if max_event_time:
@@ -122,53 +135,87 @@ def snapshot_properties(
     return properties
 
 
+_CHECKPOINT_FIELDS = ("version", "attempt", "frontier", "snapshot-id", "source")
+
+
 def checkpoint_value(
-    writer: Writer, frontier: Frontier | None, snapshot_id: int, extra: Mapping[str, Any] | None = None
+    writer: Writer, frontier: Frontier | None, snapshot_id: int, extra: Mapping[str, Any] | None = None,
+    source: SourceIdentity | None = None,
 ) -> str:
     """The value of the checkpoint table property for a commit (``extra`` adds writer-specific fields)."""
-    return encode_json({
+    value: dict[str, Any] = {
         **(extra or {}),
         "version": writer.version, "attempt": writer.attempt, "frontier": frontier, "snapshot-id": snapshot_id,
-    })
+    }
+    if source:
+        value["source"] = source
+    return encode_json(value)
+
+
+def _json_object_or_none(raw: str, what: str) -> dict[str, Any] | None:
+    value = json.loads(raw)
+    if value is not None and not isinstance(value, dict):
+        raise TypeError(f"{what} is not a JSON object")
+    return value
 
 
 def parse_commit(snapshot: Snapshot) -> SinkCommit | None:
-    """The sink commit a snapshot records, or None when the snapshot was not written by a sink."""
+    """The sink commit a snapshot records; None when no sink wrote it.
+
+    Raises ``DamagedRecordError`` when the snapshot names a sink but its properties do not parse.
+    """
     summary = snapshot.summary.additional_properties if snapshot.summary else {}
-    if SINK_ID not in summary or SINK_VERSION not in summary:
+    if SINK_ID not in summary:
         return None
     try:
+        dead_letter_files = json.loads(summary[DEAD_LETTER_FILES]) if DEAD_LETTER_FILES in summary else []
+        if not isinstance(dead_letter_files, list) or not all(isinstance(p, str) for p in dead_letter_files):
+            raise TypeError(f"{DEAD_LETTER_FILES} is not a list of paths")
         return SinkCommit(
             snapshot_id=snapshot.snapshot_id,
             timestamp_ms=snapshot.timestamp_ms,
             writer=Writer(summary[SINK_ID], int(summary[SINK_VERSION]), summary.get(ATTEMPT, "")),
             kind=summary.get(KIND, KIND_DATA),
-            frontier=json.loads(summary[FRONTIER]) if FRONTIER in summary else None,
+            frontier=_json_object_or_none(summary[FRONTIER], FRONTIER) if FRONTIER in summary else None,
             records=int(summary.get(RECORDS, "0")),
             dead_letters=int(summary.get(DEAD_LETTERS, "0")),
-            dead_letter_files=tuple(json.loads(summary[DEAD_LETTER_FILES])) if DEAD_LETTER_FILES in summary else (),
+            dead_letter_files=tuple(dead_letter_files),
             max_event_time=summary.get(MAX_EVENT_TIME),
-            source_lag=json.loads(summary[SOURCE_LAG]) if SOURCE_LAG in summary else None,
+            source_lag=_json_object_or_none(summary[SOURCE_LAG], SOURCE_LAG) if SOURCE_LAG in summary else None,
+            source=_json_object_or_none(summary[SOURCE], SOURCE) if SOURCE in summary else None,
         )
-    except (ValueError, TypeError):
-        return None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise DamagedRecordError(
+            f"snapshot {snapshot.snapshot_id} names sink {summary[SINK_ID]!r} but its properties are damaged: {exc!r}"
+        ) from exc
 
 
 def parse_checkpoint(metadata: TableMetadata, sink_id: str) -> Checkpoint | None:
-    """The sink's checkpoint table property, if present and well formed."""
+    """The sink's checkpoint table property; None when absent.
+
+    Raises ``DamagedRecordError`` when the property is present but does not parse.
+    """
     raw = metadata.properties.get(checkpoint_key(sink_id))
     if raw is None:
         return None
     try:
         value = json.loads(raw)
+        if not isinstance(value, dict):
+            raise TypeError("not a JSON object")
+        frontier, source = value.get("frontier"), value.get("source")
+        if not (frontier is None or isinstance(frontier, dict)) or not (source is None or isinstance(source, dict)):
+            raise TypeError("frontier and source must be JSON objects")
         return Checkpoint(
             writer=Writer(sink_id, int(value["version"]), str(value.get("attempt", ""))),
-            frontier=value.get("frontier"),
+            frontier=frontier,
             snapshot_id=int(value.get("snapshot-id", -1)),
-            extra={k: v for k, v in value.items() if k not in ("version", "attempt", "frontier", "snapshot-id")},
+            source=source,
+            extra={k: v for k, v in value.items() if k not in _CHECKPOINT_FIELDS},
         )
-    except (ValueError, TypeError, KeyError):
-        return None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise DamagedRecordError(
+            f"table property {checkpoint_key(sink_id)} is present but damaged ({exc!r}): {raw[:200]!r}"
+        ) from exc
 
 
 def main_ancestry(metadata: TableMetadata) -> Iterator[Snapshot]:
@@ -181,57 +228,101 @@ def main_ancestry(metadata: TableMetadata) -> Iterator[Snapshot]:
         snapshot = metadata.snapshot_by_id(snapshot.parent_snapshot_id)
 
 
+def is_on_main(metadata: TableMetadata, snapshot_id: int) -> bool:
+    """Whether an existing snapshot is an ancestor of (or is) the main head.
+
+    Walks main's parents. Expiry may have cut that history (pyiceberg even clears the parent id of
+    a snapshot whose parent it expired), so when the walk ends without reaching the snapshot, it
+    counts as an ancestor iff it is older than the oldest snapshot reached. A larger sequence number
+    (format v2) or a later timestamp than that one means it was committed after the history main
+    now holds: main was rolled back past it.
+    """
+    target = metadata.snapshot_by_id(snapshot_id)
+    if target is None:
+        return False
+    oldest: Snapshot | None = None
+    for snapshot in main_ancestry(metadata):
+        if snapshot.snapshot_id == snapshot_id:
+            return True
+        oldest = snapshot
+    if oldest is None:
+        return False
+    if (target.sequence_number or 0) > 0 and (target.sequence_number or 0) >= (oldest.sequence_number or 0):
+        return False
+    return target.timestamp_ms <= oldest.timestamp_ms
+
+
 @dataclass(frozen=True)
 class Progress:
-    """What the table says about a sink: where to resume and who owns it."""
+    """What the table says about a sink: where to resume and who owns it.
+
+    ``conflict`` says why the sink must not resume (damaged record, rollback past its commits);
+    ``resumed_from`` is then ``"conflict"`` and the frontier None.
+    """
 
     sink_id: str
     last_commit: SinkCommit | None
     checkpoint: Checkpoint | None
     highest: Writer | None
     frontier: Frontier | None
-    resumed_from: str  # "snapshot" | "checkpoint" | "none"
+    resumed_from: str  # "snapshot" | "checkpoint" | "none" | "conflict"
+    source: SourceIdentity | None = None
     foreign_snapshots_on_top: int = 0
     notes: list[str] = field(default_factory=list)
+    conflict: str | None = None
 
 
 def read_progress(metadata: TableMetadata, sink_id: str) -> Progress:
     """Find where ``sink_id`` resumes and the highest writer that has claimed it.
 
     The frontier is that of the newest main-branch ancestor written by the sink; snapshots of other
-    writers (compaction, manual appends) are skipped. When expiry removed every such snapshot, the
-    checkpoint property supplies it. A checkpoint whose snapshot still exists but is no longer an
-    ancestor of main (the table was rolled back past it) is not used for the frontier.
+    writers (compaction, manual appends, other sinks) are skipped. When none is reachable the
+    checkpoint property supplies it if its snapshot was expired or is still on main (expiry cut the
+    history above it). A checkpoint snapshot that exists but is not on main means the table was
+    rolled back past every commit of the sink: that, and damaged records of this sink, are a
+    ``conflict`` (never a silent replay from the source's start).
     """
     last_commit: SinkCommit | None = None
     highest: Writer | None = None
     foreign_on_top = 0
-    for snapshot in main_ancestry(metadata):
-        commit = parse_commit(snapshot)
-        if commit is None or commit.writer.sink_id != sink_id:
+    try:
+        for snapshot in main_ancestry(metadata):
+            summary = snapshot.summary.additional_properties if snapshot.summary else {}
+            if summary.get(SINK_ID) != sink_id:
+                if last_commit is None:
+                    foreign_on_top += 1
+                continue
+            commit = parse_commit(snapshot)
+            assert commit is not None
             if last_commit is None:
-                foreign_on_top += 1
-            continue
-        if last_commit is None:
-            last_commit = commit
-        if highest is None or commit.writer.version > highest.version:
-            highest = commit.writer
-    checkpoint = parse_checkpoint(metadata, sink_id)
+                last_commit = commit
+            if highest is None or commit.writer.version > highest.version:
+                highest = commit.writer
+        checkpoint = parse_checkpoint(metadata, sink_id)
+    except DamagedRecordError as exc:
+        return Progress(sink_id, last_commit, None, highest, None, "conflict", None, foreign_on_top, conflict=str(exc))
     if checkpoint and (highest is None or checkpoint.writer.version > highest.version):
         highest = checkpoint.writer
     notes: list[str] = []
     if last_commit is not None:
-        frontier, resumed_from = last_commit.frontier, "snapshot"
-    elif checkpoint is not None and metadata.snapshot_by_id(checkpoint.snapshot_id) is None:
-        frontier, resumed_from = checkpoint.frontier, "checkpoint"
-    else:
-        frontier, resumed_from = None, "none"
-        if checkpoint is not None:
-            notes.append(
-                f"checkpoint snapshot {checkpoint.snapshot_id} is not an ancestor of main (rolled back?): "
-                "starting from the source's initial position"
-            )
-    return Progress(sink_id, last_commit, checkpoint, highest, frontier, resumed_from, foreign_on_top, notes)
+        if checkpoint is not None and checkpoint.snapshot_id != last_commit.snapshot_id \
+                and metadata.snapshot_by_id(checkpoint.snapshot_id) is not None \
+                and not is_on_main(metadata, checkpoint.snapshot_id):
+            notes.append(f"checkpoint snapshot {checkpoint.snapshot_id} is not on main (the table was rolled back): "
+                         f"resuming from snapshot {last_commit.snapshot_id}, which main holds")
+        return Progress(sink_id, last_commit, checkpoint, highest, last_commit.frontier, "snapshot",
+                        last_commit.source, foreign_on_top, notes)
+    if checkpoint is None:
+        return Progress(sink_id, None, None, highest, None, "none", None, foreign_on_top)
+    if metadata.snapshot_by_id(checkpoint.snapshot_id) is None or is_on_main(metadata, checkpoint.snapshot_id):
+        return Progress(sink_id, None, checkpoint, highest, checkpoint.frontier, "checkpoint", checkpoint.source,
+                        foreign_on_top)
+    conflict = (f"the table was rolled back past every commit of sink {sink_id}: its checkpoint snapshot "
+                f"{checkpoint.snapshot_id} is no longer on main. Resuming would replay the source from its start "
+                f"(duplicates) or from the checkpoint (rows the table no longer holds); restore the table, or "
+                f"remove the table property {checkpoint_key(sink_id)} to start over deliberately")
+    return Progress(sink_id, None, checkpoint, highest, None, "conflict", checkpoint.source, foreign_on_top,
+                    conflict=conflict)
 
 
 def startup_fence_owner(progress: Progress, me: Writer) -> Writer | None:
@@ -245,10 +336,41 @@ def startup_fence_owner(progress: Progress, me: Writer) -> Writer | None:
     return None
 
 
+def check_resumable(progress: Progress, source: SourceIdentity | None) -> None:
+    """Raise ``ProgressConflictError`` unless a sink reading ``source`` may resume from ``progress``.
+
+    Refused: a conflict (damaged record, rollback), or a frontier recorded for another source.
+    Frontiers recorded before the source identity was (no ``source``) are accepted.
+    """
+    if progress.conflict is not None:
+        raise ProgressConflictError(progress.conflict)
+    if source is not None and progress.source is not None and progress.source != source:
+        raise ProgressConflictError(
+            f"sink {progress.sink_id}: the table's frontier {encode_json(progress.frontier)} was written for source "
+            f"{encode_json(progress.source)}, not this sync's source {encode_json(source)} (do two syncs share a "
+            "sinkId?); refusing to resume from it"
+        )
+
+
+def rolled_back_past(metadata: TableMetadata, sink_id: str, last_snapshot_id: int) -> bool:
+    """Whether main no longer holds a sink's last snapshot (main was rolled back past it).
+
+    The snapshot still exists off main; or it is gone and main's history reaches an older commit of
+    the sink (expiry alone cuts the history at the expired snapshot, so no older commit is reachable).
+    Check the fence first: a newer writer's commits above the snapshot are no rollback.
+    """
+    if metadata.snapshot_by_id(last_snapshot_id) is not None:
+        return not is_on_main(metadata, last_snapshot_id)
+    return any(
+        (s.summary.additional_properties if s.summary else {}).get(SINK_ID) == sink_id for s in main_ancestry(metadata)
+    )
+
+
 def steady_fence_owner(metadata: TableMetadata, me: Writer, my_last_snapshot_id: int) -> Writer | None:
     """Before a data commit: the writer that has claimed the sink since ``me`` last committed, if any.
 
     Checks the checkpoint property and every main-branch snapshot above ``my_last_snapshot_id``.
+    Raises ``DamagedRecordError`` when the checkpoint, or a snapshot of this sink above it, is damaged.
     """
     checkpoint = parse_checkpoint(metadata, me.sink_id)
     if checkpoint is not None and checkpoint.writer.supersedes(me):
@@ -256,7 +378,10 @@ def steady_fence_owner(metadata: TableMetadata, me: Writer, my_last_snapshot_id:
     for snapshot in main_ancestry(metadata):
         if snapshot.snapshot_id == my_last_snapshot_id:
             return None
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if summary.get(SINK_ID) != me.sink_id:
+            continue
         commit = parse_commit(snapshot)
-        if commit is not None and commit.writer.sink_id == me.sink_id and commit.writer.supersedes(me):
+        if commit is not None and commit.writer.supersedes(me):
             return commit.writer
     return None

@@ -24,7 +24,7 @@ from pyiceberg.types import (
 )
 
 from icebergsync.errors import IncompatibleSchemaError
-from icebergsync.spec import Column, IcebergSyncSpec
+from icebergsync.spec import Column
 
 _ICEBERG_TYPES: dict[str, PrimitiveType] = {
     "boolean": BooleanType(),
@@ -44,26 +44,6 @@ _SPARK_TYPES = {
     "timestamptz": "timestamp",
 }
 
-# Columns of the built-in generator: taxi-trip-like, deterministic per id.
-GENERATOR_COLUMNS: tuple[Column, ...] = (
-    Column(name="id", type="long", required=True),
-    Column(name="ts", type="timestamptz", required=True),
-    Column(name="vendor", type="string", required=True),
-    Column(name="pickup_zone", type="int"),
-    Column(name="dropoff_zone", type="int"),
-    Column(name="passenger_count", type="int"),
-    Column(name="trip_distance", type="double"),
-    Column(name="fare_amount", type="decimal(10,2)"),
-    Column(name="tip_amount", type="double"),
-    Column(name="total_amount", type="double"),
-    Column(name="payment_type", type="string"),
-    Column(name="rate_code", type="int"),
-    Column(name="store_and_forward", type="boolean"),
-    Column(name="pickup_date", type="date"),
-    Column(name="notes", type="string"),
-)
-
-
 def iceberg_type(type_name: str) -> PrimitiveType:
     """Map a spec type name (``long``, ``decimal(10,2)`` …) to an Iceberg type."""
     decimal = re.fullmatch(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)", type_name)
@@ -77,11 +57,6 @@ def spark_type(type_name: str) -> str:
     if type_name.startswith("decimal"):
         return type_name.replace(" ", "")
     return _SPARK_TYPES[type_name]
-
-
-def effective_columns(spec: IcebergSyncSpec) -> list[Column]:
-    """The declared schema, or the generator's built-in columns when none is declared."""
-    return list(spec.schema_) if spec.schema_ else list(GENERATOR_COLUMNS)
 
 
 def iceberg_schema(columns: list[Column]) -> Schema:

@@ -8,6 +8,7 @@ half-configured.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -34,8 +35,12 @@ IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 TABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
-Size = Annotated[str, Field(pattern=SIZE_PATTERN)]
+# The length bounds also let the API server's CEL cost estimator accept the rules on these strings.
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=64)]
+Size = Annotated[str, Field(pattern=SIZE_PATTERN, max_length=64)]
+PartitionTransform = Annotated[str, Field(pattern=PARTITION_PATTERN, max_length=256)]
+ZERO_WIDTH_PATTERN = r"^\s*(bucket|truncate)\(\s*0+\s*,"
+MIN_TARGET_FILE_BYTES = 1024
 
 
 class Model(BaseModel):
@@ -62,6 +67,11 @@ class GeneratorSource(Model):
     rows_per_second: int = Field(default=1000, ge=1)
     total_rows: int | None = Field(default=None, ge=0, description="Stop once this many rows are committed.")
     max_rows_per_trigger: int = Field(default=1_000_000, ge=1)
+
+    def exhausted(self, frontier: Mapping[str, Any] | None) -> bool:
+        """True when ``totalRows`` is set and the frontier (``{"next_id": N}``) has reached it."""
+        position = frontier.get("next_id") if frontier is not None else None
+        return self.total_rows is not None and isinstance(position, int) and position >= self.total_rows
 
 
 class FilesSource(Model):
@@ -110,14 +120,29 @@ class Source(Model):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Source:
-        chosen = [name for name in ("generator", "files", "kafka") if getattr(self, name) is not None]
+        chosen = [name for name in SOURCE_KINDS if getattr(self, name) is not None]
         if len(chosen) != 1:
-            raise ValueError(f"exactly one of generator, files, kafka must be set (found {chosen or 'none'})")
+            raise ValueError(f"{EXACTLY_ONE_SOURCE_MESSAGE} (found {chosen or 'none'})")
         return self
 
     @property
     def kind(self) -> str:
-        return next(name for name in ("generator", "files", "kafka") if getattr(self, name) is not None)
+        return next(name for name in SOURCE_KINDS if getattr(self, name) is not None)
+
+    @property
+    def bounded(self) -> bool:
+        """True for a source that ends (a generator with totalRows); files and Kafka run until stopped."""
+        return self.generator is not None and self.generator.total_rows is not None
+
+    def exhausted(self, frontier: Mapping[str, Any] | None) -> bool:
+        """True when a bounded source has nothing after ``frontier`` (a committed frontier of this source)."""
+        return self.generator is not None and self.generator.exhausted(frontier)
+
+
+# The one definition of the source kinds: the fields of ``Source`` (the CRD's rule and description,
+# the error locations and the job's source registry all follow it).
+SOURCE_KINDS: tuple[str, ...] = tuple(Source.model_fields)
+EXACTLY_ONE_SOURCE_MESSAGE = f"exactly one of {', '.join(SOURCE_KINDS)} must be set"
 
 
 class Catalog(Model):
@@ -132,8 +157,15 @@ class Catalog(Model):
 class Table(Model):
     catalog: Catalog = Field(default_factory=Catalog)
     name: str = Field(pattern=TABLE_NAME_PATTERN, description="namespace.table")
-    partition_by: list[Annotated[str, Field(pattern=PARTITION_PATTERN)]] = Field(default_factory=list)
+    partition_by: list[PartitionTransform] = Field(default_factory=list, max_length=64)
     properties: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("partition_by")
+    @classmethod
+    def _positive_widths(cls, transforms: list[str]) -> list[str]:
+        if any(re.match(ZERO_WIDTH_PATTERN, transform) for transform in transforms):
+            raise ValueError("bucket and truncate need a width of at least 1")
+        return transforms
 
 
 class Commit(Model):
@@ -162,7 +194,9 @@ class Commit(Model):
     def _positive(self) -> Commit:
         if self.interval_seconds <= 0:
             raise ValueError("interval must be greater than zero")
-        if self.target_file_bytes < 1024:
+        if self.poll_seconds <= 0:
+            raise ValueError("pollInterval must be greater than zero")
+        if self.target_file_bytes < MIN_TARGET_FILE_BYTES:
             raise ValueError("targetFileSize must be at least 1Ki")
         return self
 
@@ -217,6 +251,31 @@ class IcebergSyncSpec(Model):
         return self
 
 
+# Columns of the built-in generator: taxi-trip-like, deterministic per id.
+GENERATOR_COLUMNS: tuple[Column, ...] = (
+    Column(name="id", type="long", required=True),
+    Column(name="ts", type="timestamptz", required=True),
+    Column(name="vendor", type="string", required=True),
+    Column(name="pickup_zone", type="int"),
+    Column(name="dropoff_zone", type="int"),
+    Column(name="passenger_count", type="int"),
+    Column(name="trip_distance", type="double"),
+    Column(name="fare_amount", type="decimal(10,2)"),
+    Column(name="tip_amount", type="double"),
+    Column(name="total_amount", type="double"),
+    Column(name="payment_type", type="string"),
+    Column(name="rate_code", type="int"),
+    Column(name="store_and_forward", type="boolean"),
+    Column(name="pickup_date", type="date"),
+    Column(name="notes", type="string"),
+)
+
+
+def effective_columns(spec: IcebergSyncSpec) -> list[Column]:
+    """The declared schema, or the generator's built-in columns when none is declared."""
+    return list(spec.schema_) if spec.schema_ else list(GENERATOR_COLUMNS)
+
+
 class Metadata(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     name: str = Field(pattern=K8S_NAME_PATTERN, max_length=63)
@@ -242,7 +301,7 @@ def _format_location(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in ("generator", "files", "kafka") or not str(part).startswith("function-after"):
+        elif part in SOURCE_KINDS or not str(part).startswith("function-after"):
             path += f".{part}" if path else str(part)
     return path
 
@@ -270,8 +329,6 @@ def parse_spec(document: dict[str, Any]) -> IcebergSync:
 
 def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     """Cross-field checks that need the parsed spec (partition source columns, event time)."""
-    from icebergsync.schema import effective_columns
-
     columns = {column.name: column for column in effective_columns(spec)}
     problems = []
     for index, expression in enumerate(spec.table.partition_by):

@@ -14,7 +14,7 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -27,15 +27,23 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AssertTableUUID
 
 from icebergsync import protocol
-from icebergsync.errors import CommitStateUnknownError, FencedError, IcebergSyncError
-from icebergsync.protocol import Frontier, Progress, Writer
+from icebergsync.errors import (
+    CommitStateUnknownError,
+    FencedError,
+    IcebergSyncError,
+    ProgressConflictError,
+    TableChangedError,
+)
+from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
 from spark_app.faults import crash_point
+from spark_app.iceberg_internals import appended_snapshot_id, commit_transaction
 
 log = logging.getLogger("icebergsync.committer")
 
 MAIN_SEQUENCE = "main-sequence-number"
+MAIN_SNAPSHOT = "main-snapshot-id"
 UNKNOWN_OUTCOME_DEADLINE_SECONDS = 300.0
 
 
@@ -58,6 +66,32 @@ def _parse_file_owner(name: str, sink_prefix: str) -> tuple[int, str] | None:
         return int(parts[0]), parts[1]
     except (IndexError, ValueError):
         return None
+
+
+@dataclass(frozen=True)
+class TablePin:
+    """What a sink fixed about a table when it fenced it: every later commit asserts both."""
+
+    table_uuid: str
+    schema_id: int
+
+    @staticmethod
+    def of(metadata: TableMetadata) -> TablePin:
+        return TablePin(str(metadata.table_uuid), metadata.current_schema_id)
+
+    def check(self, identifier: str, metadata: TableMetadata) -> None:
+        """Raise ``TableChangedError`` when ``metadata`` is another table, or has another schema, than pinned."""
+        if str(metadata.table_uuid) != self.table_uuid:
+            raise TableChangedError(
+                f"table {identifier} was dropped and recreated while this sink ran (uuid {self.table_uuid} is now "
+                f"{metadata.table_uuid}); nothing more was written to it. A restart resumes from the new table"
+            )
+        if metadata.current_schema_id != self.schema_id:
+            raise TableChangedError(
+                f"the schema of {identifier} was changed by another writer while this sink ran (schema id "
+                f"{self.schema_id} is now {metadata.current_schema_id}); the files staged under the old schema were "
+                "not committed. A restart re-plans its writes from the current schema"
+            )
 
 
 @dataclass(frozen=True)
@@ -99,9 +133,11 @@ class SinkCommitter:
         self._dead_letter_identifier = dead_letter_identifier
         self._rebuild_data_file = rebuild_data_file
         self.writer = writer
+        self.source: SourceIdentity | None = None
         self.last_snapshot_id: int | None = None
         self.last_dead_letter_snapshot_id: int | None = None
         self.fence_time_ms: int | None = None
+        self.pins: dict[str, TablePin] = {}
 
     # -- compare-and-swap -------------------------------------------------------------------------
 
@@ -110,8 +146,12 @@ class SinkCommitter:
         identifier: str,
         check: Callable[[TableMetadata], None],
         build: Callable[[Table], tuple[Transaction, int]],
-    ) -> Snapshot:
-        """Commit ``build``'s transaction iff ``check`` passes on the head it was built on; return the snapshot that landed."""
+    ) -> tuple[Snapshot, TableMetadata]:
+        """Commit ``build``'s transaction iff ``check`` passes on the head it was built on.
+
+        Returns the snapshot that landed and the table metadata it landed in. The table's pin (when
+        fenced) is asserted before every round.
+        """
         attempted: list[int] = []
         deadline = time.monotonic() + UNKNOWN_OUTCOME_DEADLINE_SECONDS
         rounds = 0
@@ -120,13 +160,16 @@ class SinkCommitter:
             table = self._catalog.load_table(identifier)
             landed = next((s for s in map(table.metadata.snapshot_by_id, attempted) if s is not None), None)
             if landed is not None:
-                return landed
+                return landed, table.metadata
+            if identifier in self.pins:
+                self.pins[identifier].check(identifier, table.metadata)
             check(table.metadata)
             transaction, snapshot_id = build(table)
             attempted.append(snapshot_id)
-            requirements = (*transaction._requirements, AssertTableUUID(uuid=table.metadata.table_uuid))
             try:
-                response = self._catalog.commit_table(table, requirements, transaction._updates)
+                response = commit_transaction(
+                    self._catalog, table, transaction, AssertTableUUID(uuid=table.metadata.table_uuid)
+                )
             except CommitFailedException as exc:
                 log.info("commit conflict on %s (round %d): %s; re-checking the fence", identifier, rounds, exc)
                 time.sleep(random.uniform(0.0, min(1.0, 0.01 * 2**min(rounds, 7))))
@@ -146,11 +189,11 @@ class SinkCommitter:
             snapshot = response.metadata.snapshot_by_id(snapshot_id)
             if snapshot is None:
                 raise CommitStateUnknownError(f"commit to {identifier} succeeded but snapshot {snapshot_id} is missing")
-            return snapshot
+            return snapshot, response.metadata
 
     def _transaction(
         self, table: Table, kind: str, frontier: Frontier | None, files: list[DataFile],
-        schema_changes: list[SchemaChange] | None = None, checkpoint_extra: dict[str, object] | None = None,
+        schema_changes: list[SchemaChange] | None = None, checkpoint_extra: Mapping[str, object] | None = None,
         **properties: object,
     ) -> tuple[Transaction, int]:
         transaction = Transaction(table)
@@ -164,12 +207,14 @@ class SinkCommitter:
                         update.update_column(change.column, field_type=change.new_type)
                     else:
                         update.update_column(change.column, required=False)
-        summary = protocol.snapshot_properties(self.writer, kind, frontier, **properties)  # type: ignore[arg-type]
+        summary = protocol.snapshot_properties(
+            self.writer, kind, frontier, source=self.source, **properties  # type: ignore[arg-type]
+        )
         with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
             for data_file in files:
                 append.append_data_file(data_file)
-            snapshot_id = append.snapshot_id
-        checkpoint = protocol.checkpoint_value(self.writer, frontier, snapshot_id, checkpoint_extra)
+            snapshot_id = appended_snapshot_id(append)
+        checkpoint = protocol.checkpoint_value(self.writer, frontier, snapshot_id, checkpoint_extra, self.source)
         transaction.set_properties({protocol.checkpoint_key(self.writer.sink_id): checkpoint})
         return transaction, snapshot_id
 
@@ -190,28 +235,44 @@ class SinkCommitter:
             owner = protocol.steady_fence_owner(metadata, self.writer, last_snapshot_id)
             if owner is not None:
                 raise FencedError(self.writer.sink_id, self.writer.version, owner.version, owner.attempt)
-            on_main = any(s.snapshot_id == last_snapshot_id for s in protocol.main_ancestry(metadata))  # stops there
-            if not on_main and metadata.snapshot_by_id(last_snapshot_id) is not None:
-                raise IcebergSyncError(
+            if protocol.rolled_back_past(metadata, self.writer.sink_id, last_snapshot_id):
+                raise ProgressConflictError(
                     f"snapshot {last_snapshot_id} of this sink is no longer on main (the table was rolled back); "
-                    "restart to resume from the table"
+                    "nothing more was written. A restart resumes from what main holds"
                 )
         return check
 
-    def start(self, schema_changes: list[SchemaChange]) -> Progress:
-        """Commit the fence: evolve the schema, claim the sink, recover pending dead letters.
+    def start(self, schema_changes: list[SchemaChange], source: SourceIdentity | None = None,
+              check_frontier: Callable[[Frontier], None] | None = None) -> Progress:
+        """Commit the fence: evolve the schema, claim the sink, pin the table, recover pending dead letters.
 
-        Raises ``FencedError`` when a higher version already owns the sink.
+        ``source`` identifies the source this sink reads (recorded with every frontier);
+        ``check_frontier`` raises when a frontier does not fit that source. Before anything is
+        written, raises ``FencedError`` when a higher version already owns the sink, and
+        ``ProgressConflictError`` when the table's progress cannot be resumed from (damaged, rolled
+        back, or recorded for another source).
         """
+        self.source = source
         progress_seen: list[Progress] = []
 
         def check(metadata: TableMetadata) -> None:
-            progress_seen.append(self._startup_check(metadata))
+            progress = self._startup_check(metadata)
+            protocol.check_resumable(progress, source)
+            if progress.frontier is not None and check_frontier is not None:
+                try:
+                    check_frontier(progress.frontier)
+                except (ValueError, TypeError, KeyError) as exc:
+                    raise ProgressConflictError(
+                        f"sink {self.writer.sink_id}: the table's frontier {protocol.encode_json(progress.frontier)} "
+                        f"does not fit this sync's source ({exc}); refusing to resume from it"
+                    ) from exc
+            progress_seen.append(progress)
 
         def build(table: Table) -> tuple[Transaction, int]:
             return self._transaction(table, protocol.KIND_FENCE, progress_seen[-1].frontier, [], schema_changes)
 
-        snapshot = self._compare_and_swap(self._identifier, check, build)
+        snapshot, metadata = self._compare_and_swap(self._identifier, check, build)
+        self.pins[self._identifier] = TablePin.of(metadata)
         self.last_snapshot_id = snapshot.snapshot_id
         self.fence_time_ms = snapshot.timestamp_ms
         progress = progress_seen[-1]
@@ -229,39 +290,44 @@ class SinkCommitter:
             self._startup_check(metadata)
 
         def build(table: Table) -> tuple[Transaction, int]:
-            covered = self._dead_letter_sequence(table.metadata)
-            pending, sequence, frontier = self._pending_dead_letters(main.metadata, covered)
+            pending, covered, frontier = self._pending_dead_letters(main.metadata, table)
             files = [self._rebuild_data_file(table, path) for path in pending] if self._rebuild_data_file else []
             if files:
-                log.info("%s: recovering %d dead-letter file(s) committed to the main table up to sequence %d",
-                         self.writer.sink_id, len(files), sequence)
-            return self._transaction(
-                table, protocol.KIND_FENCE, frontier, files, checkpoint_extra={MAIN_SEQUENCE: sequence}
-            )
+                log.info("%s: recovering %d dead-letter file(s) committed to the main table up to snapshot %s",
+                         self.writer.sink_id, len(files), covered[MAIN_SNAPSHOT])
+            return self._transaction(table, protocol.KIND_FENCE, frontier, files, checkpoint_extra=covered)
 
-        snapshot = self._compare_and_swap(self._dead_letter_identifier, check, build)
+        snapshot, metadata = self._compare_and_swap(self._dead_letter_identifier, check, build)
+        self.pins[self._dead_letter_identifier] = TablePin.of(metadata)
         self.last_dead_letter_snapshot_id = snapshot.snapshot_id
 
-    def _dead_letter_sequence(self, metadata: TableMetadata) -> int:
-        checkpoint = protocol.parse_checkpoint(metadata, self.writer.sink_id)
-        return int(checkpoint.extra.get(MAIN_SEQUENCE, 0)) if checkpoint else 0
+    def _pending_dead_letters(self, main: TableMetadata, dead: Table) -> tuple[list[str], dict[str, int], Frontier | None]:
+        """Dead-letter files listed by this sink's main commits that the dead-letter table lacks.
 
-    def _pending_dead_letters(self, main: TableMetadata, covered_sequence: int) -> tuple[list[str], int, Frontier | None]:
-        """Dead-letter files listed by this sink's main commits newer than ``covered_sequence``."""
-        pending: list[str] = []
-        newest_sequence = covered_sequence
+        The walk down main stops at the main snapshot the dead-letter checkpoint covers: its id (every
+        format version has one) or its sequence number (format v2 only; on v1 every snapshot has 0). Files the dead-letter table already references are never added twice. Returns the
+        files, the checkpoint fields that record the newest main commit now covered, and its frontier.
+        """
+        checkpoint = protocol.parse_checkpoint(dead.metadata, self.writer.sink_id)
+        covered_snapshot = checkpoint.extra.get(MAIN_SNAPSHOT) if checkpoint else None
+        covered_sequence = int(checkpoint.extra.get(MAIN_SEQUENCE, 0)) if checkpoint else 0
+        listed: list[str] = []
+        newest: Snapshot | None = None
         frontier: Frontier | None = None
         for snapshot in protocol.main_ancestry(main):
-            if snapshot.sequence_number is not None and snapshot.sequence_number <= covered_sequence:
+            if snapshot.snapshot_id == covered_snapshot or 0 < (snapshot.sequence_number or 0) <= covered_sequence:
                 break
             commit = protocol.parse_commit(snapshot)
             if commit is None or commit.writer.sink_id != self.writer.sink_id:
                 continue
-            if frontier is None:
-                frontier = commit.frontier
-                newest_sequence = max(newest_sequence, snapshot.sequence_number or 0)
-            pending = list(commit.dead_letter_files) + pending
-        return pending, newest_sequence, frontier
+            if newest is None:
+                newest, frontier = snapshot, commit.frontier
+            listed = list(commit.dead_letter_files) + listed
+        present = referenced_files(dead) if listed else set()
+        pending = [path for path in listed if normalize(path) not in present]
+        if newest is None:
+            return pending, dict(checkpoint.extra) if checkpoint else {}, checkpoint.frontier if checkpoint else None
+        return pending, _covered(newest), frontier
 
     # -- data commits -----------------------------------------------------------------------------
 
@@ -278,24 +344,29 @@ class SinkCommitter:
                 max_event_time=max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
             )
 
-        snapshot = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot_id), build)
+        try:
+            snapshot, _ = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot_id), build)
+        except (FencedError, ProgressConflictError, TableChangedError):
+            self.discard(output)  # certainly not committed: the check refused before the commit was sent
+            raise
         self.last_snapshot_id = snapshot.snapshot_id
-        sequence = snapshot.sequence_number or 0
         crash_point("main-committed")
         if output.dead_letter_files and self._dead_letter_identifier:
-            self._commit_dead_letters(output.dead_letter_files, frontier, sequence)
+            # From here on every staged file is listed by a main commit: whatever happens to the
+            # dead-letter commit, nothing is discarded (a newer writer's fence recovers the dead letters).
+            self._commit_dead_letters(output.dead_letter_files, frontier, snapshot)
         return Commit(snapshot, (time.monotonic() - started) * 1000)
 
-    def _commit_dead_letters(self, files: list[DataFile], frontier: Frontier, main_sequence: int) -> None:
+    def _commit_dead_letters(self, files: list[DataFile], frontier: Frontier, main: Snapshot) -> None:
         assert self._dead_letter_identifier is not None
 
         def build(table: Table) -> tuple[Transaction, int]:
             return self._transaction(
-                table, protocol.KIND_DATA, frontier, files, checkpoint_extra={MAIN_SEQUENCE: main_sequence},
+                table, protocol.KIND_DATA, frontier, files, checkpoint_extra=_covered(main),
                 dead_letters=sum(f.record_count for f in files),
             )
 
-        snapshot = self._compare_and_swap(
+        snapshot, _ = self._compare_and_swap(
             self._dead_letter_identifier, self._steady_check(self.last_dead_letter_snapshot_id), build
         )
         self.last_dead_letter_snapshot_id = snapshot.snapshot_id
@@ -335,11 +406,17 @@ class SinkCommitter:
             log.info("%s: deleted %d leftover staged file(s) of earlier attempts", self.writer.sink_id, len(orphans))
         return orphans
 
-    def discard(self, table: Table, output: TriggerOutput) -> None:
-        """Delete files staged for a commit that will never happen (fenced or failed)."""
+    def discard(self, output: TriggerOutput) -> None:
+        """Delete files staged for a main commit that certainly did not land."""
+        io = self._catalog.load_table(self._identifier).io
         for path in output.all_paths():
             with contextlib.suppress(FileNotFoundError):
-                table.io.delete(path)
+                io.delete(path)
+
+
+def _covered(main: Snapshot) -> dict[str, int]:
+    """Dead-letter checkpoint fields recording that ``main``'s dead letters are in the dead-letter table."""
+    return {MAIN_SNAPSHOT: main.snapshot_id, MAIN_SEQUENCE: main.sequence_number or 0}
 
 
 def referenced_files(table: Table) -> set[str]:

@@ -26,15 +26,16 @@ from pyiceberg.typedef import Record
 from pyspark.sql import SparkSession
 
 from icebergsync.catalog import ensure_table, open_catalog, partition_spec
-from icebergsync.errors import EXIT_OK, FencedError
+from icebergsync.errors import EXIT_OK
 from icebergsync.protocol import Frontier, Writer, encode_json
-from icebergsync.schema import effective_columns, iceberg_schema, plan_evolution
-from icebergsync.spec import IcebergSync
+from icebergsync.schema import iceberg_schema, plan_evolution
+from icebergsync.spec import IcebergSync, effective_columns
 from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.decode import apply_transform, with_control_columns
 from spark_app.faults import crash_point
-from spark_app.sources.base import Source, make_source
+from spark_app.sources.base import Source
+from spark_app.sources.registry import make_source
 from spark_app.writer import (
     ERROR_COLUMN,
     RESULT_SCHEMA,
@@ -112,7 +113,7 @@ class SyncJob:
         committer = SinkCommitter(self.catalog, self.spec.table.name, self.writer,
                                   self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file)
         source = make_source(self.spark, self.spec)
-        progress = committer.start(changes)
+        progress = committer.start(changes, source.identity(), source.check_frontier)
         crash_point("fenced")
         if changes:
             log.info("%s v%d: evolved the schema of %s: %s", self.writer.sink_id, self.writer.version,
@@ -144,11 +145,7 @@ class SyncJob:
                 continue
             output, end = self._stage(source, frontier, pending, plan)
             crash_point("staged")
-            try:
-                commit = committer.commit(output, end)
-            except FencedError:
-                committer.discard(table, output)
-                raise
+            commit = committer.commit(output, end)  # on refusal it deletes what it staged, and only that
             crash_point("committed")
             last_commit = time.monotonic()
             frontier = end

@@ -2,7 +2,7 @@
 
 import sys
 
-from icebergsync.cli import main
+from spark_app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,17 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO, load_file_io
-from pyiceberg.io.pyarrow import (
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-    schema_to_pyarrow,
-)
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.typedef import Record
+
+from spark_app.iceberg_internals import footer_statistics, new_data_location, partition_value
 
 ERROR_COLUMN = "_isync_error"
 RAW_COLUMN = "_isync_raw"
@@ -107,23 +104,9 @@ def _partition_fields(plan: TablePlan) -> list[tuple[str, Any, Any]]:
     return fields
 
 
-class _PartitionPath:
-    """Duck-typed stand-in for pyiceberg's PartitionKey, as location providers only call ``to_path``."""
-
-    def __init__(self, path: str):
-        self._path = path
-
-    def to_path(self) -> str:
-        return self._path
-
-
 def data_file_from_footer(plan: TablePlan, path: str, size: int, partition: Record, metadata: pq.FileMetaData) -> DataFile:
     """The Iceberg DataFile (with column statistics) of a written Parquet file, from its footer."""
-    statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=metadata,
-        stats_columns=compute_statistics_plan(plan.schema, plan.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(plan.schema),
-    )
+    statistics = footer_statistics(plan.schema, plan.properties, metadata)
     return DataFile.from_args(
         content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
         file_size_in_bytes=size, sort_order_id=None, spec_id=plan.spec.spec_id, equality_ids=None,
@@ -205,8 +188,7 @@ class RollingParquetWriter:
     def _open(self) -> None:
         self._sequence += 1
         name = f"{self._name_prefix}-{self._sequence:05d}-{uuid.uuid4().hex[:12]}.parquet"
-        key = _PartitionPath(self._partition_path) if self._partition_path else None
-        self._path = self._location_provider.new_data_location(name, key)  # type: ignore[arg-type]
+        self._path = new_data_location(self._location_provider, name, self._partition_path)
         self._stream = self._io.new_output(self._path).create(overwrite=False)
         self._writer = pq.ParquetWriter(
             self._stream, schema=self._arrow_schema, store_decimal_as_integer=True, **self._compression
@@ -283,7 +265,7 @@ class PartitionedWriter:
         writer = self._writers.get(key)
         if writer is None:
             record = Record(*[
-                _to_partition_representation(source_type, value)
+                partition_value(source_type, value)
                 for (_, _, source_type), value in zip(self._fields, key, strict=True)
             ])
             path = self._plan.spec.partition_to_path(record, self._plan.schema) if self._fields else None

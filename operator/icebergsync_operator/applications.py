@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from icebergsync.errors import EXIT_FENCED
+from icebergsync.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_PROGRESS_CONFLICT
 from icebergsync_operator.constants import (
     COMPLETED_STATES,
     FAILED_STATES,
@@ -30,6 +30,13 @@ class Outcome(enum.Enum):
     COMPLETED = "Completed"
     FAILED = "Failed"
     FENCED = "Fenced"
+    BAD_INPUT = "BadInput"  #: exit status 65: input it cannot ingest and no dead-letter table
+    PROGRESS_CONFLICT = "ProgressConflict"  #: exit status 5: the table's progress cannot be resumed from
+
+
+_EXIT_OUTCOMES = {
+    EXIT_FENCED: Outcome.FENCED, EXIT_BAD_INPUT: Outcome.BAD_INPUT, EXIT_PROGRESS_CONFLICT: Outcome.PROGRESS_CONFLICT,
+}
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class ObservedApplication:
     @property
     def outcome(self) -> Outcome:
         if self.state in FAILED_STATES:
-            return Outcome.FENCED if self.exit_code == EXIT_FENCED else Outcome.FAILED
+            return _EXIT_OUTCOMES.get(self.exit_code or 0, Outcome.FAILED)
         if self.state in COMPLETED_STATES:
             return Outcome.COMPLETED
         if self.state in RUNNING_STATES:

@@ -10,18 +10,19 @@ from icebergsync_operator.kube import KubeApi
 log = logging.getLogger(__name__)
 
 
-def delete_applications(api: KubeApi, namespace: str, names: Iterable[str]) -> None:
-    """Delete these applications, each with its ConfigMap (``<application>-spec``)."""
+def delete_applications(api: KubeApi, namespace: str, sync_name: str, names: Iterable[str]) -> None:
+    """Delete these applications of the sync, each with its spec ConfigMap(s) (selected by label)."""
     for name in names:
         api.delete_application(namespace, name)
-        api.delete_configmap(namespace, f"{name}-spec")
+        for configmap in api.list_configmap_names(namespace, sync_name, application=name):
+            api.delete_configmap(namespace, configmap)
         log.info("deleted SparkApplication %s/%s and its spec ConfigMap", namespace, name)
 
 
 def delete_everything(api: KubeApi, namespace: str, sync_name: str) -> list[str]:
     """Delete every application and ConfigMap labelled with the sync (the finalizer's job)."""
     names = [app["metadata"]["name"] for app in api.list_applications(namespace, sync_name)]
-    delete_applications(api, namespace, names)
+    delete_applications(api, namespace, sync_name, names)
     for configmap in api.list_configmap_names(namespace, sync_name):
         api.delete_configmap(namespace, configmap)
     return names

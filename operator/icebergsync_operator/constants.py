@@ -20,6 +20,7 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "icebergsync"
 SYNC_LABEL = f"{API_GROUP}/sync"
 SINK_VERSION_LABEL = f"{API_GROUP}/sink-version"
+APPLICATION_LABEL = f"{API_GROUP}/application"
 GENERATION_ANNOTATION = f"{API_GROUP}/generation"
 SINK_ID_ANNOTATION = f"{API_GROUP}/sink-id"
 

@@ -12,6 +12,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from icebergsync_operator.constants import (
+    APPLICATION_LABEL,
     COMPONENT,
     FIELD_MANAGER,
     MANAGED_BY,
@@ -27,6 +28,10 @@ from icebergsync_operator.constants import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class UnreadableSecretError(Exception):
+    """A Secret value that is not text (binary data cannot be a catalog property)."""
 
 
 def _create(call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
@@ -109,16 +114,34 @@ class KubeApi:
     def delete_configmap(self, namespace: str, name: str) -> None:
         _delete(self.core.delete_namespaced_config_map, name, namespace)
 
-    def list_configmap_names(self, namespace: str, sync_name: str) -> list[str]:
-        items = self.core.list_namespaced_config_map(namespace, label_selector=self._selector(sync_name)).items
+    def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A ConfigMap's data; None when it does not exist."""
+        try:
+            return dict(self.core.read_namespaced_config_map(name, namespace).data or {})
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list_configmap_names(self, namespace: str, sync_name: str, application: str | None = None) -> list[str]:
+        """The sync's ConfigMaps (only those of ``application`` when given)."""
+        selector = self._selector(sync_name) + (f",{APPLICATION_LABEL}={application}" if application else "")
+        items = self.core.list_namespaced_config_map(namespace, label_selector=selector).items
         return [item.metadata.name for item in items if item.metadata and item.metadata.name]
 
     # Secrets and Events ------------------------------------------------------------------
 
     def read_secret(self, namespace: str, name: str) -> dict[str, str]:
-        """A Secret's decoded data, kept in memory only."""
+        """A Secret's values as text, kept in memory only; ``UnreadableSecretError`` names a binary key."""
         secret = self.core.read_namespaced_secret(name, namespace)
-        return {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
+        values = {}
+        for key, value in sorted((secret.data or {}).items()):
+            try:
+                values[key] = base64.b64decode(value).decode()
+            except (ValueError, UnicodeDecodeError):
+                raise UnreadableSecretError(f"Secret {name!r} in namespace {namespace}: the value of key {key!r} "
+                                            f"is not UTF-8 text") from None
+        return values
 
     def post_event(self, sync: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on the IcebergSync (failures to post are logged, never raised)."""

@@ -26,7 +26,7 @@ from icebergsync_operator.launch import launch
 from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.render import spec_document
 from icebergsync_operator.settings import OperatorSettings
-from icebergsync_operator.status import TableObservation, parse_status
+from icebergsync_operator.status_update import TableObservation, parse_status
 from icebergsync_operator.table import observe_table
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def observe(context: OperatorContext, body: Mapping[str, Any], now: datetime) ->
     except SpecError as error:
         sync, problems = None, tuple(error.problems)
     applications = [parse_application(app) for app in context.api.list_applications(namespace, name)]
-    table = observe_table(context.api, sync) if sync is not None and not sync.spec.suspend else TableObservation()
+    table = observe_table(context.api, sync, context.settings) if sync is not None and not sync.spec.suspend else TableObservation()
     observation = Observation(
         name=name,
         namespace=namespace,
@@ -76,6 +76,8 @@ def observe(context: OperatorContext, body: Mapping[str, Any], now: datetime) ->
         applications=tuple(app for app in applications if app is not None),
         table=table,
         now=now,
+        source_bounded=sync.spec.source.bounded if sync else False,
+        source_exhausted=bool(sync and table.sink and sync.spec.source.exhausted(table.sink.frontier)),
     )
     return observation, sync
 
@@ -92,7 +94,7 @@ def act(context: OperatorContext, body: Mapping[str, Any], sync: IcebergSync | N
         assert sync is not None, "a launch needs a valid spec"
         launch(context.api, body, sync, decision.launch.version, context.settings)
         metrics.LAUNCHES.labels(decision.launch.reason).inc()
-    delete_applications(context.api, namespace, decision.delete)
+    delete_applications(context.api, namespace, name, decision.delete)
     for event in decision.events:
         log.log(logging.WARNING if event.type == "Warning" else logging.INFO, "%s/%s %s: %s", namespace, name,
                 event.reason, event.message)

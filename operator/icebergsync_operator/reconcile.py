@@ -8,6 +8,8 @@ applications to delete, the events to post and the new status. The side effects 
 Versions: every launch gets ``1 + max(status version, any application's version, the table's
 highest version)``, so a version is never reused, even if the status was lost. An application
 created for the current generation whose status write was lost is adopted, never duplicated.
+No launch happens while the catalog cannot be read: the table's highest version is unknown then,
+and a guessed version would be fenced (or fence a running writer it did not know of).
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from icebergsync.crd import SyncStatus
+from icebergsync.resource_status import SyncStatus
 from icebergsync_operator.applications import ObservedApplication, Outcome
 from icebergsync_operator.render import application_name
 from icebergsync_operator.settings import OperatorSettings
-from icebergsync_operator.status import (
+from icebergsync_operator.status_update import (
     FALSE,
     TRUE,
     Assessment,
@@ -55,6 +57,8 @@ class Observation:
     applications: tuple[ObservedApplication, ...]
     table: TableObservation
     now: datetime
+    source_bounded: bool = False  #: the source ends (generator totalRows); others run until stopped
+    source_exhausted: bool = False  #: the table's committed frontier is the bounded source's end
 
 
 @dataclass(frozen=True)
@@ -101,9 +105,22 @@ def decide(observation: Observation, settings: OperatorSettings) -> Decision:
         return _failed(observation, previous, current, settings)
     if current.outcome is Outcome.FENCED:
         return _fenced(observation, previous, current)
+    if current.outcome in _STALLING_EXITS:
+        return _stalled_by_exit(observation, previous, current)
     if current.outcome is Outcome.COMPLETED:
-        return _completed(observation, previous, current)
+        if observation.source_bounded and observation.source_exhausted:
+            return _completed(observation, previous, current)
+        return _failed(observation, previous, current, settings, _early_exit(observation, current))
     return _active(observation, previous, current, settings)
+
+
+def _early_exit(observation: Observation, current: ObservedApplication) -> str:
+    """Why a clean exit is not completion: the source never ends, or the table has not reached its end."""
+    if not observation.source_bounded:
+        return f"{current.describe()}, but its source is unbounded: a clean exit is not completion"
+    if observation.table.error is not None:
+        return f"{current.describe()}, but the table cannot be read to confirm the source is fully committed"
+    return f"{current.describe()}, but the table's frontier is short of the source's end"
 
 
 def next_version(observation: Observation, previous: SyncStatus) -> int:
@@ -147,9 +164,9 @@ def _finish(observation: Observation, previous: SyncStatus, assessment: Assessme
             **updates: object) -> Decision:
     """Assemble the decision: the status carries the assessment, table facts and ``updates``."""
     status = with_table(previous, observation.table).model_copy(update={
+        "observed_generation": observation.generation,
         **updates,
         "phase": assessment.phase,
-        "observed_generation": observation.generation,
         "conditions": conditions(previous, assessment, observation.generation, observation.now),
     })
     return Decision(status=status, launch=launch, delete=delete, events=events)
@@ -193,6 +210,8 @@ def _suspend(observation: Observation, previous: SyncStatus) -> Decision:
 
 
 def _launch(observation: Observation, previous: SyncStatus, reason: str, settings: OperatorSettings) -> Decision:
+    if observation.table.error is not None:
+        return _waiting_for_catalog(observation, previous, reason, settings)
     version = next_version(observation, previous)
     name = application_name(observation.name, version)
     messages = {
@@ -215,14 +234,32 @@ def _launch(observation: Observation, previous: SyncStatus, reason: str, setting
                    sink_version=version, application=name, next_retry_at=None, restarts=restarts)
 
 
+def _waiting_for_catalog(observation: Observation, previous: SyncStatus, reason: str,
+                         settings: OperatorSettings) -> Decision:
+    """A launch is due but the catalog cannot be read: wait (each status refresh reads it again)."""
+    assert observation.table.error is not None
+    message = f"not launching until the catalog answers (the table's sink version is unknown): {observation.table.error}"
+    before = condition(previous, "Reconciling")
+    events = () if before is not None and before.reason == "WaitingForCatalog" else (
+        Event(WARNING, "WaitingForCatalog", message),)
+    assessment = Assessment(
+        phase="Pending" if previous.phase in (None, "Pending") else "Degraded",
+        ready=Verdict(FALSE, "WaitingForCatalog", message),
+        reconciling=Verdict(TRUE, "WaitingForCatalog", f"{LAUNCH_REASONS[reason]}: {message}"),
+        stalled=_stalled_by_failures(previous.consecutive_failures, settings),
+    )
+    # observedGeneration stays: the new generation is not acted on until a version is launched for it.
+    return _finish(observation, previous, assessment, events=events, observed_generation=previous.observed_generation)
+
+
 def _failed(observation: Observation, previous: SyncStatus, current: ObservedApplication | None,
-            settings: OperatorSettings) -> Decision:
-    """A failed or vanished current application: count it, wait out the backoff, then relaunch."""
+            settings: OperatorSettings, description: str | None = None) -> Decision:
+    """A failed, vanished or early-exited current application: count it, wait out the backoff, then relaunch."""
     retry_at = parse_time(previous.next_retry_at)
     if retry_at is not None and observation.now >= retry_at:
         return _launch(observation, previous, "Relaunched", settings)
-    description = current.describe() if current else (
-        f"application {previous.application} (version {previous.sink_version}) disappeared")
+    description = description or (current.describe() if current else (
+        f"application {previous.application} (version {previous.sink_version}) disappeared"))
     failures = previous.consecutive_failures
     events: tuple[Event, ...] = ()
     if retry_at is None:
@@ -260,6 +297,39 @@ def _fenced(observation: Observation, previous: SyncStatus, current: ObservedApp
         stalled=Verdict(TRUE, "Fenced", message),
     )
     return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events)
+
+
+# Exits that a relaunch would only repeat: the reason, and what a person has to do.
+_STALLING_EXITS = {
+    Outcome.BAD_INPUT: (
+        "BadInput",
+        "the source holds a record or file it cannot ingest and spec.deadLetter is not set; the driver log names "
+        "it. Not relaunching: fix the input, or set spec.deadLetter (a spec change launches a new version).",
+    ),
+    Outcome.PROGRESS_CONFLICT: (
+        "ProgressConflict",
+        "the table's record of this sync cannot be resumed from (the table was rolled back past every commit of the "
+        "sync, its checkpoint property is damaged, or another source's sync uses the same sink id); the driver log "
+        "says which, and nothing was written. Not relaunching: restore the table or fix the sink id "
+        "(docs/operations.md), then change the spec to launch a new version.",
+    ),
+}
+
+
+def _stalled_by_exit(observation: Observation, previous: SyncStatus, current: ObservedApplication) -> Decision:
+    """An exit status that a relaunch would only repeat (bad input, progress conflict): stall with the reason."""
+    reason, advice = _STALLING_EXITS[current.outcome]
+    message = f"{current.describe()}: {advice}"
+    before = condition(previous, "Stalled")
+    events = () if before is not None and before.reason == reason else (Event(WARNING, reason, message),)
+    assessment = Assessment(
+        phase="Failed",
+        ready=Verdict(FALSE, reason, message),
+        reconciling=Verdict(FALSE, reason),
+        stalled=Verdict(TRUE, reason, message),
+    )
+    return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events,
+                   next_retry_at=None)
 
 
 def _completed(observation: Observation, previous: SyncStatus, current: ObservedApplication) -> Decision:

@@ -1,8 +1,9 @@
 """Pure renderers: the SparkApplication and the spec ConfigMap for one version of a sync.
 
-Each version gets its own immutable ConfigMap, so a running application never sees a spec that
-changes under it. Secrets are referenced by name and mounted by the Spark Operator; their
-values never appear in what is rendered here.
+Each version gets its own immutable ConfigMap named by a hash of its content, so a running
+application never sees a spec that changes under it, and a ConfigMap left from an earlier failed
+launch can never stand in for a different spec. Secrets are referenced by name and mounted by the
+Spark Operator; their values never appear in what is rendered here.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from typing import Any
 
 import yaml
 
+from icebergsync.cli import run_arguments
 from icebergsync.spec import IcebergSync, Resources
 from icebergsync_operator.constants import (
+    APPLICATION_LABEL,
     GENERATION_ANNOTATION,
     MAIN_APPLICATION_FILE,
     MANAGED_BY,
@@ -51,8 +54,9 @@ def application_name(sync_name: str, version: int) -> str:
     return f"{head}-{digest}{suffix}"
 
 
-def configmap_name(sync_name: str, version: int) -> str:
-    return f"{application_name(sync_name, version)}-spec"
+def configmap_name(application: str, content: str) -> str:
+    """``<application>-spec-<hash of content>``: the only place a spec ConfigMap's name is made."""
+    return f"{application}-spec-{hashlib.sha256(content.encode()).hexdigest()[:10]}"
 
 
 def labels(sync_name: str, version: int) -> dict[str, str]:
@@ -96,15 +100,15 @@ def build_spec_configmap(sync: IcebergSync, raw_spec: Mapping[str, Any], version
     """The immutable ConfigMap holding this version's spec, mounted at /etc/icebergsync/spec/.
 
     ``raw_spec`` is the spec as stored by the API server (with its defaults), written verbatim.
+    Its name carries a hash of that content, and its application label names the application
+    that mounts it (cleanup selects by that label).
     """
-    document = spec_document(sync.metadata.name, sync.metadata.namespace, raw_spec)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _metadata(sync, configmap_name(sync.metadata.name, version), version, generation, sync_uid),
-        "immutable": True,
-        "data": {SPEC_FILE_NAME: yaml.safe_dump(document, sort_keys=False)},
-    }
+    document = yaml.safe_dump(spec_document(sync.metadata.name, sync.metadata.namespace, raw_spec), sort_keys=False)
+    application = application_name(sync.metadata.name, version)
+    metadata = _metadata(sync, configmap_name(application, document), version, generation, sync_uid)
+    metadata["labels"][APPLICATION_LABEL] = application
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "immutable": True,
+            "data": {SPEC_FILE_NAME: document}}
 
 
 def secret_names(sync: IcebergSync) -> list[str]:
@@ -115,12 +119,12 @@ def secret_names(sync: IcebergSync) -> list[str]:
     return sorted({ref.name for ref in refs if ref is not None})
 
 
-def _pod(sync: IcebergSync, version: int, resources: Resources) -> dict[str, Any]:
+def _pod(sync: IcebergSync, version: int, resources: Resources, spec_configmap: str) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "cores": resources.cores,
         "memory": resources.memory,
         "labels": labels(sync.metadata.name, version),
-        "configMaps": [{"name": configmap_name(sync.metadata.name, version), "path": SPEC_MOUNT_DIR}],
+        "configMaps": [{"name": spec_configmap, "path": SPEC_MOUNT_DIR}],
     }
     secrets = [{"name": name, "path": f"{SECRETS_MOUNT_DIR}/{name}", "secretType": "Generic"}
                for name in secret_names(sync)]
@@ -130,25 +134,26 @@ def _pod(sync: IcebergSync, version: int, resources: Resources) -> dict[str, Any
 
 
 def build_spark_application(sync: IcebergSync, version: int, generation: int, sync_uid: str,
-                            settings: OperatorSettings) -> dict[str, Any]:
+                            settings: OperatorSettings, spec_configmap: str) -> dict[str, Any]:
     """The SparkApplication (sparkoperator.k8s.io/v1beta2) running ``version`` of the sync.
 
+    ``spec_configmap`` is the name of the ConfigMap from ``build_spec_configmap`` it mounts.
     The Spark Operator never restarts it (restartPolicy Never): a relaunch is always a new
     version decided by this operator, so that the new job fences the old one.
     """
     spark = sync.spec.spark
-    driver = _pod(sync, version, spark.driver)
+    driver = _pod(sync, version, spark.driver, spec_configmap)
     service_account = spark.service_account or settings.default_service_account
     if service_account:
         driver["serviceAccount"] = service_account
-    executor = {**_pod(sync, version, spark.executor), "instances": spark.executor.instances}
+    executor = {**_pod(sync, version, spark.executor, spec_configmap), "instances": spark.executor.instances}
     spec: dict[str, Any] = {
         "type": "Python",
         "pythonVersion": "3",
         "mode": "cluster",
         "image": spark.image or settings.default_image,
         "mainApplicationFile": MAIN_APPLICATION_FILE,
-        "arguments": ["run", SPEC_PATH, "--sink-version", str(version), "--master", ""],
+        "arguments": run_arguments(SPEC_PATH, version, master=""),
         "sparkVersion": settings.spark_version,
         "restartPolicy": {"type": "Never"},
         "driver": driver,

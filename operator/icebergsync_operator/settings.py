@@ -36,6 +36,8 @@ class OperatorSettings:
     peering_name: str = "icebergsync"  #: KopfPeering / ClusterKopfPeering object shared by replicas
     standalone: bool = False  #: no peering: only for a single replica or development
     priority: int | None = None  #: peering priority; unset: older replicas outrank newer ones
+    catalog_timeout: float = 10.0  #: seconds each catalog or FileIO call of the operator may take
+    allowed_catalog_uris: tuple[str, ...] = ()  #: URI prefixes the operator may connect to; empty: any
 
     @property
     def clusterwide(self) -> bool:
@@ -63,7 +65,7 @@ def _seconds(text: str) -> float:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _namespaces(text: str) -> tuple[str, ...]:
+def _list(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
@@ -82,7 +84,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         epilog="Every flag defaults to the ICEBERGSYNC_<FLAG> environment variable (e.g. ICEBERGSYNC_NAMESPACES).",
     )
     add = parser.add_argument
-    add("--namespaces", type=_namespaces, default=_namespaces(str(env("NAMESPACES", ""))),
+    add("--namespaces", type=_list, default=_list(str(env("NAMESPACES", ""))),
         help="comma-separated namespaces to watch (default: all)")
     add("--default-image", default=env("DEFAULT_IMAGE", defaults.default_image))
     add("--default-service-account", default=env("DEFAULT_SERVICE_ACCOUNT", None) or None)
@@ -99,6 +101,11 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     add("--standalone", action="store_true", default=_flag(str(env("STANDALONE", ""))))
     priority = env("PRIORITY", "")
     add("--priority", type=int, default=int(str(priority)) if str(priority).strip() else None)
+    add("--catalog-timeout", type=_seconds, default=_seconds(str(env("CATALOG_TIMEOUT", defaults.catalog_timeout))),
+        help="timeout of each catalog and FileIO call the operator makes to read status")
+    add("--allowed-catalog-uris", type=_list, default=_list(str(env("ALLOWED_CATALOG_URIS", ""))),
+        help="comma-separated URI prefixes of the catalogs (and their OAuth2 and S3 endpoints) the operator "
+             "may connect to (default: any)")
     add("--log-level", default=env("LOG_LEVEL", "INFO"))
     return parser
 
@@ -109,6 +116,8 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
     args = build_parser(os.environ if environ is None else environ).parse_args(argv)
     if args.backoff_base <= 0 or args.backoff_cap < args.backoff_base:
         raise SystemExit("--backoff-base must be > 0 and --backoff-cap at least --backoff-base")
+    if args.catalog_timeout <= 0:
+        raise SystemExit("--catalog-timeout must be > 0")
     if args.timer_interval <= 0 or args.stall_after_failures < 1:
         raise SystemExit("--timer-interval must be > 0 and --stall-after-failures at least 1")
     settings = OperatorSettings(
@@ -127,5 +136,7 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         peering_name=args.peering_name,
         standalone=args.standalone,
         priority=args.priority,
+        catalog_timeout=args.catalog_timeout,
+        allowed_catalog_uris=args.allowed_catalog_uris,
     )
     return settings, args.log_level

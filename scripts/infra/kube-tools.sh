@@ -4,15 +4,19 @@
 #   $ICEBERGSYNC_CACHE/bin/etcd            go.etcd.io/etcd/server/v3      $ETCD_VERSION
 #   $ICEBERGSYNC_CACHE/bin/kube-apiserver  k8s.io/kubernetes/cmd/kube-apiserver $K8S_VERSION
 #   $ICEBERGSYNC_CACHE/bin/helm            helm.sh/helm/v3/cmd/helm       $HELM_VERSION
+#   $ICEBERGSYNC_CACHE/bin/{kubelet,kube-proxy,kube-controller-manager,kube-scheduler,kubectl}
+#                                          k8s.io/kubernetes/cmd/...       $K8S_VERSION  (kube-node)
+#   $ICEBERGSYNC_CACHE/bin/coredns         github.com/coredns/coredns     $COREDNS_VERSION
 #   $ICEBERGSYNC_CACHE/crds/*.yaml         SparkApplication + ScheduledSparkApplication CRDs
 #                                          from github.com/kubeflow/spark-operator/v2 $SPARK_OPERATOR_VERSION
 #
-# Each binary is built into a directory keyed by its pinned version and a hash of its wrapper
-# module (scripts/infra/<tool>/go.mod + go.sum); bin/<tool> is a symlink to the current one, so a
+# Each tool is built into a directory keyed by its pinned version and a hash of its wrapper
+# module (scripts/infra/<tool>/go.mod + go.sum); bin/<binary> is a symlink to the current one, so a
 # version bump rebuilds and a re-run with everything present does nothing and prints nothing.
 #
-# Usage: kube-tools.sh [--env] [etcd|kube-apiserver|helm|crds ...]
-#   no tool names   ensure all of them
+# Usage: kube-tools.sh [--env] [etcd|kube-apiserver|helm|crds|kube-node|coredns ...]
+#   no tool names   ensure etcd, kube-apiserver, helm and crds (what tests/e2e needs); the
+#                   one-node cluster (scripts/infra/cluster.sh build) also asks for kube-node, coredns
 #   --env           after ensuring, print KEY=VALUE lines (paths and pinned versions) on stdout
 #
 # Uses the default GOPATH/GOMODCACHE/GOCACHE so modules and compiled packages are shared with
@@ -23,6 +27,8 @@ K8S_VERSION=v1.35.4                      # k8s.io/kubernetes; staging modules at
 K8S_BUILD_DATE=2026-04-15T18:01:22Z      # release time of K8S_VERSION (module .info Time)
 ETCD_VERSION=v3.6.5                      # the etcd that k8s v1.35.4 itself depends on
 HELM_VERSION=v3.20.2                     # built against k8s.io/* v0.35
+COREDNS_VERSION=v1.14.7                  # github.com/coredns/coredns
+KUBE_NODE_BINARIES=(kubelet kube-proxy kube-controller-manager kube-scheduler kubectl)
 SPARK_OPERATOR_VERSION=v2.3.0            # github.com/kubeflow/spark-operator/v2
 SPARK_OPERATOR_MODULE=github.com/kubeflow/spark-operator/v2
 # go.sum-style hash of the spark-operator module zip (as in `go mod download -json` .Sum).
@@ -40,8 +46,8 @@ targets=()
 for arg in "$@"; do
   case "$arg" in
     --env) print_env=1 ;;
-    etcd|kube-apiserver|helm|crds) targets+=("$arg") ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    etcd|kube-apiserver|helm|crds|kube-node|coredns) targets+=("$arg") ;;
+    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) log "kube-tools.sh: unknown argument '$arg'"; exit 2 ;;
   esac
 done
@@ -63,35 +69,52 @@ mkdir -p "$BIN_DIR" "$TOOLS_DIR" "$CRD_DIR"
 exec 9>"$ICEBERGSYNC_CACHE/.kube-tools.lock"
 flock 9
 
-# build_tool NAME VERSION PACKAGE LDFLAGS
+# build_tool NAME VERSION PACKAGES LDFLAGS
+# PACKAGES is one package (the binary is called NAME) or several, space separated: one `go build`
+# (shared compilation) then names each binary after its package's last path element.
 build_tool() {
-  local name="$1" version="$2" pkg="$3" ldflags="$4"
+  local name="$1" version="$2" ldflags="$4"
+  local pkgs=() bins=() pkg
+  read -r -a pkgs <<<"$3"
+  if [[ ${#pkgs[@]} -eq 1 ]]; then bins=("$name"); else for pkg in "${pkgs[@]}"; do bins+=("${pkg##*/}"); done; fi
   local src="$INFRA_DIR/$name"
   local key
   key="$(cat "$src/go.mod" "$src/go.sum" <(printf '%s' "$ldflags") | sha256sum | cut -c1-12)"
-  local dest="$TOOLS_DIR/$name-$version-$key"
-  if [[ -x "$dest/$name" ]]; then
-    [[ "$(readlink "$BIN_DIR/$name" 2>/dev/null)" == "$dest/$name" ]] || ln -sfn "$dest/$name" "$BIN_DIR/$name"
+  local dest="$TOOLS_DIR/$name-$version-$key" bin
+  if all_executable "$dest" "${bins[@]}"; then
+    for bin in "${bins[@]}"; do
+      [[ "$(readlink "$BIN_DIR/$bin" 2>/dev/null)" == "$dest/$bin" ]] || ln -sfn "$dest/$bin" "$BIN_DIR/$bin"
+    done
     return 0
   fi
   need_go
   log "building $name $version (go build -p $GO_P; the first build downloads modules) ..."
-  local work start
+  local work start out
   start=$(date +%s)
   work="$(mktemp -d "$TOOLS_DIR/.build-$name.XXXXXX")"
+  mkdir -p "$work/out"
+  out="$work/out/"
+  [[ ${#pkgs[@]} -eq 1 ]] && out="$work/out/$name"
   # Build from a copy so that `-mod=mod` can never rewrite the committed go.mod/go.sum.
   cp "$src/go.mod" "$src/go.sum" "$work/"
-  if ! (cd "$work" && go build -mod=mod -p "$GO_P" -trimpath -ldflags "-s -w $ldflags" -o "$work/$name" "$pkg") \
+  if ! (cd "$work" && go build -mod=mod -p "$GO_P" -trimpath -ldflags "-s -w $ldflags" -o "$out" "${pkgs[@]}") \
       >"$work/build.log" 2>&1; then
     log "building $name failed; last lines of $work/build.log:"
     tail -n 40 "$work/build.log" >&2
     exit 1
   fi
   mkdir -p "$dest"
-  mv "$work/$name" "$dest/$name.tmp" && mv "$dest/$name.tmp" "$dest/$name"
+  for bin in "${bins[@]}"; do
+    mv "$work/out/$bin" "$dest/$bin.tmp" && mv "$dest/$bin.tmp" "$dest/$bin"
+    ln -sfn "$dest/$bin" "$BIN_DIR/$bin"
+  done
   rm -rf "$work"
-  ln -sfn "$dest/$name" "$BIN_DIR/$name"
-  log "built $name $version in $(( $(date +%s) - start ))s -> $dest/$name"
+  log "built $name $version in $(( $(date +%s) - start ))s -> $dest"
+}
+
+all_executable() { # dir binary...
+  local dir="$1" bin; shift
+  for bin in "$@"; do [[ -x "$dir/$bin" ]] || return 1; done
 }
 
 ensure_etcd() {
@@ -99,16 +122,37 @@ ensure_etcd() {
     "-X go.etcd.io/etcd/api/v3/version.GitSHA=module"
 }
 
-ensure_kube_apiserver() {
+# The version variables that kubernetes' hack/lib/version.sh sets; gitTreeState=archive is what
+# it uses for builds from a source archive (there is no git commit to report).
+kubernetes_ldflags() {
   local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
   local ld="" p
-  # Same variables that kubernetes' hack/lib/version.sh sets; gitTreeState=archive is what it
-  # uses for builds from a source archive (there is no git commit to report).
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
     ld+=" -X $p.gitCommit=unknown -X $p.gitTreeState=archive -X $p.buildDate=$K8S_BUILD_DATE"
   done
-  build_tool kube-apiserver "$K8S_VERSION" k8s.io/kubernetes/cmd/kube-apiserver "$ld"
+  printf '%s' "$ld"
+}
+
+ensure_kube_apiserver() {
+  build_tool kube-apiserver "$K8S_VERSION" k8s.io/kubernetes/cmd/kube-apiserver "$(kubernetes_ldflags)"
+}
+
+ensure_kube_node() {
+  local bin pkgs=""
+  for bin in "${KUBE_NODE_BINARIES[@]}"; do pkgs+=" k8s.io/kubernetes/cmd/$bin"; done
+  build_tool kube-node "$K8S_VERSION" "$pkgs" "$(kubernetes_ldflags)"
+}
+
+ensure_coredns() {
+  build_tool coredns "$COREDNS_VERSION" github.com/coredns/coredns \
+    "-X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
+}
+
+# The k8s.io/kubernetes module source (its build/pause/linux/pause.c makes the pause image).
+kubernetes_module_dir() {
+  (cd "$TOOLS_DIR" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION") \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'
 }
 
 ensure_helm() {
@@ -153,6 +197,8 @@ for t in "${targets[@]}"; do
     kube-apiserver) ensure_kube_apiserver ;;
     helm) ensure_helm ;;
     crds) ensure_crds ;;
+    kube-node) ensure_kube_node ;;
+    coredns) ensure_coredns ;;
   esac
 done
 
@@ -169,4 +215,14 @@ HELM_BIN=$BIN_DIR/helm
 SPARK_APPLICATION_CRD=$SPARK_CRD
 SCHEDULED_SPARK_APPLICATION_CRD=$SCHEDULED_SPARK_CRD
 EOF
+  for t in "${targets[@]}"; do
+    case "$t" in
+      kube-node)
+        for bin in "${KUBE_NODE_BINARIES[@]}"; do
+          printf '%s_BIN=%s\n' "$(tr 'a-z-' 'A-Z_' <<<"$bin")" "$BIN_DIR/$bin"
+        done
+        printf 'KUBERNETES_MODULE_DIR=%s\n' "$(kubernetes_module_dir)" ;;
+      coredns) printf 'COREDNS_VERSION=%s\nCOREDNS_BIN=%s\n' "$COREDNS_VERSION" "$BIN_DIR/coredns" ;;
+    esac
+  done
 fi

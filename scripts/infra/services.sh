@@ -81,240 +81,32 @@ do_spark() {
 # 2. Kafka broker (KRaft) + test client helper
 # The helper is one long-lived JVM the Python fixture talks to over stdin/stdout (one request per
 # line, tab-separated, binary fields base64), so tests need no Python Kafka client and pay the JVM
-# start once. Reply: "ok<TAB>N" then N data lines, or "err<TAB>message".
-KAFKA_HELPER_SRC=$(cat <<'JAVA'
-package icebergsync.testinfra;
+# start once. Reply: "ok<TAB>N" then N data lines, or "err<TAB>message". Source: scripts/infra/kafka/src.
+KAFKA_HELPER_SRC="$INFRA_DIR/kafka/src"
 
-import java.io.BufferedReader;
-import java.io.FileDescriptor;
-import java.io.FileOutputStream;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
-import java.time.Duration;
-import java.util.ArrayList;
-import java.util.Base64;
-import java.util.HashMap;
-import java.util.List;
-import java.util.Map;
-import java.util.Properties;
-import java.util.TreeMap;
-import java.util.concurrent.Future;
-import java.util.concurrent.TimeUnit;
-import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.DeletedRecords;
-import org.apache.kafka.clients.admin.ListOffsetsResult;
-import org.apache.kafka.clients.admin.NewTopic;
-import org.apache.kafka.clients.admin.OffsetSpec;
-import org.apache.kafka.clients.admin.RecordsToDelete;
-import org.apache.kafka.clients.admin.TopicDescription;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.clients.producer.RecordMetadata;
-import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.TopicPartitionInfo;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
-
-/** Line-protocol Kafka client for the Python test fixtures (see scripts/infra/services.sh). */
-public final class KafkaTestClient {
-  private static final long TIMEOUT_S = 60;
-  private static final Base64.Decoder B64D = Base64.getDecoder();
-  private static final Base64.Encoder B64E = Base64.getEncoder();
-
-  private final String bootstrap;
-  private final Admin admin;
-  private KafkaProducer<byte[], byte[]> producer;
-
-  private KafkaTestClient(String bootstrap) {
-    this.bootstrap = bootstrap;
-    Properties p = new Properties();
-    p.put("bootstrap.servers", bootstrap);
-    p.put("request.timeout.ms", "30000");
-    p.put("default.api.timeout.ms", "60000");
-    this.admin = Admin.create(p);
-  }
-
-  public static void main(String[] args) throws Exception {
-    // The protocol owns stdout; anything a library prints goes to stderr.
-    PrintStream out = new PrintStream(new FileOutputStream(FileDescriptor.out), false, "UTF-8");
-    System.setOut(System.err);
-    KafkaTestClient client = new KafkaTestClient(args[0]);
-    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-    String line;
-    while ((line = in.readLine()) != null) {
-      if (line.isEmpty()) continue;
-      String[] f = line.split("\t", -1);
-      List<String> reply = new ArrayList<>();
-      try {
-        if (f[0].equals("quit")) break;
-        client.handle(f, in, reply);
-        out.print("ok\t" + reply.size() + "\n");
-        for (String r : reply) out.print(r + "\n");
-      } catch (Throwable t) {
-        Throwable c = t.getCause() != null ? t.getCause() : t;
-        out.print("err\t" + (c.getClass().getSimpleName() + ": " + c.getMessage()).replace('\n', ' ') + "\n");
-      }
-      out.flush();
-    }
-    if (client.producer != null) client.producer.close(Duration.ofSeconds(5));
-    client.admin.close(Duration.ofSeconds(5));
-  }
-
-  private static byte[] dec(String s) {
-    return s.equals("-") ? null : B64D.decode(s);
-  }
-
-  private static String enc(byte[] b) {
-    return b == null ? "-" : B64E.encodeToString(b);
-  }
-
-  private List<TopicPartition> partitions(String topic) throws Exception {
-    TopicDescription d =
-        admin.describeTopics(List.of(topic)).allTopicNames().get(TIMEOUT_S, TimeUnit.SECONDS).get(topic);
-    List<TopicPartition> tps = new ArrayList<>();
-    for (TopicPartitionInfo i : d.partitions()) tps.add(new TopicPartition(topic, i.partition()));
-    return tps;
-  }
-
-  private Map<Integer, Long> offsets(String topic, OffsetSpec spec) throws Exception {
-    Map<TopicPartition, OffsetSpec> req = new HashMap<>();
-    for (TopicPartition tp : partitions(topic)) req.put(tp, spec);
-    Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> res =
-        admin.listOffsets(req).all().get(TIMEOUT_S, TimeUnit.SECONDS);
-    Map<Integer, Long> m = new TreeMap<>();
-    res.forEach((tp, info) -> m.put(tp.partition(), info.offset()));
-    return m;
-  }
-
-  private void handle(String[] f, BufferedReader in, List<String> reply) throws Exception {
-    switch (f[0]) {
-      case "ping": // ping -> cluster id once a broker answers
-        reply.add(admin.describeCluster().clusterId().get(TIMEOUT_S, TimeUnit.SECONDS));
-        break;
-      case "create_topic": { // create_topic NAME PARTITIONS [k=v ...]
-        Map<String, String> cfg = new HashMap<>();
-        for (int i = 3; i < f.length; i++) {
-          String[] kv = f[i].split("=", 2);
-          cfg.put(kv[0], kv[1]);
-        }
-        NewTopic t = new NewTopic(f[1], Integer.parseInt(f[2]), (short) 1).configs(cfg);
-        admin.createTopics(List.of(t)).all().get(TIMEOUT_S, TimeUnit.SECONDS);
-        // wait until every partition has a leader, so producing right away does not race
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(TIMEOUT_S);
-        while (true) {
-          try {
-            TopicDescription d =
-                admin.describeTopics(List.of(f[1])).allTopicNames().get(TIMEOUT_S, TimeUnit.SECONDS).get(f[1]);
-            if (d.partitions().size() == Integer.parseInt(f[2])
-                && d.partitions().stream().allMatch(p -> p.leader() != null)) break;
-          } catch (Exception e) {
-            if (System.nanoTime() > deadline) throw e;
-          }
-          if (System.nanoTime() > deadline) throw new IllegalStateException("topic not ready: " + f[1]);
-          Thread.sleep(50);
-        }
-        break;
-      }
-      case "delete_topic":
-        admin.deleteTopics(List.of(f[1])).all().get(TIMEOUT_S, TimeUnit.SECONDS);
-        break;
-      case "list_topics":
-        reply.addAll(new java.util.TreeSet<>(admin.listTopics().names().get(TIMEOUT_S, TimeUnit.SECONDS)));
-        break;
-      case "produce": { // produce TOPIC N, then N lines "PARTITION|-\tKEY\tVALUE" -> N lines "PARTITION\tOFFSET"
-        int n = Integer.parseInt(f[2]);
-        List<String[]> recs = new ArrayList<>();
-        for (int i = 0; i < n; i++) recs.add(in.readLine().split("\t", -1));
-        if (producer == null) {
-          Properties p = new Properties();
-          p.put("bootstrap.servers", bootstrap);
-          p.put("acks", "all");
-          p.put("enable.idempotence", "true");
-          p.put("linger.ms", "5");
-          p.put("key.serializer", ByteArraySerializer.class.getName());
-          p.put("value.serializer", ByteArraySerializer.class.getName());
-          producer = new KafkaProducer<>(p);
-        }
-        List<Future<RecordMetadata>> futures = new ArrayList<>();
-        for (String[] r : recs) {
-          Integer part = r[0].equals("-") ? null : Integer.valueOf(r[0]);
-          futures.add(producer.send(new ProducerRecord<>(f[1], part, dec(r[1]), dec(r[2]))));
-        }
-        producer.flush();
-        for (Future<RecordMetadata> fu : futures) {
-          RecordMetadata md = fu.get(TIMEOUT_S, TimeUnit.SECONDS);
-          reply.add(md.partition() + "\t" + md.offset());
-        }
-        break;
-      }
-      case "end_offsets": // end_offsets TOPIC -> "PARTITION\tOFFSET" lines
-        offsets(f[1], OffsetSpec.latest()).forEach((p, o) -> reply.add(p + "\t" + o));
-        break;
-      case "begin_offsets":
-        offsets(f[1], OffsetSpec.earliest()).forEach((p, o) -> reply.add(p + "\t" + o));
-        break;
-      case "delete_records": { // delete_records TOPIC PARTITION BEFORE_OFFSET -> new low watermark
-        TopicPartition tp = new TopicPartition(f[1], Integer.parseInt(f[2]));
-        Map<TopicPartition, RecordsToDelete> req = Map.of(tp, RecordsToDelete.beforeOffset(Long.parseLong(f[3])));
-        DeletedRecords dr = admin.deleteRecords(req).lowWatermarks().get(tp).get(TIMEOUT_S, TimeUnit.SECONDS);
-        reply.add(Long.toString(dr.lowWatermark()));
-        break;
-      }
-      case "consume": { // consume TOPIC TIMEOUT_MS ISOLATION -> everything from the start up to the end offsets
-        String topic = f[1];
-        long timeoutMs = Long.parseLong(f[2]);
-        Properties p = new Properties();
-        p.put("bootstrap.servers", bootstrap);
-        p.put("enable.auto.commit", "false");
-        p.put("isolation.level", f.length > 3 ? f[3] : "read_uncommitted");
-        p.put("key.deserializer", ByteArrayDeserializer.class.getName());
-        p.put("value.deserializer", ByteArrayDeserializer.class.getName());
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
-          List<TopicPartition> tps = partitions(topic);
-          c.assign(tps);
-          c.seekToBeginning(tps);
-          Map<TopicPartition, Long> end = c.endOffsets(tps, Duration.ofSeconds(TIMEOUT_S));
-          long deadline = System.currentTimeMillis() + timeoutMs;
-          while (System.currentTimeMillis() < deadline) {
-            boolean done = true;
-            for (TopicPartition tp : tps) if (c.position(tp) < end.get(tp)) done = false;
-            if (done) break;
-            for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
-              reply.add(r.partition() + "\t" + r.offset() + "\t" + enc(r.key()) + "\t" + enc(r.value()));
-            }
-          }
-        }
-        break;
-      }
-      default:
-        throw new IllegalArgumentException("unknown command " + f[0]);
-    }
-  }
+java_sources_key() { # pom source_root: cache key of a classpath (the pom) and the sources compiled against it
+  local pom="$1" root="$2" file text=""
+  while IFS= read -r file; do text+="$(cat "$file")"$'\n'; done < <(find "$root" -name '*.java' | LC_ALL=C sort)
+  printf '%s\n%s' "$(cat "$pom")" "$text" | sha256sum | cut -c1-16
 }
-JAVA
-)
 
-compile_java() { # classes_dir classpath_dir source_text relative_source_path
-  local classes="$1" libdir="$2" src="$3" rel="$4" srcdir
+compile_java() { # classes_dir classpath_dir source_root: compile every .java file under source_root
+  local classes="$1" libdir="$2" root="$3"
   command -v javac >/dev/null || { log "javac is required (a JDK 17)"; return 1; }
-  srcdir="$(dirname "$classes")/src"
-  mkdir -p "$srcdir/$(dirname "$rel")" "$classes"
-  printf '%s\n' "$src" >"$srcdir/$rel"
-  javac -nowarn -encoding UTF-8 --release 17 -cp "$libdir/*" -d "$classes" "$srcdir/$rel"
+  mkdir -p "$classes"
+  find "$root" -name '*.java' -print0 | LC_ALL=C sort -z \
+    | xargs -0 javac -nowarn -encoding UTF-8 --release 17 -cp "$libdir/*" -d "$classes"
 }
 
 do_kafka() {
   local dest="$CACHE/kafka" key tmp
-  key="$(printf '%s\n%s\n' "$(cat "$POMS/kafka-broker.xml")" "$KAFKA_HELPER_SRC" | sha256sum | cut -c1-16)"
+  key="$(java_sources_key "$POMS/kafka-broker.xml" "$KAFKA_HELPER_SRC")"
   have_stamp "$dest" "$key" && return 0
   log "fetching the Kafka broker classpath"
   mkdir -p "$CACHE"
   tmp="$(mktemp -d "$CACHE/.kafka.XXXXXX")"
   mvn_copy "$POMS/kafka-broker.xml" "$tmp/lib"
-  compile_java "$tmp/classes" "$tmp/lib" "$KAFKA_HELPER_SRC" icebergsync/testinfra/KafkaTestClient.java
+  compile_java "$tmp/classes" "$tmp/lib" "$KAFKA_HELPER_SRC"
   publish "$tmp" "$dest" "$key"
   log "  $(ls "$dest/lib" | wc -l) jars, $(du -sh "$dest" | cut -f1) in $dest"
 }
@@ -325,64 +117,18 @@ do_kafka() {
 # (its CatalogContext + RESTServerCatalogAdapter + RESTCatalogServlet, hence the package) on
 # 127.0.0.1. Catalog properties: CATALOG_* environment variables as upstream (CATALOG_IO__IMPL ->
 # io-impl), then key=value arguments. Prints "REST catalog listening on <uri>" when serving.
-REST_LAUNCHER_SRC=$(cat <<'JAVA'
-package org.apache.iceberg.rest;
-
-import java.net.InetSocketAddress;
-import java.util.HashMap;
-import java.util.Map;
-import org.apache.hadoop.conf.Configuration;
-import org.apache.iceberg.CatalogUtil;
-import org.apache.iceberg.catalog.Catalog;
-import org.eclipse.jetty.server.Server;
-import org.eclipse.jetty.server.handler.gzip.GzipHandler;
-import org.eclipse.jetty.servlet.ServletContextHandler;
-import org.eclipse.jetty.servlet.ServletHolder;
-
-/** Usage: LoopbackRESTCatalogServer HOST PORT [key=value ...] */
-public final class LoopbackRESTCatalogServer {
-  private LoopbackRESTCatalogServer() {}
-
-  public static void main(String[] args) throws Exception {
-    String host = args[0];
-    int port = Integer.parseInt(args[1]);
-    Map<String, String> props = new HashMap<>(RCKUtils.environmentCatalogConfig());
-    for (int i = 2; i < args.length; i++) {
-      String[] kv = args[i].split("=", 2);
-      props.put(kv[0], kv[1]);
-    }
-    props.putIfAbsent("catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog");
-    props.putIfAbsent("uri", "jdbc:sqlite::memory:");
-    props.putIfAbsent("jdbc.schema-version", "V1");
-    if (!props.containsKey("warehouse")) throw new IllegalArgumentException("warehouse=... is required");
-    String name = props.getOrDefault("catalog.name", "rest_backend");
-    Catalog catalog = CatalogUtil.buildIcebergCatalog(name, props, new Configuration());
-
-    RESTCatalogServer.CatalogContext ctx = new RESTCatalogServer.CatalogContext(catalog, props);
-    RESTCatalogServlet servlet = new RESTCatalogServlet(new RESTServerCatalogAdapter(ctx));
-    ServletContextHandler context = new ServletContextHandler(ServletContextHandler.NO_SESSIONS);
-    context.addServlet(new ServletHolder(servlet), "/*");
-    context.insertHandler(new GzipHandler());
-    Server server = new Server(new InetSocketAddress(host, port));
-    server.setHandler(context);
-    server.start();
-    System.out.println("REST catalog listening on http://" + host + ":" + port);
-    System.out.flush();
-    server.join();
-  }
-}
-JAVA
-)
+# Source: scripts/infra/rest-catalog/src.
+REST_LAUNCHER_SRC="$INFRA_DIR/rest-catalog/src"
 
 do_rest() {
   local dest="$CACHE/rest-catalog" key tmp
-  key="$(printf '%s\n%s\n' "$(cat "$POMS/rest-catalog.xml")" "$REST_LAUNCHER_SRC" | sha256sum | cut -c1-16)"
+  key="$(java_sources_key "$POMS/rest-catalog.xml" "$REST_LAUNCHER_SRC")"
   have_stamp "$dest" "$key" && return 0
   log "fetching the Iceberg REST catalog server classpath"
   mkdir -p "$CACHE"
   tmp="$(mktemp -d "$CACHE/.rest-catalog.XXXXXX")"
   mvn_copy "$POMS/rest-catalog.xml" "$tmp/lib"
-  compile_java "$tmp/classes" "$tmp/lib" "$REST_LAUNCHER_SRC" org/apache/iceberg/rest/LoopbackRESTCatalogServer.java
+  compile_java "$tmp/classes" "$tmp/lib" "$REST_LAUNCHER_SRC"
   publish "$tmp" "$dest" "$key"
   log "  $(ls "$dest/lib" | wc -l) jars, $(du -sh "$dest" | cut -f1) in $dest"
 }

@@ -3,7 +3,7 @@
 A source never keeps progress of its own. The job hands it the frontier the table holds, the
 source says what is pending beyond it (cheaply) and then reads ``[frontier, end)`` as one
 DataFrame. Reading the same range twice gives the same records, which is what makes replays
-after a crash exact. Adding a source is a new module with a subclass and a registry entry.
+after a crash exact. Adding a source is a new module with a subclass and an entry in spark_app.sources.registry.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from icebergsync.protocol import Frontier
+from icebergsync.protocol import Frontier, SourceIdentity
 from icebergsync.spec import IcebergSyncSpec
 
 
@@ -54,6 +54,17 @@ class Source(ABC):
     def initial_frontier(self) -> Frontier:
         """Where a sink with no progress in the table starts."""
 
+    def identity(self) -> SourceIdentity:
+        """What identifies this source's records, recorded with every frontier (a frontier recorded
+        for another identity is refused). The kind, plus what addresses the records where a
+        frontier of the same shape could point into another source's."""
+        return {"kind": self.spec.source.kind}
+
+    @staticmethod
+    @abstractmethod
+    def check_frontier(frontier: Frontier) -> None:
+        """Raise ``ValueError`` when ``frontier`` is not of this source's shape."""
+
     @abstractmethod
     def pending(self, frontier: Frontier, max_bytes: int) -> Pending | None:
         """What is available beyond ``frontier`` now (at most about ``max_bytes``); None when nothing is."""
@@ -72,20 +83,3 @@ class Source(ABC):
         cores = self.spark.sparkContext.defaultParallelism
         return max(1, min(cores, -(-estimated_bytes // target)))
 
-
-def make_source(spark: SparkSession, spec: IcebergSyncSpec) -> Source:
-    """The source named by the spec."""
-    kind = spec.source.kind
-    if kind == "generator":
-        from spark_app.sources.generator import GeneratorSource
-
-        return GeneratorSource(spark, spec)
-    if kind == "files":
-        from spark_app.sources.files import FilesSource
-
-        return FilesSource(spark, spec)
-    if kind == "kafka":
-        from spark_app.sources.kafka import KafkaSource
-
-        return KafkaSource(spark, spec)
-    raise ValueError(f"unknown source kind {kind!r}")

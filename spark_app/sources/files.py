@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from icebergsync.catalog import read_secret, resolve_env
-from icebergsync.protocol import Frontier, encode_json
+from icebergsync.protocol import Frontier, SourceIdentity, encode_json
 from icebergsync.schema import spark_ddl
 from icebergsync.storage import StoredFile, list_files, normalize
 from spark_app.decode import CORRUPT, conform_columns, decode_json
@@ -74,6 +74,14 @@ class FilesSource(Source):
 
     def initial_frontier(self) -> Frontier:
         return {"after": ""}
+
+    def identity(self) -> SourceIdentity:
+        return {"kind": "files", "path": normalize(self._root)}
+
+    @staticmethod
+    def check_frontier(frontier: Frontier) -> None:
+        if set(frontier) != {"after"} or not isinstance(frontier["after"], str):
+            raise ValueError('a files frontier is {"after": "<relative path>"}')
 
     def _relative(self, stored: StoredFile) -> str:
         return normalize(stored.uri)[len(normalize(self._root)):].lstrip("/")

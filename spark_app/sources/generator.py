@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from icebergsync.protocol import Frontier
-from icebergsync.schema import GENERATOR_COLUMNS
+from icebergsync.spec import GENERATOR_COLUMNS
 from spark_app.sources.base import Pending, Source, SourceBatch
 
 # Epoch micros of 2025-01-01T00:00:00Z; consecutive ids are 10 ms apart in event time.
@@ -80,6 +80,12 @@ class GeneratorSource(Source):
     def initial_frontier(self) -> Frontier:
         return {"next_id": 0}
 
+    @staticmethod
+    def check_frontier(frontier: Frontier) -> None:
+        next_id = frontier.get("next_id")
+        if set(frontier) != {"next_id"} or not isinstance(next_id, int) or isinstance(next_id, bool) or next_id < 0:
+            raise ValueError('a generator frontier is {"next_id": <id ≥ 0>}')
+
     def _available(self, next_id: int) -> int:
         """Rows generated so far at the configured rate, counted from where this run started."""
         now = time.monotonic()
@@ -110,5 +116,4 @@ class GeneratorSource(Source):
         return SourceBatch(frame=generate(ids), end=pending.end, lag=pending.lag)
 
     def exhausted(self, frontier: Frontier) -> bool:
-        total = self.settings.total_rows
-        return total is not None and int(frontier["next_id"]) >= total
+        return self.settings.exhausted(frontier)

@@ -225,6 +225,15 @@ class KafkaSource(Source):
             offsets[(topic, partition)] = {-2: begin, -1: end}.get(offset, {}).get((topic, partition), offset)
         return as_frontier(offsets)
 
+    @staticmethod
+    def check_frontier(frontier: Frontier) -> None:
+        for topic, partitions in frontier.items():
+            if not isinstance(partitions, dict) or not all(
+                isinstance(p, str) and p.isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0
+                for p, o in partitions.items()
+            ):
+                raise ValueError(f'a kafka frontier is {{"<topic>": {{"<partition>": <offset ≥ 0>}}}}; {topic!r} is not')
+
     def pending(self, frontier: Frontier, max_bytes: int) -> Pending | None:
         try:
             partitions = self._partitions()

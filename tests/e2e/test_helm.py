@@ -125,7 +125,8 @@ def test_install_upgrade_uninstall_cluster_wide(kube_cluster: KubeCluster, admin
         assert allowed(admin, sa, verb, "icebergsyncs", anywhere, group="icebergsync.io"), verb
     assert allowed(admin, sa, "patch", "icebergsyncs", anywhere, group="icebergsync.io", subresource="status")
     assert allowed(admin, sa, "create", "configmaps", anywhere)
-    assert allowed(admin, sa, "get", "secrets", anywhere)
+    # Secrets: a cluster-wide operator reads none unless rbac.secrets names namespaces or opts in cluster-wide.
+    assert not allowed(admin, sa, "get", "secrets", anywhere)
     assert allowed(admin, sa, "create", "events", anywhere)
     assert allowed(admin, sa, "patch", "clusterkopfpeerings", group="kopf.dev")
     assert allowed(admin, sa, "watch", "customresourcedefinitions", group="apiextensions.k8s.io")
@@ -244,6 +245,7 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
     assert allowed(admin, sa, "create", "sparkapplications", watched, group="sparkoperator.k8s.io")
     assert allowed(admin, sa, "patch", "icebergsyncs", watched, group="icebergsync.io", subresource="status")
     assert not allowed(admin, sa, "create", "sparkapplications", other, group="sparkoperator.k8s.io")
+    assert allowed(admin, sa, "get", "secrets", watched)
     assert not allowed(admin, sa, "get", "secrets", other)
     assert not allowed(admin, sa, "get", "secrets", namespace)
 
@@ -264,7 +266,8 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
         metadata=client.V1ObjectMeta(name="catalog-creds"), string_data={"token": "t0ken"}))
     spec = {
         "source": {"generator": {"rowsPerSecond": 10, "totalRows": 10}},
-        "table": {"name": "db.trips", "catalog": {"type": "rest", "uri": "http://127.0.0.1:9/catalog",
+        "table": {"name": "db.trips", "catalog": {"uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+                                                  "warehouse": str(tmp_path / "warehouse"),
                                                   "secretRef": {"name": "catalog-creds"}}},
     }
     custom.create_namespaced_custom_object("icebergsync.io", "v1alpha1", watched, "icebergsyncs", {
@@ -282,7 +285,8 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
         assert app["spec"]["image"] == "ghcr.io/icebergsync/icebergsync:0.1.0"
         assert app["spec"]["mainApplicationFile"] == "local:///opt/icebergsync/spark_app/main.py"
         assert app["spec"]["driver"]["serviceAccount"] == "icebergsync-spark"
-        assert exists(core.read_namespaced_config_map, "trips-v1-spec", watched)
+        spec_configmap = app["spec"]["driver"]["configMaps"][0]["name"]
+        assert exists(core.read_namespaced_config_map, spec_configmap, watched)
 
         def status() -> dict[str, Any] | None:
             body = custom.get_namespaced_custom_object("icebergsync.io", "v1alpha1", watched, "icebergsyncs", "trips")
@@ -297,7 +301,7 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
         wait_for("the sync to be gone", lambda: not exists(
             custom.get_namespaced_custom_object, "icebergsync.io", "v1alpha1", watched, "icebergsyncs", "trips"))
         assert application() is None
-        assert not exists(core.read_namespaced_config_map, "trips-v1-spec", watched)
+        assert not exists(core.read_namespaced_config_map, spec_configmap, watched)
 
     text = log.read_text(errors="replace")
     for marker in ("403", "Forbidden", "forbidden", "Not enough permissions"):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -15,7 +17,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from icebergsync.protocol import Writer
 from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
 from spark_app.job import table_plan
-from spark_app.writer import PartitionedWriter, conform
+from spark_app.writer import PartitionedWriter, TablePlan, conform
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "who", StringType()))
 TABLE = "ns.events"
@@ -30,13 +32,25 @@ def create_table(catalog: Catalog) -> Table:
     return catalog.create_table(TABLE, SCHEMA)
 
 
-def stage(table: Table, writer: Writer, ids: range) -> list[DataFile]:
-    """Write ids as one real staged Parquet file of ``writer``."""
-    plan = table_plan(table)
+def stage(table: Table, writer: Writer, ids: range, plan: TablePlan | None = None) -> list[DataFile]:
+    """Write ids as one real staged Parquet file of ``writer`` (with ``plan``, default: the table's now)."""
+    return stage_rows(table, writer, {"id": list(ids), "who": [f"v{writer.version}"] * len(ids)}, plan)
+
+
+def stage_rows(table: Table, writer: Writer, columns: dict[str, list[Any]], plan: TablePlan | None = None) -> list[DataFile]:
+    """Write ``columns`` as one real staged Parquet file of ``writer`` into ``table``."""
+    plan = plan or table_plan(table)
     files = PartitionedWriter(plan, attempt_file_prefix(writer) + "-00000-0", 1 << 30, 1 << 26)
-    batch = pa.RecordBatch.from_pydict({"id": list(ids), "who": [f"v{writer.version}"] * len(ids)})
-    files.write(conform(batch, plan.arrow_schema()))
+    files.write(conform(pa.RecordBatch.from_pydict(columns), plan.arrow_schema()))
     return files.finish()
+
+
+def dead_letter_rows(writer: Writer, ids: list[int]) -> dict[str, list[Any]]:
+    """Dead-letter rows for source ids ``ids`` (their payload is the id)."""
+    now = datetime.now(UTC)
+    return {"sink_id": [writer.sink_id] * len(ids), "sink_version": [writer.version] * len(ids),
+            "payload": [str(i) for i in ids], "reason": ["bad"] * len(ids), "position": [None] * len(ids),
+            "failed_at": [now] * len(ids)}
 
 
 def commit_range(committer: SinkCommitter, table: Table, start: int, end: int) -> None:

@@ -93,7 +93,7 @@ def data_file_rows(table: Table) -> list[tuple[Any, Any]]:
 
 
 def job_command(spec_path: Path, version: int) -> list[str]:
-    return [sys.executable, "-m", "icebergsync.cli", "run", str(spec_path), "--sink-version", str(version),
+    return [sys.executable, "-m", "spark_app.cli", "run", str(spec_path), "--sink-version", str(version),
             "--master", "local[2]"]
 
 

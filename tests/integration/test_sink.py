@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync import protocol
 from icebergsync.errors import IncompatibleSchemaError
-from icebergsync.status import read_sink_status
+from icebergsync.sink_state import read_sink_state
 from spark_app.job import SyncJob
 from spark_app.sources.generator import generate
 from tests.integration.sync_support import (
@@ -40,7 +40,7 @@ def test_generator_rows_land_exactly_once_with_protocol_properties(tmp_path: Pat
     assert [c.kind for c in commits] == ["fence", "data", "data", "data"]
     assert [c.frontier for c in commits[1:]] == [{"next_id": 12_000}, {"next_id": 24_000}, {"next_id": 30_000}]
     assert commits[-1].max_event_time == "2025-01-01T00:04:59.990000+00:00"  # id 29999 is 10 ms apart per id
-    status = read_sink_status(catalog_of(sync), "sales.orders", "test/orders")
+    status = read_sink_state(catalog_of(sync), "sales.orders", "test/orders")
     assert status.frontier == {"next_id": 30_000} and status.total_records == 30_000 and status.sink_version == 1
     # A rerun of a finished bounded sync fences, finds nothing to do and writes no data.
     again = SyncJob(sync, 2, spark).run()

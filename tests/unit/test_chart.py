@@ -25,14 +25,14 @@ RELEASE, NAMESPACE = "isync", "icebergsync-system"
 FULLNAME = "isync-icebergsync"
 
 # The operator's API use (operator/icebergsync_operator/kube.py, handlers.py and kopf itself),
-# as (apiGroup, resource) -> verbs. The chart must grant exactly these, nothing more.
+# as (apiGroup, resource) -> verbs. The chart must grant exactly these, nothing more. Reading
+# Secrets is granted apart (secrets-rbac.yaml), namespaced by default.
 OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("icebergsync.io", "icebergsyncs"): {"get", "list", "watch", "patch"},
     ("icebergsync.io", "icebergsyncs/status"): {"patch"},
     ("icebergsync.io", "icebergsyncs/finalizers"): {"update"},
     ("sparkoperator.k8s.io", "sparkapplications"): {"list", "watch", "create", "delete"},
-    ("", "configmaps"): {"list", "create", "delete"},
-    ("", "secrets"): {"get"},
+    ("", "configmaps"): {"get", "list", "create", "delete"},
     ("", "events"): {"create"},
 }
 PEERING_VERBS = {"get", "list", "watch", "patch", "create"}
@@ -134,7 +134,7 @@ def test_app_version_is_the_project_version() -> None:
 @pytest.mark.parametrize("name", ["icebergsync.yaml", "kopf-peering.yaml"])
 def test_chart_crds_are_byte_identical_to_the_generated_ones(name: str) -> None:
     assert (CHART / "crds" / name).read_bytes() == (REPO_ROOT / "crds" / name).read_bytes(), (
-        f"charts/icebergsync/crds/{name} drifted: run .venv/bin/python -m icebergsync.crd --write")
+        f"charts/icebergsync/crds/{name} drifted: run .venv/bin/python -m icebergsync.generate --write")
     assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["icebergsync.yaml", "kopf-peering.yaml"]
 
 
@@ -271,12 +271,12 @@ def test_namespaced_rbac_with_two_namespaces(helm_binary: Path, tmp_path: Path) 
     docs = render(helm_binary, tmp_path, {"watchNamespaces": ["team-a", "team-b"], "rbac": {"scope": "namespaced"}})
     settings, _ = settings_from(docs)
     assert settings.namespaces == ("team-a", "team-b") and not settings.clusterwide
-    roles = of_kind(docs, "Role")
+    roles = [role for role in of_kind(docs, "Role") if role["metadata"]["name"] == FULLNAME]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert role["metadata"]["name"] == FULLNAME
         assert rules_of(role) == {**OPERATOR_RULES, ("kopf.dev", "kopfpeerings"): PEERING_VERBS}
-    bindings = of_kind(docs, "RoleBinding")
+    bindings = [binding for binding in of_kind(docs, "RoleBinding") if binding["metadata"]["name"] == FULLNAME]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:
         assert binding["roleRef"]["kind"] == "Role" and binding["roleRef"]["name"] == FULLNAME
@@ -296,7 +296,51 @@ def test_namespaced_without_cluster_observation(helm_binary: Path, tmp_path: Pat
     docs = render(helm_binary, tmp_path, {"watchNamespaces": ["team-a"], "rbac": {"scope": "namespaced",
                                                                                     "clusterObserve": False}})
     assert not of_kind(docs, "ClusterRole") and not of_kind(docs, "ClusterRoleBinding")
-    assert len(of_kind(docs, "Role")) == 1
+    assert len(of_kind(docs, "Role")) == 2  # the operator's and the Secrets reader's
+
+
+SECRETS_ROLE = f"{FULLNAME}-secrets"
+
+
+def _secret_readers(docs: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    """(kind, namespace) of every role granting Secrets, each checked to grant only get and to be bound."""
+    found = []
+    for role in of_kind(docs, "Role") + of_kind(docs, "ClusterRole"):
+        rules = rules_of(role)
+        if ("", "secrets") not in rules:
+            continue
+        assert role["metadata"]["name"] == SECRETS_ROLE and rules == {("", "secrets"): {"get"}}
+        namespace = role["metadata"].get("namespace")
+        binding = one([b for b in docs if b["metadata"].get("namespace") == namespace],
+                      f"{role['kind']}Binding", SECRETS_ROLE)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role["kind"],
+                                      "name": SECRETS_ROLE}
+        found.append((role["kind"], namespace))
+    return sorted(found, key=str)
+
+
+def test_secrets_are_readable_only_in_the_watched_namespaces_by_default(helm_binary: Path, tmp_path: Path) -> None:
+    docs = render(helm_binary, tmp_path, {"watchNamespaces": ["team-a", "team-b"]})
+    assert _secret_readers(docs) == [("Role", "team-a"), ("Role", "team-b")]
+
+
+def test_a_cluster_wide_operator_reads_no_secrets_unless_told(helm_binary: Path, tmp_path: Path) -> None:
+    assert _secret_readers(render(helm_binary, tmp_path)) == []
+    listed = render(helm_binary, tmp_path, {"rbac": {"secrets": {"namespaces": ["data"]}}})
+    assert _secret_readers(listed) == [("Role", "data")]
+    opted_in = render(helm_binary, tmp_path, {"rbac": {"secrets": {"clusterWide": True}}})
+    assert _secret_readers(opted_in) == [("ClusterRole", None)]
+    assert _secret_readers(render(helm_binary, tmp_path, {"watchNamespaces": ["a"],
+                                                          "rbac": {"secrets": {"create": False}}})) == []
+
+
+def test_catalog_access_settings_reach_the_operator(helm_binary: Path, tmp_path: Path) -> None:
+    docs = render(helm_binary, tmp_path, {"operator": {"catalogTimeout": "4s",
+                                                       "allowedCatalogUris": ["https://a/", "https://b/"]}})
+    settings, _ = settings_from(docs)
+    assert (settings.catalog_timeout, settings.allowed_catalog_uris) == (4.0, ("https://a/", "https://b/"))
+    default, _ = settings_from(render(helm_binary, tmp_path))
+    assert (default.catalog_timeout, default.allowed_catalog_uris) == (10.0, ())
 
 
 def test_cluster_scope_with_watched_namespaces_uses_namespaced_peering(helm_binary: Path, tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icebergsync.cli import main
 from icebergsync.errors import EXIT_CATALOG_UNREACHABLE, EXIT_INVALID_SPEC
+from spark_app.cli import main
 
 
 def write(tmp_path: Path, spec: dict[str, object]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from icebergsync import crd
+from icebergsync import crd, generate, resource_status
 from icebergsync.spec import IcebergSyncSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,12 +37,12 @@ def _root() -> dict[str, Any]:
 
 def test_committed_crd_matches_the_model() -> None:
     committed = (REPO_ROOT / "crds" / "icebergsync.yaml").read_text()
-    assert committed == crd.render_crd_yaml(), "run: python -m icebergsync.crd > crds/icebergsync.yaml"
+    assert committed == crd.render_crd_yaml(), "run: python -m icebergsync.generate --write"
 
 
 def test_cli_writes_the_same_yaml(tmp_path: Path) -> None:
     target = tmp_path / "crd.yaml"
-    assert crd.main(["--output", str(target)]) == 0
+    assert generate.main(["--output", str(target)]) == 0
     assert target.read_text() == crd.render_crd_yaml()
 
 
@@ -122,10 +122,10 @@ def test_status_schema_matches_the_status_model_and_has_no_defaults() -> None:
         "phase", "sinkVersion", "application", "observedGeneration", "lastCommit", "secondsSinceLastCommit",
         "lag", "restarts", "consecutiveFailures", "nextRetryAt", "conditions",
     }
-    assert status["properties"]["phase"]["enum"] == list(crd.PHASES)
+    assert status["properties"]["phase"]["enum"] == list(resource_status.PHASES)
     conditions = status["properties"]["conditions"]
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
-    assert conditions["items"]["properties"]["type"]["enum"] == list(crd.CONDITION_TYPES)
+    assert conditions["items"]["properties"]["type"]["enum"] == list(resource_status.CONDITION_TYPES)
     assert all("default" not in node for _, node in _walk(status))
 
 

@@ -265,7 +265,7 @@ def test_operator_entry_point_matches_the_chart() -> None:
 
 
 @pytest.mark.parametrize("argv", [
-    [sys.executable, "-m", "icebergsync.cli", "--version"],
+    [str(Path(sys.executable).parent / "icebergsync"), "--version"],
     [sys.executable, "-m", "icebergsync_operator.main", "--help"],
     [sys.executable, str(REPO_ROOT / "spark_app" / "main.py"), "--help"],
 ])

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from icebergsync import crd, docs_reference
+from icebergsync import crd, docs_reference, generate
 from icebergsync.spec import KIND, load_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 def test_configuration_reference_is_generated_from_the_crd() -> None:
     committed = (REPO_ROOT / "docs" / "configuration.md").read_text()
     assert committed == docs_reference.render_reference(), (
-        "docs/configuration.md is stale: run .venv/bin/python -m icebergsync.crd --write")
+        "docs/configuration.md is stale: run .venv/bin/python -m icebergsync.generate --write")
 
 
 def test_reference_lists_every_schema_field() -> None:
@@ -35,9 +35,14 @@ def test_reference_lists_every_schema_field() -> None:
     assert "exactly one of generator, files, kafka must be set" in text
 
 
-def test_reference_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    assert docs_reference.main([]) == 0
-    assert capsys.readouterr().out == docs_reference.render_reference()
+def test_generate_writes_every_generated_file(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "crds").mkdir()
+    (tmp_path / "charts" / "icebergsync" / "crds").mkdir(parents=True)
+    assert generate.main(["--write", str(tmp_path)]) == 0
+    for relative in generate.GENERATED_CRD_PATHS:
+        assert (tmp_path / relative).read_text() == crd.render_crd_yaml()
+    assert (tmp_path / generate.GENERATED_REFERENCE_PATH).read_text() == docs_reference.render_reference()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,10 +18,13 @@ from icebergsync_operator.render import (
 )
 from icebergsync_operator.settings import OperatorSettings, parse_settings
 
+from icebergsync.cli import build_parser, run_arguments
 from icebergsync.spec import IcebergSync, parse_spec
+from spark_app.cli import add_run_command
 
 UID = "0b0e5d6c-1111-2222-3333-444455556666"
 SETTINGS = OperatorSettings(default_image="registry.example/icebergsync:test", default_service_account="spark")
+CONFIGMAP = "trips-v4-spec-0123456789"
 
 
 def _document(**spec_overrides: Any) -> dict[str, Any]:
@@ -45,7 +48,6 @@ def _sync(**spec_overrides: Any) -> IcebergSync:
 def test_application_names_are_deterministic_per_version() -> None:
     assert application_name("trips", 1) == "trips-v1"
     assert application_name("trips", 12) == "trips-v12"
-    assert configmap_name("trips", 3) == "trips-v3-spec"
 
 
 def test_long_sync_names_are_cut_and_kept_unique() -> None:
@@ -59,7 +61,7 @@ def test_long_sync_names_are_cut_and_kept_unique() -> None:
 
 
 def test_spark_application_runs_the_job_entry_point_with_the_version() -> None:
-    app = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS)
+    app = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)
     assert app["apiVersion"] == "sparkoperator.k8s.io/v1beta2"
     assert app["kind"] == "SparkApplication"
     spec = app["spec"]
@@ -67,6 +69,8 @@ def test_spark_application_runs_the_job_entry_point_with_the_version() -> None:
     assert spec["mode"] == "cluster"
     assert spec["mainApplicationFile"] == "local:///opt/icebergsync/spark_app/main.py"
     assert spec["arguments"] == ["run", "/etc/icebergsync/spec/sync.yaml", "--sink-version", "4", "--master", ""]
+    job_args = build_parser(extra_commands=(add_run_command,)).parse_args(spec["arguments"])
+    assert (job_args.spec, job_args.sink_version, job_args.master) == ("/etc/icebergsync/spec/sync.yaml", 4, "")
     assert spec["restartPolicy"] == {"type": "Never"}
     assert spec["sparkVersion"] == SETTINGS.spark_version
     assert spec["image"] == "registry.example/icebergsync:test"
@@ -74,7 +78,7 @@ def test_spark_application_runs_the_job_entry_point_with_the_version() -> None:
 
 
 def test_spark_application_metadata_owner_and_labels() -> None:
-    metadata = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS)["metadata"]
+    metadata = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)["metadata"]
     assert metadata["name"] == "trips-v4"
     assert metadata["namespace"] == "data"
     assert metadata["labels"] == {"app.kubernetes.io/managed-by": "icebergsync", "icebergsync.io/sync": "trips",
@@ -87,13 +91,13 @@ def test_spark_application_metadata_owner_and_labels() -> None:
 
 
 def test_resources_service_account_and_mounts_on_driver_and_executors() -> None:
-    spec = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS)["spec"]
+    spec = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)["spec"]
     driver, executor = spec["driver"], spec["executor"]
     assert (driver["cores"], driver["memory"], driver["serviceAccount"]) == (2, "2g", "spark")
     assert (executor["cores"], executor["memory"], executor["instances"]) == (3, "4g", 5)
     assert "instances" not in driver
     for pod in (driver, executor):
-        assert pod["configMaps"] == [{"name": "trips-v4-spec", "path": "/etc/icebergsync/spec"}]
+        assert pod["configMaps"] == [{"name": CONFIGMAP, "path": "/etc/icebergsync/spec"}]
         assert pod["secrets"] == [
             {"name": "catalog-creds", "path": "/etc/icebergsync/secrets/catalog-creds", "secretType": "Generic"},
             {"name": "kafka-creds", "path": "/etc/icebergsync/secrets/kafka-creds", "secretType": "Generic"},
@@ -103,7 +107,7 @@ def test_resources_service_account_and_mounts_on_driver_and_executors() -> None:
 
 def test_spec_image_and_service_account_override_the_settings() -> None:
     sync = _sync(spark={"image": "mine:1", "serviceAccount": "sync-runner"})
-    spec = build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=SETTINGS)["spec"]
+    spec = build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)["spec"]
     assert spec["image"] == "mine:1"
     assert spec["driver"]["serviceAccount"] == "sync-runner"
     assert "sparkConf" not in spec
@@ -111,7 +115,7 @@ def test_spec_image_and_service_account_override_the_settings() -> None:
 
 def test_no_service_account_and_no_secrets_when_none_are_configured() -> None:
     sync = _sync(source={"generator": {"totalRows": 10}}, schema=[], table={"name": "db.trips"})
-    spec = build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=OperatorSettings())["spec"]
+    spec = build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=OperatorSettings(), spec_configmap=CONFIGMAP)["spec"]
     assert "serviceAccount" not in spec["driver"]
     assert "secrets" not in spec["driver"] and "secrets" not in spec["executor"]
 
@@ -124,8 +128,9 @@ def test_secret_names_are_unique_and_sorted() -> None:
 def test_spec_configmap_holds_the_whole_document_verbatim_and_is_immutable() -> None:
     document = _document()
     configmap = build_spec_configmap(_sync(), document["spec"], 4, generation=9, sync_uid=UID)
-    assert configmap["metadata"]["name"] == "trips-v4-spec"
+    assert configmap["metadata"]["name"] == configmap_name("trips-v4", configmap["data"]["sync.yaml"])
     assert configmap["metadata"]["labels"]["icebergsync.io/sink-version"] == "4"
+    assert configmap["metadata"]["labels"]["icebergsync.io/application"] == "trips-v4"
     assert configmap["metadata"]["ownerReferences"][0]["uid"] == UID
     assert configmap["immutable"] is True
     written = yaml.safe_load(configmap["data"]["sync.yaml"])
@@ -134,8 +139,27 @@ def test_spec_configmap_holds_the_whole_document_verbatim_and_is_immutable() -> 
     assert parse_spec(written) == _sync()
 
 
+def test_spec_configmap_name_changes_with_the_spec_content() -> None:
+    """A ConfigMap left from a failed launch of another spec never has the name this launch uses."""
+    before = build_spec_configmap(_sync(), _document()["spec"], 4, generation=9, sync_uid=UID)
+    again = build_spec_configmap(_sync(), _document()["spec"], 4, generation=9, sync_uid=UID)
+    changed_spec = _document(commit={"interval": "2s"})["spec"]
+    changed = build_spec_configmap(_sync(commit={"interval": "2s"}), changed_spec, 4, generation=10, sync_uid=UID)
+    assert before["metadata"]["name"] == again["metadata"]["name"]
+    assert changed["metadata"]["name"] != before["metadata"]["name"]
+    for configmap in (before, changed):
+        assert configmap["metadata"]["name"].startswith("trips-v4-spec-")
+        assert len(configmap["metadata"]["name"]) <= 253
+
+
+def test_run_arguments_round_trip_through_the_job_parser() -> None:
+    for version in (1, 7, 123456):
+        args = build_parser(extra_commands=(add_run_command,)).parse_args(run_arguments("/spec.yaml", version))
+        assert (args.command, args.spec, args.sink_version, args.master) == ("run", "/spec.yaml", version, "")
+
+
 def test_rendered_objects_carry_secret_names_never_values() -> None:
-    rendered = json.dumps([build_spark_application(_sync(), 1, 1, UID, SETTINGS),
+    rendered = json.dumps([build_spark_application(_sync(), 1, 1, UID, SETTINGS, CONFIGMAP),
                            build_spec_configmap(_sync(), _document()["spec"], 1, 1, UID)])
     assert "catalog-creds" in rendered
     for secret_word in ("password", "token", "access-key"):
@@ -159,6 +183,7 @@ def _app(state: str, error: str = "", version: str = "3") -> dict[str, Any]:
     ("SUBMISSION_FAILED", "failed to run spark-submit", Outcome.FAILED),
     ("FAILED", "driver container failed with ExitCode: 75, Reason: Error", Outcome.FENCED),
     ("FAILED", "driver container failed with ExitCode: 175, Reason: Error", Outcome.FAILED),
+    ("FAILED", "driver container failed with ExitCode: 65, Reason: Error", Outcome.BAD_INPUT),
 ])
 def test_application_outcomes(state: str, error: str, outcome: Outcome) -> None:
     app = parse_application(_app(state, error))

@@ -119,3 +119,14 @@ def test_bad_units() -> None:
         parse_duration("soon")
     with pytest.raises(ValueError, match="not a size"):
         parse_size("12XB")
+
+
+def test_every_source_kind_has_a_reader_and_a_crd_rule() -> None:
+    from icebergsync.cel_rules import CEL_RULES
+    from icebergsync.spec import SOURCE_KINDS
+    from spark_app.sources.registry import SOURCE_CLASSES
+
+    assert SOURCE_KINDS == ("generator", "files", "kafka")
+    assert tuple(SOURCE_CLASSES) == SOURCE_KINDS
+    rule = CEL_RULES["spec.source"][0]["rule"]
+    assert all(f"has(self.{kind})" in rule for kind in SOURCE_KINDS)

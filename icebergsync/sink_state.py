@@ -1,4 +1,4 @@
-"""A sink's state as the table records it: the job's `status` command and the operator both use this."""
+"""A sink's state as the table records it: the `icebergsync status` command and the operator read it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from icebergsync import protocol
 
 
 @dataclass(frozen=True)
-class SinkStatus:
+class SinkState:
     """What the table says about one sink (all fields JSON-friendly)."""
 
     sink_id: str
@@ -37,7 +37,7 @@ class SinkStatus:
         return asdict(self)
 
 
-def read_sink_status(catalog: Catalog, table_name: str, sink_id: str, now: float | None = None) -> SinkStatus:
+def read_sink_state(catalog: Catalog, table_name: str, sink_id: str, now: float | None = None) -> SinkState:
     """Read the table's head and describe the newest commit of ``sink_id`` on main."""
     table = catalog.load_table(table_name)
     progress = protocol.read_progress(table.metadata, sink_id)
@@ -45,7 +45,7 @@ def read_sink_status(catalog: Catalog, table_name: str, sink_id: str, now: float
     head = table.metadata.current_snapshot()
     total = head.summary.additional_properties.get("total-records") if head and head.summary else None
     now = time.time() if now is None else now
-    return SinkStatus(
+    return SinkState(
         sink_id=sink_id,
         table=table_name,
         sink_version=progress.highest.version if progress.highest else None,

@@ -1,4 +1,4 @@
-"""Pure status helpers: parse the stored status, kstatus conditions, and what the table says.
+"""How the operator builds a resource's next status: the stored one, kstatus conditions, the table's view.
 
 Condition polarity follows kstatus: ``Ready`` is the normal-true condition; ``Reconciling`` and
 ``Stalled`` are abnormal-true. All three are always present, each with a CamelCase reason.
@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from icebergsync.crd import Condition, LastCommit, SyncStatus
 from icebergsync.protocol import encode_json
-from icebergsync.status import SinkStatus
+from icebergsync.resource_status import Condition, LastCommit, SyncStatus
+from icebergsync.sink_state import SinkState
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ FALSE = "False"
 class TableObservation:
     """What reading the table gave: the sink's state, or why it could not be read."""
 
-    sink: SinkStatus | None = None  #: None when the table does not exist yet or could not be read
+    sink: SinkState | None = None  #: None when the table does not exist yet or could not be read
     error: str | None = None  #: set when the catalog or table could not be read
 
 
@@ -92,7 +92,7 @@ def conditions(previous: SyncStatus, assessment: Assessment, generation: int, no
     return result
 
 
-def last_commit(sink: SinkStatus) -> LastCommit | None:
+def last_commit(sink: SinkState) -> LastCommit | None:
     """The sink's newest snapshot in status form (frontier as canonical JSON)."""
     if sink.snapshot_id is None or sink.committed_at is None:
         return None

@@ -9,10 +9,17 @@ from typing import Any
 from icebergsync_operator.applications import ObservedApplication
 from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.settings import OperatorSettings
-from icebergsync_operator.status import TableObservation, conditions, lag_text, parse_status, with_table
+from icebergsync_operator.status_update import (
+    TableObservation,
+    conditions,
+    lag_text,
+    parse_status,
+    with_table,
+)
 
-from icebergsync.crd import SyncStatus
-from icebergsync.status import SinkStatus
+from icebergsync.resource_status import SyncStatus
+from icebergsync.sink_state import SinkState
+from icebergsync.spec import Source
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 SETTINGS = OperatorSettings(backoff_base=10, backoff_cap=80, stall_after_failures=3, stall_threshold=60)
@@ -24,7 +31,7 @@ def app(version: int, state: str = "RUNNING", error: str = "", generation: int =
                                error_message=error, created_at=NOW - timedelta(seconds=age))
 
 
-def sink(version: int | None = 1, written_by: int | None = 1, age: float = 5.0, **overrides: Any) -> SinkStatus:
+def sink(version: int | None = 1, written_by: int | None = 1, age: float = 5.0, **overrides: Any) -> SinkState:
     fields: dict[str, Any] = dict(
         sink_id="data/trips", table="db.trips", sink_version=version, snapshot_id=42,
         committed_at=(NOW - timedelta(seconds=age)).isoformat(), seconds_since_commit=age, kind="data",
@@ -33,7 +40,7 @@ def sink(version: int | None = 1, written_by: int | None = 1, age: float = 5.0, 
         foreign_snapshots_on_top=0,
     )
     fields.update(overrides)
-    return SinkStatus(**fields)
+    return SinkState(**fields)
 
 
 def running_status(version: int = 1, generation: int = 1, **updates: Any) -> SyncStatus:
@@ -280,13 +287,105 @@ def test_fenced_current_version_is_stalled_and_never_relaunched() -> None:
 
 def test_completed_bounded_source_is_terminal_and_ready() -> None:
     observation = observe(previous=running_status(), applications=(app(1, "COMPLETED"),),
-                          table=TableObservation(sink=sink(age=3600)))
+                          table=TableObservation(sink=sink(age=3600)), source_bounded=True, source_exhausted=True)
     decision = decide(observation, SETTINGS)
     assert decision.launch is None
     assert decision.status.phase == "Completed"
     assert cond(decision, "Ready") == ("True", "Completed")
     assert reasons(decision) == ["Completed"]
     assert decide(then(decision, observation), SETTINGS).events == ()
+
+
+def test_clean_exit_of_an_unbounded_source_is_relaunched_not_completed() -> None:
+    observation = observe(previous=running_status(), applications=(app(1, "COMPLETED"),),
+                          table=TableObservation(sink=sink(age=3600)), source_bounded=False)
+    exited = decide(observation, SETTINGS)
+    assert exited.status.phase != "Completed"
+    assert cond(exited, "Ready") == ("False", "JobFailed")
+    assert reasons(exited) == ["Failed"]
+    assert "unbounded" in exited.events[0].message
+    relaunch = decide(then(exited, observation, now=NOW + timedelta(seconds=10)), SETTINGS)
+    assert relaunch.launch is not None and (relaunch.launch.version, relaunch.launch.reason) == (2, "Relaunched")
+    assert relaunch.delete == ("trips-v1",)
+
+
+def test_clean_exit_of_a_bounded_source_short_of_its_end_is_relaunched() -> None:
+    observation = observe(previous=running_status(), applications=(app(1, "COMPLETED"),),
+                          table=TableObservation(sink=sink()), source_bounded=True, source_exhausted=False)
+    exited = decide(observation, SETTINGS)
+    assert exited.status.phase == "Degraded"
+    assert "short of the source's end" in exited.events[0].message
+    relaunch = decide(then(exited, observation, now=NOW + timedelta(seconds=10)), SETTINGS)
+    assert relaunch.launch is not None and relaunch.launch.reason == "Relaunched"
+
+
+def test_source_boundedness_and_exhaustion_from_the_spec() -> None:
+    generator = Source.model_validate({"generator": {"totalRows": 2000}})
+    endless = Source.model_validate({"generator": {}})
+    files = Source.model_validate({"files": {"path": "/data"}})
+    assert generator.bounded and not endless.bounded and not files.bounded
+    assert generator.exhausted({"next_id": 2000}) and not generator.exhausted({"next_id": 1999})
+    assert not generator.exhausted(None) and not generator.exhausted({"files": ["a"]})
+    assert not endless.exhausted({"next_id": 10**9}) and not files.exhausted({"next_id": 10**9})
+
+
+BAD_INPUT = "driver container failed with ExitCode: 65, Reason: Error"
+
+
+def test_bad_input_exit_stalls_with_its_reason_and_is_not_relaunched() -> None:
+    observation = observe(previous=running_status(version=2), applications=(app(2, "FAILED", BAD_INPUT),))
+    decision = decide(observation, SETTINGS)
+    assert decision.launch is None
+    assert decision.status.phase == "Failed"
+    assert cond(decision, "Stalled") == ("True", "BadInput")
+    assert cond(decision, "Ready") == ("False", "BadInput")
+    assert reasons(decision) == ["BadInput"]
+    assert "deadLetter" in decision.events[0].message
+    later = decide(then(decision, observation, now=NOW + timedelta(hours=1)), SETTINGS)
+    assert later.launch is None and later.events == ()
+    fixed = decide(then(later, observation, generation=2), SETTINGS)
+    assert fixed.launch is not None and (fixed.launch.version, fixed.launch.reason) == (3, "Upgraded")
+
+
+def test_progress_conflict_exit_stalls_with_its_reason_and_is_not_relaunched() -> None:
+    failed = app(2, "FAILED", "driver container failed with ExitCode: 5, Reason: Error")
+    decision = decide(observe(previous=running_status(version=2), applications=(failed,)), SETTINGS)
+    assert decision.launch is None and decision.status.phase == "Failed"
+    assert cond(decision, "Stalled") == ("True", "ProgressConflict")
+    assert reasons(decision) == ["ProgressConflict"]
+    assert "rolled back" in decision.events[0].message and "nothing was written" in decision.events[0].message
+
+
+UNREACHABLE = TableObservation(error="catalog 'icebergsync' at http://rest is unreachable")
+
+
+def test_no_first_launch_while_the_catalog_is_unreachable() -> None:
+    observation = observe(table=UNREACHABLE)
+    waiting = decide(observation, SETTINGS)
+    assert waiting.launch is None
+    assert waiting.status.sink_version is None
+    assert cond(waiting, "Reconciling") == ("True", "WaitingForCatalog")
+    assert cond(waiting, "Ready") == ("False", "WaitingForCatalog")
+    assert reasons(waiting) == ["WaitingForCatalog"]
+    again = decide(then(waiting, observation), SETTINGS)
+    assert again.launch is None and again.events == ()
+    answered = decide(then(again, observation, table=TableObservation(sink=sink(version=7, written_by=7))), SETTINGS)
+    assert answered.launch is not None and (answered.launch.version, answered.launch.reason) == (8, "Launched")
+
+
+def test_no_relaunch_or_upgrade_with_a_guessed_version_while_the_catalog_is_unreachable() -> None:
+    failed = observe(previous=running_status(version=2, next_retry_at="2026-05-01T11:59:00Z", consecutive_failures=1),
+                     applications=(app(2, "FAILED", FAILED),), table=UNREACHABLE)
+    waiting = decide(failed, SETTINGS)
+    assert waiting.launch is None and waiting.delete == ()
+    assert cond(waiting, "Reconciling") == ("True", "WaitingForCatalog")
+
+    upgrade = observe(previous=running_status(version=3), applications=(app(3),), generation=2, table=UNREACHABLE)
+    held = decide(upgrade, SETTINGS)
+    assert held.launch is None and held.delete == ()
+    assert held.status.observed_generation == 1
+    resumed = decide(then(held, upgrade, table=TableObservation(sink=sink(version=3, written_by=3))), SETTINGS)
+    assert resumed.launch is not None and (resumed.launch.version, resumed.launch.reason) == (4, "Upgraded")
 
 
 # --- invalid specs, adoption ---------------------------------------------------------------
@@ -326,7 +425,7 @@ def test_first_launch_lost_status_is_adopted() -> None:
 
 
 def test_condition_transition_time_moves_only_when_status_changes() -> None:
-    from icebergsync_operator.status import Assessment, Verdict
+    from icebergsync_operator.status_update import Assessment, Verdict
 
     ready = Assessment("Running", Verdict("True", "Committing"), Verdict("False", "Reconciled"),
                        Verdict("False", "AsExpected"))

@@ -1,0 +1,75 @@
+"""The CEL rules (``x-kubernetes-validations``) the API server evaluates on an IcebergSync at apply time.
+
+They repeat the pydantic validators of ``icebergsync.spec`` that an OpenAPI schema cannot express, so
+a bad resource is refused by ``kubectl apply`` instead of failing later in the operator.
+tests/e2e/test_cel_rules.py feeds the same specs to a real API server and to the model and checks
+that they agree.
+"""
+
+from __future__ import annotations
+
+from icebergsync.spec import (
+    EXACTLY_ONE_SOURCE_MESSAGE,
+    MIN_TARGET_FILE_BYTES,
+    SOURCE_KINDS,
+    ZERO_WIDTH_PATTERN,
+)
+from icebergsync.units import SIZE_UNITS
+
+
+def _cel_string(text: str) -> str:
+    """A CEL single-quoted string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# Bytes of a size string (icebergsync.units.parse_size in CEL): the number times its unit.
+_SIZE_UNIT_MAP = "{" + ", ".join(f"{_cel_string(unit)}: {float(factor)}" for unit, factor in SIZE_UNITS.items()) + "}"
+_SIZE_NUMBER = _cel_string(r"^[0-9]+(\.[0-9]+)?")
+_SIZE_UNIT = _cel_string("[A-Za-z]*$")
+_TARGET_FILE_BYTES = (f"double(self.targetFileSize.find({_SIZE_NUMBER})) * "
+                      f"{_SIZE_UNIT_MAP}[self.targetFileSize.find({_SIZE_UNIT})]")
+
+CEL_RULES: dict[str, list[dict[str, str]]] = {
+    "spec": [
+        {
+            "rule": "has(self.source.generator) || (has(self.schema) && size(self.schema) > 0)",
+            "fieldPath": ".schema",
+            "message": "schema is required for the files and kafka sources",
+        },
+        {
+            "rule": "!has(self.deadLetter) || self.deadLetter.table != self.table.name",
+            "fieldPath": ".deadLetter.table",
+            "message": "deadLetter.table must differ from table.name",
+        },
+    ],
+    "spec.source": [
+        {
+            "rule": " + ".join(f"(has(self.{kind}) ? 1 : 0)" for kind in SOURCE_KINDS) + " == 1",
+            "message": EXACTLY_ONE_SOURCE_MESSAGE,
+        }
+    ],
+    "spec.table.partitionBy[]": [
+        {
+            "rule": f"!self.matches({_cel_string(ZERO_WIDTH_PATTERN)})",
+            "message": "bucket and truncate need a width of at least 1",
+        }
+    ],
+    "spec.commit": [
+        {
+            "rule": "!has(self.interval) || duration(self.interval) > duration('0s')",
+            "fieldPath": ".interval",
+            "message": "interval must be greater than zero",
+        },
+        {
+            "rule": "!has(self.pollInterval) || duration(self.pollInterval) > duration('0s')",
+            "fieldPath": ".pollInterval",
+            "message": "pollInterval must be greater than zero",
+        },
+        {
+            "rule": f"!has(self.targetFileSize) || {_TARGET_FILE_BYTES} >= {float(MIN_TARGET_FILE_BYTES)}",
+            "fieldPath": ".targetFileSize",
+            "message": "targetFileSize must be at least 1Ki",
+        },
+    ],
+}
+
