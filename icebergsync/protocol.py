@@ -385,18 +385,20 @@ def check_resumable(progress: Progress, source: SourceIdentity | None) -> None:
         )
 
 
-def rolled_back_past(metadata: TableMetadata, sink_id: str, last_snapshot_id: int) -> bool:
-    """Whether main no longer holds a sink's last snapshot (main was rolled back past it).
+def rolled_back_past(metadata: TableMetadata, sink_id: str, last: Snapshot) -> bool:
+    """Whether main no longer holds a sink's last snapshot ``last`` (main was rolled back past it).
 
-    The snapshot still exists off main; or it is gone and main's history reaches an older commit of
-    the sink (expiry alone cuts the history at the expired snapshot, so no older commit is reachable).
-    Check the fence first: a newer writer's commits above the snapshot are no rollback.
+    The snapshot still exists off main; or it is gone and either main's history reaches an older
+    commit of the sink (expiry alone cuts the history at the expired snapshot, so none is
+    reachable) or the snapshot is newer than main's history. Check the fence first: a newer
+    writer's commits above the snapshot are no rollback.
     """
-    if metadata.snapshot_by_id(last_snapshot_id) is not None:
-        return not is_on_main(metadata, last_snapshot_id)
-    return any(
-        (s.summary.additional_properties if s.summary else {}).get(SINK_ID) == sink_id for s in main_ancestry(metadata)
-    )
+    if metadata.snapshot_by_id(last.snapshot_id) is not None:
+        return not is_on_main(metadata, last.snapshot_id)
+    if any((s.summary.additional_properties if s.summary else {}).get(SINK_ID) == sink_id
+           for s in main_ancestry(metadata)):
+        return True
+    return not was_on_main(metadata, last.snapshot_id, last.sequence_number or 0, last.timestamp_ms)
 
 
 def steady_fence_owner(metadata: TableMetadata, me: Writer, my_last_snapshot_id: int) -> Writer | None:

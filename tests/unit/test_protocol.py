@@ -294,13 +294,25 @@ def test_a_rollback_is_told_from_expiry_of_the_sinks_last_snapshot() -> None:
     mine = history.head
     assert mine is not None
     history.commit({"operation-by": "someone"})
-    assert not protocol.rolled_back_past(history.metadata(), SINK, mine)
+    mine_snapshot, last_snapshot = history.snapshot(mine), history.snapshot(last)
+    assert not protocol.rolled_back_past(history.metadata(), SINK, mine_snapshot)
     history.expire(mine)  # expiry of the sink's last snapshot (not the head)
-    assert not protocol.rolled_back_past(history.metadata(), SINK, mine)
+    assert not protocol.rolled_back_past(history.metadata(), SINK, mine_snapshot)
     history.rollback(kept)
-    assert protocol.rolled_back_past(history.metadata(), SINK, last)
+    assert protocol.rolled_back_past(history.metadata(), SINK, last_snapshot)
     history.expire(last)  # the rolled-back snapshots expired too: main still holds an older commit
-    assert protocol.rolled_back_past(history.metadata(), SINK, mine)
+    assert protocol.rolled_back_past(history.metadata(), SINK, mine_snapshot)
+
+
+def test_a_rollback_past_every_commit_then_expiry_of_the_last_one_is_told_from_expiry() -> None:
+    history = History()
+    before = history.commit({"operation-by": "someone"})
+    history.sink(ME, 4, protocol.KIND_FENCE)
+    mine = history.sink(ME, 5)
+    mine_snapshot = history.snapshot(mine)
+    history.rollback(before)
+    history.expire(*[s["snapshot-id"] for s in history.snapshots if s["snapshot-id"] != before])
+    assert protocol.rolled_back_past(history.metadata(), SINK, mine_snapshot)
 
 
 # -- the fence decision and the source check ---------------------------------------------------------
