@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.infra.image",
     "tests.infra.kube",
     "tests.infra.services",
+    "tests.infra.spark_operator",
 ]

@@ -306,6 +306,17 @@ def _format_location(loc: tuple[Any, ...]) -> str:
     return path
 
 
+MAX_SHOWN_INPUT = 120
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, cut to MAX_SHOWN_INPUT characters (huge input is not echoed)."""
+    text = repr(value)
+    if len(text) <= MAX_SHOWN_INPUT:
+        return text
+    return f"{text[:MAX_SHOWN_INPUT]}… ({len(text)} characters)"
+
+
 def parse_spec(document: dict[str, Any]) -> IcebergSync:
     """Validate a parsed document; raise ``SpecError`` naming every invalid field."""
     try:
@@ -316,9 +327,9 @@ def parse_spec(document: dict[str, Any]) -> IcebergSync:
             location = _format_location(error["loc"]) or "document"
             message = error["msg"].removeprefix("Value error, ")
             if error["type"] == "string_pattern_mismatch":
-                message = f"{error['input']!r} is not valid (must match {error['ctx']['pattern']})"
+                message = f"{shown(error['input'])} is not valid (must match {error['ctx']['pattern']})"
             elif "input" in error and error["type"] not in ("missing", "model_type") and not isinstance(error["input"], dict):
-                message = f"{message} (got {error['input']!r})"
+                message = f"{message} (got {shown(error['input'])})"
             problems.append(f"{location}: {message}")
         raise SpecError(problems) from None
     problems = list(_semantic_problems(sync.spec))

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite: installs/builds every test dependency (cached under $ICEBERGSYNC_CACHE),
 # runs lint and type checks, then pytest over tests/ (unit, integration with real Spark, Kafka,
-# REST catalog and MinIO, e2e against a real kube-apiserver with helm, and cluster: the built image
-# in containers and pods on a real one-node Kubernetes cluster, see docs/testing-infra-cluster.md and
-# docs/image.md). Extra arguments go to pytest.
+# REST catalog and MinIO, e2e against a real kube-apiserver with helm and the real Spark Operator
+# controller, and cluster: the built image in containers and pods on a real one-node Kubernetes
+# cluster, see docs/testing-infra-cluster.md and docs/image.md). Extra arguments go to pytest.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 "$REPO_ROOT/scripts/bootstrap.sh"
 log "test dependencies: Spark jars, Kafka, REST catalog, MinIO"
 bash "$REPO_ROOT/scripts/infra/services.sh"
-log "test dependencies: etcd, kube-apiserver, helm, Spark Operator CRD"
+log "test dependencies: etcd, kube-apiserver, helm, Spark Operator (controller and CRDs)"
 bash "$REPO_ROOT/scripts/infra/kube-tools.sh"
 log "test dependencies: the one-node cluster (containerd, kubelet, kube-proxy, controllers, CoreDNS, images)"
 bash "$REPO_ROOT/scripts/infra/cluster.sh" build

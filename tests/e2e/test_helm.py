@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import mounted_spec_configmap, wait_for
 from tests.infra.kube import KubeCluster, _write_kubeconfig, apply_crd
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -285,7 +285,7 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
         assert app["spec"]["image"] == "ghcr.io/icebergsync/icebergsync:0.1.0"
         assert app["spec"]["mainApplicationFile"] == "local:///opt/icebergsync/spark_app/main.py"
         assert app["spec"]["driver"]["serviceAccount"] == "icebergsync-spark"
-        spec_configmap = app["spec"]["driver"]["configMaps"][0]["name"]
+        spec_configmap = mounted_spec_configmap(app)
         assert exists(core.read_namespaced_config_map, spec_configmap, watched)
 
         def status() -> dict[str, Any] | None:

@@ -15,7 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
-from icebergsync_operator.settings import DEFAULT_IMAGE, DEFAULT_SPARK_VERSION, parse_settings
+from icebergsync_operator.settings import (
+    DEFAULT_DENIED_SPARK_CONF,
+    DEFAULT_IMAGE,
+    DEFAULT_SPARK_VERSION,
+    parse_settings,
+)
 
 from icebergsync import crd
 
@@ -167,6 +172,7 @@ def test_defaults_render_the_expected_objects(helm_binary: Path, tmp_path: Path)
         ("ClusterRole", f"{FULLNAME}-observe"), ("ClusterRoleBinding", f"{FULLNAME}-observe"),
         ("Service", f"{FULLNAME}-metrics"),
         ("Deployment", FULLNAME),
+        ("NetworkPolicy", FULLNAME),
         ("ClusterKopfPeering", "icebergsync"),
     ])
     for doc in docs:
@@ -191,8 +197,11 @@ def test_defaults_operator_settings(helm_binary: Path, tmp_path: Path) -> None:
     assert settings.default_image == DEFAULT_IMAGE
     assert settings.spark_version == DEFAULT_SPARK_VERSION
     assert settings.default_service_account is None
-    assert settings.metrics_port == 9090 and settings.metrics_address == "0.0.0.0"
-    assert settings.liveness_endpoint == "http://0.0.0.0:8080/healthz"
+    assert settings.metrics_port == 9090 and settings.metrics_address == "$(ICEBERGSYNC_POD_IP)"
+    assert settings.liveness_endpoint == "http://$(ICEBERGSYNC_POD_IP):8080/healthz"
+    pod_ip = next(item for item in container(render(helm_binary, tmp_path))["env"]
+                  if item["name"] == "ICEBERGSYNC_POD_IP")
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
 
 
 def test_defaults_image_and_pod(helm_binary: Path, tmp_path: Path) -> None:
@@ -212,7 +221,7 @@ def test_probes_call_the_operator_health_endpoint(helm_binary: Path, tmp_path: P
     cont = container(docs)
     settings, _ = settings_from(docs)
     ports = {port["name"]: port["containerPort"] for port in cont["ports"]}
-    assert settings.liveness_endpoint == f"http://0.0.0.0:{ports['health']}/healthz"
+    assert settings.liveness_endpoint == f"http://$(ICEBERGSYNC_POD_IP):{ports['health']}/healthz"
     for probe in ("livenessProbe", "readinessProbe"):
         assert cont[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
         assert cont[probe]["periodSeconds"] > 0 and cont[probe]["failureThreshold"] >= 1
@@ -470,3 +479,31 @@ def test_spark_driver_service_account_cluster_wide_goes_to_the_release_namespace
     driver = [d for d in of_kind(docs, "ServiceAccount") if d["metadata"]["name"] == "icebergsync-spark"]
     assert [d["metadata"]["namespace"] for d in driver] == ["jobs"]
 
+
+
+def test_policy_values_reach_the_operator(helm_binary: Path, tmp_path: Path) -> None:
+    default, _ = settings_from(render(helm_binary, tmp_path))
+    assert default.denied_spark_conf == DEFAULT_DENIED_SPARK_CONF
+    assert (default.allowed_images, default.allowed_service_accounts, default.allowed_spark_conf) == ((), (), ())
+    docs = render(helm_binary, tmp_path, {"policy": {
+        "allowedImages": ["registry.example/data/"], "allowedServiceAccounts": ["icebergsync-spark"],
+        "deniedSparkConf": ["spark.kubernetes.*"], "allowedSparkConf": ["spark.sql.*"]}})
+    settings, _ = settings_from(docs)
+    assert settings.allowed_images == ("registry.example/data/",)
+    assert settings.allowed_service_accounts == ("icebergsync-spark",)
+    assert (settings.denied_spark_conf, settings.allowed_spark_conf) == (("spark.kubernetes.*",), ("spark.sql.*",))
+
+
+def test_network_policy_admits_only_the_metrics_port(helm_binary: Path, tmp_path: Path) -> None:
+    docs = render(helm_binary, tmp_path)
+    policy = one(docs, "NetworkPolicy")
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]
+    monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    scoped = one(render(helm_binary, tmp_path, {"networkPolicy": {"metricsFrom": monitoring}}), "NetworkPolicy")
+    assert scoped["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}], "from": monitoring}]
+    closed = one(render(helm_binary, tmp_path, {"metrics": {"enabled": False}}), "NetworkPolicy")
+    assert closed["spec"]["ingress"] is None or closed["spec"]["ingress"] == []
+    assert not of_kind(render(helm_binary, tmp_path, {"networkPolicy": {"enabled": False}}), "NetworkPolicy")
