@@ -2,15 +2,18 @@
 
 Secrets never appear in the spec text: a ``secretRef`` is mounted (by the operator) as a directory
 of files, one per property, under ``$ICEBERGSYNC_SECRETS_DIR/<secret name>/``; values may also use
-``${env:NAME}`` to read an environment variable.
+``${env:NAME}`` to read an environment variable of the job (the operator never expands these:
+see icebergsync_operator.catalog_access).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlencode
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
@@ -63,6 +66,23 @@ def resolve_env(properties: dict[str, str], field_path: str) -> dict[str, str]:
     return resolved
 
 
+def sql_connection_uri(uri: str, connect_timeout: float | None = None) -> str:
+    """The SQLAlchemy URI of a ``sql`` catalog: PostgreSQL through the psycopg2 driver in the image.
+
+    ``postgresql://`` and ``postgres://`` become ``postgresql+psycopg2://``; with ``connect_timeout``
+    a PostgreSQL connection also gives up connecting, and each statement, after that many seconds.
+    """
+    scheme, separator, rest = uri.partition("://")
+    if scheme not in ("postgresql", "postgres", "postgresql+psycopg2"):
+        return uri
+    mapped = f"postgresql+psycopg2{separator}{rest}"
+    if connect_timeout is None:
+        return mapped
+    seconds = max(1, math.ceil(connect_timeout))
+    query = urlencode({"connect_timeout": seconds, "options": f"-c statement_timeout={seconds * 1000}"})
+    return f"{mapped}{'&' if '?' in mapped else '?'}{query}"
+
+
 def _local_uri(path: str) -> str:
     """Turn a relative or absolute local path into a file:// URI; leave other URIs alone."""
     if "://" in path:
@@ -76,6 +96,8 @@ def catalog_properties(catalog: model.Catalog, secret_values: dict[str, str] | N
     ``secret_values`` replaces reading the mounted ``secretRef`` (the operator reads it from the API).
     """
     properties: dict[str, str] = {"type": catalog.type, "uri": catalog.uri}
+    if catalog.type == "sql":
+        properties["uri"] = sql_connection_uri(catalog.uri)
     if catalog.warehouse:
         properties["warehouse"] = _local_uri(catalog.warehouse) if catalog.type == "sql" else catalog.warehouse
     if catalog.type == "sql" and catalog.uri.startswith("sqlite:///") and not catalog.uri.startswith("sqlite:////"):

@@ -2,11 +2,32 @@
 
 They repeat the pydantic validators of ``icebergsync.spec`` that an OpenAPI schema cannot express, so
 a bad resource is refused by ``kubectl apply`` instead of failing later in the operator.
+tests/e2e/test_cel_rules.py feeds the same specs to a real API server and to the model and checks
+that they agree.
 """
 
 from __future__ import annotations
 
-from icebergsync.spec import EXACTLY_ONE_SOURCE_MESSAGE, SOURCE_KINDS
+from icebergsync.spec import (
+    EXACTLY_ONE_SOURCE_MESSAGE,
+    MIN_TARGET_FILE_BYTES,
+    SOURCE_KINDS,
+    ZERO_WIDTH_PATTERN,
+)
+from icebergsync.units import SIZE_UNITS
+
+
+def _cel_string(text: str) -> str:
+    """A CEL single-quoted string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# Bytes of a size string (icebergsync.units.parse_size in CEL): the number times its unit.
+_SIZE_UNIT_MAP = "{" + ", ".join(f"{_cel_string(unit)}: {float(factor)}" for unit, factor in SIZE_UNITS.items()) + "}"
+_SIZE_NUMBER = _cel_string(r"^[0-9]+(\.[0-9]+)?")
+_SIZE_UNIT = _cel_string("[A-Za-z]*$")
+_TARGET_FILE_BYTES = (f"double(self.targetFileSize.find({_SIZE_NUMBER})) * "
+                      f"{_SIZE_UNIT_MAP}[self.targetFileSize.find({_SIZE_UNIT})]")
 
 CEL_RULES: dict[str, list[dict[str, str]]] = {
     "spec": [
@@ -29,7 +50,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     ],
     "spec.table.partitionBy[]": [
         {
-            "rule": "!self.matches('^\\\\s*(bucket|truncate)\\\\(\\\\s*0+\\\\s*,')",
+            "rule": f"!self.matches({_cel_string(ZERO_WIDTH_PATTERN)})",
             "message": "bucket and truncate need a width of at least 1",
         }
     ],
@@ -44,9 +65,11 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".pollInterval",
             "message": "pollInterval must be greater than zero",
         },
+        {
+            "rule": f"!has(self.targetFileSize) || {_TARGET_FILE_BYTES} >= {float(MIN_TARGET_FILE_BYTES)}",
+            "fieldPath": ".targetFileSize",
+            "message": "targetFileSize must be at least 1Ki",
+        },
     ],
 }
 
-# Bounds the CEL cost estimator needs (the rules above are evaluated on these strings).
-STRING_BOUNDS = {"spec.commit.interval": 64, "spec.commit.pollInterval": 64, "spec.table.partitionBy[]": 256}
-LIST_BOUNDS = {"spec.table.partitionBy": 64}

@@ -33,7 +33,8 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.table.catalog.uri": "Catalog URI (SQLAlchemy URL for sql, HTTP(S) URL for rest).",
     "spec.table.catalog.warehouse": "Warehouse location (path or URI).",
     "spec.table.catalog.name": "Catalog name.",
-    "spec.table.catalog.properties": "Extra catalog and FileIO properties; values may use ${env:NAME}.",
+    "spec.table.catalog.properties": ("Extra catalog and FileIO properties; values may use ${env:NAME}, expanded by the job from its own "
+                                       "environment (never by the operator)."),
     "spec.table.catalog.secretRef": "Secret whose keys are added as catalog properties (credentials).",
     "spec.table.partitionBy": "Partition transforms: col, identity(col), year|month|day|hour|void(col), "
     "bucket(N, col), truncate(N, col).",

@@ -92,6 +92,10 @@ class Checkpoint:
     snapshot_id: int
     source: SourceIdentity | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The snapshot's sequence number and timestamp, to place it in main's history once it has
+    # expired (absent from checkpoints written before they were recorded).
+    sequence_number: int | None = None
+    timestamp_ms: int | None = None
 
 
 class DamagedRecordError(ProgressConflictError):
@@ -135,18 +139,24 @@ def snapshot_properties(
     return properties
 
 
-_CHECKPOINT_FIELDS = ("version", "attempt", "frontier", "snapshot-id", "source")
+_CHECKPOINT_FIELDS = (
+    "version", "attempt", "frontier", "snapshot-id", "source", "snapshot-sequence-number", "snapshot-timestamp-ms"
+)
 
 
 def checkpoint_value(
     writer: Writer, frontier: Frontier | None, snapshot_id: int, extra: Mapping[str, Any] | None = None,
-    source: SourceIdentity | None = None,
+    source: SourceIdentity | None = None, snapshot: Snapshot | None = None,
 ) -> str:
-    """The value of the checkpoint table property for a commit (``extra`` adds writer-specific fields)."""
+    """The value of the checkpoint table property for a commit (``extra`` adds writer-specific fields;
+    ``snapshot``, the snapshot the commit adds, records its sequence number and timestamp)."""
     value: dict[str, Any] = {
         **(extra or {}),
         "version": writer.version, "attempt": writer.attempt, "frontier": frontier, "snapshot-id": snapshot_id,
     }
+    if snapshot is not None:
+        value["snapshot-sequence-number"] = snapshot.sequence_number or 0
+        value["snapshot-timestamp-ms"] = snapshot.timestamp_ms
     if source:
         value["source"] = source
     return encode_json(value)
@@ -211,6 +221,8 @@ def parse_checkpoint(metadata: TableMetadata, sink_id: str) -> Checkpoint | None
             snapshot_id=int(value.get("snapshot-id", -1)),
             source=source,
             extra={k: v for k, v in value.items() if k not in _CHECKPOINT_FIELDS},
+            sequence_number=int(value["snapshot-sequence-number"]) if "snapshot-sequence-number" in value else None,
+            timestamp_ms=int(value["snapshot-timestamp-ms"]) if "snapshot-timestamp-ms" in value else None,
         )
     except (ValueError, TypeError, KeyError) as exc:
         raise DamagedRecordError(
@@ -240,6 +252,14 @@ def is_on_main(metadata: TableMetadata, snapshot_id: int) -> bool:
     target = metadata.snapshot_by_id(snapshot_id)
     if target is None:
         return False
+    return was_on_main(metadata, snapshot_id, target.sequence_number or 0, target.timestamp_ms)
+
+
+def was_on_main(metadata: TableMetadata, snapshot_id: int, sequence_number: int, timestamp_ms: int) -> bool:
+    """Whether a snapshot (present or expired) with this sequence number and timestamp is on main's history.
+
+    The rule of ``is_on_main``, for a snapshot known only by what a checkpoint recorded of it.
+    """
     oldest: Snapshot | None = None
     for snapshot in main_ancestry(metadata):
         if snapshot.snapshot_id == snapshot_id:
@@ -247,9 +267,9 @@ def is_on_main(metadata: TableMetadata, snapshot_id: int) -> bool:
         oldest = snapshot
     if oldest is None:
         return False
-    if (target.sequence_number or 0) > 0 and (target.sequence_number or 0) >= (oldest.sequence_number or 0):
+    if sequence_number > 0 and sequence_number >= (oldest.sequence_number or 0):
         return False
-    return target.timestamp_ms <= oldest.timestamp_ms
+    return timestamp_ms <= oldest.timestamp_ms
 
 
 @dataclass(frozen=True)
@@ -314,15 +334,28 @@ def read_progress(metadata: TableMetadata, sink_id: str) -> Progress:
                         last_commit.source, foreign_on_top, notes)
     if checkpoint is None:
         return Progress(sink_id, None, None, highest, None, "none", None, foreign_on_top)
-    if metadata.snapshot_by_id(checkpoint.snapshot_id) is None or is_on_main(metadata, checkpoint.snapshot_id):
+    if _checkpoint_on_main(metadata, checkpoint):
         return Progress(sink_id, None, checkpoint, highest, checkpoint.frontier, "checkpoint", checkpoint.source,
                         foreign_on_top)
     conflict = (f"the table was rolled back past every commit of sink {sink_id}: its checkpoint snapshot "
-                f"{checkpoint.snapshot_id} is no longer on main. Resuming would replay the source from its start "
+                f"{checkpoint.snapshot_id} is not on main's history. Resuming would replay the source from its start "
                 f"(duplicates) or from the checkpoint (rows the table no longer holds); restore the table, or "
                 f"remove the table property {checkpoint_key(sink_id)} to start over deliberately")
     return Progress(sink_id, None, checkpoint, highest, None, "conflict", checkpoint.source, foreign_on_top,
                     conflict=conflict)
+
+
+def _checkpoint_on_main(metadata: TableMetadata, checkpoint: Checkpoint) -> bool:
+    """Whether the checkpoint's snapshot is (or, expired, was) on main's history.
+
+    An expired snapshot is placed by the sequence number and timestamp the checkpoint recorded;
+    checkpoints written before those were recorded are trusted (expiry is the common case).
+    """
+    if metadata.snapshot_by_id(checkpoint.snapshot_id) is not None:
+        return is_on_main(metadata, checkpoint.snapshot_id)
+    if checkpoint.sequence_number is None or checkpoint.timestamp_ms is None:
+        return True
+    return was_on_main(metadata, checkpoint.snapshot_id, checkpoint.sequence_number, checkpoint.timestamp_ms)
 
 
 def startup_fence_owner(progress: Progress, me: Writer) -> Writer | None:
@@ -350,6 +383,22 @@ def check_resumable(progress: Progress, source: SourceIdentity | None) -> None:
             f"{encode_json(progress.source)}, not this sync's source {encode_json(source)} (do two syncs share a "
             "sinkId?); refusing to resume from it"
         )
+
+
+def rolled_back_past(metadata: TableMetadata, sink_id: str, last: Snapshot) -> bool:
+    """Whether main no longer holds a sink's last snapshot ``last`` (main was rolled back past it).
+
+    The snapshot still exists off main; or it is gone and either main's history reaches an older
+    commit of the sink (expiry alone cuts the history at the expired snapshot, so none is
+    reachable) or the snapshot is newer than main's history. Check the fence first: a newer
+    writer's commits above the snapshot are no rollback.
+    """
+    if metadata.snapshot_by_id(last.snapshot_id) is not None:
+        return not is_on_main(metadata, last.snapshot_id)
+    if any((s.summary.additional_properties if s.summary else {}).get(SINK_ID) == sink_id
+           for s in main_ancestry(metadata)):
+        return True
+    return not was_on_main(metadata, last.snapshot_id, last.sequence_number or 0, last.timestamp_ms)
 
 
 def steady_fence_owner(metadata: TableMetadata, me: Writer, my_last_snapshot_id: int) -> Writer | None:

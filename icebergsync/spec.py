@@ -35,8 +35,12 @@ IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 TABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
-Size = Annotated[str, Field(pattern=SIZE_PATTERN)]
+# The length bounds also let the API server's CEL cost estimator accept the rules on these strings.
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=64)]
+Size = Annotated[str, Field(pattern=SIZE_PATTERN, max_length=64)]
+PartitionTransform = Annotated[str, Field(pattern=PARTITION_PATTERN, max_length=256)]
+ZERO_WIDTH_PATTERN = r"^\s*(bucket|truncate)\(\s*0+\s*,"
+MIN_TARGET_FILE_BYTES = 1024
 
 
 class Model(BaseModel):
@@ -153,8 +157,15 @@ class Catalog(Model):
 class Table(Model):
     catalog: Catalog = Field(default_factory=Catalog)
     name: str = Field(pattern=TABLE_NAME_PATTERN, description="namespace.table")
-    partition_by: list[Annotated[str, Field(pattern=PARTITION_PATTERN)]] = Field(default_factory=list)
+    partition_by: list[PartitionTransform] = Field(default_factory=list, max_length=64)
     properties: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("partition_by")
+    @classmethod
+    def _positive_widths(cls, transforms: list[str]) -> list[str]:
+        if any(re.match(ZERO_WIDTH_PATTERN, transform) for transform in transforms):
+            raise ValueError("bucket and truncate need a width of at least 1")
+        return transforms
 
 
 class Commit(Model):
@@ -183,7 +194,9 @@ class Commit(Model):
     def _positive(self) -> Commit:
         if self.interval_seconds <= 0:
             raise ValueError("interval must be greater than zero")
-        if self.target_file_bytes < 1024:
+        if self.poll_seconds <= 0:
+            raise ValueError("pollInterval must be greater than zero")
+        if self.target_file_bytes < MIN_TARGET_FILE_BYTES:
             raise ValueError("targetFileSize must be at least 1Ki")
         return self
 
@@ -293,6 +306,17 @@ def _format_location(loc: tuple[Any, ...]) -> str:
     return path
 
 
+MAX_SHOWN_INPUT = 120
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, cut to MAX_SHOWN_INPUT characters (huge input is not echoed)."""
+    text = repr(value)
+    if len(text) <= MAX_SHOWN_INPUT:
+        return text
+    return f"{text[:MAX_SHOWN_INPUT]}… ({len(text)} characters)"
+
+
 def parse_spec(document: dict[str, Any]) -> IcebergSync:
     """Validate a parsed document; raise ``SpecError`` naming every invalid field."""
     try:
@@ -303,9 +327,9 @@ def parse_spec(document: dict[str, Any]) -> IcebergSync:
             location = _format_location(error["loc"]) or "document"
             message = error["msg"].removeprefix("Value error, ")
             if error["type"] == "string_pattern_mismatch":
-                message = f"{error['input']!r} is not valid (must match {error['ctx']['pattern']})"
+                message = f"{shown(error['input'])} is not valid (must match {error['ctx']['pattern']})"
             elif "input" in error and error["type"] not in ("missing", "model_type") and not isinstance(error["input"], dict):
-                message = f"{message} (got {error['input']!r})"
+                message = f"{message} (got {shown(error['input'])})"
             problems.append(f"{location}: {message}")
         raise SpecError(problems) from None
     problems = list(_semantic_problems(sync.spec))

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from icebergsync.cel_rules import CEL_RULES, LIST_BOUNDS, STRING_BOUNDS
+from icebergsync.cel_rules import CEL_RULES
 from icebergsync.field_descriptions import FIELD_DESCRIPTIONS
 from icebergsync.resource_status import SyncStatus
 from icebergsync.spec import IcebergSyncSpec
@@ -95,10 +95,6 @@ class _StructuralConverter:
                 out["x-kubernetes-list-map-keys"] = ["name"]
         if path in FIELD_DESCRIPTIONS:
             out["description"] = FIELD_DESCRIPTIONS[path]
-        if path in STRING_BOUNDS:
-            out["maxLength"] = STRING_BOUNDS[path]
-        if path in LIST_BOUNDS:
-            out["maxItems"] = LIST_BOUNDS[path]
         if path in CEL_RULES:
             out["x-kubernetes-validations"] = copy.deepcopy(CEL_RULES[path])
         return dict(sorted(out.items(), key=lambda item: (

@@ -8,7 +8,7 @@ DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 SIZE_PATTERN = r"^[0-9]+(\.[0-9]+)?(|B|K|Ki|KB|M|Mi|MB|G|Gi|GB|T|Ti|TB)$"
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_SIZE_UNITS = {
+SIZE_UNITS = {
     "": 1, "B": 1,
     "K": 1000, "KB": 1000, "Ki": 1024,
     "M": 1000**2, "MB": 1000**2, "Mi": 1024**2,
@@ -33,6 +33,6 @@ def parse_size(text: str | int) -> int:
         return text
     value = text.strip()
     match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)", value)
-    if not match or match.group(2) not in _SIZE_UNITS:
+    if not match or match.group(2) not in SIZE_UNITS:
         raise ValueError(f"{text!r} is not a size (examples: 134217728, 128Mi, 512MB, 1Gi)")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+    return int(float(match.group(1)) * SIZE_UNITS[match.group(2)])

@@ -14,7 +14,7 @@ import threading
 from icebergsync import cli
 from icebergsync.catalog import open_catalog
 from icebergsync.errors import FencedError
-from icebergsync.spec import load_spec
+from icebergsync.spec import load_spec, shown
 
 log = logging.getLogger("icebergsync")
 
@@ -48,11 +48,23 @@ def run_command(args: argparse.Namespace) -> int:
     return summary.exit_status
 
 
+def positive_int(text: str) -> int:
+    """An integer of at least 1 (the sink versions the CRD and the operator use)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
 def add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `run SPEC [--sink-version N] [--master M] [--conf K=V]`."""
     run = commands.add_parser("run", help="run the sync (local Spark unless --master is empty under spark-submit)")
     run.add_argument("spec")
-    run.add_argument("--sink-version", type=int, default=1)
+    run.add_argument("--sink-version", type=positive_int, default=1,
+                     help="this launch's sink version (at least 1; a higher one fences lower ones)")
     run.add_argument("--master", default="local[*]", help="Spark master; '' to take it from spark-submit")
     run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf")
     run.set_defaults(handler=run_command)

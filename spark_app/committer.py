@@ -38,7 +38,7 @@ from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
 from spark_app.faults import crash_point
-from spark_app.iceberg_internals import appended_snapshot_id, commit_transaction
+from spark_app.iceberg_internals import added_snapshot, appended_snapshot_id, commit_transaction
 
 log = logging.getLogger("icebergsync.committer")
 
@@ -134,8 +134,8 @@ class SinkCommitter:
         self._rebuild_data_file = rebuild_data_file
         self.writer = writer
         self.source: SourceIdentity | None = None
-        self.last_snapshot_id: int | None = None
-        self.last_dead_letter_snapshot_id: int | None = None
+        self.last_snapshot: Snapshot | None = None
+        self.last_dead_letter_snapshot: Snapshot | None = None
         self.fence_time_ms: int | None = None
         self.pins: dict[str, TablePin] = {}
 
@@ -214,7 +214,8 @@ class SinkCommitter:
             for data_file in files:
                 append.append_data_file(data_file)
             snapshot_id = appended_snapshot_id(append)
-        checkpoint = protocol.checkpoint_value(self.writer, frontier, snapshot_id, checkpoint_extra, self.source)
+        checkpoint = protocol.checkpoint_value(self.writer, frontier, snapshot_id, checkpoint_extra, self.source,
+                                               added_snapshot(transaction, snapshot_id))
         transaction.set_properties({protocol.checkpoint_key(self.writer.sink_id): checkpoint})
         return transaction, snapshot_id
 
@@ -228,17 +229,21 @@ class SinkCommitter:
             raise FencedError(self.writer.sink_id, self.writer.version, owner.version, owner.attempt)
         return progress
 
-    def _steady_check(self, last_snapshot_id: int | None) -> Callable[[TableMetadata], None]:
+    @property
+    def last_snapshot_id(self) -> int | None:
+        """The main-table snapshot of this writer's newest commit (its fence, before any data)."""
+        return self.last_snapshot.snapshot_id if self.last_snapshot else None
+
+    def _steady_check(self, last: Snapshot | None) -> Callable[[TableMetadata], None]:
         def check(metadata: TableMetadata) -> None:
-            if last_snapshot_id is None:
+            if last is None:
                 raise IcebergSyncError("commit before fence: call start() first")
-            owner = protocol.steady_fence_owner(metadata, self.writer, last_snapshot_id)
+            owner = protocol.steady_fence_owner(metadata, self.writer, last.snapshot_id)
             if owner is not None:
                 raise FencedError(self.writer.sink_id, self.writer.version, owner.version, owner.attempt)
-            if metadata.snapshot_by_id(last_snapshot_id) is not None \
-                    and not protocol.is_on_main(metadata, last_snapshot_id):
+            if protocol.rolled_back_past(metadata, self.writer.sink_id, last):
                 raise ProgressConflictError(
-                    f"snapshot {last_snapshot_id} of this sink is no longer on main (the table was rolled back); "
+                    f"snapshot {last.snapshot_id} of this sink is no longer on main (the table was rolled back); "
                     "nothing more was written. A restart resumes from what main holds"
                 )
         return check
@@ -274,7 +279,7 @@ class SinkCommitter:
 
         snapshot, metadata = self._compare_and_swap(self._identifier, check, build)
         self.pins[self._identifier] = TablePin.of(metadata)
-        self.last_snapshot_id = snapshot.snapshot_id
+        self.last_snapshot = snapshot
         self.fence_time_ms = snapshot.timestamp_ms
         progress = progress_seen[-1]
         if self._dead_letter_identifier:
@@ -300,7 +305,7 @@ class SinkCommitter:
 
         snapshot, metadata = self._compare_and_swap(self._dead_letter_identifier, check, build)
         self.pins[self._dead_letter_identifier] = TablePin.of(metadata)
-        self.last_dead_letter_snapshot_id = snapshot.snapshot_id
+        self.last_dead_letter_snapshot = snapshot
 
     def _pending_dead_letters(self, main: TableMetadata, dead: Table) -> tuple[list[str], dict[str, int], Frontier | None]:
         """Dead-letter files listed by this sink's main commits that the dead-letter table lacks.
@@ -346,11 +351,11 @@ class SinkCommitter:
             )
 
         try:
-            snapshot, _ = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot_id), build)
+            snapshot, _ = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot), build)
         except (FencedError, ProgressConflictError, TableChangedError):
             self.discard(output)  # certainly not committed: the check refused before the commit was sent
             raise
-        self.last_snapshot_id = snapshot.snapshot_id
+        self.last_snapshot = snapshot
         crash_point("main-committed")
         if output.dead_letter_files and self._dead_letter_identifier:
             # From here on every staged file is listed by a main commit: whatever happens to the
@@ -368,9 +373,9 @@ class SinkCommitter:
             )
 
         snapshot, _ = self._compare_and_swap(
-            self._dead_letter_identifier, self._steady_check(self.last_dead_letter_snapshot_id), build
+            self._dead_letter_identifier, self._steady_check(self.last_dead_letter_snapshot), build
         )
-        self.last_dead_letter_snapshot_id = snapshot.snapshot_id
+        self.last_dead_letter_snapshot = snapshot
 
     # -- cleanup ----------------------------------------------------------------------------------
 

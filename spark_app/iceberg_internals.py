@@ -23,7 +23,8 @@ from pyiceberg.partitioning import _to_partition_representation
 from pyiceberg.schema import Schema
 from pyiceberg.table import CommitTableResponse, Table, Transaction
 from pyiceberg.table.locations import LocationProvider
-from pyiceberg.table.update import TableRequirement
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.types import IcebergType
 
@@ -42,6 +43,12 @@ def commit_transaction(catalog: Catalog, table: Table, transaction: Transaction,
 def appended_snapshot_id(append: _FastAppendFiles) -> int:
     """The id of the snapshot a fast append will add (chosen by the client, before the commit)."""
     return append.snapshot_id
+
+
+def added_snapshot(transaction: Transaction, snapshot_id: int) -> Snapshot:
+    """The snapshot a transaction adds (with the sequence number and timestamp it will land with)."""
+    return next(u.snapshot for u in transaction._updates
+                if isinstance(u, AddSnapshotUpdate) and u.snapshot.snapshot_id == snapshot_id)
 
 
 def partition_value(source_type: IcebergType, value: Any) -> Any:

@@ -30,6 +30,10 @@ from icebergsync_operator.constants import (
 log = logging.getLogger(__name__)
 
 
+class UnreadableSecretError(Exception):
+    """A Secret value that is not text (binary data cannot be a catalog property)."""
+
+
 def _create(call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
     """Run a create call; False when the object already exists (so retried creates are idempotent)."""
     try:
@@ -128,9 +132,16 @@ class KubeApi:
     # Secrets and Events ------------------------------------------------------------------
 
     def read_secret(self, namespace: str, name: str) -> dict[str, str]:
-        """A Secret's decoded data, kept in memory only."""
+        """A Secret's values as text, kept in memory only; ``UnreadableSecretError`` names a binary key."""
         secret = self.core.read_namespaced_secret(name, namespace)
-        return {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
+        values = {}
+        for key, value in sorted((secret.data or {}).items()):
+            try:
+                values[key] = base64.b64decode(value).decode()
+            except (ValueError, UnicodeDecodeError):
+                raise UnreadableSecretError(f"Secret {name!r} in namespace {namespace}: the value of key {key!r} "
+                                            f"is not UTF-8 text") from None
+        return values
 
     def post_event(self, sync: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on the IcebergSync (failures to post are logged, never raised)."""

@@ -23,6 +23,7 @@ from icebergsync_operator.applications import parse_application
 from icebergsync_operator.cleanup import delete_applications, delete_everything
 from icebergsync_operator.kube import KubeApi
 from icebergsync_operator.launch import launch
+from icebergsync_operator.policy import policy_problems
 from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.render import spec_document
 from icebergsync_operator.settings import OperatorSettings
@@ -62,7 +63,9 @@ def observe(context: OperatorContext, body: Mapping[str, Any], now: datetime) ->
     except SpecError as error:
         sync, problems = None, tuple(error.problems)
     applications = [parse_application(app) for app in context.api.list_applications(namespace, name)]
-    table = observe_table(context.api, sync) if sync is not None and not sync.spec.suspend else TableObservation()
+    refused = policy_problems(sync, context.settings) if sync is not None else ()
+    readable = sync is not None and not sync.spec.suspend and not refused
+    table = observe_table(context.api, sync, context.settings) if sync is not None and readable else TableObservation()
     observation = Observation(
         name=name,
         namespace=namespace,
@@ -78,6 +81,7 @@ def observe(context: OperatorContext, body: Mapping[str, Any], now: datetime) ->
         now=now,
         source_bounded=sync.spec.source.bounded if sync else False,
         source_exhausted=bool(sync and table.sink and sync.spec.source.exhausted(table.sink.frontier)),
+        policy_problems=refused,
     )
     return observation, sync
 

@@ -59,6 +59,7 @@ class Observation:
     now: datetime
     source_bounded: bool = False  #: the source ends (generator totalRows); others run until stopped
     source_exhausted: bool = False  #: the table's committed frontier is the bounded source's end
+    policy_problems: tuple[str, ...] = ()  #: what the operator's policy refuses in a valid spec
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,10 @@ def decide(observation: Observation, settings: OperatorSettings) -> Decision:
     """What to do next for one sync."""
     previous = _adopt_orphan(observation)
     if observation.spec_problems:
-        return _invalid_spec(observation, previous)
+        return _refused(observation, previous, "InvalidSpec", observation.spec_problems, "the spec is invalid")
+    if observation.policy_problems:
+        return _refused(observation, previous, "PolicyViolation", observation.policy_problems,
+                        "the operator's policy refuses the spec")
     if observation.suspend:
         return _suspend(observation, previous)
     reason = _launch_reason(observation, previous)
@@ -179,16 +183,18 @@ def _stalled_by_failures(failures: int, settings: OperatorSettings) -> Verdict:
     return OK_STALLED
 
 
-def _invalid_spec(observation: Observation, previous: SyncStatus) -> Decision:
-    message = "; ".join(observation.spec_problems)
+def _refused(observation: Observation, previous: SyncStatus, reason: str, problems: tuple[str, ...],
+             summary: str) -> Decision:
+    """Nothing is launched for this generation; the running application, if any, is left as is."""
+    message = "; ".join(problems)
     before = condition(previous, "Stalled")
-    is_new = previous.observed_generation != observation.generation or before is None or before.reason != "InvalidSpec"
-    events = (Event(WARNING, "InvalidSpec", message),) if is_new else ()
+    is_new = previous.observed_generation != observation.generation or before is None or before.reason != reason
+    events = (Event(WARNING, reason, message),) if is_new else ()
     assessment = Assessment(
         phase="Failed",
-        ready=Verdict(FALSE, "InvalidSpec", "the spec is invalid; the running application, if any, is left as is"),
-        reconciling=Verdict(FALSE, "InvalidSpec"),
-        stalled=Verdict(TRUE, "InvalidSpec", message),
+        ready=Verdict(FALSE, reason, f"{summary}; the running application, if any, is left as is"),
+        reconciling=Verdict(FALSE, reason),
+        stalled=Verdict(TRUE, reason, message),
     )
     return _finish(observation, previous, assessment, events=events)
 

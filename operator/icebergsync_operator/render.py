@@ -2,8 +2,15 @@
 
 Each version gets its own immutable ConfigMap named by a hash of its content, so a running
 application never sees a spec that changes under it, and a ConfigMap left from an earlier failed
-launch can never stand in for a different spec. Secrets are referenced by name and mounted by the
-Spark Operator; their values never appear in what is rendered here.
+launch can never stand in for a different spec. Secrets are referenced by name and mounted by Spark
+(``driver.secrets`` become ``spark.kubernetes.*.secrets.*`` conf); their values never appear in
+what is rendered here.
+
+The application needs no Spark Operator webhook: what Spark's own conf cannot express (the spec
+ConfigMap volume, the security context) is in the driver and executor pod templates
+(``spec.driver.template`` / ``spec.executor.template``), which the Spark Operator hands to
+spark-submit as pod template files. Fields such as ``driver.configMaps`` or
+``driver.securityContext`` would only take effect through the operator's mutating webhook.
 """
 
 from __future__ import annotations
@@ -41,6 +48,13 @@ from icebergsync_operator.settings import OperatorSettings
 # at most 63 characters), so application names stay well below that.
 MAX_APPLICATION_NAME = 50
 SPEC_PATH = f"{SPEC_MOUNT_DIR}/{SPEC_FILE_NAME}"
+# Container names Spark looks for in a pod template (spark.kubernetes.*.podTemplateContainerName,
+# set so by the Spark Operator).
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+SPEC_VOLUME = "icebergsync-spec"
+POD_SECURITY_CONTEXT: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def application_name(sync_name: str, version: int) -> str:
@@ -119,12 +133,29 @@ def secret_names(sync: IcebergSync) -> list[str]:
     return sorted({ref.name for ref in refs if ref is not None})
 
 
-def _pod(sync: IcebergSync, version: int, resources: Resources, spec_configmap: str) -> dict[str, Any]:
+def pod_template(spec_configmap: str, container: str) -> dict[str, Any]:
+    """The pod template of a driver or executor: the spec ConfigMap mounted read-only at
+    ``SPEC_MOUNT_DIR`` and the security context. Spark adds image, resources, env and its own volumes."""
+    return {
+        "spec": {
+            "securityContext": POD_SECURITY_CONTEXT,
+            "containers": [{
+                "name": container,
+                "securityContext": CONTAINER_SECURITY_CONTEXT,
+                "volumeMounts": [{"name": SPEC_VOLUME, "mountPath": SPEC_MOUNT_DIR, "readOnly": True}],
+            }],
+            "volumes": [{"name": SPEC_VOLUME, "configMap": {"name": spec_configmap}}],
+        },
+    }
+
+
+def _pod(sync: IcebergSync, version: int, resources: Resources, spec_configmap: str, container: str
+         ) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "cores": resources.cores,
         "memory": resources.memory,
         "labels": labels(sync.metadata.name, version),
-        "configMaps": [{"name": spec_configmap, "path": SPEC_MOUNT_DIR}],
+        "template": pod_template(spec_configmap, container),
     }
     secrets = [{"name": name, "path": f"{SECRETS_MOUNT_DIR}/{name}", "secretType": "Generic"}
                for name in secret_names(sync)]
@@ -142,11 +173,12 @@ def build_spark_application(sync: IcebergSync, version: int, generation: int, sy
     version decided by this operator, so that the new job fences the old one.
     """
     spark = sync.spec.spark
-    driver = _pod(sync, version, spark.driver, spec_configmap)
+    driver = _pod(sync, version, spark.driver, spec_configmap, DRIVER_CONTAINER)
     service_account = spark.service_account or settings.default_service_account
     if service_account:
         driver["serviceAccount"] = service_account
-    executor = {**_pod(sync, version, spark.executor, spec_configmap), "instances": spark.executor.instances}
+    executor = {**_pod(sync, version, spark.executor, spec_configmap, EXECUTOR_CONTAINER),
+                "instances": spark.executor.instances}
     spec: dict[str, Any] = {
         "type": "Python",
         "pythonVersion": "3",

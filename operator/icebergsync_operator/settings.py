@@ -15,6 +15,13 @@ from icebergsync.units import parse_duration
 
 DEFAULT_IMAGE = "ghcr.io/icebergsync/icebergsync:0.1.0"
 DEFAULT_SPARK_VERSION = "4.0.1"
+# spark.conf keys a tenant may never set: they would mount volumes or host paths, swap the pod
+# template, the image, the namespace or the service account, or hand out API credentials.
+DEFAULT_DENIED_SPARK_CONF = (
+    "spark.kubernetes.*volumes*", "spark.kubernetes.*podTemplate*", "spark.kubernetes.authenticate.*",
+    "spark.kubernetes.*serviceAccountName*", "spark.kubernetes.*container.image*", "spark.kubernetes.namespace",
+    "spark.kubernetes.*secrets.*", "spark.kubernetes.*secretKeyRef.*",
+)
 
 
 @dataclass(frozen=True)
@@ -31,11 +38,17 @@ class OperatorSettings:
     stall_after_failures: int = 5  #: consecutive failures that set Stalled (relaunches go on at the cap)
     stall_threshold: float = 300.0  #: minimum commit silence of a running job before it counts as Degraded
     metrics_port: int = 9090  #: Prometheus endpoint port; 0 disables it
-    metrics_address: str = "0.0.0.0"
-    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"  #: kopf liveness probe URL; empty disables it
+    metrics_address: str = "127.0.0.1"  #: loopback unless told (the chart binds the pod IP)
+    liveness_endpoint: str = "http://127.0.0.1:8080/healthz"  #: kopf liveness probe URL; empty disables it
     peering_name: str = "icebergsync"  #: KopfPeering / ClusterKopfPeering object shared by replicas
     standalone: bool = False  #: no peering: only for a single replica or development
     priority: int | None = None  #: peering priority; unset: older replicas outrank newer ones
+    catalog_timeout: float = 10.0  #: seconds each catalog or FileIO call of the operator may take
+    allowed_catalog_uris: tuple[str, ...] = ()  #: URI prefixes the operator may connect to; empty: any
+    allowed_images: tuple[str, ...] = ()  #: prefixes spec.spark.image must start with; empty: any
+    allowed_service_accounts: tuple[str, ...] = ()  #: names spec.spark.serviceAccount may take; empty: any
+    denied_spark_conf: tuple[str, ...] = DEFAULT_DENIED_SPARK_CONF  #: spec.spark.conf key patterns refused
+    allowed_spark_conf: tuple[str, ...] = ()  #: if set, every spec.spark.conf key must match one of these
 
     @property
     def clusterwide(self) -> bool:
@@ -63,7 +76,7 @@ def _seconds(text: str) -> float:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _namespaces(text: str) -> tuple[str, ...]:
+def _list(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
@@ -82,7 +95,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         epilog="Every flag defaults to the ICEBERGSYNC_<FLAG> environment variable (e.g. ICEBERGSYNC_NAMESPACES).",
     )
     add = parser.add_argument
-    add("--namespaces", type=_namespaces, default=_namespaces(str(env("NAMESPACES", ""))),
+    add("--namespaces", type=_list, default=_list(str(env("NAMESPACES", ""))),
         help="comma-separated namespaces to watch (default: all)")
     add("--default-image", default=env("DEFAULT_IMAGE", defaults.default_image))
     add("--default-service-account", default=env("DEFAULT_SERVICE_ACCOUNT", None) or None)
@@ -99,6 +112,21 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     add("--standalone", action="store_true", default=_flag(str(env("STANDALONE", ""))))
     priority = env("PRIORITY", "")
     add("--priority", type=int, default=int(str(priority)) if str(priority).strip() else None)
+    add("--catalog-timeout", type=_seconds, default=_seconds(str(env("CATALOG_TIMEOUT", defaults.catalog_timeout))),
+        help="timeout of each catalog and FileIO call the operator makes to read status")
+    add("--allowed-catalog-uris", type=_list, default=_list(str(env("ALLOWED_CATALOG_URIS", ""))),
+        help="comma-separated URI prefixes of the catalogs (and their OAuth2 and S3 endpoints) the operator "
+             "may connect to (default: any)")
+    add("--allowed-images", type=_list, default=_list(str(env("ALLOWED_IMAGES", ""))),
+        help="comma-separated prefixes spec.spark.image must start with (default: any)")
+    add("--allowed-service-accounts", type=_list, default=_list(str(env("ALLOWED_SERVICE_ACCOUNTS", ""))),
+        help="comma-separated service accounts spec.spark.serviceAccount may name (default: any)")
+    add("--denied-spark-conf", type=_list,
+        default=_list(str(env("DENIED_SPARK_CONF", ",".join(defaults.denied_spark_conf)))),
+        help="comma-separated patterns of spec.spark.conf keys to refuse (default: volumes, pod templates, "
+             "images, namespace, service account, authentication and secrets of spark.kubernetes.*)")
+    add("--allowed-spark-conf", type=_list, default=_list(str(env("ALLOWED_SPARK_CONF", ""))),
+        help="comma-separated patterns every spec.spark.conf key must match (default: any key not denied)")
     add("--log-level", default=env("LOG_LEVEL", "INFO"))
     return parser
 
@@ -109,6 +137,8 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
     args = build_parser(os.environ if environ is None else environ).parse_args(argv)
     if args.backoff_base <= 0 or args.backoff_cap < args.backoff_base:
         raise SystemExit("--backoff-base must be > 0 and --backoff-cap at least --backoff-base")
+    if args.catalog_timeout <= 0:
+        raise SystemExit("--catalog-timeout must be > 0")
     if args.timer_interval <= 0 or args.stall_after_failures < 1:
         raise SystemExit("--timer-interval must be > 0 and --stall-after-failures at least 1")
     settings = OperatorSettings(
@@ -127,5 +157,11 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         peering_name=args.peering_name,
         standalone=args.standalone,
         priority=args.priority,
+        catalog_timeout=args.catalog_timeout,
+        allowed_catalog_uris=args.allowed_catalog_uris,
+        allowed_images=args.allowed_images,
+        allowed_service_accounts=args.allowed_service_accounts,
+        denied_spark_conf=args.denied_spark_conf,
+        allowed_spark_conf=args.allowed_spark_conf,
     )
     return settings, args.log_level

@@ -4,19 +4,22 @@
 #   $ICEBERGSYNC_CACHE/bin/etcd            go.etcd.io/etcd/server/v3      $ETCD_VERSION
 #   $ICEBERGSYNC_CACHE/bin/kube-apiserver  k8s.io/kubernetes/cmd/kube-apiserver $K8S_VERSION
 #   $ICEBERGSYNC_CACHE/bin/helm            helm.sh/helm/v3/cmd/helm       $HELM_VERSION
+#   $ICEBERGSYNC_CACHE/bin/spark-operator  github.com/kubeflow/spark-operator/v2/cmd/operator $SPARK_OPERATOR_VERSION
+#                                          (the Kubeflow Spark Operator: `controller start`, `webhook start`)
 #   $ICEBERGSYNC_CACHE/bin/{kubelet,kube-proxy,kube-controller-manager,kube-scheduler,kubectl}
 #                                          k8s.io/kubernetes/cmd/...       $K8S_VERSION  (kube-node)
 #   $ICEBERGSYNC_CACHE/bin/coredns         github.com/coredns/coredns     $COREDNS_VERSION
-#   $ICEBERGSYNC_CACHE/crds/*.yaml         SparkApplication + ScheduledSparkApplication CRDs
-#                                          from github.com/kubeflow/spark-operator/v2 $SPARK_OPERATOR_VERSION
+#   $ICEBERGSYNC_CACHE/crds/*.yaml         SparkApplication, ScheduledSparkApplication and SparkConnect
+#                                          CRDs from the spark-operator module at the same version
 #
 # Each tool is built into a directory keyed by its pinned version and a hash of its wrapper
 # module (scripts/infra/<tool>/go.mod + go.sum); bin/<binary> is a symlink to the current one, so a
 # version bump rebuilds and a re-run with everything present does nothing and prints nothing.
 #
-# Usage: kube-tools.sh [--env] [etcd|kube-apiserver|helm|crds|kube-node|coredns ...]
-#   no tool names   ensure etcd, kube-apiserver, helm and crds (what tests/e2e needs); the
-#                   one-node cluster (scripts/infra/cluster.sh build) also asks for kube-node, coredns
+# Usage: kube-tools.sh [--env] [etcd|kube-apiserver|helm|spark-operator|crds|kube-node|coredns ...]
+#   no tool names   ensure etcd, kube-apiserver, helm, spark-operator and crds (what tests/e2e
+#                   needs); the one-node cluster (scripts/infra/cluster.sh build) also asks for
+#                   kube-node, coredns
 #   --env           after ensuring, print KEY=VALUE lines (paths and pinned versions) on stdout
 #
 # Uses the default GOPATH/GOMODCACHE/GOCACHE so modules and compiled packages are shared with
@@ -29,10 +32,13 @@ ETCD_VERSION=v3.6.5                      # the etcd that k8s v1.35.4 itself depe
 HELM_VERSION=v3.20.2                     # built against k8s.io/* v0.35
 COREDNS_VERSION=v1.14.7                  # github.com/coredns/coredns
 KUBE_NODE_BINARIES=(kubelet kube-proxy kube-controller-manager kube-scheduler kubectl)
-SPARK_OPERATOR_VERSION=v2.3.0            # github.com/kubeflow/spark-operator/v2
+SPARK_OPERATOR_VERSION=v2.4.0            # github.com/kubeflow/spark-operator/v2
+SPARK_OPERATOR_BUILD_DATE=2025-11-17T02:54:28Z           # release time (module .info Time)
+SPARK_OPERATOR_COMMIT=1199997006678a6d520c0755a0d543b3c1c47649  # the tag's commit (module .info Origin)
 SPARK_OPERATOR_MODULE=github.com/kubeflow/spark-operator/v2
-# go.sum-style hash of the spark-operator module zip (as in `go mod download -json` .Sum).
-SPARK_OPERATOR_SUM="h1:cYN/331gwkdZ0S/ai72JQoUv7UK52O2OQOWFpl8XhPc="
+# go.sum-style hash of the spark-operator module zip (as in `go mod download -json` .Sum); the same
+# line is in scripts/infra/spark-operator/go.sum.
+SPARK_OPERATOR_SUM="h1:Bo5rz5dlhqYEa7e/TLtUEVXDMNRotnVaQ4VLCyeLeOc="
 
 INFRA_DIR="$REPO_ROOT/scripts/infra"
 BIN_DIR="$ICEBERGSYNC_CACHE/bin"
@@ -40,18 +46,19 @@ TOOLS_DIR="$ICEBERGSYNC_CACHE/kube-tools"
 CRD_DIR="$ICEBERGSYNC_CACHE/crds"
 SPARK_CRD="$CRD_DIR/spark-operator-$SPARK_OPERATOR_VERSION/sparkoperator.k8s.io_sparkapplications.yaml"
 SCHEDULED_SPARK_CRD="$CRD_DIR/spark-operator-$SPARK_OPERATOR_VERSION/sparkoperator.k8s.io_scheduledsparkapplications.yaml"
+SPARK_CONNECT_CRD="$CRD_DIR/spark-operator-$SPARK_OPERATOR_VERSION/sparkoperator.k8s.io_sparkconnects.yaml"
 
 print_env=0
 targets=()
 for arg in "$@"; do
   case "$arg" in
     --env) print_env=1 ;;
-    etcd|kube-apiserver|helm|crds|kube-node|coredns) targets+=("$arg") ;;
-    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    etcd|kube-apiserver|helm|spark-operator|crds|kube-node|coredns) targets+=("$arg") ;;
+    -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) log "kube-tools.sh: unknown argument '$arg'"; exit 2 ;;
   esac
 done
-[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kube-apiserver helm crds)
+[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kube-apiserver helm spark-operator crds)
 
 need_go() {
   command -v go >/dev/null && return 0
@@ -166,8 +173,17 @@ ensure_helm() {
 -X $v/pkg/chartutil.k8sVersionMajor=1 -X $v/pkg/chartutil.k8sVersionMinor=$minor"
 }
 
+ensure_spark_operator() {
+  # The variables the upstream Makefile sets; with a commit, a tag and a clean tree the binary
+  # reports the tag (`spark-operator version`).
+  local v=$SPARK_OPERATOR_MODULE
+  build_tool spark-operator "$SPARK_OPERATOR_VERSION" "$v/cmd/operator" \
+    "-X $v.version=$SPARK_OPERATOR_VERSION -X $v.buildDate=$SPARK_OPERATOR_BUILD_DATE \
+-X $v.gitCommit=$SPARK_OPERATOR_COMMIT -X $v.gitTag=$SPARK_OPERATOR_VERSION -X $v.gitTreeState=clean"
+}
+
 ensure_crds() {
-  [[ -s "$SPARK_CRD" && -s "$SCHEDULED_SPARK_CRD" ]] && return 0
+  [[ -s "$SPARK_CRD" && -s "$SCHEDULED_SPARK_CRD" && -s "$SPARK_CONNECT_CRD" ]] && return 0
   need_go
   log "extracting Spark Operator CRDs from $SPARK_OPERATOR_MODULE@$SPARK_OPERATOR_VERSION"
   local json dir sum
@@ -183,7 +199,8 @@ ensure_crds() {
   local out; out="$(dirname "$SPARK_CRD")"
   mkdir -p "$out"
   local f
-  for f in sparkoperator.k8s.io_sparkapplications.yaml sparkoperator.k8s.io_scheduledsparkapplications.yaml; do
+  for f in sparkoperator.k8s.io_sparkapplications.yaml sparkoperator.k8s.io_scheduledsparkapplications.yaml \
+      sparkoperator.k8s.io_sparkconnects.yaml; do
     [[ -s "$dir/config/crd/bases/$f" ]] || { log "missing config/crd/bases/$f in $dir"; exit 1; }
     cp "$dir/config/crd/bases/$f" "$out/.$f.tmp"
     chmod 0644 "$out/.$f.tmp"
@@ -196,6 +213,7 @@ for t in "${targets[@]}"; do
     etcd) ensure_etcd ;;
     kube-apiserver) ensure_kube_apiserver ;;
     helm) ensure_helm ;;
+    spark-operator) ensure_spark_operator ;;
     crds) ensure_crds ;;
     kube-node) ensure_kube_node ;;
     coredns) ensure_coredns ;;
@@ -212,8 +230,10 @@ SPARK_OPERATOR_VERSION=$SPARK_OPERATOR_VERSION
 ETCD_BIN=$BIN_DIR/etcd
 KUBE_APISERVER_BIN=$BIN_DIR/kube-apiserver
 HELM_BIN=$BIN_DIR/helm
+SPARK_OPERATOR_BIN=$BIN_DIR/spark-operator
 SPARK_APPLICATION_CRD=$SPARK_CRD
 SCHEDULED_SPARK_APPLICATION_CRD=$SCHEDULED_SPARK_CRD
+SPARK_CONNECT_CRD=$SPARK_CONNECT_CRD
 EOF
   for t in "${targets[@]}"; do
     case "$t" in

@@ -60,8 +60,9 @@ class Source(ABC):
         frontier of the same shape could point into another source's."""
         return {"kind": self.spec.source.kind}
 
+    @staticmethod
     @abstractmethod
-    def check_frontier(self, frontier: Frontier) -> None:
+    def check_frontier(frontier: Frontier) -> None:
         """Raise ``ValueError`` when ``frontier`` is not of this source's shape."""
 
     @abstractmethod

@@ -92,7 +92,8 @@ class FilesSource(Source):
     def identity(self) -> SourceIdentity:
         return {"kind": "files", "path": normalize(self._root)}
 
-    def check_frontier(self, frontier: Frontier) -> None:
+    @staticmethod
+    def check_frontier(frontier: Frontier) -> None:
         if set(frontier) != {"after"} or not isinstance(frontier["after"], str):
             raise ValueError('a files frontier is {"after": "<relative path>"}')
 

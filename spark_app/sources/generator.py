@@ -80,7 +80,8 @@ class GeneratorSource(Source):
     def initial_frontier(self) -> Frontier:
         return {"next_id": 0}
 
-    def check_frontier(self, frontier: Frontier) -> None:
+    @staticmethod
+    def check_frontier(frontier: Frontier) -> None:
         next_id = frontier.get("next_id")
         if set(frontier) != {"next_id"} or not isinstance(next_id, int) or isinstance(next_id, bool) or next_id < 0:
             raise ValueError('a generator frontier is {"next_id": <id ≥ 0>}')

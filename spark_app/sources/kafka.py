@@ -233,7 +233,8 @@ class KafkaSource(Source):
             offsets[(topic, partition)] = {-2: begin, -1: end}.get(offset, {}).get((topic, partition), offset)
         return as_frontier(offsets)
 
-    def check_frontier(self, frontier: Frontier) -> None:
+    @staticmethod
+    def check_frontier(frontier: Frontier) -> None:
         for topic, partitions in frontier.items():
             if not isinstance(partitions, dict) or not all(
                 isinstance(p, str) and p.isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0

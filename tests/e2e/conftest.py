@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client
 
-from tests.e2e.spark_harness import SparkOperatorHarness, set_application_state
+from tests.e2e.spark_operator_standin import SparkOperatorStandIn, set_application_state
 from tests.infra.kube import KubeCluster, apply_crd
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +49,12 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_SEC
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
         time.sleep(interval)
+
+
+def mounted_spec_configmap(application: dict[str, Any]) -> str:
+    """The spec ConfigMap that a rendered SparkApplication's driver pod template mounts."""
+    [volume] = [v for v in application["spec"]["driver"]["template"]["spec"]["volumes"] if "configMap" in v]
+    return str(volume["configMap"]["name"])
 
 
 @dataclass
@@ -225,19 +231,19 @@ def start_operator(operator_crds: KubeCluster, kube: Kube, tmp_path: Path) -> It
 
 
 @pytest.fixture
-def spark_operator(kube: Kube, tmp_path: Path) -> Iterator[Callable[..., SparkOperatorHarness]]:
+def spark_operator_standin(kube: Kube, tmp_path: Path) -> Iterator[Callable[..., SparkOperatorStandIn]]:
     """Start the Spark Operator stand-in for the test's namespace (stopped, jobs killed, after the test)."""
-    harnesses: list[SparkOperatorHarness] = []
+    standins: list[SparkOperatorStandIn] = []
 
-    def start(**options: Any) -> SparkOperatorHarness:
-        harness = SparkOperatorHarness(kube.api_client, kube.namespace, tmp_path / "spark", **options)
-        harness.work_dir.mkdir(parents=True, exist_ok=True)
-        harnesses.append(harness.start())
-        return harness
+    def start(**options: Any) -> SparkOperatorStandIn:
+        standin = SparkOperatorStandIn(kube.api_client, kube.namespace, tmp_path / "spark", **options)
+        standin.work_dir.mkdir(parents=True, exist_ok=True)
+        standins.append(standin.start())
+        return standin
 
     yield start
-    for harness in harnesses:
-        harness.stop()
+    for standin in standins:
+        standin.stop()
 
 
 @pytest.fixture

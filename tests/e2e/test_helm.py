@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import mounted_spec_configmap, wait_for
 from tests.infra.kube import KubeCluster, _write_kubeconfig, apply_crd
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,8 @@ def test_install_upgrade_uninstall_cluster_wide(kube_cluster: KubeCluster, admin
         assert allowed(admin, sa, verb, "icebergsyncs", anywhere, group="icebergsync.io"), verb
     assert allowed(admin, sa, "patch", "icebergsyncs", anywhere, group="icebergsync.io", subresource="status")
     assert allowed(admin, sa, "create", "configmaps", anywhere)
-    assert allowed(admin, sa, "get", "secrets", anywhere)
+    # Secrets: a cluster-wide operator reads none unless rbac.secrets names namespaces or opts in cluster-wide.
+    assert not allowed(admin, sa, "get", "secrets", anywhere)
     assert allowed(admin, sa, "create", "events", anywhere)
     assert allowed(admin, sa, "patch", "clusterkopfpeerings", group="kopf.dev")
     assert allowed(admin, sa, "watch", "customresourcedefinitions", group="apiextensions.k8s.io")
@@ -244,6 +245,7 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
     assert allowed(admin, sa, "create", "sparkapplications", watched, group="sparkoperator.k8s.io")
     assert allowed(admin, sa, "patch", "icebergsyncs", watched, group="icebergsync.io", subresource="status")
     assert not allowed(admin, sa, "create", "sparkapplications", other, group="sparkoperator.k8s.io")
+    assert allowed(admin, sa, "get", "secrets", watched)
     assert not allowed(admin, sa, "get", "secrets", other)
     assert not allowed(admin, sa, "get", "secrets", namespace)
 
@@ -283,7 +285,7 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
         assert app["spec"]["image"] == "ghcr.io/icebergsync/icebergsync:0.1.0"
         assert app["spec"]["mainApplicationFile"] == "local:///opt/icebergsync/spark_app/main.py"
         assert app["spec"]["driver"]["serviceAccount"] == "icebergsync-spark"
-        spec_configmap = app["spec"]["driver"]["configMaps"][0]["name"]
+        spec_configmap = mounted_spec_configmap(app)
         assert exists(core.read_namespaced_config_map, spec_configmap, watched)
 
         def status() -> dict[str, Any] | None:

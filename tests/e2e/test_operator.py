@@ -17,15 +17,15 @@ from kubernetes import client
 
 from icebergsync.catalog import open_catalog
 from icebergsync.spec import Catalog
-from tests.e2e.conftest import Kube, OperatorProcess, wait_for
-from tests.e2e.spark_harness import SparkOperatorHarness
+from tests.e2e.conftest import Kube, OperatorProcess, mounted_spec_configmap, wait_for
+from tests.e2e.spark_operator_standin import SparkOperatorStandIn
 
 FENCED = "driver container failed with ExitCode: 75, Reason: Error"
 CRASHED = "driver container failed with ExitCode: 1, Reason: Error"
 UNUSED_CATALOG = {"uri": "sqlite:////nonexistent/catalog.db"}
 StartOperator = Callable[..., OperatorProcess]
 Lake = dict[str, str]
-StartSpark = Callable[..., SparkOperatorHarness]
+StartSpark = Callable[..., SparkOperatorStandIn]
 
 
 def generator_spec(catalog: dict[str, Any], **overrides: Any) -> dict[str, Any]:
@@ -118,9 +118,10 @@ def test_create_renders_the_application_configmap_and_secret_mounts(kube: Kube, 
     for pod in (driver, executor):
         assert pod["secrets"] == [{"name": "catalog-creds", "path": "/etc/icebergsync/secrets/catalog-creds",
                                    "secretType": "Generic"}]
-        assert pod["configMaps"] == [{"name": driver["configMaps"][0]["name"], "path": "/etc/icebergsync/spec"}]
-    configmap_name = driver["configMaps"][0]["name"]
+    configmap_name = mounted_spec_configmap(app)
     assert configmap_name.startswith("orders-v1-spec-")
+    for pod in (driver, executor):
+        assert pod["template"]["spec"]["volumes"] == [{"name": "icebergsync-spec", "configMap": {"name": configmap_name}}]
 
     configmap = kube.configmaps()[configmap_name]
     assert configmap.immutable is True
@@ -157,6 +158,44 @@ def test_nothing_is_launched_while_the_catalog_does_not_answer(kube: Kube, start
     assert kube.event_reasons("orders") == ["WaitingForCatalog"]
 
 
+def test_a_binary_catalog_secret_is_a_condition_and_an_event_not_a_crash(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
+    kube.core.create_namespaced_secret(kube.namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="catalog-creds"),
+        data={"token": base64.b64encode(b"\xff\xfe\x00binary").decode()}))
+    kube.create_sync("orders", generator_spec(catalog={**warehouse, "secretRef": {"name": "catalog-creds"}}))
+    operator = start_operator()
+    status = kube.wait_status("orders", "waiting for the catalog", lambda s: any(
+        c["reason"] == "WaitingForCatalog" for c in s.get("conditions", [])))
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert "the value of key 'token' is not UTF-8 text" in ready["message"]
+    operator.wait_reconciles(2)
+    assert kube.event_reasons("orders") == ["WaitingForCatalog"]
+    assert kube.applications() == {}
+    assert 'icebergsync_operator_reconciles_total{result="error"}' not in operator.metrics()
+
+
+def test_a_spec_outside_the_admins_policy_is_refused_with_a_condition_and_an_event(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
+    kube.create_sync("orders", generator_spec(warehouse, spark={
+        "serviceAccount": "cluster-admin",
+        "conf": {"spark.kubernetes.driver.volumes.hostPath.root.mount.path": "/host"}}))
+    operator = start_operator("--allowed-service-accounts", "icebergsync-spark")
+    status = kube.wait_status("orders", "refused", lambda s: s.get("phase") == "Failed")
+    assert kube.condition("orders", "Stalled") == ("True", "PolicyViolation")
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert "'cluster-admin' is not allowed" in stalled["message"]
+    assert "spark.kubernetes.driver.volumes.hostPath.root.mount.path' is denied" in stalled["message"]
+    operator.wait_reconciles(2)
+    assert kube.applications() == {}
+    assert kube.event_reasons("orders") == ["PolicyViolation"]
+
+    kube.patch_spec("orders", {"spark": {"serviceAccount": "icebergsync-spark", "conf": None}})
+    app = kube.wait_applications({"orders-v1"})["orders-v1"]
+    assert app["spec"]["driver"]["serviceAccount"] == "icebergsync-spark"
+    assert "sparkConf" not in app["spec"]
+
+
 def test_spec_change_raises_the_version_and_removes_the_old_application(
         kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
     kube.create_sync("trips", generator_spec(warehouse))
@@ -165,7 +204,7 @@ def test_spec_change_raises_the_version_and_removes_the_old_application(
     kube.set_state("trips-v1", "RUNNING")
 
     kube.patch_spec("trips", {"commit": {"interval": "2s"}})
-    mounted = kube.wait_applications({"trips-v2"})["trips-v2"]["spec"]["driver"]["configMaps"][0]["name"]
+    mounted = mounted_spec_configmap(kube.wait_applications({"trips-v2"})["trips-v2"])
     wait_for("old ConfigMap deleted", lambda: [name for name in kube.configmaps() if name.startswith("trips-")]
              == [mounted])
     status = kube.wait_status("trips", "version 2", lambda s: s.get("sinkVersion") == 2)
@@ -189,7 +228,7 @@ def test_a_configmap_left_from_an_earlier_launch_is_never_mounted_for_another_sp
     kube.create_sync("trips", generator_spec(warehouse))
     start_operator()
 
-    mounted = kube.wait_applications({"trips-v1"})["trips-v1"]["spec"]["driver"]["configMaps"][0]["name"]
+    mounted = mounted_spec_configmap(kube.wait_applications({"trips-v1"})["trips-v1"])
     document = yaml.safe_load(kube.configmaps()[mounted].data["sync.yaml"])
     assert document["spec"] == kube.get_sync("trips")["spec"]  # type: ignore[index]
     assert document["spec"]["commit"]["interval"] == "1s"
@@ -243,6 +282,26 @@ def test_failures_are_relaunched_with_backoff_then_stall_and_a_fenced_version_is
     assert kube.status("trips")["sinkVersion"] == 3
     assert kube.event_reasons("trips")[-1] == "Fenced"
     assert operator.metrics()['icebergsync_operator_failures_total{reason="Fenced"}'] == 1.0
+
+
+def test_a_clean_exit_of_an_unbounded_source_is_relaunched_and_bad_input_stalls(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
+    kube.create_sync("trips", generator_spec(warehouse, source={"generator": {"rowsPerSecond": 10}}))
+    operator = start_operator()
+    kube.wait_applications({"trips-v1"})
+    kube.set_state("trips-v1", "RUNNING")
+    kube.set_state("trips-v1", "COMPLETED")
+    kube.wait_applications({"trips-v2"})
+    status = kube.wait_status("trips", "relaunched", lambda s: s.get("restarts") == 1)
+    assert status["phase"] != "Completed"
+    assert kube.event_reasons("trips")[:3] == ["Launched", "Failed", "Relaunched"]
+
+    kube.set_state("trips-v2", "FAILED", "driver container failed with ExitCode: 65, Reason: Error")
+    kube.wait_status("trips", "stalled on bad input", lambda s: s.get("phase") == "Failed")
+    assert kube.condition("trips", "Stalled") == ("True", "BadInput")
+    operator.wait_reconciles(5)
+    assert set(kube.applications()) == {"trips-v2"}
+    assert kube.event_reasons("trips")[-1] == "BadInput"
 
 
 def test_vanished_application_is_relaunched(
@@ -322,18 +381,18 @@ def _table_ids(catalog: dict[str, str]) -> list[int]:
 
 
 def test_bounded_sync_commits_and_reports_the_snapshot(kube: Kube, start_operator: StartOperator,
-                                                       spark_operator: StartSpark,
+                                                       spark_operator_standin: StartSpark,
                                                        warehouse: Lake) -> None:
     kube.core.create_namespaced_secret(kube.namespace, client.V1Secret(
         metadata=client.V1ObjectMeta(name="catalog-props"), string_data={"echo": "false"}))
-    harness = spark_operator()
+    standin = spark_operator_standin()
     kube.create_sync("trips", generator_spec(
         catalog={**warehouse, "secretRef": {"name": "catalog-props"}},
         source={"generator": {"rowsPerSecond": 5000, "totalRows": 2000}}))
     start_operator()
 
     status = kube.wait_status("trips", "completed", lambda s: s.get("phase") == "Completed", timeout=240)
-    assert harness.exit_code("trips-v1") == 0, harness.driver_log("trips-v1")[-3000:]
+    assert standin.exit_code("trips-v1") == 0, standin.driver_log("trips-v1")[-3000:]
     commit = status["lastCommit"]
     assert json.loads(commit["frontier"]) == {"next_id": 2000}
     assert commit["sinkVersion"] == 1 and commit["snapshotId"] and commit["committedAt"]
@@ -344,8 +403,8 @@ def test_bounded_sync_commits_and_reports_the_snapshot(kube: Kube, start_operato
 
 
 def test_spec_change_mid_stream_is_exactly_once_and_fences_the_old_version(
-        kube: Kube, start_operator: StartOperator, spark_operator: StartSpark, warehouse: Lake) -> None:
-    harness = spark_operator(linger_on_delete=True)  # the old driver keeps running: only the fence stops it
+        kube: Kube, start_operator: StartOperator, spark_operator_standin: StartSpark, warehouse: Lake) -> None:
+    standin = spark_operator_standin(linger_on_delete=True)  # the old driver keeps running: only the fence stops it
     kube.create_sync("trips", generator_spec(catalog=warehouse, source={"generator": {"rowsPerSecond": 300}}))
     start_operator()
 
@@ -355,16 +414,16 @@ def test_spec_change_mid_stream_is_exactly_once_and_fences_the_old_version(
 
     kube.patch_spec("trips", {"commit": {"interval": "2s"}})
     kube.wait_applications({"trips-v2"})
-    wait_for("version 1 fenced (exit 75)", lambda: harness.exit_code("trips-v1") is not None, timeout=180)
-    assert harness.exit_code("trips-v1") == 75, harness.driver_log("trips-v1")[-3000:]
+    wait_for("version 1 fenced (exit 75)", lambda: standin.exit_code("trips-v1") is not None, timeout=180)
+    assert standin.exit_code("trips-v1") == 75, standin.driver_log("trips-v1")[-3000:]
     kube.wait_status("trips", "Ready with a data commit of version 2", lambda s: (s.get("lastCommit") or {}).get(
         "sinkVersion") == 2 and s["lastCommit"].get("recordsAdded", 0) > 0 and any(
         c["type"] == "Ready" and c["status"] == "True" for c in s["conditions"]), timeout=180)
 
-    harness.linger_on_delete = False  # from now on a deleted application's driver is stopped (SIGTERM)
+    standin.linger_on_delete = False  # from now on a deleted application's driver is stopped (SIGTERM)
     kube.delete_sync("trips")  # the finalizer deletes v2
-    wait_for("version 2 stopped", lambda: harness.exit_code("trips-v2") is not None, timeout=120)
-    assert harness.exit_code("trips-v2") == 0, harness.driver_log("trips-v2")[-3000:]
+    wait_for("version 2 stopped", lambda: standin.exit_code("trips-v2") is not None, timeout=120)
+    assert standin.exit_code("trips-v2") == 0, standin.driver_log("trips-v2")[-3000:]
     ids = _table_ids(warehouse)  # the table and its data are kept
     assert ids == list(range(len(ids))), "every generated record exactly once, none missing"
     assert len(ids) > 0

@@ -1,5 +1,6 @@
 """Kubernetes test fixtures: a real etcd + kube-apiserver on 127.0.0.1, the real ``helm`` binary
-and the Kubeflow Spark Operator ``SparkApplication`` CRD.
+and the Kubeflow Spark Operator CRDs (``SparkApplication``, ``ScheduledSparkApplication``,
+``SparkConnect``); the Spark Operator controller itself is run by ``tests.infra.spark_operator``.
 
 The binaries are built from source through the Go module proxy by ``scripts/infra/kube-tools.sh``
 (cached under ``$ICEBERGSYNC_CACHE``, default ``~/.cache/icebergsync``); the fixture runs that
@@ -99,8 +100,15 @@ class KubeTools:
     etcd: Path
     kube_apiserver: Path
     helm: Path
+    spark_operator: Path
     spark_application_crd: Path
     scheduled_spark_application_crd: Path
+    spark_connect_crd: Path
+
+    @property
+    def spark_operator_crds(self) -> tuple[Path, ...]:
+        """Every CRD the Spark Operator controller watches (it does not start without all of them)."""
+        return (self.spark_application_crd, self.scheduled_spark_application_crd, self.spark_connect_crd)
 
 
 _tools: KubeTools | None = None
@@ -140,15 +148,17 @@ def ensure_kube_tools() -> KubeTools:
             etcd=Path(values["ETCD_BIN"]),
             kube_apiserver=Path(values["KUBE_APISERVER_BIN"]),
             helm=Path(values["HELM_BIN"]),
+            spark_operator=Path(values["SPARK_OPERATOR_BIN"]),
             spark_application_crd=Path(values["SPARK_APPLICATION_CRD"]),
             scheduled_spark_application_crd=Path(values["SCHEDULED_SPARK_APPLICATION_CRD"]),
+            spark_connect_crd=Path(values["SPARK_CONNECT_CRD"]),
         )
     except KeyError as exc:
         raise KubeInfraError(f"{KUBE_TOOLS} --env did not report {exc}; output:\n{proc.stdout}") from exc
-    for path in (tools.etcd, tools.kube_apiserver, tools.helm):
+    for path in (tools.etcd, tools.kube_apiserver, tools.helm, tools.spark_operator):
         if not os.access(path, os.X_OK):
             raise KubeInfraError(f"{KUBE_TOOLS} succeeded but {path} is not an executable")
-    for path in (tools.spark_application_crd, tools.scheduled_spark_application_crd):
+    for path in tools.spark_operator_crds:
         if not path.is_file():
             raise KubeInfraError(f"{KUBE_TOOLS} succeeded but {path} is missing")
     _tools = tools
@@ -219,9 +229,9 @@ class _Proc:
             self.popen.wait(10)
 
 
-def _spawn(name: str, argv: list[str], log: Path) -> _Proc:
-    """Start argv with a bounded lifetime: `timeout` kills it after MAX_LIFETIME seconds, and the
-    kernel SIGTERMs it when this (pytest) process dies."""
+def _spawn(name: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> _Proc:
+    """Start argv (with ``env``, default: inherited) with a bounded lifetime: `timeout` kills it
+    after MAX_LIFETIME seconds, and the kernel SIGTERMs it when this (pytest) process dies."""
     timeout_bin = shutil.which("timeout")
     if timeout_bin:
         argv = [timeout_bin, "--kill-after=15", str(MAX_LIFETIME), *argv]
@@ -231,6 +241,7 @@ def _spawn(name: str, argv: list[str], log: Path) -> _Proc:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=env,
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
@@ -678,8 +689,8 @@ def helm_binary(kube_tools: KubeTools) -> Path:
 
 @pytest.fixture(scope="session")
 def kube_cluster(kube_tools: KubeTools) -> Iterator[KubeCluster]:
-    """A real etcd + kube-apiserver (RBAC on) with the SparkApplication and
-    ScheduledSparkApplication CRDs installed and Established. See the module docstring."""
+    """A real etcd + kube-apiserver (RBAC on) with the Spark Operator CRDs (SparkApplication,
+    ScheduledSparkApplication, SparkConnect) installed and Established. See the module docstring."""
     work_dir = Path(tempfile.mkdtemp(prefix="icebergsync-kube-"))
     try:
         cluster = start_cluster(work_dir, kube_tools)
@@ -688,8 +699,8 @@ def kube_cluster(kube_tools: KubeTools) -> Iterator[KubeCluster]:
     atexit.register(cluster.stop)
     try:
         try:
-            apply_crd(cluster, kube_tools.spark_application_crd)
-            apply_crd(cluster, kube_tools.scheduled_spark_application_crd)
+            for crd in kube_tools.spark_operator_crds:
+                apply_crd(cluster, crd)
         except KubeInfraError as exc:
             pytest.fail(f"could not install the Spark Operator CRDs: {exc}\n{cluster.logs()}", pytrace=False)
         yield cluster

@@ -1,5 +1,6 @@
 """Prove the Kubernetes test infrastructure (tests/infra/kube.py) is real: a pinned kube-apiserver
-with RBAC, the Spark Operator CRDs Established and validating, and the pinned helm binary."""
+with RBAC, the Spark Operator CRDs Established and validating, and the pinned helm and
+spark-operator binaries."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def test_kubeconfig_and_env(kube_cluster: KubeCluster) -> None:
 
 
 def test_spark_application_crd_established(kube_cluster: KubeCluster) -> None:
-    for name in (f"{PLURAL}.{GROUP}", f"scheduledsparkapplications.{GROUP}"):
+    for name in (f"{PLURAL}.{GROUP}", f"scheduledsparkapplications.{GROUP}", f"sparkconnects.{GROUP}"):
         conditions = crd_conditions(kube_cluster, name)
         assert conditions["Established"]["status"] == "True", conditions
         assert conditions["NamesAccepted"]["status"] == "True", conditions
@@ -230,6 +231,15 @@ def test_helm_version_is_pinned(helm_binary: Path, kube_tools: KubeTools) -> Non
         timeout=60,
     )
     assert out.stdout.strip() == kube_tools.helm_version
+
+
+def test_spark_operator_version_is_pinned(kube_tools: KubeTools) -> None:
+    out = subprocess.run(
+        [str(kube_tools.spark_operator), "version"], capture_output=True, text=True, check=True, timeout=60
+    )
+    reported = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
+    assert reported["Spark Operator Version"] == kube_tools.spark_operator_version
+    assert reported["Git Tree State"] == "clean"
 
 
 def test_helm_talks_to_cluster(kube_cluster: KubeCluster, helm_binary: Path) -> None:

@@ -6,13 +6,17 @@ version = an upgrade, lower version = a stale pod), triggers of any live sink, i
 newer one has superseded (racing older versions), kills at any step (before the commit, or right
 after any catalog commit of a trigger or a start-up, before the sink sees the answer), snapshot
 expiry (one snapshot that is not the head, or everything older than the head), foreign appends,
-foreign compaction, a column dropped and re-added by another writer, and the table dropped and
-recreated. The source is ids 0, 1, 2, …; every 7th record is bad and goes to the dead-letter table.
+foreign compaction, a column dropped and re-added by another writer, a rollback of main to any
+ancestor, and the table dropped and recreated. The source is ids 0, 1, 2, …; every 7th record is bad and goes to the dead-letter table.
 
 After every step: every source record below the table's frontier is in the table exactly once (bad
 ones in the dead-letter table at most once, and all of them after each successful start-up), no
 record beyond it is, and each refused operation was refused with the expected clear error having
-written nothing. Each trigger's outcome is predicted from the table before it runs.
+written nothing. When a rollback went past every commit of the sink, the table holds a gap-free
+prefix of the source and every start-up stops with a progress conflict. Each trigger's outcome is
+predicted from the table before it runs. (A rollback of the main table alone leaves the dead
+letters of the rolled-back range in the dead-letter table, and re-reading produces them again:
+dead letters are not checked after a rollback.)
 
 Bounded in the suite (ICEBERGSYNC_MODEL_EXAMPLES, default 25 examples of up to
 ICEBERGSYNC_MODEL_STEPS, default 20, steps); run it long on demand, e.g.
@@ -37,7 +41,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.types import StringType
 
 from icebergsync import protocol
-from icebergsync.errors import FencedError, TableChangedError
+from icebergsync.errors import FencedError, ProgressConflictError, TableChangedError
 from icebergsync.protocol import Writer
 from spark_app import committer as committer_module
 from spark_app.committer import SinkCommitter, TriggerOutput
@@ -95,6 +99,7 @@ class Sink:
         self.dead_plan: TablePlan | None = None
         self.pinned_uuid = ""
         self.pinned_schema = -1
+        self.rolled_back = False  # main was rolled back past this sink's last commit
 
     @property
     def writer(self) -> Writer:
@@ -119,6 +124,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.foreign_ids = 0
         self.who_from = 0  # rows of ids at or above this were written after the last column change
         self.dead_letters_complete = True
+        self.rolled_back = False
         self._real_crash_point = committer_module.crash_point
         self._kill_at_main_committed = False
         committer_module.crash_point = self._crash_point
@@ -139,9 +145,12 @@ class ProtocolModel(RuleBasedStateMachine):
         self.catalog.create_table(TABLE, SCHEMA, properties={"format-version": format_version})
         self.catalog.create_table(DEAD, DEAD_LETTER_SCHEMA, properties={"format-version": format_version})
 
-    def _table_frontier(self) -> int:
+    def _table_frontier(self) -> int | None:
+        """The frontier the table holds for the sink; None when a rollback made it a conflict."""
         progress = protocol.read_progress(self.catalog.load_table(TABLE).metadata, SINK)
-        assert progress.conflict is None, progress.conflict
+        if progress.conflict is not None:
+            assert self.rolled_back and "rolled back" in progress.conflict, progress.conflict
+            return None
         return int((progress.frontier or {"next_id": 0})["next_id"])
 
     def _new_writer(self, version: int) -> Writer:
@@ -156,11 +165,18 @@ class ProtocolModel(RuleBasedStateMachine):
         self.top_version = max(1, self.top_version + (1 if newer or self.top_version == 0 else 0))
         sink = Sink(self.catalog, self._new_writer(self.top_version))
         sink.catalog.kill_after_commits = int(kill[-1]) if kill else None
+        conflict = self._table_frontier() is None
+        snapshots_before = len(self.catalog.load_table(TABLE).metadata.snapshots)
         try:
             progress = sink.committer.start([], SOURCE, check_generator_frontier)
         except Killed:
             self.dead_letters_complete = False
             return
+        except ProgressConflictError:
+            assert conflict, "a start-up refused progress the table holds"
+            assert len(self.catalog.load_table(TABLE).metadata.snapshots) == snapshots_before
+            return
+        assert not conflict, "a start-up resumed after a rollback past every commit of the sink"
         sink.catalog.kill_after_commits = None
         sink.next_id = int((progress.frontier or {"next_id": 0})["next_id"])
         assert sink.next_id == self._table_frontier()
@@ -225,6 +241,8 @@ class ProtocolModel(RuleBasedStateMachine):
             outcome = "fenced"
         except TableChangedError:
             outcome = "table-changed"
+        except ProgressConflictError:
+            outcome = "rolled-back"
         finally:
             self._kill_at_main_committed = False
             sink.catalog.kill_after_commits = None
@@ -245,7 +263,9 @@ class ProtocolModel(RuleBasedStateMachine):
         if str(metadata.table_uuid) != sink.pinned_uuid or metadata.current_schema_id != sink.pinned_schema:
             return "table-changed"
         checkpoint = protocol.parse_checkpoint(metadata, SINK)
-        return "committed" if checkpoint is not None and checkpoint.writer == sink.writer else "fenced"
+        if checkpoint is None or checkpoint.writer != sink.writer:
+            return "fenced"
+        return "rolled-back" if sink.rolled_back else "committed"
 
     # -- other writers and maintenance -------------------------------------------------------------
 
@@ -282,7 +302,22 @@ class ProtocolModel(RuleBasedStateMachine):
             update.delete_column("who")
         with self.catalog.load_table(TABLE).update_schema() as update:
             update.add_column("who", StringType())
-        self.who_from = self._table_frontier()
+        frontier = self._table_frontier()
+        self.who_from = frontier if frontier is not None else 1 << 62  # stopped: nothing more is written
+
+    @rule(which=st.integers(0, 1 << 16))
+    def another_writer_rolls_main_back(self, which: int) -> None:
+        table = self.catalog.load_table(TABLE)
+        ancestors = [s.snapshot_id for s in protocol.main_ancestry(table.metadata)][1:]
+        if not ancestors:
+            return
+        target = ancestors[which % len(ancestors)]
+        history = [s.snapshot_id for s in protocol.main_ancestry(table.metadata)]
+        for sink in self.sinks:  # main keeps a sink's last commit iff it is at or below the target
+            last = sink.committer.last_snapshot_id
+            sink.rolled_back = sink.rolled_back or (last in history and history.index(last) < history.index(target))
+        table.manage_snapshots().rollback_to_snapshot(target).commit()
+        self.rolled_back = True
 
     @rule()
     def recreate_the_tables(self) -> None:
@@ -292,6 +327,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.who_from = 0
         self.foreign_ids = 0
         self.dead_letters_complete = True
+        self.rolled_back = False
 
     # -- the invariant -----------------------------------------------------------------------------
 
@@ -303,10 +339,18 @@ class ProtocolModel(RuleBasedStateMachine):
         rows = self.catalog.load_table(TABLE).scan().to_arrow()
         ids, who = rows.column("id").to_pylist(), rows.column("who").to_pylist()
         source_ids = sorted(i for i in ids if i >= 0)
+        if frontier is None:  # stopped by a rollback past every commit: what main holds has no gap
+            frontier = source_ids[-1] + 1 if source_ids else 0
         assert source_ids == [i for i in range(frontier) if not is_bad(i)], "lost or duplicated records"
-        assert sorted(i for i in ids if i < 0) == list(range(-self.foreign_ids, 0)), "another writer's rows changed"
+        foreign = sorted(i for i in ids if i < 0)
+        if self.rolled_back:
+            assert len(foreign) == len(set(foreign)) and set(foreign) <= set(range(-self.foreign_ids, 0))
+        else:
+            assert foreign == list(range(-self.foreign_ids, 0)), "another writer's rows changed"
         missing_column = [i for i, value in zip(ids, who, strict=True) if i >= self.who_from and value is None]
         assert missing_column == [], f"rows written after the column change read null: {missing_column[:5]}"
+        if self.rolled_back:
+            return
         payloads = self.catalog.load_table(DEAD).scan().to_arrow().column("payload").to_pylist()
         dead = sorted(int(p) for p in payloads)
         expected_dead = [i for i in range(frontier) if is_bad(i)]

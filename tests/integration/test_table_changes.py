@@ -102,6 +102,42 @@ def test_a_rollback_past_every_commit_of_the_sink_stops_it_instead_of_replaying(
     assert snapshot_count(catalog) == snapshots and committed_ids(catalog) == []
 
 
+def test_a_rollback_whose_rolled_back_snapshots_expired_still_stops_the_running_sink(tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    sink = started(catalog, 1)
+    commit_range(sink, table, 0, 5)
+    kept = catalog.load_table(TABLE).metadata.current_snapshot()
+    assert kept is not None
+    commit_range(sink, table, 5, 10)
+    rolled_back = catalog.load_table(TABLE).metadata.current_snapshot_id
+    assert rolled_back is not None
+    catalog.load_table(TABLE).manage_snapshots().rollback_to_snapshot(kept.snapshot_id).commit()
+    catalog.load_table(TABLE).maintenance.expire_snapshots().by_id(rolled_back).commit()
+    with pytest.raises(ProgressConflictError, match="rolled back"):
+        commit_range(sink, table, 10, 12)  # ids 5..9 are gone from main: committing 10.. would lose them
+    restarted = committer(catalog, 2)
+    assert restarted.start([], GENERATOR).frontier == {"next_id": 5}
+    commit_range(restarted, catalog.load_table(TABLE), 5, 12)
+    assert committed_ids(catalog) == list(range(12))
+
+
+def test_a_rollback_past_every_commit_then_their_expiry_stops_the_sink_instead_of_skipping(tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    table.append(table.scan().to_arrow().slice(0, 0))
+    before = catalog.load_table(TABLE).metadata.current_snapshot()
+    assert before is not None
+    commit_range(started(catalog, 1), table, 0, 10)
+    catalog.load_table(TABLE).manage_snapshots().rollback_to_snapshot(before.snapshot_id).commit()
+    rolled_back = [s.snapshot_id for s in catalog.load_table(TABLE).metadata.snapshots if s.snapshot_id != before.snapshot_id]
+    catalog.load_table(TABLE).maintenance.expire_snapshots().by_ids(rolled_back).commit()
+    assert protocol.read_progress(catalog.load_table(TABLE).metadata, SINK).last_commit is None
+    with pytest.raises(ProgressConflictError, match="rolled back past every commit"):
+        committer(catalog, 2).start([], GENERATOR)
+    assert committed_ids(catalog) == []
+
+
 def test_a_damaged_checkpoint_stops_the_sink_before_it_writes(tmp_path: Path) -> None:
     catalog = open_catalog(tmp_path)
     table = create_table(catalog)

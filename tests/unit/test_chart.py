@@ -15,7 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
-from icebergsync_operator.settings import DEFAULT_IMAGE, DEFAULT_SPARK_VERSION, parse_settings
+from icebergsync_operator.settings import (
+    DEFAULT_DENIED_SPARK_CONF,
+    DEFAULT_IMAGE,
+    DEFAULT_SPARK_VERSION,
+    parse_settings,
+)
 
 from icebergsync import crd
 
@@ -25,14 +30,14 @@ RELEASE, NAMESPACE = "isync", "icebergsync-system"
 FULLNAME = "isync-icebergsync"
 
 # The operator's API use (operator/icebergsync_operator/kube.py, handlers.py and kopf itself),
-# as (apiGroup, resource) -> verbs. The chart must grant exactly these, nothing more.
+# as (apiGroup, resource) -> verbs. The chart must grant exactly these, nothing more. Reading
+# Secrets is granted apart (secrets-rbac.yaml), namespaced by default.
 OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("icebergsync.io", "icebergsyncs"): {"get", "list", "watch", "patch"},
     ("icebergsync.io", "icebergsyncs/status"): {"patch"},
     ("icebergsync.io", "icebergsyncs/finalizers"): {"update"},
     ("sparkoperator.k8s.io", "sparkapplications"): {"list", "watch", "create", "delete"},
     ("", "configmaps"): {"get", "list", "create", "delete"},
-    ("", "secrets"): {"get"},
     ("", "events"): {"create"},
 }
 PEERING_VERBS = {"get", "list", "watch", "patch", "create"}
@@ -167,6 +172,7 @@ def test_defaults_render_the_expected_objects(helm_binary: Path, tmp_path: Path)
         ("ClusterRole", f"{FULLNAME}-observe"), ("ClusterRoleBinding", f"{FULLNAME}-observe"),
         ("Service", f"{FULLNAME}-metrics"),
         ("Deployment", FULLNAME),
+        ("NetworkPolicy", FULLNAME),
         ("ClusterKopfPeering", "icebergsync"),
     ])
     for doc in docs:
@@ -191,8 +197,11 @@ def test_defaults_operator_settings(helm_binary: Path, tmp_path: Path) -> None:
     assert settings.default_image == DEFAULT_IMAGE
     assert settings.spark_version == DEFAULT_SPARK_VERSION
     assert settings.default_service_account is None
-    assert settings.metrics_port == 9090 and settings.metrics_address == "0.0.0.0"
-    assert settings.liveness_endpoint == "http://0.0.0.0:8080/healthz"
+    assert settings.metrics_port == 9090 and settings.metrics_address == "$(ICEBERGSYNC_POD_IP)"
+    assert settings.liveness_endpoint == "http://$(ICEBERGSYNC_POD_IP):8080/healthz"
+    pod_ip = next(item for item in container(render(helm_binary, tmp_path))["env"]
+                  if item["name"] == "ICEBERGSYNC_POD_IP")
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
 
 
 def test_defaults_image_and_pod(helm_binary: Path, tmp_path: Path) -> None:
@@ -212,7 +221,7 @@ def test_probes_call_the_operator_health_endpoint(helm_binary: Path, tmp_path: P
     cont = container(docs)
     settings, _ = settings_from(docs)
     ports = {port["name"]: port["containerPort"] for port in cont["ports"]}
-    assert settings.liveness_endpoint == f"http://0.0.0.0:{ports['health']}/healthz"
+    assert settings.liveness_endpoint == f"http://$(ICEBERGSYNC_POD_IP):{ports['health']}/healthz"
     for probe in ("livenessProbe", "readinessProbe"):
         assert cont[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
         assert cont[probe]["periodSeconds"] > 0 and cont[probe]["failureThreshold"] >= 1
@@ -271,12 +280,12 @@ def test_namespaced_rbac_with_two_namespaces(helm_binary: Path, tmp_path: Path) 
     docs = render(helm_binary, tmp_path, {"watchNamespaces": ["team-a", "team-b"], "rbac": {"scope": "namespaced"}})
     settings, _ = settings_from(docs)
     assert settings.namespaces == ("team-a", "team-b") and not settings.clusterwide
-    roles = of_kind(docs, "Role")
+    roles = [role for role in of_kind(docs, "Role") if role["metadata"]["name"] == FULLNAME]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert role["metadata"]["name"] == FULLNAME
         assert rules_of(role) == {**OPERATOR_RULES, ("kopf.dev", "kopfpeerings"): PEERING_VERBS}
-    bindings = of_kind(docs, "RoleBinding")
+    bindings = [binding for binding in of_kind(docs, "RoleBinding") if binding["metadata"]["name"] == FULLNAME]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:
         assert binding["roleRef"]["kind"] == "Role" and binding["roleRef"]["name"] == FULLNAME
@@ -296,7 +305,51 @@ def test_namespaced_without_cluster_observation(helm_binary: Path, tmp_path: Pat
     docs = render(helm_binary, tmp_path, {"watchNamespaces": ["team-a"], "rbac": {"scope": "namespaced",
                                                                                     "clusterObserve": False}})
     assert not of_kind(docs, "ClusterRole") and not of_kind(docs, "ClusterRoleBinding")
-    assert len(of_kind(docs, "Role")) == 1
+    assert len(of_kind(docs, "Role")) == 2  # the operator's and the Secrets reader's
+
+
+SECRETS_ROLE = f"{FULLNAME}-secrets"
+
+
+def _secret_readers(docs: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    """(kind, namespace) of every role granting Secrets, each checked to grant only get and to be bound."""
+    found = []
+    for role in of_kind(docs, "Role") + of_kind(docs, "ClusterRole"):
+        rules = rules_of(role)
+        if ("", "secrets") not in rules:
+            continue
+        assert role["metadata"]["name"] == SECRETS_ROLE and rules == {("", "secrets"): {"get"}}
+        namespace = role["metadata"].get("namespace")
+        binding = one([b for b in docs if b["metadata"].get("namespace") == namespace],
+                      f"{role['kind']}Binding", SECRETS_ROLE)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role["kind"],
+                                      "name": SECRETS_ROLE}
+        found.append((role["kind"], namespace))
+    return sorted(found, key=str)
+
+
+def test_secrets_are_readable_only_in_the_watched_namespaces_by_default(helm_binary: Path, tmp_path: Path) -> None:
+    docs = render(helm_binary, tmp_path, {"watchNamespaces": ["team-a", "team-b"]})
+    assert _secret_readers(docs) == [("Role", "team-a"), ("Role", "team-b")]
+
+
+def test_a_cluster_wide_operator_reads_no_secrets_unless_told(helm_binary: Path, tmp_path: Path) -> None:
+    assert _secret_readers(render(helm_binary, tmp_path)) == []
+    listed = render(helm_binary, tmp_path, {"rbac": {"secrets": {"namespaces": ["data"]}}})
+    assert _secret_readers(listed) == [("Role", "data")]
+    opted_in = render(helm_binary, tmp_path, {"rbac": {"secrets": {"clusterWide": True}}})
+    assert _secret_readers(opted_in) == [("ClusterRole", None)]
+    assert _secret_readers(render(helm_binary, tmp_path, {"watchNamespaces": ["a"],
+                                                          "rbac": {"secrets": {"create": False}}})) == []
+
+
+def test_catalog_access_settings_reach_the_operator(helm_binary: Path, tmp_path: Path) -> None:
+    docs = render(helm_binary, tmp_path, {"operator": {"catalogTimeout": "4s",
+                                                       "allowedCatalogUris": ["https://a/", "https://b/"]}})
+    settings, _ = settings_from(docs)
+    assert (settings.catalog_timeout, settings.allowed_catalog_uris) == (4.0, ("https://a/", "https://b/"))
+    default, _ = settings_from(render(helm_binary, tmp_path))
+    assert (default.catalog_timeout, default.allowed_catalog_uris) == (10.0, ())
 
 
 def test_cluster_scope_with_watched_namespaces_uses_namespaced_peering(helm_binary: Path, tmp_path: Path) -> None:
@@ -426,3 +479,31 @@ def test_spark_driver_service_account_cluster_wide_goes_to_the_release_namespace
     driver = [d for d in of_kind(docs, "ServiceAccount") if d["metadata"]["name"] == "icebergsync-spark"]
     assert [d["metadata"]["namespace"] for d in driver] == ["jobs"]
 
+
+
+def test_policy_values_reach_the_operator(helm_binary: Path, tmp_path: Path) -> None:
+    default, _ = settings_from(render(helm_binary, tmp_path))
+    assert default.denied_spark_conf == DEFAULT_DENIED_SPARK_CONF
+    assert (default.allowed_images, default.allowed_service_accounts, default.allowed_spark_conf) == ((), (), ())
+    docs = render(helm_binary, tmp_path, {"policy": {
+        "allowedImages": ["registry.example/data/"], "allowedServiceAccounts": ["icebergsync-spark"],
+        "deniedSparkConf": ["spark.kubernetes.*"], "allowedSparkConf": ["spark.sql.*"]}})
+    settings, _ = settings_from(docs)
+    assert settings.allowed_images == ("registry.example/data/",)
+    assert settings.allowed_service_accounts == ("icebergsync-spark",)
+    assert (settings.denied_spark_conf, settings.allowed_spark_conf) == (("spark.kubernetes.*",), ("spark.sql.*",))
+
+
+def test_network_policy_admits_only_the_metrics_port(helm_binary: Path, tmp_path: Path) -> None:
+    docs = render(helm_binary, tmp_path)
+    policy = one(docs, "NetworkPolicy")
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]
+    monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    scoped = one(render(helm_binary, tmp_path, {"networkPolicy": {"metricsFrom": monitoring}}), "NetworkPolicy")
+    assert scoped["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}], "from": monitoring}]
+    closed = one(render(helm_binary, tmp_path, {"metrics": {"enabled": False}}), "NetworkPolicy")
+    assert closed["spec"]["ingress"] is None or closed["spec"]["ingress"] == []
+    assert not of_kind(render(helm_binary, tmp_path, {"networkPolicy": {"enabled": False}}), "NetworkPolicy")

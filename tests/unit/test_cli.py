@@ -60,3 +60,30 @@ def test_version_names_the_installed_distributions(capsys: pytest.CaptureFixture
     assert capsys.readouterr().out.strip() == (
         f"icebergsync {metadata.version('icebergsync')} (pyspark {metadata.version('pyspark')}, "
         f"Python {'.'.join(map(str, sys.version_info[:3]))})")
+
+
+def test_the_cli_refuses_what_the_crd_refuses(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    spec = {"source": {"generator": {}}, "table": {"name": "db.t"}, "commit": {"pollInterval": "0s"}}
+    with caplog.at_level(logging.ERROR):
+        assert main(["run", write(tmp_path, spec)]) == EXIT_INVALID_SPEC
+    assert "pollInterval must be greater than zero" in caplog.text
+    for version in ("-5", "0", "x"):
+        with pytest.raises(SystemExit) as exited:
+            main(["run", write(tmp_path, spec), "--sink-version", version])
+        assert exited.value.code == 2
+        assert "--sink-version" in capsys.readouterr().err
+
+
+def test_huge_input_is_not_echoed_whole_in_errors(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    huge = "x" * 100_000
+    spec = {"source": {"generator": {}}, "table": {"name": huge}, "commit": {"interval": huge}}
+    with caplog.at_level(logging.ERROR):
+        assert main(["run", write(tmp_path, spec)]) == EXIT_INVALID_SPEC
+    assert "spec.table.name" in caplog.text and "spec.commit.interval" in caplog.text
+    assert "(100002 characters)" in caplog.text
+    assert len(caplog.text) < 2_000
+    with pytest.raises(SystemExit):
+        main(["run", write(tmp_path, spec), "--sink-version", huge])
+    assert len(capsys.readouterr().err) < 2_000

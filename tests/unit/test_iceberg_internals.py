@@ -56,9 +56,11 @@ def test_commit_transaction_commits_once_and_never_rebases(tmp_path: Path) -> No
     transaction = Transaction(fresh)
     with transaction.update_snapshot(snapshot_properties={"p": "1"}).fast_append() as append:
         snapshot_id = iceberg_internals.appended_snapshot_id(append)
+    added = iceberg_internals.added_snapshot(transaction, snapshot_id)
     response = iceberg_internals.commit_transaction(owner, fresh, transaction, AssertTableUUID(uuid=fresh.metadata.table_uuid))
     landed = response.metadata.snapshot_by_id(snapshot_id)
     assert landed is not None and landed.summary is not None and landed.summary["p"] == "1"
+    assert (landed.sequence_number, landed.timestamp_ms) == (added.sequence_number, added.timestamp_ms) == (3, added.timestamp_ms)
     assert response.metadata.current_snapshot_id == snapshot_id
 
 

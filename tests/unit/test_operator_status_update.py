@@ -356,6 +356,21 @@ def test_progress_conflict_exit_stalls_with_its_reason_and_is_not_relaunched() -
     assert "rolled back" in decision.events[0].message and "nothing was written" in decision.events[0].message
 
 
+def test_a_spec_the_policy_refuses_is_stalled_never_launched_and_the_running_app_is_kept() -> None:
+    problems = ("spec.spark.serviceAccount: 'cluster-admin' is not allowed (allowed: spark)",)
+    observation = observe(previous=running_status(), applications=(app(1),), generation=2, policy_problems=problems)
+    decision = decide(observation, SETTINGS)
+    assert decision.launch is None and decision.delete == ()
+    assert decision.status.phase == "Failed"
+    assert cond(decision, "Stalled") == ("True", "PolicyViolation")
+    assert cond(decision, "Ready") == ("False", "PolicyViolation")
+    assert reasons(decision) == ["PolicyViolation"]
+    assert "cluster-admin" in decision.events[0].message
+    assert decide(then(decision, observation), SETTINGS).events == ()
+    allowed = decide(then(decision, observation, generation=3, policy_problems=()), SETTINGS)
+    assert allowed.launch is not None and (allowed.launch.version, allowed.launch.reason) == (2, "Upgraded")
+
+
 UNREACHABLE = TableObservation(error="catalog 'icebergsync' at http://rest is unreachable")
 
 

@@ -48,7 +48,7 @@ class History:
             commit = protocol.parse_commit(self.snapshot(snapshot_id))
             assert commit is not None
             self.properties[protocol.checkpoint_key(commit.writer.sink_id)] = protocol.checkpoint_value(
-                commit.writer, commit.frontier, snapshot_id, source=commit.source)
+                commit.writer, commit.frontier, snapshot_id, source=commit.source, snapshot=self.snapshot(snapshot_id))
         return snapshot_id
 
     def sink(self, writer: Writer, next_id: int, kind: str = protocol.KIND_DATA, **extra: Any) -> int:
@@ -227,6 +227,29 @@ def test_rollback_past_every_own_commit_is_a_conflict_even_when_expiry_cut_the_h
     assert progress.resumed_from == "conflict"
 
 
+def test_rollback_past_every_own_commit_then_their_expiry_is_still_a_conflict() -> None:
+    history = History()
+    before = history.commit({"operation-by": "someone"})
+    first, second = history.sink(ME, 5), history.sink(ME, 8)
+    history.rollback(before)
+    history.commit({"operation-by": "someone"})
+    history.expire(first, second)
+    progress = protocol.read_progress(history.metadata(), SINK)
+    assert progress.resumed_from == "conflict", "the checkpoint's frontier would skip rows main no longer holds"
+    checkpoint = protocol.parse_checkpoint(history.metadata(), SINK)
+    assert checkpoint is not None and (checkpoint.sequence_number, checkpoint.timestamp_ms) == (3, 1_700_000_002_000)
+
+
+def test_a_checkpoint_without_its_snapshots_place_is_trusted_once_the_snapshot_expired() -> None:
+    history = History()
+    before = history.commit({"operation-by": "someone"})
+    written = history.sink(ME, 5)
+    history.properties[protocol.checkpoint_key(SINK)] = protocol.checkpoint_value(ME, {"next_id": 5}, written)
+    history.rollback(before)
+    history.expire(written)
+    assert protocol.read_progress(history.metadata(), SINK).resumed_from == "checkpoint"
+
+
 def test_rollback_to_an_earlier_own_commit_resumes_from_what_main_holds() -> None:
     history = History()
     history.sink(ME, 5)
@@ -259,6 +282,37 @@ def test_is_on_main() -> None:
     assert not protocol.is_on_main(history.metadata(), third)
     assert protocol.is_on_main(history.metadata(), second)
     assert not protocol.is_on_main(history.metadata(), 424242)
+
+
+def test_a_rollback_is_told_from_expiry_of_the_sinks_last_snapshot() -> None:
+    history = History()
+    history.sink(ME, 1)
+    kept = history.sink(ME, 2)
+    history.sink(ME, 3)
+    last = history.commit({"operation-by": "someone"}, checkpoint=False)
+    history.sink(ME, 4)
+    mine = history.head
+    assert mine is not None
+    history.commit({"operation-by": "someone"})
+    mine_snapshot, last_snapshot = history.snapshot(mine), history.snapshot(last)
+    assert not protocol.rolled_back_past(history.metadata(), SINK, mine_snapshot)
+    history.expire(mine)  # expiry of the sink's last snapshot (not the head)
+    assert not protocol.rolled_back_past(history.metadata(), SINK, mine_snapshot)
+    history.rollback(kept)
+    assert protocol.rolled_back_past(history.metadata(), SINK, last_snapshot)
+    history.expire(last)  # the rolled-back snapshots expired too: main still holds an older commit
+    assert protocol.rolled_back_past(history.metadata(), SINK, mine_snapshot)
+
+
+def test_a_rollback_past_every_commit_then_expiry_of_the_last_one_is_told_from_expiry() -> None:
+    history = History()
+    before = history.commit({"operation-by": "someone"})
+    history.sink(ME, 4, protocol.KIND_FENCE)
+    mine = history.sink(ME, 5)
+    mine_snapshot = history.snapshot(mine)
+    history.rollback(before)
+    history.expire(*[s["snapshot-id"] for s in history.snapshots if s["snapshot-id"] != before])
+    assert protocol.rolled_back_past(history.metadata(), SINK, mine_snapshot)
 
 
 # -- the fence decision and the source check ---------------------------------------------------------

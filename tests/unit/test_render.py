@@ -96,13 +96,32 @@ def test_resources_service_account_and_mounts_on_driver_and_executors() -> None:
     assert (driver["cores"], driver["memory"], driver["serviceAccount"]) == (2, "2g", "spark")
     assert (executor["cores"], executor["memory"], executor["instances"]) == (3, "4g", 5)
     assert "instances" not in driver
-    for pod in (driver, executor):
-        assert pod["configMaps"] == [{"name": CONFIGMAP, "path": "/etc/icebergsync/spec"}]
+    for pod, container in ((driver, "spark-kubernetes-driver"), (executor, "spark-kubernetes-executor")):
+        template = pod["template"]["spec"]
+        assert template["volumes"] == [{"name": "icebergsync-spec", "configMap": {"name": CONFIGMAP}}]
+        assert [c["name"] for c in template["containers"]] == [container]
+        assert template["containers"][0]["volumeMounts"] == [
+            {"name": "icebergsync-spec", "mountPath": "/etc/icebergsync/spec", "readOnly": True}]
         assert pod["secrets"] == [
             {"name": "catalog-creds", "path": "/etc/icebergsync/secrets/catalog-creds", "secretType": "Generic"},
             {"name": "kafka-creds", "path": "/etc/icebergsync/secrets/kafka-creds", "secretType": "Generic"},
         ]
         assert pod["labels"]["icebergsync.io/sink-version"] == "4"
+
+
+def test_pods_need_no_spark_operator_webhook() -> None:
+    """Only fields that spark-submit applies by itself: mounts and security context are in the pod
+    templates; the webhook-only fields (configMaps, volumes, securityContext, ...) are unused."""
+    spec = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)["spec"]
+    webhook_only = {"configMaps", "volumeMounts", "securityContext", "podSecurityContext", "env", "envFrom",
+                    "affinity", "tolerations", "sidecars", "initContainers", "hostNetwork", "dnsConfig"}
+    assert "volumes" not in spec
+    for pod in (spec["driver"], spec["executor"]):
+        assert not webhook_only & set(pod)
+        template = pod["template"]["spec"]
+        assert template["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+        assert template["containers"][0]["securityContext"] == {
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def test_spec_image_and_service_account_override_the_settings() -> None:
@@ -215,6 +234,8 @@ def test_default_settings_watch_all_namespaces() -> None:
     settings, _ = parse_settings([], {})
     assert settings == OperatorSettings()
     assert settings.clusterwide
+    assert settings.metrics_address == "127.0.0.1"
+    assert settings.liveness_endpoint == "http://127.0.0.1:8080/healthz"
 
 
 def test_invalid_backoff_settings_are_refused() -> None:

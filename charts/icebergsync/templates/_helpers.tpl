@@ -85,8 +85,8 @@ Only the verbs the operator uses (operator/icebergsync_operator/kube.py and kopf
   - icebergsyncs/finalizers: update, because the SparkApplications/ConfigMaps it creates carry an
     owner reference with blockOwnerDeletion (OwnerReferencesPermissionEnforcement checks this).
   - sparkapplications: kopf lists/watches them (application events); the operator creates and deletes them.
-  - configmaps: one immutable spec ConfigMap per sink version: create, list (by label), delete.
-  - secrets: get, only those a spec's secretRef names (values stay in memory).
+  - configmaps: one immutable spec ConfigMap per sink version: create, get (compare), list (by label), delete.
+  - secrets: not here; see secrets-rbac.yaml (namespaced by default).
   - events: create (the operator's and kopf's events on the IcebergSync).
   - kopf peering objects: get/list/watch/patch (kopf), create (the operator ensures they exist).
 */}}
@@ -106,9 +106,6 @@ Only the verbs the operator uses (operator/icebergsync_operator/kube.py and kopf
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "create", "delete"]
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["get"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]

@@ -1,7 +1,12 @@
-"""A stand-in for the Kubeflow Spark Operator in the e2e tests.
+"""A stand-in for the Kubeflow Spark Operator in the fast e2e tests: no pods, the job as a local process.
+
+The real Spark Operator controller runs in ``tests/e2e/test_spark_operator.py`` (see
+``tests/infra/spark_operator.py``); this stand-in is for tests that need the job to actually run
+and commit, which the bare API server (no nodes) cannot do.
 
 It watches (polls) SparkApplications in one namespace and, for each new one, does what the Spark
-Operator and kubelet would: "mounts" the ConfigMaps and Secrets the application names (written
+Operator and kubelet would: "mounts" the ConfigMap volumes of the driver pod template and the
+Secrets the application names (written
 under a per-application root directory, read through the API), runs the job with the same entry
 point and arguments (``spark_app/main.py``, the empty ``--master`` replaced by ``local[1]``, the
 application's sparkConf as ``--conf``), and reports ``status.applicationState`` through the status
@@ -48,7 +53,7 @@ class Driver:
 
 
 @dataclass
-class SparkOperatorHarness:
+class SparkOperatorStandIn:
     api_client: client.ApiClient
     namespace: str
     work_dir: Path
@@ -65,8 +70,8 @@ class SparkOperatorHarness:
 
     # lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> SparkOperatorHarness:
-        self._thread = threading.Thread(target=self._loop, name="spark-operator-harness", daemon=True)
+    def start(self) -> SparkOperatorStandIn:
+        self._thread = threading.Thread(target=self._loop, name="spark-operator-standin", daemon=True)
         self._thread.start()
         return self
 
@@ -95,7 +100,7 @@ class SparkOperatorHarness:
                 self._tick()
             except Exception as error:  # keep playing; the test sees errors through its assertions
                 self.errors.append(f"{type(error).__name__}: {error}")
-                log.exception("harness tick failed")
+                log.exception("stand-in tick failed")
 
     def _tick(self) -> None:
         items = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"]
@@ -118,9 +123,9 @@ class SparkOperatorHarness:
         root = self.work_dir / name / "root"
         spec = app["spec"]
         driver = spec["driver"]
-        for mount in driver.get("configMaps", []):
-            configmap = self.core.read_namespaced_config_map(mount["name"], self.namespace)
-            _write_files(root, mount["path"], configmap.data or {})
+        for configmap_name, mount_path in _configmap_mounts(driver.get("template") or {}):
+            configmap = self.core.read_namespaced_config_map(configmap_name, self.namespace)
+            _write_files(root, mount_path, configmap.data or {})
         for mount in driver.get("secrets", []):
             secret = self.core.read_namespaced_secret(mount["name"], self.namespace)
             decoded = {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
@@ -161,6 +166,15 @@ def set_application_state(custom: client.CustomObjectsApi, namespace: str, name:
                               "driverInfo": {"podName": f"{name}-driver"}}
     with contextlib.suppress(ApiException):
         custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+
+
+def _configmap_mounts(template: dict[str, Any]) -> list[tuple[str, str]]:
+    """(ConfigMap name, mount path) of every ConfigMap volume mounted in the pod template's containers."""
+    spec = template.get("spec") or {}
+    volumes = {volume["name"]: volume["configMap"]["name"] for volume in spec.get("volumes", [])
+               if "configMap" in volume}
+    return [(volumes[mount["name"]], mount["mountPath"]) for container in spec.get("containers", [])
+            for mount in container.get("volumeMounts", []) if mount["name"] in volumes]
 
 
 def _write_files(root: Path, mount_path: str, files: dict[str, str]) -> None:

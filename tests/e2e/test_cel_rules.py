@@ -1,0 +1,98 @@
+"""The CRD's CEL rules and the pydantic model agree: the same specs, valid and invalid, get the same
+verdict from the real API server (server-side dry run of the generated CRD) and from
+``icebergsync.spec.parse_spec``, and a spec the API server refuses by a CEL rule is refused by the
+model with the same message (the model may name fewer rules: it stops at the first broken object)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from icebergsync.cel_rules import CEL_RULES
+from icebergsync.errors import SpecError
+from icebergsync.spec import parse_spec
+from tests.e2e.conftest import GROUP, PLURAL, VERSION, Kube
+
+CEL_MESSAGES = [rule["message"] for rules in CEL_RULES.values() for rule in rules]
+SCHEMA = [{"name": "id", "type": "long"}]
+FILES = {"files": {"path": "/data"}}
+KAFKA = {"kafka": {"bootstrapServers": "k:9092", "topic": "t"}}
+
+# Spec fields over a valid generator spec, each near a CEL rule: on both sides of it.
+CASES: dict[str, dict[str, Any]] = {
+    "generator alone": {},
+    "no source": {"source": {}},
+    "two sources": {"source": {"generator": {}, **FILES}, "schema": SCHEMA},
+    "files with a schema": {"source": FILES, "schema": SCHEMA},
+    "kafka with a schema": {"source": KAFKA, "schema": SCHEMA},
+    "files without a schema": {"source": FILES},
+    "files with an empty schema": {"source": FILES, "schema": []},
+    "kafka without a schema": {"source": KAFKA},
+    "dead letters into the table itself": {"deadLetter": {"table": "db.trips"}},
+    "dead letters into another table": {"deadLetter": {"table": "db.trips_dead"}},
+    "bucket of width 0": {"table": {"name": "db.trips", "partitionBy": ["bucket(0, id)"]}},
+    "truncate of width 000 with spaces": {"table": {"name": "db.trips", "partitionBy": [" truncate( 000 , vendor)"]}},
+    "bucket of width 16": {"table": {"name": "db.trips", "partitionBy": ["bucket(16, id)", "truncate(4, vendor)"]}},
+    "interval 0s": {"commit": {"interval": "0s"}},
+    "interval 0m0ms": {"commit": {"interval": "0m0ms"}},
+    "interval 0.5s": {"commit": {"interval": "0.5s"}},
+    "interval 1h30m": {"commit": {"interval": "1h30m"}},
+    "poll interval 0ms": {"commit": {"pollInterval": "0ms"}},
+    "poll interval 250ms": {"commit": {"pollInterval": "250ms"}},
+    "target file size 1023": {"commit": {"targetFileSize": "1023"}},
+    "target file size 1023B": {"commit": {"targetFileSize": "1023B"}},
+    "target file size 1K": {"commit": {"targetFileSize": "1K"}},
+    "target file size 0.0009Mi": {"commit": {"targetFileSize": "0.0009Mi"}},
+    "target file size 1024": {"commit": {"targetFileSize": "1024"}},
+    "target file size 1Ki": {"commit": {"targetFileSize": "1Ki"}},
+    "target file size 1.5K": {"commit": {"targetFileSize": "1.5K"}},
+    "target file size 512Mi": {"commit": {"targetFileSize": "512Mi"}},
+}
+
+
+def document(overrides: dict[str, Any]) -> dict[str, Any]:
+    spec = {"source": {"generator": {"totalRows": 10}}, "table": {"name": "db.trips"}, **overrides}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IcebergSync", "metadata": {"name": "cel"}, "spec": spec}
+
+
+def api_server_verdict(kube: Kube, body: dict[str, Any]) -> str | None:
+    """None when the API server accepts the resource, else its message (nothing is stored: dry run)."""
+    try:
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, body, dry_run="All",
+                                                    field_validation="Strict")
+    except client.ApiException as error:
+        assert error.status == 422, error.body
+        return str(json.loads(error.body)["message"])
+    return None
+
+
+def model_verdict(body: dict[str, Any]) -> str | None:
+    """None when the model accepts the document, else its problems."""
+    try:
+        parse_spec(body)
+    except SpecError as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_api_server_and_the_model_agree(kube: Kube, name: str) -> None:
+    body = document(CASES[name])
+    server, model = api_server_verdict(kube, body), model_verdict(body)
+    assert (server is None) == (model is None), f"API server: {server!r}; model: {model!r}"
+    if server is not None and model is not None:
+        refused_by = [message for message in CEL_MESSAGES if message in server]
+        assert refused_by, f"not refused by a CEL rule: {server}"
+        # The model stops at the first broken object, so it may name fewer of the rules than the API server.
+        assert any(message in model for message in refused_by), f"API server: {server!r}; model: {model!r}"
+
+
+def test_every_spec_rule_is_exercised() -> None:
+    bodies = [document(overrides) for overrides in CASES.values()]
+    refused = {message for body in bodies if (problems := model_verdict(body)) for message in CEL_MESSAGES
+               if message in problems}
+    spec_messages = {rule["message"] for path, rules in CEL_RULES.items() if path.startswith("spec") for rule in rules}
+    assert refused == spec_messages
