@@ -1,98 +1,130 @@
-# syntax=docker/dockerfile:1
-#
-# ONE image for both sides of IcebergSync:
-#   * the operator:  `icebergsync-operator`            (the Helm chart's Deployment command)
+# ONE image for every IcebergSync container:
+#   * the operator:  `icebergsync-operator`            (the Helm chart's Deployment args)
 #   * the Spark job: local:///opt/icebergsync/spark_app/main.py
-#                    (mainApplicationFile of every rendered SparkApplication; the Spark Operator
-#                     starts driver and executors through Spark's /opt/entrypoint.sh)
+#                    (mainApplicationFile of every rendered SparkApplication); the Spark Operator's
+#                    driver and executor pods call the image with `driver ...` / `executor ...`,
+#                    which docker/entrypoint.sh (Spark's Kubernetes entrypoint) turns into
+#                    spark-submit / the executor JVM.
+#   * the CLI:       `icebergsync run|status ...`, `icebergsync --version`
 #
-# Spark 4.0.1 (Scala 2.13, Java 17) comes from the official Apache Spark image, the same version as
-# the project's pinned pyspark; Python is the 3.11 line the project is tested on; the Java 17 runtime
-# is Debian's. The Python dependencies are the exact pins of requirements.lock (the runtime closure
-# of pyproject.toml with hashes, checked by tests/unit/test_lock.py). The Kafka connector and the S3A
-# (hadoop-aws) jars are resolved from the same Maven poms the test suite uses
-# (scripts/infra/maven/) and baked into $SPARK_HOME/jars, so they are on every driver's and
-# executor's classpath with no spark.jars download at run time (ICEBERGSYNC_SPARK_JARS_PRESENT=1
-# tells the job so: spark_app/session.py adds no spark.jars.packages).
+# Everything comes from Debian packages, PyPI and Maven Central; nothing is fetched at run time:
+#   Java 17 (openjdk-17-jre-headless) and Python 3.11 from Debian bookworm; a virtualenv holding
+#   exactly requirements.lock (hash-checked) plus the project; Spark = the venv's pyspark
+#   (SPARK_HOME); the Kafka connector and S3A jars of the test suite's Maven poms
+#   (scripts/infra/maven/) baked into Spark's jars/. tini is PID 1; the user is `spark` (uid 185).
 #
-#   docker build -t ghcr.io/icebergsync/icebergsync:0.1.0 .
-
-ARG SPARK_IMAGE=spark:4.0.1-scala2.13-java17-ubuntu
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17
+# Base image (build argument BASE_IMAGE): any Debian bookworm root filesystem.
+#   docker build -t icebergsync:dev .                                  # public debian:bookworm-slim
+#   docker build --build-arg BASE_IMAGE=<local image> --network=host -t icebergsync:dev .
+# scripts/infra/image.sh builds it the second way from a debootstrap base (no registry needed).
+# Extra CA certificates a build machine's TLS proxy needs go in docker/ca-certificates/*.crt: they
+# are trusted by the build stage only, never by the final image.
+ARG BASE_IMAGE=debian:bookworm-slim
 
 # ---------------------------------------------------------------------------------------------
-FROM ${SPARK_IMAGE} AS spark
+# What every container needs at run time.
+FROM ${BASE_IMAGE} AS runtime
+ARG spark_uid=185
+ENV LANG=C.UTF-8 \
+    DEBIAN_FRONTEND=noninteractive
+# tini (PID 1), nss_wrapper (a passwd entry for arbitrary uids, as Spark's image), procps (ps, for
+# Spark's scripts). man1 must exist for the JRE's update-alternatives on minimal roots.
+RUN set -eux; \
+    mkdir -p /usr/share/man/man1; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends \
+      openjdk-17-jre-headless python3 ca-certificates tini libnss-wrapper procps; \
+    ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17; \
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb; \
+    groupadd --system --gid=${spark_uid} spark; \
+    useradd --system --uid=${spark_uid} --gid=spark --home-dir /opt/icebergsync/work-dir --no-create-home spark
 
 # ---------------------------------------------------------------------------------------------
-# Connector jars: the poms' runtime closure minus every artifact Spark already ships (as
-# scripts/infra/services.sh does for the tests).
-FROM ${MAVEN_IMAGE} AS jars
-COPY --from=spark /opt/spark/jars /tmp/spark-jars
+# The virtualenv (the lock, Spark's jars plus the connectors), built with tools the final image
+# does not carry.
+FROM runtime AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+COPY docker/ca-certificates/ /usr/local/share/ca-certificates/
+RUN set -eux; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends python3-venv maven; \
+    update-ca-certificates
+
+# Python dependencies: exactly requirements.lock, every file hash-checked, nothing resolved.
+COPY requirements.lock /opt/icebergsync/requirements.lock
+RUN set -eux; \
+    python3 -m venv /opt/icebergsync/venv; \
+    /opt/icebergsync/venv/bin/pip install --no-deps --require-hashes -r /opt/icebergsync/requirements.lock
+
+# Connector jars: the poms' runtime closure minus every artifact pyspark already ships (the same
+# plugin and filter as scripts/infra/services.sh), into Spark's jars/ so every driver and executor
+# has them on its classpath.
 COPY scripts/infra/maven/kafka-connector.xml scripts/infra/maven/s3a.xml /build/poms/
 RUN set -eux; \
-    spark_ids="$(ls /tmp/spark-jars | sed -E 's/-[0-9][^-]*(-[A-Za-z0-9._]+)?\.jar$//; s/\.jar$//' | sort -u | paste -sd, -)"; \
+    jars=/opt/icebergsync/venv/lib/python3.11/site-packages/pyspark/jars; \
+    spark_ids="$(ls "$jars" | sed -E 's/-[0-9][^-]*(-[A-Za-z0-9._]+)?\.jar$//; s/\.jar$//' | sort -u | paste -sd, -)"; \
     for bundle in kafka-connector s3a; do \
-      mvn -B -q -f "/build/poms/$bundle.xml" \
+      mvn -B -q -Dstyle.color=never -f "/build/poms/$bundle.xml" -Dmaven.repo.local=/build/m2 \
         org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory=/build/jars -Dmdep.overWriteReleases=true \
+        -DincludeScope=runtime -DoutputDirectory="$jars" -Dmdep.overWriteReleases=true \
         -DexcludeArtifactIds="$spark_ids"; \
     done; \
-    ls -l /build/jars
+    rm -rf /build/m2; \
+    test -f "$jars/spark-sql-kafka-0-10_2.13-4.0.1.jar"; \
+    test -f "$jars/hadoop-aws-3.4.1.jar"
+
+RUN /opt/icebergsync/venv/bin/python -m compileall -q /opt/icebergsync/venv
 
 # ---------------------------------------------------------------------------------------------
-FROM ${PYTHON_IMAGE}
+# The project, built as a wheel with the locked build backend (setuptools, wheel from
+# requirements-dev.lock, hash-checked, in a throw-away venv). A stage of its own: a source change
+# rebuilds only this wheel and the small final layers, never the venv layer above.
+FROM build AS wheel
+COPY requirements-dev.lock /build/requirements-dev.lock
+RUN set -eux; \
+    awk '/^[^ #]/ { keep = ($0 ~ /^(setuptools|wheel)==/) } keep' /build/requirements-dev.lock >/build/backend.txt; \
+    python3 -m venv /build/backend; \
+    /build/backend/bin/pip install --no-deps --require-hashes -r /build/backend.txt
+COPY pyproject.toml /build/src/pyproject.toml
+COPY icebergsync /build/src/icebergsync
+COPY spark_app /build/src/spark_app
+COPY operator /build/src/operator
+RUN /build/backend/bin/pip wheel --no-deps --no-build-isolation -w /build/wheels /build/src
 
-ARG spark_uid=185
-ENV SPARK_HOME=/opt/spark \
+# ---------------------------------------------------------------------------------------------
+FROM runtime
+ENV VIRTUAL_ENV=/opt/icebergsync/venv \
+    SPARK_HOME=/opt/icebergsync/venv/lib/python3.11/site-packages/pyspark \
     JAVA_HOME=/usr/lib/jvm/java-17 \
-    PYSPARK_PYTHON=/usr/local/bin/python3 \
-    PYSPARK_DRIVER_PYTHON=/usr/local/bin/python3 \
+    PYSPARK_PYTHON=/opt/icebergsync/venv/bin/python \
+    PYSPARK_DRIVER_PYTHON=/opt/icebergsync/venv/bin/python \
     PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
     ICEBERGSYNC_SPARK_JARS_PRESENT=1
-ENV PATH=${SPARK_HOME}/bin:${PATH}
-
-# What Spark's own image installs for its entrypoint (tini, nss_wrapper for arbitrary uids, ps),
-# plus the Java 17 runtime. The `spark` user (uid 185) as in the official Spark image.
-RUN set -eux; \
-    groupadd --system --gid=${spark_uid} spark; \
-    useradd --system --uid=${spark_uid} --gid=spark --home-dir /nonexistent --no-create-home spark; \
-    apt-get update; \
-    apt-get install -y --no-install-recommends openjdk-17-jre-headless tini libnss-wrapper procps bash; \
-    ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17; \
-    rm -rf /var/lib/apt/lists/*
-
-# Spark itself (jars, bin, python/lib/pyspark.zip) and its Kubernetes entrypoint, from the official image.
-COPY --from=spark --chown=spark:spark /opt/spark /opt/spark
-COPY --from=spark /opt/entrypoint.sh /opt/decom.sh /opt/
-COPY --from=jars /build/jars/ /opt/spark/jars/
-
-# Python dependencies first (exact pins; a layer that changes only with requirements.lock).
-COPY requirements.lock /opt/icebergsync/requirements.lock
-RUN pip install --no-deps --require-hashes -r /opt/icebergsync/requirements.lock
-
-# The project: installed (console scripts icebergsync, icebergsync-operator) and kept as source
-# under /opt/icebergsync, where the SparkApplication's mainApplicationFile points.
-COPY pyproject.toml /opt/icebergsync/pyproject.toml
-COPY icebergsync /opt/icebergsync/icebergsync
+ENV PATH=${VIRTUAL_ENV}/bin:${PATH}
+COPY --from=build /opt/icebergsync/venv /opt/icebergsync/venv
+# The project: installed into the venv without dependencies (they are all there), and its job's
+# sources kept under /opt/icebergsync, where mainApplicationFile points.
+COPY --from=wheel /build/wheels/ /tmp/wheels/
 COPY spark_app /opt/icebergsync/spark_app
-COPY operator /opt/icebergsync/operator
+COPY docker/entrypoint.sh /opt/entrypoint.sh
 RUN set -eux; \
-    pip install --no-deps /opt/icebergsync; \
+    pip install --no-cache-dir --disable-pip-version-check --no-deps /tmp/wheels/icebergsync-*.whl; \
+    rm -rf /tmp/wheels; \
     pip check; \
-    rm -rf /opt/icebergsync/build /opt/icebergsync/*.egg-info; \
-    python -m compileall -q /opt/icebergsync /usr/local/lib/python3.11/site-packages; \
+    python -m compileall -q /opt/icebergsync/spark_app \
+      "$VIRTUAL_ENV"/lib/python3.11/site-packages/icebergsync \
+      "$VIRTUAL_ENV"/lib/python3.11/site-packages/spark_app \
+      "$VIRTUAL_ENV"/lib/python3.11/site-packages/icebergsync_operator; \
+    install -d -o spark -g spark /opt/icebergsync/work-dir; \
+    icebergsync --version; \
     icebergsync-operator --help >/dev/null; \
-    python /opt/icebergsync/spark_app/main.py --help >/dev/null; \
-    test -f /opt/spark/jars/spark-sql-kafka-0-10_2.13-4.0.1.jar; \
-    test -f /opt/spark/jars/hadoop-aws-3.4.1.jar
+    python /opt/icebergsync/spark_app/main.py --help >/dev/null
 
-WORKDIR /opt/spark/work-dir
+WORKDIR /opt/icebergsync/work-dir
 USER 185
-
-# Spark's entrypoint: `driver` / `executor` for the Spark Operator's pods, anything else runs as
-# given (the chart runs `icebergsync-operator`).
-ENTRYPOINT ["/opt/entrypoint.sh"]
-CMD ["icebergsync-operator", "--help"]
+# tini reaps and forwards signals; the entrypoint maps the Spark Operator's `driver` / `executor`
+# calls to Spark and runs anything else as given.
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/entrypoint.sh"]
+CMD ["icebergsync", "--help"]

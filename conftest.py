@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "tests.infra.cluster",
+    "tests.infra.image",
     "tests.infra.kube",
     "tests.infra.services",
     "tests.infra.spark_operator",

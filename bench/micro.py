@@ -30,7 +30,7 @@ from bench.run import parse_count
 
 def batches_of(table: pa.Table, size: int) -> list[pa.RecordBatch]:
     """What a task receives: the declared columns plus the null control columns, ``size`` rows at a time."""
-    from spark_app.writer import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+    from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
 
     out = []
     for offset in range(0, table.num_rows, size):
@@ -86,10 +86,10 @@ def patched(target: Any, name: str, value: Any) -> Iterator[None]:
 
 def split_without_copy(batch: pa.RecordBatch, required: tuple[str, ...]) -> tuple[pa.RecordBatch, pa.Array, pa.Array]:
     """split_dead_letters that returns the batch itself when no row is bad (the common case)."""
-    from spark_app import writer
+    from spark_app.deadletter import ERROR_COLUMN
 
-    if writer.ERROR_COLUMN in batch.schema.names:
-        errors = batch.column(writer.ERROR_COLUMN)
+    if ERROR_COLUMN in batch.schema.names:
+        errors = batch.column(ERROR_COLUMN)
         if errors.null_count == batch.num_rows and all(
             batch.column(n).null_count == 0 for n in required if n in batch.schema.names
         ):

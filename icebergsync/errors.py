@@ -60,6 +60,12 @@ class CatalogUnreachableError(IcebergSyncError):
     exit_status = EXIT_CATALOG_UNREACHABLE
 
 
+class BadInputError(IcebergSyncError):
+    """A record or file cannot be ingested and there is no dead-letter table; nothing of the trigger is committed."""
+
+    exit_status = EXIT_BAD_INPUT
+
+
 class CommitStateUnknownError(IcebergSyncError):
     """A commit's outcome could not be determined even after looking for our snapshot."""
 

@@ -31,13 +31,12 @@ from icebergsync.protocol import Frontier, Writer, encode_json
 from icebergsync.schema import iceberg_schema, plan_evolution
 from icebergsync.spec import IcebergSync, effective_columns
 from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
-from spark_app.deadletter import DEAD_LETTER_SCHEMA
-from spark_app.decode import apply_transform, with_control_columns
+from spark_app.deadletter import DEAD_LETTER_SCHEMA, ERROR_COLUMN, Rejection, with_control_columns
+from spark_app.decode import apply_transform
 from spark_app.faults import crash_point
 from spark_app.sources.base import Source
 from spark_app.sources.registry import make_source
 from spark_app.writer import (
-    ERROR_COLUMN,
     RESULT_SCHEMA,
     TablePlan,
     TaskResult,
@@ -143,7 +142,10 @@ class SyncJob:
             if pending is None or not due:
                 self.stop_requested.wait(commit_settings.poll_seconds)
                 continue
-            output, end = self._stage(source, frontier, pending, plan)
+            output, end, rejection = self._stage(source, frontier, pending, plan)
+            if rejection is not None:
+                committer.discard(output)
+                raise rejection.error()
             crash_point("staged")
             commit = committer.commit(output, end)  # on refusal it deletes what it staged, and only that
             crash_point("committed")
@@ -186,8 +188,13 @@ class SyncJob:
             event_time_column=self.spec.event_time_column,
         )
 
-    def _stage(self, source: Source, frontier: Frontier, pending: Any, plan: WritePlan) -> tuple[TriggerOutput, Frontier]:
-        """Phase 1: read ``[frontier, pending.end)`` and let the executors write it as staged files."""
+    def _stage(self, source: Source, frontier: Frontier, pending: Any,
+               plan: WritePlan) -> tuple[TriggerOutput, Frontier, Rejection | None]:
+        """Phase 1: read ``[frontier, pending.end)`` and let the executors write it as staged files.
+
+        Returns the staged output, the range's end, and the tasks' rejection of bad input when there
+        is no dead-letter table (the caller discards the output then).
+        """
         batch = source.read(frontier, pending)
         frame = batch.frame if ERROR_COLUMN in batch.frame.columns else with_control_columns(batch.frame)
         frame = apply_transform(self.spark, frame, self.spec.transform, self.columns)
@@ -196,8 +203,11 @@ class SyncJob:
             batch.verify()
         output = TriggerOutput(source_lag=batch.lag, source_notes=batch.notes)
         newest_event: int | None = None
+        rejection: Rejection | None = None
         for row in rows:
             result: TaskResult = pickle.loads(row["result"])
+            if result.rejection is not None:
+                rejection = result.rejection if rejection is None else rejection.adding(result.rejection)
             output.records += result.records
             output.dead_letters += result.dead_letters
             for reason, count in result.dead_letter_reasons.items():
@@ -208,7 +218,7 @@ class SyncJob:
                 newest_event = result.max_event_time_us
         if newest_event is not None:
             output.max_event_time = datetime.fromtimestamp(newest_event / 1e6, tz=UTC).isoformat()
-        return output, batch.end
+        return output, batch.end, rejection
 
 
 def install_stop_handlers(stop_requested: threading.Event) -> None:

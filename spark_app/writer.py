@@ -10,12 +10,10 @@ readers until the driver commits it.
 
 from __future__ import annotations
 
-import json
 import pickle
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -30,12 +28,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.typedef import Record
 
+from spark_app.deadletter import Rejection, count_reasons, dead_letter_rows, split_dead_letters
 from spark_app.iceberg_internals import footer_statistics, new_data_location, partition_value
 
-ERROR_COLUMN = "_isync_error"
-RAW_COLUMN = "_isync_raw"
-POSITION_COLUMN = "_isync_position"
-CONTROL_COLUMNS = (ERROR_COLUMN, RAW_COLUMN, POSITION_COLUMN)
 RESULT_SCHEMA = "result binary"
 
 _MIN_ROW_GROUP_BYTES = 256 * 1024
@@ -91,6 +86,7 @@ class TaskResult:
     dead_letters: int = 0
     max_event_time_us: int | None = None
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+    rejection: Rejection | None = None  # set instead of writing anything when there is no dead-letter table
 
 
 def _partition_fields(plan: TablePlan) -> list[tuple[str, Any, Any]]:
@@ -310,47 +306,6 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=target)
 
 
-def split_dead_letters(batch: pa.RecordBatch, required: tuple[str, ...]) -> tuple[pa.RecordBatch, pa.Array, pa.Array]:
-    """Return (good rows, mask of bad rows, reasons) where reasons explain each bad row.
-
-    The common case, a batch without a bad row, is returned as it is (no copy).
-    """
-    reasons = batch.column(ERROR_COLUMN) if ERROR_COLUMN in batch.schema.names else pa.nulls(batch.num_rows, pa.string())
-    present = [name for name in required if name in batch.schema.names]
-    if reasons.null_count == batch.num_rows and all(batch.column(name).null_count == 0 for name in present):
-        return batch, pa.repeat(pa.scalar(False), batch.num_rows), reasons
-    for name in present:
-        missing = pc.is_null(batch.column(name))
-        reasons = pc.if_else(
-            pc.and_(missing, pc.is_null(reasons)), pa.scalar(f"required field {name} is missing or null"), reasons
-        )
-    bad = pc.is_valid(reasons)
-    return batch.filter(pc.invert(bad)), bad, reasons
-
-
-def _row_payloads(batch: pa.RecordBatch) -> list[str]:
-    data = batch.drop_columns([name for name in CONTROL_COLUMNS if name in batch.schema.names])
-    return [json.dumps(row, default=str, sort_keys=True) for row in data.to_pylist()]
-
-
-def dead_letter_rows(plan: WritePlan, batch: pa.RecordBatch, bad: pa.Array, reasons: pa.Array) -> pa.Table:
-    """Rows for the dead-letter table: sink, payload (raw record, or the row as JSON), reason, position, time."""
-    rows = batch.filter(bad)
-    raw = rows.column(RAW_COLUMN) if RAW_COLUMN in rows.schema.names else pa.nulls(rows.num_rows, pa.string())
-    fallback = pa.array(_row_payloads(rows), pa.string())
-    payload = pc.if_else(pc.is_valid(raw), pc.cast(raw, pa.string()), fallback)
-    position = rows.column(POSITION_COLUMN) if POSITION_COLUMN in rows.schema.names else pa.nulls(rows.num_rows, pa.string())
-    now = datetime.now(UTC)
-    return pa.table({
-        "sink_id": pa.array([plan.sink_id] * rows.num_rows, pa.string()),
-        "sink_version": pa.array([plan.sink_version] * rows.num_rows, pa.int64()),
-        "payload": payload,
-        "reason": reasons.filter(bad),
-        "position": pc.cast(position, pa.string()),
-        "failed_at": pa.array([now] * rows.num_rows, pa.timestamp("us", tz="UTC")),
-    })
-
-
 def stage_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch], task_id: str) -> TaskResult:
     """Write one task's rows; on any error delete what it wrote and re-raise."""
     prefix = f"{plan.file_prefix}-{task_id}"
@@ -366,16 +321,14 @@ def stage_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch], task_id:
         for batch in batches:
             good, bad, reasons = split_dead_letters(batch, plan.required_columns)
             bad_count = batch.num_rows - good.num_rows
-            if bad_count:
-                if dead_writer is None or dead_schema is None:
-                    first = reasons.filter(bad)[0].as_py()
-                    raise ValueError(
-                        f"{bad_count} record(s) failed validation (first: {first}) and spec.deadLetter is not set"
-                    )
-                rows = dead_letter_rows(plan, batch, bad, reasons)
-                for reason in rows.column("reason").to_pylist():
-                    key = reason.split(":", 1)[0][:80]
-                    result.dead_letter_reasons[key] = result.dead_letter_reasons.get(key, 0) + 1
+            if bad_count and (dead_writer is None or dead_schema is None):
+                rejection = Rejection.first(batch, bad, reasons)
+                result.rejection = rejection if result.rejection is None else result.rejection.adding(rejection)
+            if result.rejection is not None:
+                continue  # nothing of this trigger will be committed: only count the bad records
+            if bad_count and dead_writer is not None and dead_schema is not None:
+                rows = dead_letter_rows(plan.sink_id, plan.sink_version, batch, bad, reasons)
+                count_reasons(rows.column("reason").to_pylist(), result.dead_letter_reasons)
                 dead_writer.write(pa.concat_tables([conform(rb, dead_schema) for rb in rows.to_batches()]))
                 result.dead_letters += bad_count
             if good.num_rows:
@@ -385,6 +338,9 @@ def stage_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch], task_id:
                     if newest is not None and (result.max_event_time_us is None or newest > result.max_event_time_us):
                         result.max_event_time_us = newest
                 data_writer.write(conform(good, data_schema))
+        if result.rejection is not None:
+            data_writer.abort()
+            return TaskResult(rejection=result.rejection)
         result.files = [StagedFile("data", data_file) for data_file in data_writer.finish()]
         if dead_writer is not None:
             result.files += [StagedFile("dead_letter", data_file) for data_file in dead_writer.finish()]

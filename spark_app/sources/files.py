@@ -12,19 +12,26 @@ or dropped silently.
 from __future__ import annotations
 
 import logging
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO, load_file_io
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from icebergsync.catalog import read_secret, resolve_env
 from icebergsync.protocol import Frontier, SourceIdentity, encode_json
-from icebergsync.schema import spark_ddl
+from icebergsync.schema import spark_type
+from icebergsync.spec import Column as SpecColumn
 from icebergsync.storage import StoredFile, list_files, normalize
-from spark_app.decode import CORRUPT, conform_columns, decode_json
+from spark_app.deadletter import POSITION_COLUMN, whole_input_rows
+from spark_app.decode import conform_columns, decode_csv, decode_json
 from spark_app.sources.base import Pending, Source, SourceBatch
-from spark_app.writer import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+from spark_app.sources.file_lines import LineReading, read_lines
 
 log = logging.getLogger("icebergsync.source.files")
 
@@ -71,6 +78,13 @@ class FilesSource(Source):
             for key, value in s3a_settings(self._io_properties).items():
                 hadoop.set(key, value)
         self._reported_late: set[str] = set()
+        self._io_root = self._root.replace("s3a://", "s3://", 1)
+        self._file_io: FileIO | None = None
+
+    def _io(self, uri: str) -> FileIO:
+        if self._file_io is None:
+            self._file_io = load_file_io(self._io_properties, uri)
+        return self._file_io
 
     def initial_frontier(self) -> Frontier:
         return {"after": ""}
@@ -87,8 +101,7 @@ class FilesSource(Source):
         return normalize(stored.uri)[len(normalize(self._root)):].lstrip("/")
 
     def _listing(self) -> list[tuple[str, StoredFile]]:
-        root = self._root.replace("s3a://", "s3://", 1)
-        files = [(self._relative(f), f) for f in list_files(root, self._io_properties)]
+        files = [(self._relative(f), f) for f in list_files(self._io_root, self._io_properties)]
         visible = [(rel, f) for rel, f in files if not any(part.startswith((".", "_")) for part in rel.split("/"))]
         return sorted(visible, key=lambda item: item[0])
 
@@ -121,34 +134,64 @@ class FilesSource(Source):
 
     def read(self, frontier: Frontier, pending: Pending) -> SourceBatch:
         names = list(pending.end["files"])
-        paths = [spark_path(f"{self._root}/{name}") for name in names]
+        uris = [f"{self._io_root}/{name}" for name in names]
         columns = list(self.spec.schema_)
-        position = F.to_json(F.struct(F.col("_metadata.file_path").alias("file")))
-        reader = self.spark.read
         frame: DataFrame
-        if self.settings.format == "json":
-            lines = reader.text(paths).select("value", F.col("_metadata.file_path").alias("_file"))
-            lines = lines.where(F.length(F.trim(F.col("value"))) > 0)
-            frame = decode_json(lines, "value", columns, F.to_json(F.struct(F.col("_file").alias("file"))))
-        elif self.settings.format == "csv":
-            schema = f"{spark_ddl(columns)}, `{CORRUPT}` string"
-            rows = reader.csv(paths, schema=schema, header=self.settings.csv_header, mode="PERMISSIVE",
-                              columnNameOfCorruptRecord=CORRUPT, enforceSchema=False)
-            frame = rows.select(
-                *[F.col(f"`{c.name}`") for c in columns],
-                F.when(F.col(CORRUPT).isNotNull(), F.lit("CSV row does not match the schema")).alias(ERROR_COLUMN),
-                F.col(CORRUPT).alias(RAW_COLUMN),
-                position.alias(POSITION_COLUMN),
-            )
+        if self.settings.format == "parquet":
+            frame = self._read_parquet(uris, columns)
         else:
-            rows = reader.parquet(*paths)
-            frame = conform_columns(
-                rows.select(*[F.col(f"`{name}`") for name in rows.columns if name in {c.name for c in columns}],
-                            position.alias(POSITION_COLUMN)),
-                columns, "the Parquet files",
-            )
+            header = tuple(c.name for c in columns) if self.settings.format == "csv" and self.settings.csv_header else None
+            lines = read_lines(self.spark, uris, LineReading(self._io_properties, header),
+                               self.parallelism(pending.estimated_bytes))
+            decode = decode_csv if self.settings.format == "csv" else decode_json
+            frame = decode(lines, "value", columns, F.to_json(F.struct(F.col("file"), F.col("line"))))
         # Keep only the relative path as the frontier; the file list is this commit's detail.
         end = {"after": pending.end["after"]}
         notes = dict(pending.notes or {})
         notes["files"] = encode_json(names) if len(names) <= 50 else f"{len(names)} files"
         return SourceBatch(frame=frame, end=end, lag=pending.lag, notes=notes)
+
+    def _read_parquet(self, uris: list[str], columns: list[SpecColumn]) -> DataFrame:
+        """Read the Parquet files, one Spark read per distinct file schema (no schema merging across files);
+        a file that is not Parquet, has a column the spec does not declare, or a column that cannot be
+        cast to its declared type becomes ONE dead letter instead of failing the trigger."""
+        declared = {c.name: c for c in columns}
+        failures: list[tuple[str, dict[str, object]]] = []
+        groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+        for uri in uris:
+            try:
+                with self._io(uri).new_input(uri).open() as stream:
+                    schema = pq.read_schema(stream)
+            except pa.ArrowInvalid as exc:
+                failures.append((f"not a Parquet file: {exc}", {"file": uri}))
+                continue
+            unknown = [name for name in schema.names if name not in declared]
+            if unknown:
+                failures.append((f"Parquet file has columns that spec.schema does not declare: {unknown}", {"file": uri}))
+                continue
+            groups.setdefault(tuple((f.name, str(f.type)) for f in schema), []).append(uri)
+        frames = []
+        for group, members in groups.items():
+            rows = self.spark.read.parquet(*[spark_path(uri) for uri in members])
+            position = F.to_json(F.struct(F.col("_metadata.file_path").alias("file"),
+                                          F.col("_metadata.row_index").alias("row")))
+            mismatched = [problem for name, _ in group if (problem := _cast_problem(rows, declared[name])) is not None]
+            if mismatched:
+                failures += [(f"Parquet column(s) cannot be read as declared: {'; '.join(mismatched)}", {"file": uri})
+                             for uri in members]
+                continue
+            frames.append(conform_columns(
+                rows.select(*[F.col(f"`{name}`") for name, _ in group], position.alias(POSITION_COLUMN)),
+                columns, "the Parquet files"))
+        if failures:
+            frames.append(whole_input_rows(self.spark, columns, failures))
+        return reduce(DataFrame.unionByName, frames)
+
+
+def _cast_problem(frame: DataFrame, column: SpecColumn) -> str | None:
+    """Why a column of ``frame`` cannot be cast to the declared type at all (values that do not fit are per-row errors)."""
+    try:
+        frame.select(F.col(f"`{column.name}`").try_cast(spark_type(column.type))).schema  # noqa: B018 - analyse only
+    except AnalysisException:
+        return f"{column.name} is {frame.schema[column.name].dataType.simpleString()}, not a {column.type}"
+    return None

@@ -9,6 +9,11 @@ committed to Kafka: the connector reads with a throwaway group id and never comm
   and ``offset`` columns, gathered in the same pass with ``Dataset.observe``): no record outside the
   range, and offsets inside it that carry no record (compaction, transaction markers) are counted
   in the commit's ``icebergsync.source-notes``.
+* Transactions: both the offset lookup and the reader use ``isolation.level=read_committed``, so
+  records of aborted transactions are never read, and the end offset of a partition is its last
+  stable offset: an open transaction holds the frontier back until it commits or aborts. Aborted
+  records and commit markers are offsets without records (gaps) inside a range, never data loss.
+  ``options: {kafka.isolation.level: read_uncommitted}`` reads everything instead.
 * A partition missing from the frontier (added to the topic later, or never seen) starts at its
   earliest offset.
 * A frontier offset below the partition's earliest offset means the broker deleted records the
@@ -46,6 +51,8 @@ ESTIMATED_BYTES_PER_RECORD = 64  # staged Parquet bytes per decoded record: only
 OFFSET_TIMEOUT_SECONDS = 60
 METADATA_MAX_AGE_MS = "10000"  # how soon a partition added to a topic is seen (Kafka's default is 5 min)
 OBSERVATION_WAIT_SECONDS = 120.0
+# Records of aborted or still open transactions are never read; the end offsets are the last stable offsets.
+ISOLATION_LEVEL = "read_committed"
 # Options of Spark's Kafka source (not consumer settings) a spec may pass through.
 SPARK_OPTIONS = {
     "minPartitions", "maxRecordsPerPartition", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
@@ -125,6 +132,7 @@ class OffsetLookup:
         self._jvm = spark.sparkContext._jvm
         self._settings = {
             "metadata.max.age.ms": METADATA_MAX_AGE_MS,
+            "isolation.level": ISOLATION_LEVEL,
             **{key.removeprefix("kafka."): value for key, value in options.items() if key.startswith("kafka.")},
             "bootstrap.servers": bootstrap,
             "enable.auto.commit": "false",
@@ -309,6 +317,7 @@ class KafkaSource(Source):
         raw = (
             self.spark.read.format("kafka")
             .option("kafka.bootstrap.servers", self.settings.bootstrap_servers)
+            .option("kafka.isolation.level", ISOLATION_LEVEL)
             .options(**self.options)
             .option("assign", json.dumps(assign))
             .option("startingOffsets", json.dumps(as_frontier({tp: r[0] for tp, r in ranges.items()})))

@@ -2,9 +2,9 @@
 
 Both operators run as processes against the real test API server. That server has no nodes:
 the controller's spark-submit creates the driver pod, which is never scheduled. The test plays
-the kubelet only where one is missing (it reports the driver container running through the pod
-status subresource); everything else -- submission, the driver pod, application states -- is
-the real controller's doing, read back from the API.
+the kubelet only where one is missing (it reports the driver container running, then exited,
+through the pod status subresource); everything else -- submission, the driver pod, application
+states and their messages -- is the real controller's doing, read back from the API.
 """
 
 from __future__ import annotations
@@ -52,15 +52,20 @@ def _wait_state(kube: Kube, controller: SparkOperatorController, name: str, stat
     return wait_for(f"{name} to be {state}", reached, timeout=timeout)
 
 
-def _report_driver_running(kube: Kube, pod: client.V1Pod) -> None:
-    """What the kubelet would write once the driver container started (this tier has no kubelet)."""
+def _report_driver(kube: Kube, pod: client.V1Pod, exit_code: int | None = None) -> None:
+    """What the kubelet would write (this tier has none): the driver container running, or, with
+    ``exit_code``, terminated with that code."""
     container = pod.spec.containers[0]
+    running = exit_code is None
+    state: dict[str, Any] = (
+        {"running": {"startedAt": "2026-01-01T00:00:00Z"}} if running else
+        {"terminated": {"exitCode": exit_code, "reason": "Error" if exit_code else "Completed",
+                        "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:01:00Z"}})
     kube.core.patch_namespaced_pod_status(pod.metadata.name, kube.namespace, {"status": {
-        "phase": "Running",
-        "conditions": [{"type": "Ready", "status": "True"}],
+        "phase": "Running" if running else ("Succeeded" if exit_code == 0 else "Failed"),
+        "conditions": [{"type": "Ready", "status": "True" if running else "False"}],
         "containerStatuses": [{"name": container.name, "image": container.image, "imageID": "",
-                               "ready": True, "restartCount": 0, "started": True,
-                               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}],
+                               "ready": running, "restartCount": 0, "started": running, "state": state}],
     }})
 
 
@@ -73,7 +78,7 @@ def test_real_spark_operator_submits_what_the_operator_renders(
         metadata=client.V1ObjectMeta(name="catalog-creds"), string_data={"token": "s3cr3t-value"}))
     controller = spark_operator([kube.namespace])
     kube.create_sync("orders", _spec(warehouse))
-    start_operator()
+    operator = start_operator()
 
     app = _wait_state(kube, controller, "orders-v1", "SUBMITTED", timeout=SUBMIT_SECONDS)
     assert controller.alive(), controller.log_tail()
@@ -126,10 +131,22 @@ def test_real_spark_operator_submits_what_the_operator_renders(
 
     # The driver container starts: the real controller moves the application to RUNNING, and
     # the IcebergSync operator reports it.
-    _report_driver_running(kube, pod)
+    _report_driver(kube, pod)
     app = _wait_state(kube, controller, "orders-v1", "RUNNING")
     assert app["status"]["driverInfo"]["podName"] == pod_name
     kube.wait_status("orders", "running", lambda s: s.get("phase") == "Running")
+
+    # The driver exits with the fenced status (75): the controller fails the application with its
+    # own message, which the IcebergSync operator reads as fenced and does not relaunch.
+    _report_driver(kube, pod, exit_code=75)
+    app = _wait_state(kube, controller, "orders-v1", "FAILED")
+    assert app["status"]["applicationState"]["errorMessage"] == \
+        "driver container failed with ExitCode: 75, Reason: Error"
+    kube.wait_status("orders", "fenced", lambda s: s.get("phase") == "Failed"
+                     and any(c["reason"] == "Fenced" for c in s["conditions"]))
+    operator.wait_reconciles(3)
+    assert set(kube.applications()) == {"orders-v1"}
+    assert kube.status("orders")["sinkVersion"] == 1
 
     # Deleting the sync deletes the application (and its spec ConfigMap). Its pods are then the
     # garbage collector's: this tier has none, so what is asserted here is that the driver pod is

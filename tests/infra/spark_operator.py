@@ -66,6 +66,11 @@ class SparkOperatorController:
     log: Path
     _proc: _Proc
 
+    @property
+    def pid(self) -> int:
+        """The ``timeout`` wrapper's pid; the controller process is its child."""
+        return self._proc.popen.pid
+
     def alive(self) -> bool:
         return self._proc.alive()
 

@@ -1,15 +1,18 @@
-"""The Dockerfile, checked without a Docker engine (there is none here; the image is not built).
+"""The Dockerfile and the image's entrypoint, checked without building (tests/cluster/test_image.py
+builds and runs the image).
 
-What can be checked is: every file it copies from the build context exists and passes
-.dockerignore; the pinned versions agree with the project's (Spark = pyspark, Python line, the
-connector jars' Maven poms are the test suite's own, the Python pins are installed from
-requirements.lock with hashes, see test_lock.py); the entry points it and the chart name exist,
-agree with render.py's constants, and start; the final user is not root.
+Checked here: every file it copies from the build context exists and passes .dockerignore; every
+stage starts from the BASE_IMAGE argument (public debian:bookworm-slim by default) or an earlier
+stage; its pins agree with the project's (Python line, Spark = the venv's pyspark, the connector
+jars' Maven poms and filter are the test suite's, the lock and the build backend are installed
+with hashes); the entry points it and the chart name exist and start; the final user is uid 185;
+tini is PID 1; docker/entrypoint.sh maps the Spark Operator's `driver` / `executor` calls.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shlex
 import subprocess
@@ -17,20 +20,18 @@ import sys
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from xml.etree import ElementTree
 
 import pytest
 import yaml
 from icebergsync_operator.constants import MAIN_APPLICATION_FILE
-from icebergsync_operator.settings import DEFAULT_SPARK_VERSION
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "Dockerfile"
-POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+ENTRYPOINT = REPO_ROOT / "docker" / "entrypoint.sh"
+VENV = "/opt/icebergsync/venv"
+PYTHON_LINE = f"python{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -40,7 +41,7 @@ POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
 @dataclass(frozen=True)
 class Instruction:
-    stage: int  #: index of the FROM this instruction belongs to
+    stage: int  #: index of the FROM this instruction belongs to (-1: global ARGs)
     keyword: str
     args: str
 
@@ -48,15 +49,12 @@ class Instruction:
         return shlex.split(self.args)
 
 
-def instructions(text: str | None = None) -> list[Instruction]:
-    text = DOCKERFILE.read_text() if text is None else text
+def instructions() -> list[Instruction]:
     logical: list[str] = []
     buffer = ""
-    for line in text.splitlines():
+    for line in DOCKERFILE.read_text().splitlines():
         stripped = line.strip()
-        if not buffer and (not stripped or stripped.startswith("#")):
-            continue
-        if buffer and stripped.startswith("#"):
+        if not stripped or stripped.startswith("#"):
             continue
         if stripped.endswith("\\"):
             buffer += stripped[:-1] + " "
@@ -73,26 +71,26 @@ def instructions(text: str | None = None) -> list[Instruction]:
     return result
 
 
-def build_args() -> dict[str, str]:
-    """Global ARG defaults (those before the first FROM)."""
-    return dict(i.args.split("=", 1) for i in instructions() if i.keyword == "ARG" and i.stage < 0 and "=" in i.args)
-
-
 def stages() -> list[tuple[str, str | None]]:
-    """(image, alias) of each FROM, with ${ARG}s substituted."""
-    args = build_args()
+    """(image, alias) of each FROM, as written."""
     result = []
     for i in instructions():
         if i.keyword == "FROM":
             words = i.words()
-            image = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], words[0])
-            alias = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
-            result.append((image, alias))
+            result.append((words[0], words[2] if len(words) >= 3 and words[1].upper() == "AS" else None))
     return result
 
 
 def final_stage() -> int:
     return len(stages()) - 1
+
+
+def of_stage(keyword: str, stage: int) -> list[Instruction]:
+    return [i for i in instructions() if i.keyword == keyword and i.stage == stage]
+
+
+def stage_index(alias: str) -> int:
+    return [a for _, a in stages()].index(alias)
 
 
 def copies() -> Iterator[tuple[Instruction, list[str], str, dict[str, str]]]:
@@ -108,8 +106,21 @@ def copies() -> Iterator[tuple[Instruction, list[str], str, dict[str, str]]]:
         yield i, words[:-1], words[-1], flags
 
 
-def context_copies() -> list[tuple[Instruction, list[str], str]]:
-    return [(i, src, dest) for i, src, dest, flags in copies() if "from" not in flags]
+def context_sources(stage: int | None = None) -> list[str]:
+    return [src for i, srcs, _, flags in copies() if "from" not in flags and stage in (None, i.stage) for src in srcs]
+
+
+def env_of_final_stage() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for i in of_stage("ENV", final_stage()):
+        for word in i.words():
+            key, _, value = word.partition("=")
+            env[key] = value
+    return env
+
+
+def runs(stage: int) -> str:
+    return "\n".join(i.args for i in of_stage("RUN", stage))
 
 
 def dockerignore_allows(path: str) -> bool:
@@ -122,179 +133,196 @@ def dockerignore_allows(path: str) -> bool:
         negate = pattern.startswith("!")
         pattern = pattern.lstrip("!").rstrip("/")
         candidates = [path] + [str(Path(*Path(path).parts[:n])) for n in range(1, len(Path(path).parts))]
-        regex = fnmatch.translate(pattern.replace("**/", "*")).replace(".*", "[^/]*") if "**" not in pattern \
-            else fnmatch.translate(pattern.replace("**/", "*"))
+        if "**" in pattern:
+            regex = fnmatch.translate(pattern.replace("**/", "*"))
+        else:
+            regex = fnmatch.translate(pattern).replace(".*", "[^/]*")
         if any(re.match(regex, candidate) for candidate in candidates):
             allowed = negate
     return allowed
-
-
-def pom_dependencies(pom: Path) -> dict[str, str]:
-    root = ElementTree.parse(pom).getroot()
-    deps = root.findall("m:dependencies/m:dependency", POM_NS)
-    return {d.findtext("m:artifactId", namespaces=POM_NS) or "": d.findtext("m:version", namespaces=POM_NS) or ""
-            for d in deps}
 
 
 def pyproject() -> dict[str, object]:
     return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 
 
-def pinned_dependencies() -> dict[str, str]:
-    """pyproject's [project].dependencies: canonical name -> pinned version (all use ==)."""
-    pins: dict[str, str] = {}
-    for text in pyproject()["project"]["dependencies"]:  # type: ignore[index]
-        requirement = Requirement(text)
-        (spec,) = requirement.specifier
-        assert spec.operator == "==", f"{text}: the image needs exact pins"
-        pins[canonicalize_name(requirement.name)] = spec.version
-    return pins
-
-
 # ------------------------------------------------------------------------------------------------
-# tests
+# the build
 # ------------------------------------------------------------------------------------------------
 
 
 def test_every_copied_context_file_exists_and_is_not_ignored() -> None:
-    sources = [src for _, srcs, _ in context_copies() for src in srcs]
+    sources = context_sources()
     assert sources, "the Dockerfile copies nothing from the build context?"
     for src in sources:
         assert (REPO_ROOT / src).exists(), f"COPY {src}: no such file in the repository"
-        assert dockerignore_allows(src), f"COPY {src}: excluded by .dockerignore"
-        if (REPO_ROOT / src).is_dir():
+        assert dockerignore_allows(src.rstrip("/")), f"COPY {src}: excluded by .dockerignore"
+        if (REPO_ROOT / src).is_dir() and src.rstrip("/") != "docker/ca-certificates":
             python_files = [p.relative_to(REPO_ROOT) for p in (REPO_ROOT / src).rglob("*.py")]
             assert python_files and all(dockerignore_allows(str(p)) for p in python_files)
     # Nothing else is sent: the tests, caches and the virtualenv stay out of the context.
     for path in ("tests/unit/test_dockerfile.py", ".venv/bin/python", "README.md", ".icebergsync/catalog.db",
-                 "icebergsync/__pycache__/spec.cpython-311.pyc"):
+                 "icebergsync/__pycache__/spec.cpython-311.pyc", "docs/image.md"):
         assert not dockerignore_allows(path), path
 
 
-def test_copy_from_names_earlier_stages() -> None:
+def test_every_stage_starts_from_the_base_argument_or_an_earlier_stage() -> None:
+    global_args = [i.args for i in instructions() if i.stage < 0]
+    assert global_args == ["BASE_IMAGE=debian:bookworm-slim"], "users build from the public Debian base"
+    images = [image for image, _ in stages()]
     aliases = [alias for _, alias in stages()]
+    assert images[0] == "${BASE_IMAGE}"
+    for index, image in enumerate(images[1:], start=1):
+        assert image in aliases[:index], f"stage {index} starts from {image}, not the base or an earlier stage"
     for instruction, _, _, flags in copies():
         if "from" in flags:
             assert flags["from"] in aliases[: instruction.stage], f"COPY --from={flags['from']} before its stage"
 
 
-def test_spark_base_matches_pyspark() -> None:
-    spark_version = pinned_dependencies()["pyspark"]
-    images = [image for image, alias in stages() if alias == "spark"]
-    assert images == [f"spark:{spark_version}-scala2.13-java17-ubuntu"], "official Apache Spark image, same version"
-    assert spark_version == DEFAULT_SPARK_VERSION  # the SparkApplications' sparkVersion
-    chart_values = yaml.safe_load((REPO_ROOT / "charts" / "icebergsync" / "values.yaml").read_text())
-    assert chart_values["sparkVersion"] == spark_version
-    # Scala 2.13: the connector artifacts carry the same suffix as pyspark's own jars.
-    jars = {p.name for p in Path(str(metadata.distribution("pyspark").locate_file("pyspark/jars"))).iterdir()}
-    assert f"spark-core_2.13-{spark_version}.jar" in jars
-
-
-def test_python_line_is_the_tested_one() -> None:
-    image, _ = stages()[final_stage()]
-    match = re.fullmatch(r"python:(\d+)\.(\d+)-slim-bookworm", image)
-    assert match, f"final stage should be an official python image, got {image}"
-    version = (int(match.group(1)), int(match.group(2)))
-    assert version == sys.version_info[:2], "the image's Python should be the one .venv is tested with"
+def test_java_17_and_the_tested_python_line_come_from_debian() -> None:
+    runtime = runs(stage_index("runtime"))
+    assert "openjdk-17-jre-headless" in runtime and "python3 " in runtime
+    # bookworm's python3 is 3.11: the line the project is locked and tested for.
+    assert PYTHON_LINE == "python3.11"
     requires = str(pyproject()["project"]["requires-python"])  # type: ignore[index]
     from packaging.specifiers import SpecifierSet
 
-    assert SpecifierSet(requires).contains(f"{version[0]}.{version[1]}")
-    # The compileall path of the RUN step names the same version.
-    assert f"/usr/local/lib/python{version[0]}.{version[1]}/site-packages" in DOCKERFILE.read_text()
+    assert SpecifierSet(requires).contains("3.11")
+    assert env_of_final_stage()["SPARK_HOME"] == f"{VENV}/lib/{PYTHON_LINE}/site-packages/pyspark"
 
 
-def test_connector_jars_come_from_the_test_suite_poms() -> None:
-    sources = {src for _, srcs, _ in context_copies() for src in srcs}
-    poms = {"scripts/infra/maven/kafka-connector.xml", "scripts/infra/maven/s3a.xml"}
-    assert poms <= sources
-    spark_version = pinned_dependencies()["pyspark"]
-    kafka = pom_dependencies(REPO_ROOT / "scripts/infra/maven/kafka-connector.xml")
-    assert kafka == {"spark-sql-kafka-0-10_2.13": spark_version}
-    hadoop = pom_dependencies(REPO_ROOT / "scripts/infra/maven/s3a.xml")
-    jars = {p.name for p in Path(str(metadata.distribution("pyspark").locate_file("pyspark/jars"))).iterdir()}
-    assert f"hadoop-client-api-{hadoop['hadoop-aws']}.jar" in jars, "hadoop-aws must match Spark's Hadoop"
-    text = DOCKERFILE.read_text()
-    # The same plugin and filtering as scripts/infra/services.sh, and the build proves the jars are there.
-    services = (REPO_ROOT / "scripts/infra/services.sh").read_text()
-    assert "maven-dependency-plugin:3.8.1:copy-dependencies" in text and "maven-dependency-plugin:3.8.1" in services
-    assert f"spark-sql-kafka-0-10_2.13-{spark_version}.jar" in text
-    assert f"hadoop-aws-{hadoop['hadoop-aws']}.jar" in text
-    assert any(dest == "/opt/spark/jars/" and flags.get("from") == "jars" for _, _, dest, flags in copies())
-
-
-def env_of_final_stage() -> dict[str, str]:
-    env: dict[str, str] = {}
-    for i in instructions():
-        if i.keyword == "ENV" and i.stage == final_stage():
-            for word in i.words():
-                key, _, value = word.partition("=")
-                env[key] = value
-    return env
-
-
-def test_image_tells_the_job_that_the_connector_jars_are_baked() -> None:
-    from spark_app.session import JARS_PRESENT_ENV, KAFKA_CONNECTOR
-
-    assert env_of_final_stage()[JARS_PRESENT_ENV] in ("1", "true", "yes")
-    assert KAFKA_CONNECTOR.split(":")[1] + "-" + pinned_dependencies()["pyspark"] + ".jar" in DOCKERFILE.read_text()
+def test_the_venv_is_the_lock_with_hashes_then_the_project_without_dependencies() -> None:
+    build = runs(stage_index("build"))
+    assert f"{VENV}/bin/pip install --no-deps --require-hashes -r /opt/icebergsync/requirements.lock" in build
+    assert "requirements.lock" in context_sources(stage_index("build"))
+    assert "pip wheel --no-deps --no-build-isolation" in runs(stage_index("wheel"))
+    final = runs(final_stage())
+    assert re.search(r"pip install [^;]*--no-deps /tmp/wheels/icebergsync-\*\.whl;", final) and "pip check" in final
     env = env_of_final_stage()
-    assert env["SPARK_HOME"] == "/opt/spark" and env["PYSPARK_PYTHON"] == "/usr/local/bin/python3"
+    assert env["VIRTUAL_ENV"] == VENV and env["PATH"].startswith("${VIRTUAL_ENV}/bin:"), "the venv's commands first"
 
 
-def test_dockerfile_installs_the_lock_then_the_project() -> None:
-    runs = [i.args for i in instructions() if i.keyword == "RUN" and i.stage == final_stage()]
-    assert any("pip install --no-deps --require-hashes -r /opt/icebergsync/requirements.lock" in run for run in runs)
-    assert any("pip install --no-deps /opt/icebergsync" in run and "pip check" in run for run in runs)
+def test_the_build_backend_is_the_locked_one(tmp_path: Path) -> None:
+    """The Dockerfile's awk filter, run here on requirements-dev.lock, keeps exactly pyproject's build
+    requirements, with their hashes."""
+    (command,) = re.findall(r"awk '[^']*' /build/requirements-dev\.lock", runs(stage_index("wheel")))
+    program = shlex.split(command)[1]
+    out = subprocess.run(["awk", program, str(REPO_ROOT / "requirements-dev.lock")], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    pins = re.findall(r"^(\S+)==(\S+) \\$", out, re.MULTILINE)
+    required = [Requirement(r) for r in pyproject()["build-system"]["requires"]]  # type: ignore[index]
+    assert sorted(pins) == sorted((r.name, next(iter(r.specifier)).version) for r in required)
+    assert out.count("--hash=sha256:") >= len(pins)
+
+
+def test_connector_jars_come_from_the_test_suite_poms_with_its_filter() -> None:
+    build = runs(stage_index("build"))
+    services = (REPO_ROOT / "scripts/infra/services.sh").read_text()
+    poms = {"scripts/infra/maven/kafka-connector.xml", "scripts/infra/maven/s3a.xml"}
+    assert poms <= set(context_sources(stage_index("build")))
+    assert "maven-dependency-plugin:3.8.1:copy-dependencies" in build
+    assert "maven-dependency-plugin:3.8.1:copy-dependencies" in services
+    # The same artifactId filter (drop what pyspark already ships) as services.sh.
+    (sed_filter,) = re.findall(r"sed -E '([^']+)'", services)
+    assert f"sed -E '{sed_filter}'" in build
+    assert '-DoutputDirectory="$jars"' in build and f"jars={VENV}/lib/{PYTHON_LINE}/site-packages/pyspark/jars" in build
+    from spark_app.session import JARS_PRESENT_ENV
+
+    assert env_of_final_stage()[JARS_PRESENT_ENV] == "1", "the job must not ask for spark.jars.packages"
+
+
+def test_build_only_certificates_stay_out_of_the_final_image() -> None:
+    assert "docker/ca-certificates/" in context_sources(stage_index("build"))
+    assert not any("ca-certificates" in src for src in context_sources(final_stage()))
+    final_copies = {(flags["from"], src) for i, srcs, _, flags in copies() if i.stage == final_stage() and "from" in flags
+                    for src in srcs}
+    assert final_copies == {("build", VENV), ("wheel", "/build/wheels/")}
+    assert (REPO_ROOT / ".gitignore").read_text().count("/docker/ca-certificates/*.crt") == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# what runs
+# ------------------------------------------------------------------------------------------------
 
 
 def test_job_entry_point_matches_render() -> None:
-    assert MAIN_APPLICATION_FILE.startswith("local://")
-    in_image = MAIN_APPLICATION_FILE.removeprefix("local://")
-    copied = {dest.rstrip("/"): srcs for _, srcs, dest in context_copies()}
-    directory, file_name = in_image.rsplit("/", 1)
-    assert directory in copied, f"nothing is copied to {directory}"
-    (source,) = copied[directory]
-    assert (REPO_ROOT / source / file_name).is_file()
-    # The same path is what the project installs from: /opt/icebergsync holds pyproject.toml.
-    assert copied.get("/opt/icebergsync/pyproject.toml") == ["pyproject.toml"]
+    assert MAIN_APPLICATION_FILE == "local:///opt/icebergsync/spark_app/main.py"
+    final_copies = [(srcs, dest) for i, srcs, dest, flags in copies() if i.stage == final_stage() and not flags]
+    assert (["spark_app"], "/opt/icebergsync/spark_app") in final_copies
+    assert (REPO_ROOT / "spark_app" / "main.py").is_file()
 
 
 def test_operator_entry_point_matches_the_chart() -> None:
     scripts = pyproject()["project"]["scripts"]  # type: ignore[index]
     assert scripts["icebergsync-operator"] == "icebergsync_operator.main:main"
     deployment = (REPO_ROOT / "charts/icebergsync/templates/deployment.yaml").read_text()
-    assert 'args: ["icebergsync-operator"]' in deployment and '  command:' not in deployment
+    assert 'args: ["icebergsync-operator"]' in deployment and "  command:" not in deployment
     # Every package pyproject installs is copied into the image.
     package_dirs = set(pyproject()["tool"]["setuptools"]["package-dir"].values())  # type: ignore[index]
-    copied_sources = {src.rstrip("/") for _, srcs, _ in context_copies() for src in srcs}
+    copied = {src.rstrip("/") for src in context_sources()}
     for directory in package_dirs:
-        assert any(directory == src or directory.startswith(f"{src}/") for src in copied_sources), directory
+        assert any(directory == src or directory.startswith(f"{src}/") for src in copied), directory
 
 
 @pytest.mark.parametrize("argv", [
+    [str(Path(sys.executable).parent / "icebergsync"), "--version"],
     [sys.executable, "-m", "icebergsync_operator.main", "--help"],
     [sys.executable, str(REPO_ROOT / "spark_app" / "main.py"), "--help"],
-    [sys.executable, str(REPO_ROOT / "spark_app" / "main.py"), "run", "--help"],
 ])
-def test_entry_points_start(argv: list[str]) -> None:
-    """The commands the image's build step runs (with --help), run here from the same sources."""
+def test_the_build_checks_start_here(argv: list[str]) -> None:
+    """The commands the final stage's build step runs, run here from the same sources."""
     proc = subprocess.run(argv, cwd="/", capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert "usage:" in proc.stdout
+    assert proc.stdout.strip()
 
 
-def test_runs_as_the_non_root_spark_user() -> None:
-    users = [i.args for i in instructions() if i.keyword == "USER" and i.stage == final_stage()]
-    assert users and users[-1] == "185", "the final USER must be the spark uid (185), numeric for runAsNonRoot"
-    assert "--uid=${spark_uid}" in DOCKERFILE.read_text()
+def test_runs_as_the_non_root_spark_user_under_tini() -> None:
+    users = [i.args for i in of_stage("USER", final_stage())]
+    assert users == ["185"], "numeric, for runAsNonRoot"
+    assert "--uid=${spark_uid}" in runs(stage_index("runtime"))
     assert [i.args for i in instructions() if i.keyword == "ARG" and i.args.startswith("spark_uid")] == ["spark_uid=185"]
     chart_values = yaml.safe_load((REPO_ROOT / "charts" / "icebergsync" / "values.yaml").read_text())
     assert chart_values["podSecurityContext"]["runAsUser"] == 185
+    (entrypoint,) = of_stage("ENTRYPOINT", final_stage())
+    assert entrypoint.args == '["/usr/bin/tini", "--", "/opt/entrypoint.sh"]'
+    assert "tini" in runs(stage_index("runtime"))
 
 
-def test_spark_entrypoint_is_kept() -> None:
-    entrypoints = [i.words() for i in instructions() if i.keyword == "ENTRYPOINT" and i.stage == final_stage()]
-    assert entrypoints == [['["/opt/entrypoint.sh"]']] or entrypoints == [["[/opt/entrypoint.sh]"]]
-    assert any(flags.get("from") == "spark" and "/opt/entrypoint.sh" in srcs for _, srcs, _, flags in copies())
+def run_entrypoint(tmp_path: Path, *args: str, **env: str) -> list[str]:
+    """docker/entrypoint.sh with a SPARK_HOME and JAVA_HOME whose programs print their arguments."""
+    for program in ("spark/bin/spark-submit", "java/bin/java"):
+        path = tmp_path / program
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'#!/bin/sh\necho {Path(program).name}; for a in "$@"; do echo "$a"; done\n')
+        path.chmod(0o755)
+    environment = {"PATH": os.environ["PATH"], "SPARK_HOME": str(tmp_path / "spark"),
+                   "JAVA_HOME": str(tmp_path / "java"), **env}
+    proc = subprocess.run(["bash", str(ENTRYPOINT), *args], cwd=tmp_path, env=environment, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
 
+
+def test_entrypoint_driver_is_spark_submit_in_client_mode(tmp_path: Path) -> None:
+    out = run_entrypoint(tmp_path, "driver", "--properties-file", "/opt/spark/conf/spark.properties", "app.py",
+                         SPARK_DRIVER_BIND_ADDRESS="10.1.2.3")
+    assert out == ["spark-submit", "--conf", "spark.driver.bindAddress=10.1.2.3",
+                   "--conf", "spark.executorEnv.SPARK_DRIVER_POD_IP=10.1.2.3", "--deploy-mode", "client",
+                   "--properties-file", "/opt/spark/conf/spark.properties", "app.py"]
+
+
+def test_entrypoint_executor_is_the_kubernetes_executor_backend(tmp_path: Path) -> None:
+    out = run_entrypoint(tmp_path, "executor", SPARK_JAVA_OPT_0="-Dspark.driver.port=7078", SPARK_EXECUTOR_MEMORY="1g",
+                         SPARK_DRIVER_URL="spark://d:7078", SPARK_EXECUTOR_ID="3", SPARK_EXECUTOR_CORES="1",
+                         SPARK_APPLICATION_ID="app", SPARK_EXECUTOR_POD_IP="10.0.0.9",
+                         SPARK_RESOURCE_PROFILE_ID="0", SPARK_EXECUTOR_POD_NAME="pod-exec-3")
+    spark_home = tmp_path / "spark"
+    assert out == ["java", "-Dspark.driver.port=7078", "-Xms1g", "-Xmx1g",
+                   "-cp", f"{spark_home}/conf:{spark_home}/jars/*:{tmp_path}",
+                   "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend",
+                   "--driver-url", "spark://d:7078", "--executor-id", "3", "--cores", "1", "--app-id", "app",
+                   "--hostname", "10.0.0.9", "--resourceProfileId", "0", "--podName", "pod-exec-3"]
+
+
+def test_entrypoint_runs_anything_else_as_given(tmp_path: Path) -> None:
+    assert run_entrypoint(tmp_path, "echo", "icebergsync-operator") == ["icebergsync-operator"]

@@ -11,7 +11,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from spark_app.writer import ERROR_COLUMN, PartitionedWriter, TablePlan, conform, split_dead_letters
+from spark_app.deadletter import ERROR_COLUMN, split_dead_letters
+from spark_app.writer import PartitionedWriter, TablePlan, conform
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "kind", StringType()),
                 NestedField(3, "text", StringType()))
