@@ -19,13 +19,14 @@ POD_SECONDS = "180s"
 
 
 def kubectl_pod(name: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """A run-once pod that runs the pinned kubectl with ``args``."""
+    """A pod that runs the pinned kubectl with ``args`` (restarted until it exits 0)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "restartPolicy": "Never",
+            # Retried until it succeeds: a Service's iptables rules may lag its pod's readiness.
+            "restartPolicy": "OnFailure",
             "containers": [
                 {
                     "name": "kubectl",
