@@ -3,7 +3,8 @@
 #
 #   cluster.sh build    install the Debian packages (containerd, runc, CNI plugins, socat, iptables,
 #                       conntrack) if missing; build etcd, kube-apiserver, the node binaries and
-#                       CoreDNS (kube-tools.sh) and the pause + CoreDNS images (kube-node/images.py)
+#                       CoreDNS (kube-tools.sh), MinIO (services.sh) and the pause, CoreDNS, kubectl
+#                       and MinIO images (kube-node/images.py)
 #   cluster.sh start    start the cluster (needs root); prints KEY=VALUE lines (KUBECONFIG, ...)
 #   cluster.sh stop     stop everything it started: pods, containerd shims, daemons, mounts,
 #                       cgroups, the network namespace; idempotent (also cleans a crashed run)
@@ -22,8 +23,8 @@
 #   and Service networks to the node so tests can reach Services; the netns has no default
 #   route, so nothing is routed off the machine.
 # Every daemon runs under `timeout` (ICEBERGSYNC_CLUSTER_MAX_LIFETIME seconds, default 7200).
-# Images are imported into containerd from docker-archive tarballs (no registry): pause, CoreDNS
-# and kubectl at start, anything else with `cluster.sh import` (pods use imagePullPolicy: Never).
+# Images are imported into containerd from docker-archive tarballs (no registry): pause, CoreDNS,
+# kubectl and MinIO at start, anything else with `cluster.sh import` (pods use imagePullPolicy: Never).
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 INFRA_DIR="$REPO_ROOT/scripts/infra"
@@ -47,6 +48,7 @@ CNI_BIN_DIR=/usr/lib/cni
 PAUSE_IMAGE=icebergsync.local/pause:3.10
 COREDNS_IMAGE=icebergsync.local/coredns:v1.14.7
 KUBECTL_IMAGE=icebergsync.local/kubectl:v1.35.4
+MINIO_IMAGE=icebergsync.local/minio:test
 DEBIAN_PACKAGES=(containerd runc containernetworking-plugins socat iptables conntrack)
 
 run_dir="$CLUSTER_DIR/run"
@@ -84,10 +86,12 @@ ensure_packages() {
 build() {
   ensure_packages
   TOOLS="$(tools_env)"
-  python3 "$INFRA_DIR/kube-node/images.py" node-images --out "$IMAGES_DIR" \
-    --pause-image "$PAUSE_IMAGE" --coredns-image "$COREDNS_IMAGE" --coredns-bin "$(tool COREDNS_BIN)" \
+  bash "$INFRA_DIR/services.sh" minio rest
+  python3 "$INFRA_DIR/kube-node/images.py" cluster-images --out "$IMAGES_DIR" \
+    --kubernetes-module "$(tool KUBERNETES_MODULE_DIR)" --pause-image "$PAUSE_IMAGE" \
+    --coredns-image "$COREDNS_IMAGE" --coredns-bin "$(tool COREDNS_BIN)" \
     --kubectl-image "$KUBECTL_IMAGE" --kubectl-bin "$(tool KUBECTL_BIN)" \
-    --kubernetes-module "$(tool KUBERNETES_MODULE_DIR)"
+    --minio-image "$MINIO_IMAGE" --minio-bin "$ICEBERGSYNC_CACHE/bin/minio"
 }
 
 # ---------------------------------------------------------------------------------------- start
@@ -331,7 +335,7 @@ start_node() {
   spawn apiserver-relay-node --node socat "TCP-LISTEN:$API_PORT,fork,reuseaddr" "UNIX-CONNECT:$api_sock"
   spawn containerd --node containerd --config "$CLUSTER_DIR/containerd/config.toml" --log-level warn
   wait_for "containerd" 60 ctr_k8s version
-  import_images "$IMAGES_DIR/pause.tar" "$IMAGES_DIR/coredns.tar" "$IMAGES_DIR/kubectl.tar"
+  import_images "$IMAGES_DIR/pause.tar" "$IMAGES_DIR/coredns.tar" "$IMAGES_DIR/kubectl.tar" "$IMAGES_DIR/minio.tar"
   spawn kubelet --node "$(tool KUBELET_BIN)" --config="$CLUSTER_DIR/kubelet.yaml" \
     --kubeconfig="$CLUSTER_DIR/kubeconfig-node" --root-dir="$CLUSTER_DIR/kubelet" \
     --cert-dir="$CLUSTER_DIR/kubelet-pki" --node-ip="$NODE_IP" --hostname-override="$NODE_NAME" --v=1
@@ -398,7 +402,7 @@ kill_pod_cgroups() {
     dirs="$(find /sys/fs/cgroup/*/icebergsync -depth -type d 2>/dev/null || true)"
     [[ -n "$dirs" ]] || return 0
     while read -r d; do
-      xargs -r kill -KILL <"$d/cgroup.procs" 2>/dev/null || true
+      xargs -r kill -KILL 2>/dev/null <"$d/cgroup.procs" || true
     done <<<"$dirs"
     sleep 1
     while read -r d; do rmdir "$d" 2>/dev/null || true; done <<<"$dirs"

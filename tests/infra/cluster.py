@@ -55,6 +55,7 @@ class NodeCluster:
     """A running one-node cluster: admin kubeconfig, the pinned kubectl, where its state lives."""
 
     kubeconfig: Path
+    server: str  #: https://127.0.0.1:<port> (the API server, on the host)
     kubectl_bin: Path
     node_name: str
     node_ip: str
@@ -111,6 +112,7 @@ def start_node_cluster() -> NodeCluster:
         raise
     return NodeCluster(
         kubeconfig=Path(values["KUBECONFIG"]),
+        server=values["API_SERVER"],
         kubectl_bin=Path(values["KUBECTL"]),
         node_name=values["NODE_NAME"],
         node_ip=values["NODE_IP"],

@@ -1,15 +1,18 @@
 """Container images for the one-node test cluster, written as docker-archive tarballs that
 ``ctr images import`` loads straight into containerd (no registry, no docker daemon).
 
-``node-images``: ``pause.tar`` (the pause.c shipped inside the k8s.io/kubernetes module, compiled
-static), ``coredns.tar`` and ``kubectl.tar`` (the CoreDNS and kubectl binaries built by
-kube-tools.sh; the tier's network probes run kubectl in pods). Each image holds one static binary. Output is keyed by the inputs, so a re-run with nothing changed
+``cluster-images``: ``pause.tar`` (the pause.c shipped inside the k8s.io/kubernetes module,
+compiled static), ``coredns.tar`` and ``kubectl.tar`` (the CoreDNS and kubectl binaries built by
+kube-tools.sh; the tier's network probes run kubectl in pods) and ``minio.tar`` (the MinIO server
+scripts/infra/services.sh builds; the end-to-end tests run it as a pod). Each image holds one
+static binary. Output is keyed by the inputs, so a re-run with nothing changed
 does nothing.
 
 Usage (called by scripts/infra/cluster.sh build)::
 
-    images.py node-images --out DIR --pause-image REF --coredns-image REF --coredns-bin PATH \\
-        --kubectl-image REF --kubectl-bin PATH --kubernetes-module DIR
+    images.py cluster-images --out DIR --kubernetes-module DIR --pause-image REF \\
+        --coredns-image REF --coredns-bin PATH --kubectl-image REF --kubectl-bin PATH \\
+        --minio-image REF --minio-bin PATH
 """
 
 from __future__ import annotations
@@ -122,8 +125,8 @@ def single_binary_image(out: Path, ref: str, binary: Path, config: dict[str, obj
     write_docker_archive(out, ref, layers, {"Entrypoint": [path], **config})
 
 
-def node_images(args: argparse.Namespace) -> None:
-    """Write pause.tar, coredns.tar and kubectl.tar into ``args.out`` unless they are current."""
+def cluster_images(args: argparse.Namespace) -> None:
+    """Write pause.tar, coredns.tar, kubectl.tar and minio.tar into ``args.out`` unless current."""
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     pause_c = args.kubernetes_module / "build" / "pause" / "linux" / "pause.c"
@@ -131,11 +134,12 @@ def node_images(args: argparse.Namespace) -> None:
         pause_c.read_bytes(),
         args.coredns_bin.read_bytes(),
         args.kubectl_bin.read_bytes(),
-        f"{args.pause_image} {args.coredns_image} {args.kubectl_image}".encode(),
+        args.minio_bin.read_bytes(),
+        f"{args.pause_image} {args.coredns_image} {args.kubectl_image} {args.minio_image}".encode(),
         Path(__file__).read_bytes(),
     )
-    stamp = out / ".node-images.stamp"
-    names = ("pause.tar", "coredns.tar", "kubectl.tar")
+    stamp = out / ".cluster-images.stamp"
+    names = ("pause.tar", "coredns.tar", "kubectl.tar", "minio.tar")
     if stamp.is_file() and stamp.read_text() == key and all((out / name).is_file() for name in names):
         return
     with tempfile.TemporaryDirectory() as work:
@@ -143,21 +147,24 @@ def node_images(args: argparse.Namespace) -> None:
         single_binary_image(out / "pause.tar", args.pause_image, pause, {"User": "65535:65535"})
     single_binary_image(out / "coredns.tar", args.coredns_image, args.coredns_bin, {})
     single_binary_image(out / "kubectl.tar", args.kubectl_image, args.kubectl_bin, {"User": "65534:65534"})
+    single_binary_image(out / "minio.tar", args.minio_image, args.minio_bin, {})
     stamp.write_text(key)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    node = commands.add_parser("node-images", help="pause and CoreDNS images")
+    node = commands.add_parser("cluster-images", help="pause, CoreDNS, kubectl and MinIO images")
     node.add_argument("--out", type=Path, required=True)
     node.add_argument("--pause-image", required=True)
     node.add_argument("--coredns-image", required=True)
     node.add_argument("--coredns-bin", type=Path, required=True)
     node.add_argument("--kubectl-image", required=True)
     node.add_argument("--kubectl-bin", type=Path, required=True)
+    node.add_argument("--minio-image", required=True)
+    node.add_argument("--minio-bin", type=Path, required=True)
     node.add_argument("--kubernetes-module", type=Path, required=True)
-    node.set_defaults(run=node_images)
+    node.set_defaults(run=cluster_images)
     args = parser.parse_args()
     args.run(args)
 
