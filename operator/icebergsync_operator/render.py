@@ -53,7 +53,9 @@ SPEC_PATH = f"{SPEC_MOUNT_DIR}/{SPEC_FILE_NAME}"
 DRIVER_CONTAINER = "spark-kubernetes-driver"
 EXECUTOR_CONTAINER = "spark-kubernetes-executor"
 SPEC_VOLUME = "icebergsync-spec"
-POD_SECURITY_CONTEXT: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+# The image's `spark` user (uid 185), never root, default seccomp; no privilege escalation, no capabilities.
+POD_SECURITY_CONTEXT: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": 185, "runAsGroup": 185,
+                                        "seccompProfile": {"type": "RuntimeDefault"}}
 CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 

@@ -119,7 +119,8 @@ def test_pods_need_no_spark_operator_webhook() -> None:
     for pod in (spec["driver"], spec["executor"]):
         assert not webhook_only & set(pod)
         template = pod["template"]["spec"]
-        assert template["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+        assert template["securityContext"] == {"runAsNonRoot": True, "runAsUser": 185, "runAsGroup": 185,
+                                               "seccompProfile": {"type": "RuntimeDefault"}}
         assert template["containers"][0]["securityContext"] == {
             "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
