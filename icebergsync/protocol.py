@@ -334,7 +334,7 @@ def read_progress(metadata: TableMetadata, sink_id: str) -> Progress:
                         last_commit.source, foreign_on_top, notes)
     if checkpoint is None:
         return Progress(sink_id, None, None, highest, None, "none", None, foreign_on_top)
-    if _checkpoint_on_main(metadata, checkpoint):
+    if checkpoint_on_main(metadata, checkpoint):
         return Progress(sink_id, None, checkpoint, highest, checkpoint.frontier, "checkpoint", checkpoint.source,
                         foreign_on_top)
     conflict = (f"the table was rolled back past every commit of sink {sink_id}: its checkpoint snapshot "
@@ -345,7 +345,7 @@ def read_progress(metadata: TableMetadata, sink_id: str) -> Progress:
                     conflict=conflict)
 
 
-def _checkpoint_on_main(metadata: TableMetadata, checkpoint: Checkpoint) -> bool:
+def checkpoint_on_main(metadata: TableMetadata, checkpoint: Checkpoint) -> bool:
     """Whether the checkpoint's snapshot is (or, expired, was) on main's history.
 
     An expired snapshot is placed by the sequence number and timestamp the checkpoint recorded;

@@ -44,6 +44,7 @@ log = logging.getLogger("icebergsync.committer")
 
 MAIN_SEQUENCE = "main-sequence-number"
 MAIN_SNAPSHOT = "main-snapshot-id"
+PENDING_DEAD_LETTERS = "pending-dead-letter-files"
 UNKNOWN_OUTCOME_DEADLINE_SECONDS = 300.0
 
 
@@ -275,7 +276,12 @@ class SinkCommitter:
             progress_seen.append(progress)
 
         def build(table: Table) -> tuple[Transaction, int]:
-            return self._transaction(table, protocol.KIND_FENCE, progress_seen[-1].frontier, [], schema_changes)
+            # The fence's checkpoint carries the dead letters still pending, so that neither a crash
+            # before the dead-letter fence nor expiry of the snapshots that listed them loses them.
+            pending = self._pending_dead_letters(table.metadata, self._catalog.load_table(self._dead_letter_identifier))[0] \
+                if self._dead_letter_identifier else []
+            return self._transaction(table, protocol.KIND_FENCE, progress_seen[-1].frontier, [], schema_changes,
+                                     checkpoint_extra=_pending_extra(pending))
 
         snapshot, metadata = self._compare_and_swap(self._identifier, check, build)
         self.pins[self._identifier] = TablePin.of(metadata)
@@ -310,30 +316,45 @@ class SinkCommitter:
     def _pending_dead_letters(self, main: TableMetadata, dead: Table) -> tuple[list[str], dict[str, int], Frontier | None]:
         """Dead-letter files listed by this sink's main commits that the dead-letter table lacks.
 
-        The walk down main stops at the main snapshot the dead-letter checkpoint covers: its id (every
-        format version has one) or its sequence number (format v2 only; on v1 every snapshot has 0). Files the dead-letter table already references are never added twice. Returns the
-        files, the checkpoint fields that record the newest main commit now covered, and its frontier.
+        Listed are the files of the sink's main commits down to the main snapshot the dead-letter
+        checkpoint covers (by id, which every format version has, or by sequence number, format v2
+        only), and those the main checkpoint carries (it survives expiry of the snapshots that
+        listed them) unless its snapshot is covered or was rolled back. Files the dead-letter table
+        already references are never added twice. Returns the files, the checkpoint fields that
+        record the newest main commit now covered, and its frontier.
         """
         checkpoint = protocol.parse_checkpoint(dead.metadata, self.writer.sink_id)
         covered_snapshot = checkpoint.extra.get(MAIN_SNAPSHOT) if checkpoint else None
         covered_sequence = int(checkpoint.extra.get(MAIN_SEQUENCE, 0)) if checkpoint else 0
+
+        def covered(snapshot_id: int, sequence_number: int) -> bool:
+            return snapshot_id == covered_snapshot or 0 < sequence_number <= covered_sequence
+
         listed: list[str] = []
-        newest: Snapshot | None = None
+        newest: dict[str, int] | None = None
         frontier: Frontier | None = None
         for snapshot in protocol.main_ancestry(main):
-            if snapshot.snapshot_id == covered_snapshot or 0 < (snapshot.sequence_number or 0) <= covered_sequence:
+            if covered(snapshot.snapshot_id, snapshot.sequence_number or 0):
                 break
             commit = protocol.parse_commit(snapshot)
             if commit is None or commit.writer.sink_id != self.writer.sink_id:
                 continue
             if newest is None:
-                newest, frontier = snapshot, commit.frontier
+                newest, frontier = _covered(snapshot.snapshot_id, snapshot.sequence_number or 0), commit.frontier
             listed = list(commit.dead_letter_files) + listed
+        carried = protocol.parse_checkpoint(main, self.writer.sink_id)
+        if (carried is not None and carried.extra.get(PENDING_DEAD_LETTERS)
+                and not covered(carried.snapshot_id, carried.sequence_number or 0)
+                and protocol.checkpoint_on_main(main, carried)):
+            listed = [str(path) for path in carried.extra[PENDING_DEAD_LETTERS]] + listed
+            if newest is None:
+                newest, frontier = _covered(carried.snapshot_id, carried.sequence_number or 0), carried.frontier
+        listed = list(dict.fromkeys(listed))
         present = referenced_files(dead) if listed else set()
         pending = [path for path in listed if normalize(path) not in present]
         if newest is None:
             return pending, dict(checkpoint.extra) if checkpoint else {}, checkpoint.frontier if checkpoint else None
-        return pending, _covered(newest), frontier
+        return pending, newest, frontier
 
     # -- data commits -----------------------------------------------------------------------------
 
@@ -346,6 +367,7 @@ class SinkCommitter:
         def build(table: Table) -> tuple[Transaction, int]:
             return self._transaction(
                 table, protocol.KIND_DATA, frontier, output.data_files,
+                checkpoint_extra=_pending_extra(dead_letter_paths if self._dead_letter_identifier else []),
                 records=output.records, dead_letters=output.dead_letters, dead_letter_files=dead_letter_paths,
                 max_event_time=max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
             )
@@ -368,7 +390,8 @@ class SinkCommitter:
 
         def build(table: Table) -> tuple[Transaction, int]:
             return self._transaction(
-                table, protocol.KIND_DATA, frontier, files, checkpoint_extra=_covered(main),
+                table, protocol.KIND_DATA, frontier, files,
+                checkpoint_extra=_covered(main.snapshot_id, main.sequence_number or 0),
                 dead_letters=sum(f.record_count for f in files),
             )
 
@@ -420,9 +443,14 @@ class SinkCommitter:
                 io.delete(path)
 
 
-def _covered(main: Snapshot) -> dict[str, int]:
-    """Dead-letter checkpoint fields recording that ``main``'s dead letters are in the dead-letter table."""
-    return {MAIN_SNAPSHOT: main.snapshot_id, MAIN_SEQUENCE: main.sequence_number or 0}
+def _covered(snapshot_id: int, sequence_number: int) -> dict[str, int]:
+    """Dead-letter checkpoint fields recording that a main snapshot's dead letters are in the dead-letter table."""
+    return {MAIN_SNAPSHOT: snapshot_id, MAIN_SEQUENCE: sequence_number}
+
+
+def _pending_extra(paths: list[str]) -> dict[str, list[str]]:
+    """Main checkpoint field listing dead-letter files not yet known to be in the dead-letter table."""
+    return {PENDING_DEAD_LETTERS: paths} if paths else {}
 
 
 def referenced_files(table: Table) -> set[str]:

@@ -4,8 +4,10 @@ or the sink stops with a clear error having written nothing."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.types import StringType
@@ -240,3 +242,45 @@ def test_dead_letters_are_recovered_after_a_crash_between_the_two_commits(
         payloads = sorted(catalog.load_table(DEAD).scan().to_arrow().column("payload").to_pylist())
         assert payloads == ["10", "5", "9"]
     assert committed_ids(catalog) == [0, 1, 2, 3, 4, 6, 7, 8]
+
+
+@pytest.mark.parametrize("format_version", ["1", "2"])
+@pytest.mark.parametrize("meanwhile", ["restarts-killed-after-their-main-fence", "another-writer-commits"])
+def test_pending_dead_letters_survive_expiry_of_the_snapshot_that_listed_them(
+        tmp_path: Path, format_version: str, meanwhile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash between the main and the dead-letter commit, then expiry of every snapshot but the head
+    before any start-up recovered the dead letters: a later start-up still recovers them, once."""
+    catalog = open_catalog(tmp_path)
+    catalog.create_namespace_if_not_exists("ns")
+    table = catalog.create_table(TABLE, SCHEMA, properties={"format-version": format_version})
+    dead = catalog.create_table(DEAD, DEAD_LETTER_SCHEMA, properties={"format-version": format_version})
+    sink = started(catalog, 1, dead=True)
+
+    def kill(*_: object) -> None:
+        raise Killed
+
+    monkeypatch.setattr(committer_module, "crash_point", kill)
+    crashing = TriggerOutput(data_files=stage(table, sink.writer, range(0, 3)), records=3,
+                             dead_letter_files=stage_rows(dead, sink.writer, dead_letter_rows(sink.writer, [3])))
+    with pytest.raises(Killed):
+        sink.commit(crashing, {"next_id": 4})
+    monkeypatch.undo()
+    if meanwhile == "another-writer-commits":
+        table = catalog.load_table(TABLE)
+        table.append(pa.table({"id": [-1], "who": ["foreign"]}, schema=table.schema().as_arrow()))
+    else:
+        monkeypatch.setattr(SinkCommitter, "_fence_dead_letters", kill)
+        for version in (2, 2, 3):
+            with pytest.raises(Killed):
+                started(catalog, version, dead=True)
+        monkeypatch.undo()
+    table = catalog.load_table(TABLE)
+    head = table.metadata.current_snapshot()
+    assert head is not None
+    table.maintenance.expire_snapshots().older_than(
+        datetime.fromtimestamp(head.timestamp_ms / 1000)).commit()
+    assert len(catalog.load_table(TABLE).metadata.snapshots) == 1
+    for version in (4, 5):
+        started(catalog, version, dead=True)
+        assert catalog.load_table(DEAD).scan().to_arrow().column("payload").to_pylist() == ["3"]
+    assert [i for i in committed_ids(catalog) if i >= 0] == [0, 1, 2]
