@@ -16,7 +16,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from icebergsync.protocol import Frontier, SourceIdentity
+from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
+from spark_app.units import UnitReader, WorkUnit
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,22 @@ class Source(ABC):
     @abstractmethod
     def read(self, frontier: Frontier, pending: Pending) -> SourceBatch:
         """Read exactly the records in ``[frontier, pending.end)``."""
+
+    def plan_units(self, frontier: Frontier, pending: Pending) -> list[WorkUnit]:
+        """Split ``[frontier, pending.end)`` into work units, in source order (``unit.index`` = place in the list).
+
+        Units are small enough that every core has work (see :meth:`cores`), never so small that
+        files come out far below the target size for that reason alone.
+        """
+        raise NotImplementedError
+
+    def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
+        """The picklable reader the tasks run: a unit's records decoded into ``columns``."""
+        raise NotImplementedError
+
+    def cores(self) -> int:
+        """Task slots Spark has for a trigger."""
+        return int(self.spark.sparkContext.defaultParallelism)
 
     def exhausted(self, frontier: Frontier) -> bool:
         """True when a bounded source has nothing left after ``frontier``."""

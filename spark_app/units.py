@@ -1,0 +1,80 @@
+"""Work units: exact, replayable parts of a trigger's range that Spark schedules (docs/dataplane.md).
+
+The driver plans a trigger's units from the frontier; each task reads its units straight into Arrow
+with the source's :class:`UnitReader` and decodes them into *decoded batches*: the declared columns
+in the table's Arrow types plus the control columns of :mod:`spark_app.deadletter` (and, for keyed
+syncs, ``_isync_op``/``_isync_order``). Reading a unit twice gives the same records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pyarrow as pa
+
+# Bits of ``_isync_order`` below the unit index: a unit holds fewer than 2**40 records.
+ORDER_UNIT_SHIFT = 40
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """Base of every unit; ``index`` is the unit's place in the trigger's source order."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class GeneratorUnit(WorkUnit):
+    """Generator ids ``[start, end)``."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class FileUnit(WorkUnit):
+    """A file, or the byte slice ``[start, end)`` of a text file (a slice starts after a line end and
+    ends at one; ``first_line`` is the 1-based number of its first line, or None when not yet known)."""
+
+    uri: str
+    start: int = 0
+    end: int | None = None
+    first_line: int | None = 1
+
+
+@dataclass(frozen=True)
+class KafkaUnit(WorkUnit):
+    """Offsets ``[start, end)`` of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass
+class UnitStats:
+    """What reading units found besides records, summed over a trigger into the commit's source notes
+    (for example offsets that hold no record: compacted away, transaction markers)."""
+
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def add(self, name: str, count: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + count
+
+    def merge(self, other: UnitStats) -> None:
+        for name, count in other.counters.items():
+            self.add(name, count)
+
+
+class UnitReader(Protocol):
+    """Runs in the tasks (so it must pickle): a unit's records as decoded batches."""
+
+    def __call__(self, unit: WorkUnit, stats: UnitStats) -> Iterator[pa.RecordBatch]: ...
+
+
+def order_base(unit: WorkUnit) -> int:
+    """The ``_isync_order`` of a unit's first record."""
+    return unit.index << ORDER_UNIT_SHIFT
