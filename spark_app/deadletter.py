@@ -73,6 +73,14 @@ def whole_input_rows(spark: SparkSession, columns: list[SpecColumn], failures: l
 # -- splitting and building (executors, Arrow) ----------------------------------------------------
 
 
+def with_control_columns_arrow(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with every control column (absent ones added as nulls)."""
+    for name in CONTROL_COLUMNS:
+        if name not in batch.schema.names:
+            batch = batch.append_column(name, pa.nulls(batch.num_rows, pa.string()))
+    return batch
+
+
 def split_dead_letters(batch: pa.RecordBatch, required: tuple[str, ...]) -> tuple[pa.RecordBatch, pa.Array, pa.Array]:
     """Return (good rows, mask of bad rows, reasons) where reasons explain each bad row.
 

@@ -10,11 +10,11 @@ keeps nothing else across restarts.
 from __future__ import annotations
 
 import logging
-import pickle
 import signal
 import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,24 +30,26 @@ from icebergsync.errors import EXIT_OK
 from icebergsync.protocol import Frontier, Writer, encode_json
 from icebergsync.schema import iceberg_schema, plan_evolution
 from icebergsync.spec import IcebergSync, effective_columns
-from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
-from spark_app.deadletter import DEAD_LETTER_SCHEMA, ERROR_COLUMN, Rejection, with_control_columns
-from spark_app.decode import apply_transform
+from spark_app.committer import Commit, SinkCommitter, TriggerOutput, attempt_file_prefix
+from spark_app.deadletter import DEAD_LETTER_SCHEMA, Rejection
 from spark_app.faults import crash_point
-from spark_app.sources.base import Source
+from spark_app.pipeline import run_transform, run_units
+from spark_app.sources.base import Pending, Source
 from spark_app.sources.registry import make_source
-from spark_app.writer import (
-    RESULT_SCHEMA,
-    TablePlan,
-    TaskResult,
-    WritePlan,
-    data_file_from_footer,
-    make_stage_function,
-)
+from spark_app.writer import TablePlan, WritePlan, data_file_from_footer
 
 log = logging.getLogger("icebergsync.job")
 
 WRITER_MEMORY_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A staged trigger: its output, the range's end, and the rejection of bad input (no dead-letter table)."""
+
+    output: TriggerOutput
+    end: Frontier
+    rejection: Rejection | None
 
 
 @dataclass
@@ -128,43 +130,67 @@ class SyncJob:
         plan = self._write_plan(table, dead)
         last_commit = time.monotonic()
         commit_settings = self.spec.commit
-        while not self.stop_requested.is_set():
-            if source.exhausted(frontier):
-                log.info("%s v%d: source finished at %s; every record is committed", self.writer.sink_id,
-                         self.writer.version, encode_json(frontier))
-                break
-            pending = source.pending(frontier, commit_settings.max_staged_bytes)
-            due = pending is not None and (
-                pending.estimated_bytes >= commit_settings.max_staged_bytes
-                or pending.reaches_end
-                or time.monotonic() - last_commit >= commit_settings.interval_seconds
-            )
-            if pending is None or not due:
-                self.stop_requested.wait(commit_settings.poll_seconds)
-                continue
-            output, end, rejection = self._stage(source, frontier, pending, plan)
-            if rejection is not None:
-                committer.discard(output)
-                raise rejection.error()
-            crash_point("staged")
-            commit = committer.commit(output, end)  # on refusal it deletes what it staged, and only that
-            crash_point("committed")
-            last_commit = time.monotonic()
-            frontier = end
-            summary.commits += 1
-            summary.records += output.records
-            summary.dead_letters += output.dead_letters
-            summary.frontier = frontier
-            if output.dead_letter_reasons:
-                log.warning("%s v%d: %d record(s) went to the dead-letter table: %s", self.writer.sink_id,
-                            self.writer.version, output.dead_letters, encode_json(output.dead_letter_reasons))
-            log.info(
-                "commit sink=%s version=%d snapshot=%d records=%d dead_letters=%d files=%d bytes=%d "
-                "commit_ms=%.0f frontier=%s", self.writer.sink_id, self.writer.version, commit.snapshot.snapshot_id,
-                output.records, output.dead_letters, len(output.data_files) + len(output.dead_letter_files),
-                output.bytes, commit.commit_ms, encode_json(frontier),
-            )
+        ahead: Future[Staged] | None = None  # the next trigger, staged while this one commits
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-stage") as stager:
+            try:
+                while not self.stop_requested.is_set():
+                    if ahead is not None:
+                        staged, ahead = ahead.result(), None
+                    else:
+                        if source.exhausted(frontier):
+                            log.info("%s v%d: source finished at %s; every record is committed", self.writer.sink_id,
+                                     self.writer.version, encode_json(frontier))
+                            break
+                        pending = source.pending(frontier, commit_settings.max_staged_bytes)
+                        due = pending is not None and (
+                            pending.estimated_bytes >= commit_settings.max_staged_bytes
+                            or pending.reaches_end
+                            or time.monotonic() - last_commit >= commit_settings.interval_seconds
+                        )
+                        if pending is None or not due:
+                            self.stop_requested.wait(commit_settings.poll_seconds)
+                            continue
+                        staged = self._stage(source, frontier, pending, plan)
+                    if staged.rejection is not None:
+                        committer.discard(staged.output)
+                        raise staged.rejection.error()
+                    ahead = self._stage_ahead(stager, source, staged.end, plan)
+                    crash_point("staged")
+                    commit = committer.commit(staged.output, staged.end)  # on refusal it deletes what it staged
+                    crash_point("committed")
+                    last_commit = time.monotonic()
+                    frontier = staged.end
+                    self._log_commit(summary, staged, commit)
+            finally:
+                if ahead is not None:  # stopped, failed or fenced while the next trigger was staged: not committed
+                    committer.discard(ahead.result().output)
         return summary
+
+    def _stage_ahead(self, stager: ThreadPoolExecutor, source: Source, frontier: Frontier,
+                     plan: WritePlan) -> Future[Staged] | None:
+        """Start staging the trigger after ``frontier`` while the current one commits, when one is already full."""
+        if self.stop_requested.is_set() or source.exhausted(frontier):
+            return None
+        pending = source.pending(frontier, self.spec.commit.max_staged_bytes)
+        if pending is None or not (pending.estimated_bytes >= self.spec.commit.max_staged_bytes or pending.reaches_end):
+            return None
+        return stager.submit(self._stage, source, frontier, pending, plan)
+
+    def _log_commit(self, summary: RunSummary, staged: Staged, commit: Commit) -> None:
+        output = staged.output
+        summary.commits += 1
+        summary.records += output.records
+        summary.dead_letters += output.dead_letters
+        summary.frontier = staged.end
+        if output.dead_letter_reasons:
+            log.warning("%s v%d: %d record(s) went to the dead-letter table: %s", self.writer.sink_id,
+                        self.writer.version, output.dead_letters, encode_json(output.dead_letter_reasons))
+        log.info(
+            "commit sink=%s version=%d snapshot=%d records=%d dead_letters=%d files=%d bytes=%d "
+            "commit_ms=%.0f frontier=%s", self.writer.sink_id, self.writer.version, commit.snapshot.snapshot_id,
+            output.records, output.dead_letters, len(output.data_files) + len(output.dead_letter_files),
+            output.bytes, commit.commit_ms, encode_json(staged.end),
+        )
 
     def _warn_on_partition_change(self, table: Table) -> None:
         """``partitionBy`` applies when the table is created; say so loudly when the spec now differs."""
@@ -188,24 +214,23 @@ class SyncJob:
             event_time_column=self.spec.event_time_column,
         )
 
-    def _stage(self, source: Source, frontier: Frontier, pending: Any,
-               plan: WritePlan) -> tuple[TriggerOutput, Frontier, Rejection | None]:
-        """Phase 1: read ``[frontier, pending.end)`` and let the executors write it as staged files.
+    def _stage(self, source: Source, frontier: Frontier, pending: Pending, plan: WritePlan) -> Staged:
+        """Phase 1: plan ``[frontier, pending.end)`` as work units and let the tasks stage them as files.
 
         Returns the staged output, the range's end, and the tasks' rejection of bad input when there
         is no dead-letter table (the caller discards the output then).
         """
-        batch = source.read(frontier, pending)
-        frame = batch.frame if ERROR_COLUMN in batch.frame.columns else with_control_columns(batch.frame)
-        frame = apply_transform(self.spark, frame, self.spec.transform, self.columns)
-        rows = frame.mapInArrow(make_stage_function(plan), RESULT_SCHEMA).collect()
-        if batch.verify is not None:
-            batch.verify()
-        output = TriggerOutput(source_lag=batch.lag, source_notes=batch.notes)
+        units = source.plan_units(frontier, pending)
+        if self.spec.transform:
+            record_columns = source.record_columns()
+            results, stats = run_transform(self.spark, units, source.unit_reader(record_columns), plan, self.columns,
+                                           record_columns, self.spec.transform)
+        else:
+            results, stats = run_units(self.spark, units, source.unit_reader(self.columns), plan, route=True)
+        output = TriggerOutput(source_lag=pending.lag, source_notes=source.trigger_notes(pending, stats))
         newest_event: int | None = None
         rejection: Rejection | None = None
-        for row in rows:
-            result: TaskResult = pickle.loads(row["result"])
+        for result in results:
             if result.rejection is not None:
                 rejection = result.rejection if rejection is None else rejection.adding(result.rejection)
             output.records += result.records
@@ -218,7 +243,7 @@ class SyncJob:
                 newest_event = result.max_event_time_us
         if newest_event is not None:
             output.max_event_time = datetime.fromtimestamp(newest_event / 1e6, tz=UTC).isoformat()
-        return output, batch.end, rejection
+        return Staged(output, pending.end, rejection)
 
 
 def install_stop_handlers(stop_requested: threading.Event) -> None:

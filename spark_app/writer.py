@@ -30,6 +30,7 @@ from pyiceberg.typedef import Record
 
 from spark_app.deadletter import Rejection, count_reasons, dead_letter_rows, split_dead_letters
 from spark_app.iceberg_internals import footer_statistics, new_data_location, partition_value
+from spark_app.units import UnitStats
 
 RESULT_SCHEMA = "result binary"
 
@@ -87,6 +88,7 @@ class TaskResult:
     max_event_time_us: int | None = None
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     rejection: Rejection | None = None  # set instead of writing anything when there is no dead-letter table
+    unit_stats: UnitStats = field(default_factory=UnitStats)
 
 
 def _partition_fields(plan: TablePlan) -> list[tuple[str, Any, Any]]:
@@ -98,6 +100,23 @@ def _partition_fields(plan: TablePlan) -> list[tuple[str, Any, Any]]:
             (source.name, partition_field.transform.pyarrow_transform(source.field_type), source.field_type)
         )
     return fields
+
+
+def partition_groups(plan: TablePlan, table: pa.Table | pa.RecordBatch) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
+    """``(partition key, rows)`` for each partition value in ``table`` (one group, key ``()``, when unpartitioned)."""
+    fields = _partition_fields(plan)
+    if not fields:
+        yield (), pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        return
+    keys = {f"k{i}": transform(table.column(name)) for i, (name, transform, _) in enumerate(fields)}
+    keyed = pa.table({**keys, "_row": pa.array(np.arange(table.num_rows, dtype=np.int64))})
+    groups = keyed.group_by(list(keys), use_threads=False).aggregate([("_row", "list")])
+    key_values = [groups.column(f"k{i}").to_pylist() for i in range(len(fields))]
+    row_lists = groups.column("_row_list")
+    for index in range(groups.num_rows):
+        rows = table.take(row_lists[index].values)
+        yield tuple(values[index] for values in key_values), (
+            pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows)
 
 
 def data_file_from_footer(plan: TablePlan, path: str, size: int, partition: Record, metadata: pq.FileMetaData) -> DataFile:
@@ -245,17 +264,8 @@ class PartitionedWriter:
         """Append rows (already in the table's Arrow schema) to their partitions' writers."""
         if table.num_rows == 0:
             return
-        if not self._fields:
-            self._write_to((), table)
-            return
-        keys = {f"k{i}": transform(table.column(name)) for i, (name, transform, _) in enumerate(self._fields)}
-        keyed = pa.table({**keys, "_row": pa.array(np.arange(table.num_rows, dtype=np.int64))})
-        groups = keyed.group_by(list(keys), use_threads=False).aggregate([("_row", "list")])
-        key_values = [groups.column(f"k{i}").to_pylist() for i in range(len(self._fields))]
-        row_lists = groups.column("_row_list")
-        for index in range(groups.num_rows):
-            key = tuple(values[index] for values in key_values)
-            self._write_to(key, table.take(row_lists[index].values))
+        for key, rows in partition_groups(self._plan, table):
+            self._write_to(key, rows)
 
     def _write_to(self, key: tuple[Any, ...], table: pa.Table) -> None:
         writer = self._writers.get(key)

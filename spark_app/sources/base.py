@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from icebergsync.protocol import Frontier, SourceIdentity
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
-from spark_app.units import UnitReader, WorkUnit
+from spark_app.units import UnitReader, UnitStats, WorkUnit
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Pending:
     reaches_end: bool = False  # a bounded source has nothing after ``end``
     lag: dict[str, Any] | None = None
     notes: dict[str, Any] | None = None
+    detail: Any = None  # what the source planned beyond the frontier's shape (e.g. the files of the range)
 
 
 @dataclass
@@ -71,9 +72,9 @@ class Source(ABC):
     def pending(self, frontier: Frontier, max_bytes: int) -> Pending | None:
         """What is available beyond ``frontier`` now (at most about ``max_bytes``); None when nothing is."""
 
-    @abstractmethod
     def read(self, frontier: Frontier, pending: Pending) -> SourceBatch:
         """Read exactly the records in ``[frontier, pending.end)``."""
+        raise NotImplementedError
 
     def plan_units(self, frontier: Frontier, pending: Pending) -> list[WorkUnit]:
         """Split ``[frontier, pending.end)`` into work units, in source order (``unit.index`` = place in the list).
@@ -86,6 +87,15 @@ class Source(ABC):
     def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
         """The picklable reader the tasks run: a unit's records decoded into ``columns``."""
         raise NotImplementedError
+
+    def record_columns(self) -> list[SpecColumn]:
+        """The columns of the source's records: what ``spec.transform`` sees as the view ``source``."""
+        return list(self.spec.schema_)
+
+    def trigger_notes(self, pending: Pending, stats: UnitStats) -> dict[str, Any] | None:
+        """The commit's ``icebergsync.source-notes``: the planning notes and what reading the units counted."""
+        notes = {**(pending.notes or {}), **stats.counters}
+        return notes or None
 
     def cores(self) -> int:
         """Task slots Spark has for a trigger."""

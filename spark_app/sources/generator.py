@@ -2,70 +2,159 @@
 
 Rows become available at ``rowsPerSecond`` from the moment the job starts (counted from the
 resumed position); with ``totalRows`` the source is bounded. Frontier: ``{"next_id": N}``.
+Each task computes its id range straight into Arrow with numpy (:func:`generate_arrow`): every
+value is a pure function of the id (Spark's xxhash64 of the id with a per-column salt, and exact
+integer arithmetic for the amounts), so a replayed range is identical.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
 
 from icebergsync.protocol import Frontier
 from icebergsync.spec import GENERATOR_COLUMNS
-from spark_app.sources.base import Pending, Source, SourceBatch
+from icebergsync.spec import Column as SpecColumn
+from spark_app.sources.base import Pending, Source
+from spark_app.units import GeneratorUnit, UnitReader, UnitStats, WorkUnit
 
 # Epoch micros of 2025-01-01T00:00:00Z; consecutive ids are 10 ms apart in event time.
 BASE_TIME_MICROS = 1_735_689_600_000_000
 MICROS_BETWEEN_ROWS = 10_000
+MICROS_PER_DAY = 86_400_000_000
 ESTIMATED_BYTES_PER_ROW = 26  # compressed Parquet, measured on this data
+ROWS_PER_BATCH = 131_072
 VENDORS = ["CMT", "VTS", "DDS", "MYC", "HVF", "CURB"]
 PAYMENTS = ["card", "cash", "no_charge", "dispute", "voided"]
 NOTE_WORDS = ["airport", "downtown", "late night", "rush hour", "scenic route", "stadium", "harbor", "midtown"]
 
+_PRIME_1 = np.uint64(0x9E3779B185EBCA87)
+_PRIME_2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_PRIME_3 = np.uint64(0x165667B19E3779F9)
+_PRIME_4 = np.uint64(0x85EBCA77C2B2AE63)
+_PRIME_5 = np.uint64(0x27D4EB2F165667C5)
+_SPARK_SEED = np.uint64(42)
 
-def _hash(salt: int) -> Column:
-    return F.abs(F.xxhash64(F.col("id"), F.lit(salt)))
+
+def _rotl(value: np.ndarray, bits: int) -> np.ndarray:
+    return (value << np.uint64(bits)) | (value >> np.uint64(64 - bits))
 
 
-def _pick(options: list[str], salt: int) -> Column:
-    return F.element_at(F.array(*[F.lit(option) for option in options]), (_hash(salt) % len(options) + 1).cast("int"))
+def _fmix(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint64(33))
+    h = h * _PRIME_2
+    h = h ^ (h >> np.uint64(29))
+    h = h * _PRIME_3
+    return h ^ (h >> np.uint64(32))
 
 
-def generator_columns() -> list[Column]:
-    """Spark expressions computing every generator column from ``id`` alone."""
-    distance = F.round((_hash(5) % 4000) / 100.0 + 0.3, 2)
-    fare = (F.lit(3.0) + distance * 2.75).cast("decimal(10,2)")
-    tip = F.round(F.when(_hash(9) % 3 == 0, 0.0).otherwise(fare.cast("double") * ((_hash(10) % 25) / 100.0)), 2)
-    ts = F.timestamp_micros(F.lit(BASE_TIME_MICROS) + F.col("id") * MICROS_BETWEEN_ROWS)
-    return [
-        F.col("id"),
-        ts.alias("ts"),
-        _pick(VENDORS, 1).alias("vendor"),
-        (_hash(2) % 265 + 1).cast("int").alias("pickup_zone"),
-        (_hash(3) % 265 + 1).cast("int").alias("dropoff_zone"),
-        (_hash(4) % 6 + 1).cast("int").alias("passenger_count"),
-        distance.alias("trip_distance"),
-        fare.alias("fare_amount"),
-        tip.alias("tip_amount"),
-        F.round(fare.cast("double") + tip + 0.5, 2).alias("total_amount"),
-        _pick(PAYMENTS, 6).alias("payment_type"),
-        (_hash(7) % 6 + 1).cast("int").alias("rate_code"),
-        (_hash(8) % 50 == 0).alias("store_and_forward"),
-        F.to_date(ts).alias("pickup_date"),
-        F.when(_hash(11) % 4 == 0, F.lit(None).cast("string"))
-        .otherwise(F.concat_ws(" ", F.lit("trip"), F.col("id").cast("string"), F.lit("via"), _pick(NOTE_WORDS, 12),
-                               F.lit("zone"), (_hash(2) % 265 + 1).cast("string")))
-        .alias("notes"),
-    ]
+def _id_hashes(ids: np.ndarray) -> np.ndarray:
+    """Spark's XXH64 of each long id with seed 42: the seed of every column's salted hash."""
+    with np.errstate(over="ignore"):
+        h = _rotl(ids.astype(np.uint64) * _PRIME_2, 31)
+        h *= _PRIME_1
+        h ^= _SPARK_SEED + _PRIME_5 + np.uint64(8)
+        h = _rotl(h, 27)
+        h *= _PRIME_1
+        h += _PRIME_4
+        return _fmix(h)
+
+
+def _hash(id_hashes: np.ndarray, salt: int) -> np.ndarray:
+    """``abs(xxhash64(id, salt))`` exactly as Spark computes it: XXH64 of the int salt seeded with the id's hash."""
+    with np.errstate(over="ignore"):
+        h = id_hashes + (_PRIME_5 + np.uint64(4))
+        h ^= np.uint64(salt & 0xFFFFFFFF) * _PRIME_1
+        h = _rotl(h, 23)
+        h *= _PRIME_2
+        h += _PRIME_3
+        return np.abs(_fmix(h).view(np.int64))
+
+
+def _pick(options: list[str], hashes: np.ndarray) -> pa.Array:
+    return pc.take(pa.array(options), pa.array(hashes % len(options)))
+
+
+def _half_up_cents(numerator: np.ndarray, denominator: int) -> np.ndarray:
+    """``round(numerator / denominator)`` with halves rounded up (numerator ≥ 0), in integers."""
+    return (2 * numerator + denominator) // (2 * denominator)
+
+
+def _decimal_from_cents(cents: np.ndarray) -> pa.Array:
+    """decimal(10,2) values from non-negative integer cents (the unscaled values, no float step)."""
+    unscaled = np.zeros((len(cents), 2), dtype=np.int64)
+    unscaled[:, 0] = cents
+    return pa.Array.from_buffers(pa.decimal128(10, 2), len(cents), [None, pa.py_buffer(unscaled.tobytes())])
+
+
+def generate_arrow(start: int, end: int) -> pa.Table:
+    """Every generator column for ids ``[start, end)`` (see the module doc)."""
+    ids = np.arange(start, end, dtype=np.int64)
+    seeds = _id_hashes(ids)
+    micros = BASE_TIME_MICROS + ids * MICROS_BETWEEN_ROWS
+    distance_cents = _hash(seeds, 5) % 4000 + 30
+    fare_cents = 300 + _half_up_cents(distance_cents * 11, 4)  # 3.00 + distance * 2.75
+    tip_percent = np.where(_hash(seeds, 9) % 3 == 0, 0, _hash(seeds, 10) % 25)
+    tip_cents = _half_up_cents(fare_cents * tip_percent, 100)
+    pickup = _hash(seeds, 2) % 265 + 1
+    notes = pc.binary_join_element_wise(
+        "trip", pa.array(ids).cast(pa.string()), "via", _pick(NOTE_WORDS, _hash(seeds, 12)), "zone",
+        pa.array(pickup).cast(pa.string()), " ")
+    columns = {
+        "id": pa.array(ids),
+        "ts": pa.array(micros, pa.timestamp("us", tz="UTC")),
+        "vendor": _pick(VENDORS, _hash(seeds, 1)),
+        "pickup_zone": pa.array(pickup.astype(np.int32)),
+        "dropoff_zone": pa.array((_hash(seeds, 3) % 265 + 1).astype(np.int32)),
+        "passenger_count": pa.array((_hash(seeds, 4) % 6 + 1).astype(np.int32)),
+        "trip_distance": pa.array(distance_cents / 100.0),
+        "fare_amount": _decimal_from_cents(fare_cents),
+        "tip_amount": pa.array(tip_cents / 100.0),
+        "total_amount": pa.array((fare_cents + tip_cents + 50) / 100.0),
+        "payment_type": _pick(PAYMENTS, _hash(seeds, 6)),
+        "rate_code": pa.array((_hash(seeds, 7) % 6 + 1).astype(np.int32)),
+        "store_and_forward": pa.array(_hash(seeds, 8) % 50 == 0),
+        "pickup_date": pa.array((micros // MICROS_PER_DAY).astype(np.int32), pa.date32()),
+        "notes": pc.if_else(pa.array(_hash(seeds, 11) % 4 == 0), pa.scalar(None, pa.string()), notes),
+    }
+    assert list(columns) == [column.name for column in GENERATOR_COLUMNS]
+    return pa.table(columns)
 
 
 def generate(spark_range: DataFrame) -> DataFrame:
-    """Generator rows for the ids of ``spark_range`` (a DataFrame with an ``id`` column)."""
-    frame = spark_range.select(*generator_columns())
-    assert frame.columns == [column.name for column in GENERATOR_COLUMNS]
-    return frame
+    """Generator rows for the ids of ``spark_range`` (a DataFrame with an ``id`` column, consecutive per
+    partition as ``spark.range`` makes them), for Spark-side readers and peers of the benchmark."""
+    from icebergsync.schema import spark_ddl
+
+    def rows(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            ids = batch.column("id")
+            if len(ids):
+                first, last = ids[0].as_py(), ids[len(ids) - 1].as_py()
+                assert last - first + 1 == len(ids), "generate() needs consecutive ids"
+                yield from generate_arrow(first, last + 1).to_batches()
+
+    return spark_range.mapInArrow(rows, spark_ddl(list(GENERATOR_COLUMNS)))
+
+
+@dataclass(frozen=True)
+class GeneratorReader:
+    """Reads generator units in the tasks: the declared columns of each id range."""
+
+    columns: tuple[str, ...]
+
+    def __call__(self, unit: WorkUnit, stats: UnitStats) -> Iterator[pa.RecordBatch]:
+        assert isinstance(unit, GeneratorUnit)
+        for start in range(unit.start, unit.end, ROWS_PER_BATCH):
+            yield from generate_arrow(start, min(unit.end, start + ROWS_PER_BATCH)).select(self.columns).to_batches()
 
 
 class GeneratorSource(Source):
@@ -110,10 +199,17 @@ class GeneratorSource(Source):
             lag={"records": self._available(next_id) - end},
         )
 
-    def read(self, frontier: Frontier, pending: Pending) -> SourceBatch:
+    def plan_units(self, frontier: Frontier, pending: Pending) -> list[WorkUnit]:
         start, end = int(frontier["next_id"]), int(pending.end["next_id"])
-        ids = self.spark.range(start, end, 1, self.parallelism(pending.estimated_bytes))
-        return SourceBatch(frame=generate(ids), end=pending.end, lag=pending.lag)
+        count = self.parallelism(pending.estimated_bytes)
+        bounds = [start + (end - start) * i // count for i in range(count + 1)]
+        return [GeneratorUnit(i, lo, hi) for i, (lo, hi) in enumerate(itertools.pairwise(bounds)) if hi > lo]
+
+    def record_columns(self) -> list[SpecColumn]:
+        return list(GENERATOR_COLUMNS)
+
+    def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
+        return GeneratorReader(tuple(column.name for column in columns))
 
     def exhausted(self, frontier: Frontier) -> bool:
         return self.settings.exhausted(frontier)

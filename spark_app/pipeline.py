@@ -1,0 +1,160 @@
+"""Driver side of phase 1: run a trigger's work units through Spark into staged files (docs/dataplane.md).
+
+Three shapes, all ending in :func:`spark_app.writer.stage_partition` inside the tasks:
+
+* direct — each task reads its units and writes what it read (unpartitioned appends);
+* routed — each task reads its units and splits the decoded batches by a hash of the partition
+  value; a Spark shuffle of Arrow IPC blocks brings every row of a partition value to one writer
+  task, so a partition's rows are not spread over every task's small files;
+* transform — ``spec.transform`` needs rows in the JVM: the decoded batches become a DataFrame,
+  the SQL runs, and the result is written as before.
+
+Each task returns one pickled :class:`~spark_app.writer.TaskResult`.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from icebergsync.schema import spark_ddl
+from icebergsync.spec import Column as SpecColumn
+from spark_app.deadletter import CONTROL_COLUMNS, with_control_columns_arrow
+from spark_app.decode import apply_transform
+from spark_app.units import UnitReader, UnitStats, WorkUnit
+from spark_app.writer import (
+    RESULT_SCHEMA,
+    TablePlan,
+    TaskResult,
+    WritePlan,
+    make_stage_function,
+    partition_groups,
+    stage_partition,
+)
+
+_STATS_BUCKET = -1
+
+
+def _task_id() -> str:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return f"{context.partitionId():05d}-{context.attemptNumber()}" if context else "00000-0"
+
+
+def _read(units: Iterable[WorkUnit], reader: UnitReader, stats: UnitStats) -> Iterator[pa.RecordBatch]:
+    for unit in units:
+        yield from reader(unit, stats)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(data: bytes) -> Iterator[pa.RecordBatch]:
+    yield from pa.ipc.open_stream(data)
+
+
+@dataclass(frozen=True)
+class PartitionRouter:
+    """Bucket of each row: a stable hash of its partition value (every row of one value in one bucket)."""
+
+    table: TablePlan
+    buckets: int
+
+    def split(self, batch: pa.RecordBatch) -> Iterator[tuple[int, pa.Table]]:
+        """``(bucket, rows)`` pairs covering ``batch``; dead letters stay in the bucket of their batch's first row."""
+        for key, rows in partition_groups(self.table, batch):
+            yield zlib.crc32(repr(key).encode()) % self.buckets, rows
+
+
+def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader, plan: WritePlan,
+              route: bool) -> tuple[list[TaskResult], UnitStats]:
+    """Stage a trigger's units (direct, or routed by partition value); the tasks' results and read statistics."""
+    context = spark.sparkContext
+    tasks = max(1, min(len(units), context.defaultParallelism))
+    rdd = context.parallelize(units, tasks)
+    if route and plan.table.spec.fields:
+        router = PartitionRouter(plan.table, tasks)
+        routed = rdd.mapPartitions(_route_function(reader, router)).partitionBy(
+            tasks, lambda bucket: max(0, bucket))
+        payloads = routed.mapPartitions(_stage_routed_function(plan)).collect()
+    else:
+        payloads = rdd.mapPartitions(_stage_direct_function(plan, reader)).collect()
+    results: list[TaskResult] = [pickle.loads(payload) for payload in payloads]
+    stats = UnitStats()
+    for result in results:
+        stats.merge(result.unit_stats)
+    return results, stats
+
+
+def _stage_direct_function(plan: WritePlan, reader: UnitReader) -> Callable[[Iterable[WorkUnit]], Iterable[bytes]]:
+    def stage(units: Iterable[WorkUnit]) -> Iterator[bytes]:
+        stats = UnitStats()
+        result = stage_partition(plan, _read(units, reader, stats), _task_id())
+        result.unit_stats = stats
+        yield pickle.dumps(result)
+
+    return stage
+
+
+def _route_function(reader: UnitReader, router: PartitionRouter) -> Callable[[Iterable[WorkUnit]], Iterable[tuple[int, bytes]]]:
+    def route(units: Iterable[WorkUnit]) -> Iterator[tuple[int, bytes]]:
+        stats = UnitStats()
+        for batch in _read(units, reader, stats):
+            for bucket, rows in router.split(batch):
+                yield bucket, _ipc(rows)
+        yield _STATS_BUCKET, pickle.dumps(stats)
+
+    return route
+
+
+def _stage_routed_function(plan: WritePlan) -> Callable[[Iterable[tuple[int, bytes]]], Iterable[bytes]]:
+    def stage(blocks: Iterable[tuple[int, bytes]]) -> Iterator[bytes]:
+        stats = UnitStats()
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for bucket, data in blocks:
+                if bucket == _STATS_BUCKET:
+                    stats.merge(pickle.loads(data))
+                else:
+                    yield from _from_ipc(data)
+
+        result = stage_partition(plan, batches(), _task_id())
+        result.unit_stats = stats
+        yield pickle.dumps(result)
+
+    return stage
+
+
+def run_transform(spark: SparkSession, units: list[WorkUnit], reader: UnitReader, plan: WritePlan,
+                  columns: list[SpecColumn], source_columns: list[SpecColumn], sql: str) -> tuple[list[TaskResult], UnitStats]:
+    """Stage a trigger through ``spec.transform``: decoded units as a DataFrame (view ``source``), the SQL, the writer.
+
+    The units are read once per branch of the transform (good and bad rows); both reads are of the
+    same exact units, so the result is exact. Read statistics come from the writer-side pass.
+    """
+    schema = f"{spark_ddl(source_columns)}, " + ", ".join(f"{name} string" for name in CONTROL_COLUMNS)
+    arrow_names = [c.name for c in source_columns] + list(CONTROL_COLUMNS)
+
+    def read(rows: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        stats = UnitStats()
+        for batch in rows:
+            for payload in batch.column("unit").to_pylist():
+                for decoded in reader(pickle.loads(payload), stats):
+                    yield with_control_columns_arrow(decoded).select(arrow_names)
+
+    tasks = max(1, min(len(units), spark.sparkContext.defaultParallelism))
+    listing = spark.createDataFrame([(pickle.dumps(unit),) for unit in units], "unit binary").repartition(tasks)
+    frame = apply_transform(spark, listing.mapInArrow(read, schema), sql, columns)
+    rows = frame.mapInArrow(make_stage_function(plan), RESULT_SCHEMA).collect()
+    return [pickle.loads(row["result"]) for row in rows], UnitStats()
+
