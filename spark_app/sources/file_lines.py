@@ -1,14 +1,16 @@
-"""Text files (JSON lines, CSV) read line by line in the executors, each line with its file and line number.
+"""Files as work units, read in the tasks straight into Arrow (JSON lines, CSV, Parquet).
 
-Spark's text and CSV readers know neither a line's number nor what to do with a file that cannot
-be read (a corrupt ``.gz`` fails the whole trigger). Here each task opens whole files through
-pyiceberg's FileIO and yields ``(value, file, line, _isync_error)`` rows: ``value`` is the line's
-bytes (decoded strictly later), ``line`` is its 1-based number in the file. A file that cannot be
-used at all gives ONE row with ``_isync_error`` set and no line, which becomes one dead letter:
+A unit is a file or, for a large uncompressed text file when a trigger has fewer files than
+cores, a byte slice of one (a line belongs to the slice holding its first byte). Each task opens
+its files through pyiceberg's FileIO, cuts text into blocks of whole lines and decodes each block
+with :mod:`spark_app.arrow_decode`; every record keeps its file and 1-based line number (Parquet:
+its row index). A file that cannot be used at all becomes ONE dead letter with the reason:
 
 * a ``.gz`` file whose stream is corrupt or truncated (checked in full before any line is read,
   so a bad file never yields some of its lines);
-* a CSV file whose header does not name the declared columns in order (case-insensitive, as Spark).
+* a CSV file whose header does not name the declared columns in order (case-insensitive, as Spark);
+* a file that is not Parquet, or a Parquet file with a column the spec does not declare or of a
+  type that cannot be read as the declared one.
 
 Blank lines are skipped (they still count for line numbers).
 """
@@ -17,47 +19,50 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.io import FileIO, load_file_io
-from pyspark.sql import DataFrame, SparkSession
 
-from spark_app.deadletter import ERROR_COLUMN
+from icebergsync.spec import Column as SpecColumn
+from spark_app.arrow_decode import (
+    conform_table,
+    decode_csv_block,
+    decode_json_block,
+    target_schema,
+    whole_input_row,
+)
+from spark_app.units import FileUnit, UnitStats, WorkUnit
 
-LINES_SCHEMA = f"value binary, file string, line long, {ERROR_COLUMN} string"
-_ARROW_SCHEMA = pa.schema([("value", pa.binary()), ("file", pa.string()), ("line", pa.int64()),
-                           (ERROR_COLUMN, pa.string())])
-_BATCH_LINES = 10_000
+BLOCK_BYTES = 8 << 20
+MIN_SLICE_BYTES = 8 << 20
 _CHUNK_BYTES = 1 << 20
 _CORRUPT_GZIP = (gzip.BadGzipFile, EOFError, zlib.error)
 
 
-@dataclass(frozen=True)
-class LineReading:
-    """What a task needs to read its files: the FileIO properties and the CSV header to expect (None: no header)."""
-
-    io_properties: dict[str, str]
-    header: tuple[str, ...] | None
+def plan_file_units(files: list[tuple[str, int]], file_format: str, cores: int) -> list[WorkUnit]:
+    """Units for ``(uri, size)`` files in order: one per file, and byte slices of large uncompressed
+    text files when there are fewer files than cores (so that every core has work)."""
+    total = sum(size for _, size in files)
+    share = max(MIN_SLICE_BYTES, -(-total // max(1, cores)))
+    units: list[WorkUnit] = []
+    for uri, size in files:
+        sliceable = file_format != "parquet" and not uri.endswith(".gz") and len(files) < cores
+        slices = max(1, size // share) if sliceable else 1
+        bounds = [size * i // slices for i in range(slices + 1)]
+        for start, end in itertools.pairwise(bounds):
+            units.append(FileUnit(len(units), uri, start, end if slices > 1 else None, 1 if start == 0 else None))
+    return units
 
 
 def _open(io: FileIO, uri: str) -> Any:
     stream: Any = io.new_input(uri).open()
     return gzip.GzipFile(fileobj=stream) if uri.endswith(".gz") else stream
-
-
-def _split_lines(stream: Any) -> Iterator[bytes]:
-    """The stream's lines without their line ends (FileIO streams have no ``readline``)."""
-    rest = b""
-    while chunk := stream.read(_CHUNK_BYTES):
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop()
-        yield from lines
-    if rest:
-        yield rest
 
 
 def corrupt_compression(io: FileIO, uri: str) -> str | None:
@@ -84,51 +89,127 @@ def header_mismatch(first_line: bytes, expected: tuple[str, ...]) -> str | None:
     return f"CSV header {found} does not match the declared columns {list(expected)}"
 
 
-def file_lines(io: FileIO, uri: str, reading: LineReading) -> Iterator[tuple[bytes | None, int | None, str | None]]:
-    """``(line, number, None)`` for each non-blank line, or a single ``(None, None, reason)`` for an unusable file."""
-    problem = corrupt_compression(io, uri)
-    if problem is not None:
-        yield None, None, problem
-        return
+def _lines_before(io: FileIO, uri: str, offset: int) -> int:
+    """How many line ends the file has before byte ``offset``."""
+    count, left = 0, offset
     with _open(io, uri) as stream:
-        for number, line in enumerate(_split_lines(stream), start=1):
-            text = line.removesuffix(b"\r")
-            if number == 1 and reading.header is not None:
-                problem = header_mismatch(text, reading.header)
-                if problem is not None:
-                    yield None, None, problem
-                    return
+        while left > 0 and (chunk := stream.read(min(_CHUNK_BYTES, left))):
+            count += chunk.count(b"\n")
+            left -= len(chunk)
+    return count
+
+
+def _first_line_start(stream: Any, start: int) -> int | None:
+    """The offset of the first line that begins at or after ``start`` (> 0), or None at the end of the file."""
+    stream.seek(start - 1)
+    offset = start - 1
+    while chunk := stream.read(_CHUNK_BYTES):
+        cut = chunk.find(b"\n")
+        if cut >= 0:
+            return offset + cut + 1
+        offset += len(chunk)
+    return None
+
+
+def _slice_blocks(io: FileIO, unit: FileUnit) -> Iterator[tuple[bytes, int]]:
+    """``(block of whole lines, number of its first line)`` for the lines whose first byte lies in the unit."""
+    end = unit.end
+    with _open(io, unit.uri) as stream:
+        position, line = 0, 1
+        if unit.start > 0:
+            begin = _first_line_start(stream, unit.start)
+            if begin is None or (end is not None and begin >= end):
+                return  # no line begins in this slice
+            line = _lines_before(io, unit.uri, begin) + 1
+            stream.seek(begin)
+            position = begin
+        rest = b""
+        while True:
+            chunk = stream.read(BLOCK_BYTES)
+            data = rest + chunk
+            if not chunk:
+                if data and (end is None or position < end):
+                    yield data, line  # the last line, without a line end
+                return
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
                 continue
-            if text.strip():
-                yield text, number, None
+            block, rest = data[:cut + 1], data[cut + 1:]
+            if end is not None and position + len(block) >= end:
+                # Keep the lines that begin before ``end``: up to the line end at or after byte end - 1.
+                yield block[:block.find(b"\n", end - position - 1) + 1], line
+                return
+            yield block, line
+            line += block.count(b"\n")
+            position += len(block)
 
 
-def _line_function(reading: LineReading) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
-    def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        io: FileIO | None = None
-        for batch in batches:
-            for uri in batch.column("file").to_pylist():
-                io = io or load_file_io(reading.io_properties, uri)
-                rows: list[tuple[bytes | None, int | None, str | None]] = []
-                for row in file_lines(io, uri, reading):
-                    rows.append(row)
-                    if len(rows) == _BATCH_LINES:
-                        yield _batch(uri, rows)
-                        rows = []
-                if rows:
-                    yield _batch(uri, rows)
+@dataclass(frozen=True)
+class FileReader:
+    """Reads file units in the tasks (see the module doc)."""
 
-    return read
+    io_properties: dict[str, str]
+    file_format: str
+    header: tuple[str, ...] | None
+    columns: tuple[SpecColumn, ...]
+
+    def __call__(self, unit: WorkUnit, stats: UnitStats) -> Iterator[pa.RecordBatch]:
+        assert isinstance(unit, FileUnit)
+        io = load_file_io(self.io_properties, unit.uri)
+        schema = target_schema(list(self.columns))
+        if self.file_format == "parquet":
+            yield from self._parquet(io, unit.uri, schema)
+            return
+        problem = corrupt_compression(io, unit.uri)
+        if problem is not None:
+            yield from whole_input_row(schema, problem, {"file": unit.uri}).to_batches()
+            return
+        decode = decode_csv_block if self.file_format == "csv" else decode_json_block
+        for block, first_line in _slice_blocks(io, unit):
+            if first_line == 1 and self.header is not None:
+                head, _, block = block.partition(b"\n")
+                problem = header_mismatch(head.removesuffix(b"\r"), self.header)
+                if problem is not None:
+                    yield from whole_input_row(schema, problem, {"file": unit.uri}).to_batches()
+                    return
+                first_line = 2
+            if block:
+                yield from decode(block, schema, unit.uri, first_line).to_batches()
+
+    def _parquet(self, io: FileIO, uri: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        declared = {c.name for c in self.columns}
+        with io.new_input(uri).open() as stream:
+            try:
+                parquet = pq.ParquetFile(stream)
+            except pa.ArrowInvalid as exc:
+                yield from whole_input_row(schema, f"not a Parquet file: {exc}", {"file": uri}).to_batches()
+                return
+            unknown = [name for name in parquet.schema_arrow.names if name not in declared]
+            if unknown:
+                reason = f"Parquet file has columns that spec.schema does not declare: {unknown}"
+                yield from whole_input_row(schema, reason, {"file": uri}).to_batches()
+                return
+            mismatched = _uncastable(parquet.schema_arrow, schema)
+            if mismatched:
+                reason = f"Parquet column(s) cannot be read as declared: {'; '.join(mismatched)}"
+                yield from whole_input_row(schema, reason, {"file": uri}).to_batches()
+                return
+            first_row = 0
+            for batch in parquet.iter_batches(batch_size=131_072):
+                base = first_row
+                yield from conform_table(pa.Table.from_batches([batch]), schema,
+                                         lambda i, base=base: {"file": uri, "row": base + i}).to_batches()
+                first_row += batch.num_rows
 
 
-def _batch(uri: str, rows: list[tuple[bytes | None, int | None, str | None]]) -> pa.RecordBatch:
-    values, numbers, errors = zip(*rows, strict=True)
-    return pa.RecordBatch.from_arrays(
-        [pa.array(values, pa.binary()), pa.array([uri] * len(rows), pa.string()), pa.array(numbers, pa.int64()),
-         pa.array(errors, pa.string())], schema=_ARROW_SCHEMA)
-
-
-def read_lines(spark: SparkSession, uris: list[str], reading: LineReading, tasks: int) -> DataFrame:
-    """A frame of every line of ``uris`` (see the module doc), the files spread over ``tasks`` tasks."""
-    files = spark.createDataFrame([(uri,) for uri in uris], "file string").repartition(max(1, min(tasks, len(uris))))
-    return files.mapInArrow(_line_function(reading), LINES_SCHEMA)
+def _uncastable(found: pa.Schema, declared: pa.Schema) -> list[str]:
+    """Columns of ``found`` whose type cannot be cast to the declared one at all."""
+    problems = []
+    for field in found:
+        target = declared.field(field.name).type
+        try:
+            pa.array([], field.type).cast(target)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            problems.append(f"{field.name} is {field.type}, not {target}")
+    return problems

@@ -12,52 +12,18 @@ or dropped silently.
 from __future__ import annotations
 
 import logging
-from functools import reduce
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from pyiceberg.io import FileIO, load_file_io
-from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
 from icebergsync.catalog import read_secret, resolve_env
 from icebergsync.protocol import Frontier, SourceIdentity, encode_json
-from icebergsync.schema import spark_type
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.storage import StoredFile, list_files, normalize
-from spark_app.deadletter import POSITION_COLUMN, whole_input_rows
-from spark_app.decode import conform_columns, decode_csv, decode_json
-from spark_app.sources.base import Pending, Source, SourceBatch
-from spark_app.sources.file_lines import LineReading, read_lines
+from spark_app.sources.base import Pending, Source
+from spark_app.sources.file_lines import FileReader, plan_file_units
+from spark_app.units import UnitReader, UnitStats, WorkUnit
 
 log = logging.getLogger("icebergsync.source.files")
-
-
-# pyiceberg FileIO property -> Hadoop S3A setting: one set of S3 settings serves both readers.
-S3A_SETTINGS = {
-    "s3.endpoint": "fs.s3a.endpoint",
-    "s3.access-key-id": "fs.s3a.access.key",
-    "s3.secret-access-key": "fs.s3a.secret.key",
-    "s3.session-token": "fs.s3a.session.token",
-    "s3.region": "fs.s3a.endpoint.region",
-    "s3.path-style-access": "fs.s3a.path.style.access",
-}
-
-
-def s3a_settings(properties: dict[str, str]) -> dict[str, str]:
-    """Hadoop S3A settings equivalent to the S3 FileIO properties the spec and its secret give."""
-    settings = {S3A_SETTINGS[key]: value for key, value in properties.items() if key in S3A_SETTINGS}
-    if properties.get("s3.endpoint", "").startswith("http://"):
-        settings["fs.s3a.connection.ssl.enabled"] = "false"
-    return settings
-
-
-def spark_path(uri: str) -> str:
-    """Spark reads S3 through the s3a connector."""
-    return "s3a://" + uri.removeprefix("s3://") if uri.startswith("s3://") else uri
 
 
 class FilesSource(Source):
@@ -73,18 +39,9 @@ class FilesSource(Source):
             **resolve_env(self.spec.table.catalog.properties, "spec.table.catalog.properties"),
             **read_secret(settings.secret_ref),
         }
-        if self._root.startswith(("s3://", "s3a://")):
-            hadoop = self.spark.sparkContext._jsc.hadoopConfiguration()
-            for key, value in s3a_settings(self._io_properties).items():
-                hadoop.set(key, value)
-        self._reported_late: set[str] = set()
+        self._known: set[str] | None = None  # files at or before the frontier that are not late
+        self._late_unnoted: list[str] = []  # late files not yet named in a commit's source notes
         self._io_root = self._root.replace("s3a://", "s3://", 1)
-        self._file_io: FileIO | None = None
-
-    def _io(self, uri: str) -> FileIO:
-        if self._file_io is None:
-            self._file_io = load_file_io(self._io_properties, uri)
-        return self._file_io
 
     def initial_frontier(self) -> Frontier:
         return {"after": ""}
@@ -108,7 +65,7 @@ class FilesSource(Source):
     def pending(self, frontier: Frontier, max_bytes: int) -> Pending | None:
         after = str(frontier.get("after", ""))
         listing = self._listing()
-        late = [rel for rel, _ in listing if rel <= after and rel not in self._reported_late]
+        self._note_late_files(after, listing)
         new = [(rel, f) for rel, f in listing if rel > after]
         if not new:
             return None
@@ -120,78 +77,43 @@ class FilesSource(Source):
             chosen.append((rel, stored))
             size += stored.size
         notes = None
+        if self._late_unnoted:
+            notes = {"files-before-frontier": self._late_unnoted[:100],
+                     "files-before-frontier-count": len(self._late_unnoted)}
+        return Pending(end={"after": chosen[-1][0]}, estimated_bytes=size, lag={"files": len(new) - len(chosen)},
+                       notes=notes, detail=chosen)
+
+    def _note_late_files(self, after: str, listing: list[tuple[str, StoredFile]]) -> None:
+        """Warn once about each new file that sorts at or before the frontier (it is NOT ingested).
+
+        The files present at the first listing, and those this run ingested, are known; a file
+        that appears later behind the frontier is late. Its note waits for the next commit.
+        """
+        behind = {rel for rel, _ in listing if rel <= after}
+        if self._known is None:
+            self._known = behind
+            return
+        late = sorted(behind - self._known)
         if late:
             log.warning("files source: %d file(s) sort before the frontier %r and are NOT ingested "
                         "(rename them to sort after it): %s", len(late), after, late[:10])
-            self._reported_late.update(late)
-            notes = {"files-before-frontier": late[:100], "files-before-frontier-count": len(late)}
-        return Pending(
-            end={"after": chosen[-1][0], "files": [rel for rel, _ in chosen]},
-            estimated_bytes=size,
-            lag={"files": len(new) - len(chosen)},
-            notes=notes,
-        )
+            self._known |= set(late)
+            self._late_unnoted += late
 
-    def read(self, frontier: Frontier, pending: Pending) -> SourceBatch:
-        names = list(pending.end["files"])
-        uris = [f"{self._io_root}/{name}" for name in names]
-        columns = list(self.spec.schema_)
-        frame: DataFrame
-        if self.settings.format == "parquet":
-            frame = self._read_parquet(uris, columns)
-        else:
-            header = tuple(c.name for c in columns) if self.settings.format == "csv" and self.settings.csv_header else None
-            lines = read_lines(self.spark, uris, LineReading(self._io_properties, header),
-                               self.parallelism(pending.estimated_bytes))
-            decode = decode_csv if self.settings.format == "csv" else decode_json
-            frame = decode(lines, "value", columns, F.to_json(F.struct(F.col("file"), F.col("line"))))
-        # Keep only the relative path as the frontier; the file list is this commit's detail.
-        end = {"after": pending.end["after"]}
-        notes = dict(pending.notes or {})
+    def plan_units(self, frontier: Frontier, pending: Pending) -> list[WorkUnit]:
+        chosen: list[tuple[str, StoredFile]] = pending.detail
+        if self._known is not None:
+            self._known |= {rel for rel, _ in chosen}
+        uris = [(f"{self._io_root}/{rel}", stored.size) for rel, stored in chosen]
+        return plan_file_units(uris, self.settings.format, self.cores())
+
+    def trigger_notes(self, pending: Pending, stats: UnitStats) -> dict[str, Any] | None:
+        names = [rel for rel, _ in pending.detail]
+        notes = super().trigger_notes(pending, stats) or {}
         notes["files"] = encode_json(names) if len(names) <= 50 else f"{len(names)} files"
-        return SourceBatch(frame=frame, end=end, lag=pending.lag, notes=notes)
+        self._late_unnoted = [rel for rel in self._late_unnoted if rel not in notes.get("files-before-frontier", [])]
+        return notes
 
-    def _read_parquet(self, uris: list[str], columns: list[SpecColumn]) -> DataFrame:
-        """Read the Parquet files, one Spark read per distinct file schema (no schema merging across files);
-        a file that is not Parquet, has a column the spec does not declare, or a column that cannot be
-        cast to its declared type becomes ONE dead letter instead of failing the trigger."""
-        declared = {c.name: c for c in columns}
-        failures: list[tuple[str, dict[str, object]]] = []
-        groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
-        for uri in uris:
-            try:
-                with self._io(uri).new_input(uri).open() as stream:
-                    schema = pq.read_schema(stream)
-            except pa.ArrowInvalid as exc:
-                failures.append((f"not a Parquet file: {exc}", {"file": uri}))
-                continue
-            unknown = [name for name in schema.names if name not in declared]
-            if unknown:
-                failures.append((f"Parquet file has columns that spec.schema does not declare: {unknown}", {"file": uri}))
-                continue
-            groups.setdefault(tuple((f.name, str(f.type)) for f in schema), []).append(uri)
-        frames = []
-        for group, members in groups.items():
-            rows = self.spark.read.parquet(*[spark_path(uri) for uri in members])
-            position = F.to_json(F.struct(F.col("_metadata.file_path").alias("file"),
-                                          F.col("_metadata.row_index").alias("row")))
-            mismatched = [problem for name, _ in group if (problem := _cast_problem(rows, declared[name])) is not None]
-            if mismatched:
-                failures += [(f"Parquet column(s) cannot be read as declared: {'; '.join(mismatched)}", {"file": uri})
-                             for uri in members]
-                continue
-            frames.append(conform_columns(
-                rows.select(*[F.col(f"`{name}`") for name, _ in group], position.alias(POSITION_COLUMN)),
-                columns, "the Parquet files"))
-        if failures:
-            frames.append(whole_input_rows(self.spark, columns, failures))
-        return reduce(DataFrame.unionByName, frames)
-
-
-def _cast_problem(frame: DataFrame, column: SpecColumn) -> str | None:
-    """Why a column of ``frame`` cannot be cast to the declared type at all (values that do not fit are per-row errors)."""
-    try:
-        frame.select(F.col(f"`{column.name}`").try_cast(spark_type(column.type))).schema  # noqa: B018 - analyse only
-    except AnalysisException:
-        return f"{column.name} is {frame.schema[column.name].dataType.simpleString()}, not a {column.type}"
-    return None
+    def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
+        header = tuple(c.name for c in columns) if self.settings.format == "csv" and self.settings.csv_header else None
+        return FileReader(self._io_properties, self.settings.format, header, tuple(columns))

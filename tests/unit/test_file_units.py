@@ -1,0 +1,50 @@
+"""Files as work units: slices of a text file cover every line exactly once, with its line number."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from pyiceberg.io import load_file_io
+
+from spark_app.sources import file_lines
+from spark_app.sources.file_lines import _slice_blocks, plan_file_units
+from spark_app.units import FileUnit
+
+
+def numbered_lines(units: list[FileUnit]) -> list[tuple[int, bytes]]:
+    io = load_file_io({}, units[0].uri)
+    found = []
+    for unit in units:
+        for block, first in _slice_blocks(io, unit):
+            for offset, line in enumerate(block.split(b"\n")[: block.count(b"\n") + (not block.endswith(b"\n"))]):
+                found.append((first + offset, line))
+    return found
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_slices_of_a_text_file_yield_every_line_once_with_its_number(
+        tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    lines = [b"x" * rng.choice([0, 1, 2, 7, 40, 300]) + str(i).encode() for i in range(rng.randint(1, 400))]
+    data = b"\n".join(lines) + (b"\n" if rng.random() < 0.5 else b"")
+    path = tmp_path / "data.json"
+    path.write_bytes(data)
+    monkeypatch.setattr(file_lines, "MIN_SLICE_BYTES", rng.randint(1, 200))
+    monkeypatch.setattr(file_lines, "BLOCK_BYTES", rng.randint(1, 64))
+    units = plan_file_units([(path.as_uri(), len(data))], "json", cores=rng.randint(2, 9))
+    assert all(isinstance(unit, FileUnit) for unit in units)
+    file_units = [unit for unit in units if isinstance(unit, FileUnit)]
+    assert [(u.start, u.end or len(data)) for u in file_units] == sorted((u.start, u.end or len(data)) for u in file_units)
+    assert numbered_lines(file_units) == list(enumerate(lines, start=1))
+
+
+def test_one_unit_per_file_when_there_are_enough_files_and_never_slices_of_gz_or_parquet() -> None:
+    big = 64 << 20
+    many = plan_file_units([(f"file:///in/{i}.json", big) for i in range(3)], "json", cores=2)
+    assert [(u.index, u.uri, u.start, u.end) for u in many if isinstance(u, FileUnit)] == [
+        (i, f"file:///in/{i}.json", 0, None) for i in range(3)]
+    assert len(plan_file_units([("file:///in/a.json.gz", big)], "json", cores=2)) == 1
+    assert len(plan_file_units([("file:///in/a.parquet", big)], "parquet", cores=2)) == 1
+    assert len(plan_file_units([("file:///in/a.json", big)], "json", cores=2)) == 2
