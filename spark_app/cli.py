@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from icebergsync import cli
 from icebergsync.catalog import open_catalog
@@ -22,7 +23,7 @@ log = logging.getLogger("icebergsync")
 def run_command(args: argparse.Namespace) -> int:
     """Run the sync; return the documented exit status."""
     from spark_app.job import SyncJob, install_stop_handlers
-    from spark_app.session import build_session, connector_conf
+    from spark_app.session import build_session, connector_conf, warm_up
 
     stop_requested = threading.Event()
     install_stop_handlers(stop_requested)
@@ -31,17 +32,21 @@ def run_command(args: argparse.Namespace) -> int:
     catalog = open_catalog(sync.spec.table.catalog)  # fail fast, before a JVM starts
     conf = {**sync.spec.spark.conf, **dict(item.split("=", 1) for item in args.conf)}
     conf.update(connector_conf(sync.spec.source.kind, conf))
-    spark = build_session(f"icebergsync-{sync.metadata.name}-v{args.sink_version}", args.master or None, conf)
-    job = SyncJob(sync, args.sink_version, spark, catalog, stop_requested)
-    try:
-        summary = job.run()
-    except FencedError as fenced:
-        log.error("FENCED: sink %s version %d stops without writing: version %d%s owns the table",
-                  fenced.sink_id, fenced.version, fenced.by_version,
-                  f" (attempt {fenced.by_attempt})" if fenced.by_attempt else "")
-        return fenced.exit_status
-    finally:
-        spark.stop()
+    # The JVM and the Python workers start while the sink fences the table (which needs no Spark).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-spark-start") as starter:
+        session = starter.submit(
+            lambda: warm_up(build_session(f"icebergsync-{sync.metadata.name}-v{args.sink_version}",
+                                          args.master or None, conf)))
+        job = SyncJob(sync, args.sink_version, session.result, catalog, stop_requested)
+        try:
+            summary = job.run()
+        except FencedError as fenced:
+            log.error("FENCED: sink %s version %d stops without writing: version %d%s owns the table",
+                      fenced.sink_id, fenced.version, fenced.by_version,
+                      f" (attempt {fenced.by_attempt})" if fenced.by_attempt else "")
+            return fenced.exit_status
+        finally:
+            session.result().stop()
     log.info("done: sink=%s version=%d commits=%d records=%d dead_letters=%d frontier=%s",
              summary.writer.sink_id, summary.writer.version, summary.commits, summary.records,
              summary.dead_letters, json.dumps(summary.frontier, sort_keys=True))

@@ -34,7 +34,7 @@ from spark_app.committer import Commit, SinkCommitter, TriggerOutput, attempt_fi
 from spark_app.deadletter import DEAD_LETTER_SCHEMA, Rejection
 from spark_app.faults import crash_point
 from spark_app.pipeline import run_transform, run_units
-from spark_app.sources.base import Pending, Source
+from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
 from spark_app.writer import TablePlan, WritePlan, data_file_from_footer
 
@@ -87,15 +87,22 @@ def rebuild_data_file(table: Table, path: str) -> DataFile:
 class SyncJob:
     """One attempt of a sink: construct, then ``run()`` until done, stopped or fenced."""
 
-    def __init__(self, sync: IcebergSync, version: int, spark: SparkSession, catalog: Catalog | None = None,
-                 stop_requested: threading.Event | None = None):
+    def __init__(self, sync: IcebergSync, version: int, spark: SparkSession | SessionProvider,
+                 catalog: Catalog | None = None, stop_requested: threading.Event | None = None):
         self.sync = sync
         self.spec = sync.spec
-        self.spark = spark
+        self._session = spark
         self.writer = Writer(sync.sink_id, version, uuid.uuid4().hex[:12])
         self.stop_requested = stop_requested or threading.Event()
         self.columns = effective_columns(self.spec)
         self.catalog = catalog or open_catalog(self.spec.table.catalog)
+
+    @property
+    def spark(self) -> SparkSession:
+        """The session; when given as a provider (still starting), waits for it on first use (after the fence)."""
+        if not isinstance(self._session, SparkSession):
+            self._session = self._session()
+        return self._session
 
     def _open_tables(self) -> tuple[Table, Table | None]:
         table = ensure_table(self.catalog, self.spec.table.name, iceberg_schema(self.columns),
@@ -113,7 +120,7 @@ class SyncJob:
         changes = plan_evolution(table.schema(), self.columns, self.spec.table.name)
         committer = SinkCommitter(self.catalog, self.spec.table.name, self.writer,
                                   self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file)
-        source = make_source(self.spark, self.spec)
+        source = make_source(lambda: self.spark, self.spec)
         progress = committer.start(changes, source.identity(), source.check_frontier)
         crash_point("fenced")
         if changes:

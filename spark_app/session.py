@@ -44,6 +44,20 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, str]
     return session
 
 
+def _import_data_plane(_: object) -> int:
+    import spark_app.pipeline  # noqa: F401 - the import is the point: workers are reused with it loaded
+
+    return 1
+
+
+def warm_up(session: SparkSession) -> SparkSession:
+    """Start one Python worker per core with the data plane imported, so the first trigger's tasks do not pay it
+    (workers are reused across tasks)."""
+    cores = session.sparkContext.defaultParallelism
+    session.sparkContext.parallelize(range(cores), cores).map(_import_data_plane).sum()
+    return session
+
+
 def connector_conf(source_kind: str, conf: dict[str, str]) -> dict[str, str]:
     """``spark.jars.packages`` for the Kafka connector matching this Spark, unless it is already there.
 

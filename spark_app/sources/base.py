@@ -46,12 +46,24 @@ class SourceBatch:
     verify: Callable[[], None] | None = None
 
 
-class Source(ABC):
-    """A replayable source addressed by frontiers (JSON-compatible dicts)."""
+SessionProvider = Callable[[], SparkSession]
 
-    def __init__(self, spark: SparkSession, spec: IcebergSyncSpec):
-        self.spark = spark
+
+class Source(ABC):
+    """A replayable source addressed by frontiers (JSON-compatible dicts).
+
+    The Spark session may still be starting while the sink fences: ``spark`` waits for it on first use.
+    """
+
+    def __init__(self, spark: SparkSession | SessionProvider, spec: IcebergSyncSpec):
+        self._session = spark
         self.spec = spec
+
+    @property
+    def spark(self) -> SparkSession:
+        if not isinstance(self._session, SparkSession):
+            self._session = self._session()
+        return self._session
 
     @abstractmethod
     def initial_frontier(self) -> Frontier:

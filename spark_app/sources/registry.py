@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from icebergsync.spec import IcebergSyncSpec
-from spark_app.sources.base import Source
+from spark_app.sources.base import SessionProvider, Source
 from spark_app.sources.files import FilesSource
 from spark_app.sources.generator import GeneratorSource
 from spark_app.sources.kafka import KafkaSource
@@ -17,6 +17,6 @@ SOURCE_CLASSES: dict[str, type[Source]] = {
 }
 
 
-def make_source(spark: SparkSession, spec: IcebergSyncSpec) -> Source:
+def make_source(spark: SparkSession | SessionProvider, spec: IcebergSyncSpec) -> Source:
     """The source named by the spec."""
     return SOURCE_CLASSES[spec.source.kind](spark, spec)
