@@ -19,7 +19,9 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from icebergsync.schema import spark_ddl
@@ -74,6 +76,51 @@ class PartitionRouter:
         """``(bucket, rows)`` pairs covering ``batch``; dead letters stay in the bucket of their batch's first row."""
         for key, rows in partition_groups(self.table, batch):
             yield zlib.crc32(repr(key).encode()) % self.buckets, rows
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _column_hashes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A stable 64-bit hash of each value (the same in every process; nulls hash to 0)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_temporal(kind) or pa.types.is_boolean(kind):
+        width = pa.int64() if not pa.types.is_boolean(kind) else pa.int8()
+        values = pc.fill_null(column.cast(width) if not pa.types.is_temporal(kind) else
+                              column.view(pa.int64() if kind.bit_width == 64 else pa.int32()).cast(pa.int64()), 0)
+        with np.errstate(over="ignore"):
+            return values.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64) * _MIX
+    text = column.cast(pa.string()) if not (pa.types.is_string(kind) or pa.types.is_binary(kind)) else column
+    distinct = pc.unique(text)
+    codes = np.array([zlib.crc32(value.encode() if isinstance(value, str) else value) if value is not None else 0
+                      for value in distinct.to_pylist()], dtype=np.uint64)
+    positions = pc.fill_null(pc.index_in(text, distinct), 0).to_numpy(zero_copy_only=False)
+    return codes[positions] * _MIX
+
+
+def key_hashes(table: pa.Table | pa.RecordBatch, key: tuple[str, ...]) -> np.ndarray:
+    """A stable hash of each row's key (all key columns), for routing every change of a key to one task."""
+    combined = np.zeros(table.num_rows, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for name in key:
+            combined = combined * np.uint64(31) + _column_hashes(table.column(name))
+    return combined >> np.uint64(1)
+
+
+@dataclass(frozen=True)
+class KeyRouter:
+    """Bucket of each row: a stable hash of its key (every change of one key in one bucket, in order)."""
+
+    key: tuple[str, ...]
+    buckets: int
+
+    def split(self, batch: pa.RecordBatch) -> Iterator[tuple[int, pa.Table]]:
+        table = pa.Table.from_batches([batch])
+        buckets = (key_hashes(table, self.key) % np.uint64(self.buckets)).astype(np.int64)
+        for bucket in np.unique(buckets):
+            yield int(bucket), table.filter(pa.array(buckets == bucket))
 
 
 def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader, plan: WritePlan,

@@ -37,7 +37,8 @@ from spark_app.arrow_decode import (
     target_schema,
     whole_input_row,
 )
-from spark_app.units import FileUnit, UnitStats, WorkUnit
+from spark_app.changes import decode_changes
+from spark_app.units import FileUnit, UnitStats, WorkUnit, order_base
 
 BLOCK_BYTES = 8 << 20
 MIN_SLICE_BYTES = 8 << 20
@@ -146,6 +147,23 @@ def _slice_blocks(io: FileIO, unit: FileUnit) -> Iterator[tuple[bytes, int]]:
 
 
 @dataclass(frozen=True)
+class ChangeReading:
+    """How a keyed sync decodes lines: each non-blank line is one change record (docs/dataplane.md)."""
+
+    columns: tuple[SpecColumn, ...]
+    key: tuple[str, ...]
+    format: str
+
+    def decode_lines(self, block: bytes, uri: str, first_line: int, base: int) -> pa.Table:
+        """The changes of a block of whole lines; record ``i`` of the block is ordered ``base + i``."""
+        numbered = [(first_line + i, line.removesuffix(b"\r")) for i, line in enumerate(block.split(b"\n"))]
+        records = [(number, line) for number, line in numbered if line.strip()]
+        return decode_changes([line for _, line in records], None,
+                              lambda i: {"file": uri, "line": records[i][0]},
+                              list(self.columns), list(self.key), self.format, base)
+
+
+@dataclass(frozen=True)
 class FileReader:
     """Reads file units in the tasks (see the module doc)."""
 
@@ -153,6 +171,7 @@ class FileReader:
     file_format: str
     header: tuple[str, ...] | None
     columns: tuple[SpecColumn, ...]
+    changes: ChangeReading | None = None  # keyed syncs: each line is a change record
 
     def __call__(self, unit: WorkUnit, stats: UnitStats) -> Iterator[pa.RecordBatch]:
         assert isinstance(unit, FileUnit)
@@ -166,6 +185,7 @@ class FileReader:
             yield from whole_input_row(schema, problem, {"file": unit.uri}).to_batches()
             return
         decode = decode_csv_block if self.file_format == "csv" else decode_json_block
+        decoded = 0
         for block, first_line in _slice_blocks(io, unit):
             if first_line == 1 and self.header is not None:
                 head, _, block = block.partition(b"\n")
@@ -174,7 +194,11 @@ class FileReader:
                     yield from whole_input_row(schema, problem, {"file": unit.uri}).to_batches()
                     return
                 first_line = 2
-            if block:
+            if block and self.changes is not None:
+                changes = self.changes.decode_lines(block, unit.uri, first_line, order_base(unit) + decoded)
+                decoded += changes.num_rows
+                yield from changes.to_batches()
+            elif block:
                 yield from decode(block, schema, unit.uri, first_line).to_batches()
 
     def _parquet(self, io: FileIO, uri: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
