@@ -45,7 +45,7 @@ from pyiceberg.table.update import (
     TableRequirement,
 )
 from pyiceberg.table.update.snapshot import _FastAppendFiles
-from pyiceberg.types import IcebergType
+from pyiceberg.types import IcebergType, IntegerType, ListType, NestedField, StructType
 
 
 def commit_transaction(catalog: Catalog, table: Table, transaction: Transaction,
@@ -131,11 +131,39 @@ def add_unpartitioned_spec(transaction: Transaction) -> int:
 # -- delete files -----------------------------------------------------------------------------------
 
 
+EQUALITY_IDS_FIELD_ID = 135
+
+
+def _equality_ids_as_int(schema: Schema) -> Schema:
+    """The manifest entry schema with ``data_file.equality_ids`` as ``list<int>``, as the Iceberg spec has it.
+
+    pyiceberg 0.12 declares it ``list<long>``; Iceberg's Java reader then fails on the manifest
+    (``ClassCastException: Long cannot be cast to Integer`` in ``BaseFile``). Avro encodes int and
+    long alike, so only the declared type changes.
+    """
+    fields = []
+    for entry_field in schema.fields:
+        if entry_field.name == "data_file" and isinstance(entry_field.field_type, StructType):
+            inner = [
+                NestedField(f.field_id, f.name, ListType(f.field_type.element_id, IntegerType(), element_required=True),
+                            required=f.required, doc=f.doc)
+                if f.field_id == EQUALITY_IDS_FIELD_ID and isinstance(f.field_type, ListType) else f
+                for f in entry_field.field_type.fields
+            ]
+            entry_field = NestedField(entry_field.field_id, entry_field.name, StructType(*inner),
+                                      required=entry_field.required, doc=entry_field.doc)
+        fields.append(entry_field)
+    return Schema(*fields)
+
+
 class _DeleteManifestWriter(ManifestWriterV2):
     """A format-v2 manifest of delete files (pyiceberg 0.12 writes data manifests only)."""
 
     def content(self) -> ManifestContent:
         return ManifestContent.DELETES
+
+    def _with_partition(self, format_version: Any) -> Schema:
+        return _equality_ids_as_int(super()._with_partition(format_version))
 
     @property
     def _meta(self) -> dict[str, str]:

@@ -4,8 +4,10 @@ sink needs. A failure here after a pyiceberg upgrade names the call to adapt in 
 from __future__ import annotations
 
 import inspect
+import json
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -162,6 +164,17 @@ def test_row_delta_commits_data_and_equality_delete_files_in_one_snapshot(tmp_pa
     assert (entry.data_file.content, entry.data_file.equality_ids, entry.data_file.spec_id, entry.sequence_number) == (
         DataFileContent.EQUALITY_DELETES, [1], 1, 1)
     assert entry.data_file.record_count == 3 and entry.data_file.lower_bounds[1] == (1).to_bytes(8, "little")
+    # The delete manifest declares equality_ids list<int> as the Iceberg spec does (pyiceberg's list<long>
+    # makes Iceberg's Java reader fail: tests/integration/test_keyed_commit.py reads these tables with it).
+    from pyiceberg.avro.file import AvroFile
+
+    manifest = next(m for m in manifests if m.content == ManifestContent.DELETES)
+    with AvroFile[Any](table.io.new_input(manifest.manifest_path)) as avro:
+        header = json.loads(avro.header.meta["avro.schema"])
+        assert avro.header.meta["content"] == "deletes"
+    data_file_fields = next(f for f in header["fields"] if f["name"] == "data_file")["type"]["fields"]
+    equality_ids = next(f for f in data_file_fields if f["name"] == "equality_ids")
+    assert equality_ids["type"][-1]["items"] == "int", equality_ids
     # Delete files alone make a "delete" snapshot.
     table = table.catalog.load_table("ns.k")
     transaction = Transaction(table)
