@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -41,7 +42,6 @@ from spark_app.iceberg_internals import unpartitioned_spec_id
 from spark_app.units import ORDER_UNIT_SHIFT
 from spark_app.writer import PartitionedWriter, TablePlan, conform
 
-TABLE = "shop.customers"
 SINK = "test/customers"
 COLUMNS = [Column(name="id", type="long", required=True), Column(name="name", type="string"),
            Column(name="updated_at", type="timestamptz")]
@@ -168,53 +168,60 @@ def spark_rows(spark: SparkSession, table: Table) -> dict[int, Row]:
     return {row["id"]: (row["name"], row["micros"]) for row in rows}
 
 
-@pytest.mark.parametrize("fmt", ["debezium", "upsert"])
-def test_spark_reads_exactly_the_model_of_the_change_stream(tmp_path: Path, spark: SparkSession, fmt: str) -> None:
-    catalog = open_catalog(tmp_path)
-    ensure_table(catalog, TABLE, iceberg_schema(COLUMNS), ["day(updated_at)"], {}, key=KEY)
+@pytest.mark.parametrize(("fmt", "catalog_kind"), [("debezium", "sql"), ("upsert", "sql"), ("debezium", "rest")])
+def test_spark_reads_exactly_the_model_of_the_change_stream(tmp_path: Path, spark: SparkSession, fmt: str,
+                                                            catalog_kind: str, request: pytest.FixtureRequest) -> None:
+    """With the REST catalog, Iceberg's Java TableMetadata also validates every update the sink sends
+    (the added unpartitioned spec, snapshots with delete manifests)."""
+    if catalog_kind == "rest":
+        catalog = request.getfixturevalue("rest_catalog").load()
+    else:
+        catalog = open_catalog(tmp_path)
+    name = f"shop_{uuid.uuid4().hex[:8]}.customers"
+    ensure_table(catalog, name, iceberg_schema(COLUMNS), ["day(updated_at)"], {}, key=KEY)
     stream = ChangeStream(fmt, random.Random(fmt))
-    v1 = SinkCommitter(catalog, TABLE, Writer(SINK, 1, "attempt1"))
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
     assert v1.start([]).frontier is None
-    table = catalog.load_table(TABLE)
+    table = catalog.load_table(name)
     assert table.spec().fields and unpartitioned_spec_id(table.metadata) not in (None, table.spec().spec_id)
 
     def trigger(committer: SinkCommitter, number: int, values: list[bytes | None], keys: list[bytes | None]) -> None:
-        output = stage(catalog.load_table(TABLE), committer.writer, values, keys, fmt, f"{number:05d}-0")
+        output = stage(catalog.load_table(name), committer.writer, values, keys, fmt, f"{number:05d}-0")
         committer.commit(output, {"after": f"t{number:04d}"})
 
     dead = 0
     for number in range(6):
         trigger(v1, number, *stream.records(400))
-        assert spark_rows(spark, catalog.load_table(TABLE)) == stream.model, f"after trigger {number}"
+        assert spark_rows(spark, catalog.load_table(name)) == stream.model, f"after trigger {number}"
     dead = stream.dead
 
     # A crash after staging a trigger: its files are never committed. A restart with a higher version
     # resumes from the table, deletes the leftovers (data and delete files) and replays the trigger.
     before_crash = dict(stream.model)
     values, keys = stream.records(400)
-    crashed = stage(catalog.load_table(TABLE), v1.writer, values, keys, fmt, "00006-0")
+    crashed = stage(catalog.load_table(name), v1.writer, values, keys, fmt, "00006-0")
     assert crashed.delete_files and crashed.data_files
-    v2 = SinkCommitter(catalog, TABLE, Writer(SINK, 2, "attempt2"))
+    v2 = SinkCommitter(catalog, name, Writer(SINK, 2, "attempt2"))
     assert v2.start([]).frontier == {"after": "t0005"}
-    assert spark_rows(spark, catalog.load_table(TABLE)) == before_crash
-    removed = {normalize(path) for path in v2.cleanup_orphans(catalog.load_table(TABLE))}
+    assert spark_rows(spark, catalog.load_table(name)) == before_crash
+    removed = {normalize(path) for path in v2.cleanup_orphans(catalog.load_table(name))}
     assert {normalize(path) for path in crashed.all_paths()} <= removed
     trigger(v2, 6, values, keys)
-    assert spark_rows(spark, catalog.load_table(TABLE)) == stream.model
+    assert spark_rows(spark, catalog.load_table(name)) == stream.model
 
     # The stale writer is fenced: nothing of its trigger lands, its staged delete file is discarded.
     committed_model = dict(stream.model)
-    stale = stage(catalog.load_table(TABLE), v1.writer, *stream.records(50), fmt, "00007-0")
+    stale = stage(catalog.load_table(name), v1.writer, *stream.records(50), fmt, "00007-0")
     assert stale.delete_files
     with pytest.raises(FencedError):
         v1.commit(stale, {"after": "t0007"})
     assert not any(Path(path.removeprefix("file://")).exists() for path in stale.all_paths())
     stream.model = committed_model  # the stale trigger's changes never landed
-    assert spark_rows(spark, catalog.load_table(TABLE)) == stream.model
+    assert spark_rows(spark, catalog.load_table(name)) == stream.model
 
     for number in range(7, 10):
         trigger(v2, number, *stream.records(400))
-    table = catalog.load_table(TABLE)
+    table = catalog.load_table(name)
     assert spark_rows(spark, table) == stream.model
     assert stream.dead > dead >= 0
 
