@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -23,7 +24,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import parse_transform
 
 from icebergsync import spec as model
-from icebergsync.errors import CatalogUnreachableError, SpecError
+from icebergsync.errors import CatalogUnreachableError, IncompatibleSchemaError, SpecError
 
 DEFAULT_SECRETS_DIR = "/etc/icebergsync/secrets"
 _ENV_REFERENCE = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -149,18 +150,63 @@ def partition_spec(schema: Schema, expressions: list[str]) -> PartitionSpec:
     return PartitionSpec(*fields)
 
 
-def ensure_table(catalog: Catalog, identifier: str, schema: Schema, partition_by: list[str], properties: dict[str, str]) -> Table:
-    """Load the table, creating its namespace and the table itself when missing."""
+def ensure_table(catalog: Catalog, identifier: str, schema: Schema, partition_by: list[str], properties: dict[str, str],
+                 *, key: Sequence[str] | None = None) -> Table:
+    """Load the table, creating its namespace and the table itself when missing.
+
+    With ``key`` (``spec.table.key``) the table is *keyed*: created with the key columns as its
+    identifier fields and format-version 2 (equality deletes need it); an existing table must be
+    format-version 2 with exactly those identifier fields, else ``IncompatibleSchemaError`` names
+    what differs. (Its unpartitioned spec for global equality deletes is added by the sink's fence.)
+    """
     namespace = identifier.rsplit(".", 1)[0]
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(namespace)
+    if key:
+        schema, properties = _keyed(identifier, schema, properties, key)
     try:
-        return catalog.load_table(identifier)
+        table = catalog.load_table(identifier)
     except NoSuchTableError:
-        pass
-    try:
-        return catalog.create_table(
-            identifier, schema=schema, partition_spec=partition_spec(schema, partition_by), properties=properties
+        try:
+            table = catalog.create_table(
+                identifier, schema=schema, partition_spec=partition_spec(schema, partition_by), properties=properties
+            )
+        except TableAlreadyExistsError:
+            table = catalog.load_table(identifier)
+    if key:
+        check_keyed_table(identifier, table, key)
+    return table
+
+
+KEYED_FORMAT_VERSION = 2
+
+
+def _keyed(identifier: str, schema: Schema, properties: dict[str, str], key: Sequence[str]) -> tuple[Schema, dict[str, str]]:
+    """The schema (with the key as identifier fields) and properties (format-version 2) of a new keyed table."""
+    version = properties.get("format-version", str(KEYED_FORMAT_VERSION))
+    if version != str(KEYED_FORMAT_VERSION):
+        raise IncompatibleSchemaError(
+            f"table {identifier}: spec.table.properties sets format-version {version}, but a keyed table (spec.table.key) "
+            f"is format-version {KEYED_FORMAT_VERSION} (its equality deletes need it)"
         )
-    except TableAlreadyExistsError:
-        return catalog.load_table(identifier)
+    ids = [schema.find_field(name).field_id for name in key]
+    keyed = Schema(*schema.fields, schema_id=schema.schema_id, identifier_field_ids=ids)
+    return keyed, {**properties, "format-version": str(KEYED_FORMAT_VERSION)}
+
+
+def check_keyed_table(identifier: str, table: Table, key: Sequence[str]) -> None:
+    """Raise ``IncompatibleSchemaError`` unless ``table`` is format-version 2 with ``key`` as its identifier fields."""
+    version = table.metadata.format_version
+    if version != KEYED_FORMAT_VERSION:
+        raise IncompatibleSchemaError(
+            f"table {identifier} is Iceberg format-version {version}; a keyed table (spec.table.key) must be "
+            f"format-version {KEYED_FORMAT_VERSION}: upgrade it (e.g. Spark: ALTER TABLE ... SET TBLPROPERTIES "
+            "('format-version'='2')) or sync into a new table"
+        )
+    found = sorted(table.schema().identifier_field_names())
+    if found != sorted(key):
+        raise IncompatibleSchemaError(
+            f"table {identifier} has identifier fields {found or 'none'}, but spec.table.key is {sorted(key)}: a sync "
+            "never changes a table's key. Set the table's identifier fields (e.g. Spark: ALTER TABLE ... SET "
+            "IDENTIFIER FIELDS ...), or sync into a new table"
+        )

@@ -9,6 +9,8 @@ that they agree.
 from __future__ import annotations
 
 from icebergsync.spec import (
+    CHANGES_NEED_FILES_OR_KAFKA_MESSAGE,
+    CHANGES_NEED_KEY_MESSAGE,
     EXACTLY_ONE_SOURCE_MESSAGE,
     MIN_TARGET_FILE_BYTES,
     SOURCE_KINDS,
@@ -40,6 +42,16 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "rule": "!has(self.deadLetter) || self.deadLetter.table != self.table.name",
             "fieldPath": ".deadLetter.table",
             "message": "deadLetter.table must differ from table.name",
+        },
+        {
+            "rule": "!has(self.changes) || (has(self.table.key) && size(self.table.key) > 0)",
+            "fieldPath": ".changes",
+            "message": CHANGES_NEED_KEY_MESSAGE,
+        },
+        {
+            "rule": "!has(self.changes) || !has(self.source.generator)",
+            "fieldPath": ".changes",
+            "message": CHANGES_NEED_FILES_OR_KAFKA_MESSAGE,
         },
     ],
     "spec.source": [

@@ -39,6 +39,9 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.table.partitionBy": "Partition transforms: col, identity(col), year|month|day|hour|void(col), "
     "bucket(N, col), truncate(N, col).",
     "spec.table.properties": "Table properties set when the table is created.",
+    "spec.table.key[]": "A key column.",
+    "spec.changes": "Change data capture: records upsert and delete rows by spec.table.key (needs table.key "
+    "and the files or kafka source). See docs/connectors.md.",
     "spec.commit": "When the job commits.",
     "spec.commit.interval": "Time between commits, e.g. 30s, 5m, 1h30m.",
     "spec.commit.targetFileSize": "Target size of data files, e.g. 512Mi.",

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from icebergsync.errors import SpecError
@@ -41,6 +49,12 @@ Size = Annotated[str, Field(pattern=SIZE_PATTERN, max_length=64)]
 PartitionTransform = Annotated[str, Field(pattern=PARTITION_PATTERN, max_length=256)]
 ZERO_WIDTH_PATTERN = r"^\s*(bucket|truncate)\(\s*0+\s*,"
 MIN_TARGET_FILE_BYTES = 1024
+MAX_KEY_COLUMNS = 16
+CHANGE_FORMATS = ("debezium", "upsert")
+CHANGES_NEED_KEY_MESSAGE = "changes needs table.key: the columns each change upserts or deletes by"
+CHANGES_NEED_FILES_OR_KAFKA_MESSAGE = "changes needs the files or kafka source"
+# Iceberg refuses floating-point identifier fields (equality of floats is not a key).
+KEY_TYPES_REFUSED = ("float", "double")
 
 
 class Model(BaseModel):
@@ -159,6 +173,11 @@ class Table(Model):
     name: str = Field(pattern=TABLE_NAME_PATTERN, description="namespace.table")
     partition_by: list[PartitionTransform] = Field(default_factory=list, max_length=64)
     properties: dict[str, str] = Field(default_factory=dict)
+    key: list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=256)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_KEY_COLUMNS,
+        description="Key columns (each a required column of spec.schema, not float or double): the table's "
+        "identifier fields, by which spec.changes upserts and deletes rows. A keyed table is Iceberg format-version 2.",
+    )
 
     @field_validator("partition_by")
     @classmethod
@@ -201,6 +220,16 @@ class Commit(Model):
         return self
 
 
+class Changes(Model):
+    """Records are changes to rows: each one upserts or deletes the row of its ``table.key``."""
+
+    format: Literal["debezium", "upsert"] = Field(
+        description="debezium: Debezium change events (c/r/u upsert after, d deletes before's key, optionally "
+        "wrapped in {schema, payload}); upsert: each record is the whole new row, __deleted true deletes its "
+        "key, a Kafka tombstone deletes the message key's row. See docs/connectors.md.",
+    )
+
+
 class DeadLetter(Model):
     table: str = Field(pattern=TABLE_NAME_PATTERN)
 
@@ -233,10 +262,27 @@ class IcebergSyncSpec(Model):
     event_time_column: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN)
     transform: str | None = Field(default=None, min_length=1, description="Spark SQL over a view named source.")
     table: Table
+    changes: Changes | None = None
     commit: Commit = Field(default_factory=Commit)
     dead_letter: DeadLetter | None = None
     spark: Spark = Field(default_factory=Spark)
     suspend: bool = False
+
+    @field_validator("changes")
+    @classmethod
+    def _changes_have_a_key(cls, changes: Changes | None, info: ValidationInfo) -> Changes | None:
+        table = info.data.get("table")
+        if changes is not None and isinstance(table, Table) and not table.key:
+            raise ValueError(CHANGES_NEED_KEY_MESSAGE)
+        source = info.data.get("source")
+        if changes is not None and isinstance(source, Source) and source.kind == "generator":
+            raise ValueError(CHANGES_NEED_FILES_OR_KAFKA_MESSAGE)
+        return changes
+
+    @property
+    def keyed(self) -> bool:
+        """True for a change-data-capture sync: rows are upserted and deleted by ``table.key``."""
+        return self.changes is not None
 
     @model_validator(mode="after")
     def _consistent(self) -> IcebergSyncSpec:
@@ -353,6 +399,16 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
                 f"spec.table.partitionBy[{index}]: {expression!r} needs a date or timestamp column, "
                 f"{column!r} is {columns[column].type}"
             )
+    for index, name in enumerate(spec.table.key or []):
+        if name not in columns:
+            problems.append(f"spec.table.key[{index}]: column {name!r} is not in the schema")
+        elif not columns[name].required:
+            problems.append(f"spec.table.key[{index}]: column {name!r} must be required (a key column is never null)")
+        elif columns[name].type in KEY_TYPES_REFUSED:
+            problems.append(f"spec.table.key[{index}]: column {name!r} is {columns[name].type}; "
+                            "a key column cannot be float or double")
+        if name in (spec.table.key or [])[:index]:
+            problems.append(f"spec.table.key[{index}]: column {name!r} is listed twice")
     if spec.event_time_column and spec.event_time_column not in columns:
         problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is not in the schema")
     return problems

@@ -38,7 +38,13 @@ from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
 from spark_app.faults import crash_point
-from spark_app.iceberg_internals import added_snapshot, appended_snapshot_id, commit_transaction
+from spark_app.iceberg_internals import (
+    add_unpartitioned_spec,
+    added_snapshot,
+    appended_snapshot_id,
+    commit_transaction,
+    row_delta,
+)
 
 log = logging.getLogger("icebergsync.committer")
 
@@ -105,10 +111,15 @@ class Commit:
 
 @dataclass
 class TriggerOutput:
-    """What one trigger staged, to be committed in one snapshot."""
+    """What one trigger staged, to be committed in one snapshot.
+
+    ``delete_files`` are equality delete files of a keyed table (spark_app/deletes.py), committed in
+    the same snapshot as ``data_files``.
+    """
 
     data_files: list[DataFile] = field(default_factory=list)
     dead_letter_files: list[DataFile] = field(default_factory=list)
+    delete_files: list[DataFile] = field(default_factory=list)
     records: int = 0
     dead_letters: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
@@ -118,10 +129,10 @@ class TriggerOutput:
 
     @property
     def bytes(self) -> int:
-        return sum(f.file_size_in_bytes for f in self.data_files) + sum(f.file_size_in_bytes for f in self.dead_letter_files)
+        return sum(f.file_size_in_bytes for f in self.data_files + self.delete_files + self.dead_letter_files)
 
     def all_paths(self) -> list[str]:
-        return [f.file_path for f in self.data_files + self.dead_letter_files]
+        return [f.file_path for f in self.data_files + self.delete_files + self.dead_letter_files]
 
 
 class SinkCommitter:
@@ -195,9 +206,13 @@ class SinkCommitter:
     def _transaction(
         self, table: Table, kind: str, frontier: Frontier | None, files: list[DataFile],
         schema_changes: list[SchemaChange] | None = None, checkpoint_extra: Mapping[str, object] | None = None,
-        **properties: object,
+        delete_files: list[DataFile] | None = None, **properties: object,
     ) -> tuple[Transaction, int]:
         transaction = Transaction(table)
+        if kind == protocol.KIND_FENCE and table.schema().identifier_field_ids:
+            # A keyed table's equality deletes need an unpartitioned spec (spark_app/deletes.py):
+            # added with the claim, atomically, when missing (never made the default spec).
+            add_unpartitioned_spec(transaction)
         if schema_changes:
             with transaction.update_schema() as update:
                 for change in schema_changes:
@@ -211,10 +226,14 @@ class SinkCommitter:
         summary = protocol.snapshot_properties(
             self.writer, kind, frontier, source=self.source, **properties  # type: ignore[arg-type]
         )
-        with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
-            for data_file in files:
-                append.append_data_file(data_file)
-            snapshot_id = appended_snapshot_id(append)
+        if delete_files:
+            _check_delete_specs(table, delete_files)
+            snapshot_id = row_delta(transaction, summary, files, delete_files)
+        else:
+            with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                for data_file in files:
+                    append.append_data_file(data_file)
+                snapshot_id = appended_snapshot_id(append)
         checkpoint = protocol.checkpoint_value(self.writer, frontier, snapshot_id, checkpoint_extra, self.source,
                                                added_snapshot(transaction, snapshot_id))
         transaction.set_properties({protocol.checkpoint_key(self.writer.sink_id): checkpoint})
@@ -359,7 +378,11 @@ class SinkCommitter:
     # -- data commits -----------------------------------------------------------------------------
 
     def commit(self, output: TriggerOutput, frontier: Frontier) -> Commit:
-        """Commit one trigger's staged files and frontier in ONE main-table snapshot (dead letters follow)."""
+        """Commit one trigger's staged files and frontier in ONE main-table snapshot (dead letters follow).
+
+        With delete files the snapshot holds the data files and the equality delete files together
+        (operation ``overwrite``, or ``delete`` without data files), as Iceberg's RowDelta does.
+        """
         started = time.monotonic()
         max_event_time = output.max_event_time
         dead_letter_paths = [f.file_path for f in output.dead_letter_files]
@@ -368,6 +391,7 @@ class SinkCommitter:
             return self._transaction(
                 table, protocol.KIND_DATA, frontier, output.data_files,
                 checkpoint_extra=_pending_extra(dead_letter_paths if self._dead_letter_identifier else []),
+                delete_files=output.delete_files,
                 records=output.records, dead_letters=output.dead_letters, dead_letter_files=dead_letter_paths,
                 max_event_time=max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
             )
@@ -443,6 +467,19 @@ class SinkCommitter:
                 io.delete(path)
 
 
+def _check_delete_specs(table: Table, delete_files: list[DataFile]) -> None:
+    """Equality deletes must be written under an unpartitioned spec of the table: else they would not reach
+    rows in other partitions (a row that moved partition would survive its delete)."""
+    specs = table.metadata.specs()
+    for delete_file in delete_files:
+        spec = specs.get(delete_file.spec_id)
+        if spec is None or spec.fields:
+            raise IcebergSyncError(
+                f"delete file {delete_file.file_path} has partition spec {delete_file.spec_id}, which is not an "
+                f"unpartitioned spec of {table.name()}: its deletes would not reach every partition; nothing was committed"
+            )
+
+
 def _covered(snapshot_id: int, sequence_number: int) -> dict[str, int]:
     """Dead-letter checkpoint fields recording that a main snapshot's dead letters are in the dead-letter table."""
     return {MAIN_SNAPSHOT: snapshot_id, MAIN_SEQUENCE: sequence_number}
@@ -454,7 +491,7 @@ def _pending_extra(paths: list[str]) -> dict[str, list[str]]:
 
 
 def referenced_files(table: Table) -> set[str]:
-    """Normalized paths of every data file referenced by any snapshot of the table."""
+    """Normalized paths of every data and delete file referenced by any snapshot of the table."""
     referenced: set[str] = set()
     seen_manifests: set[str] = set()
     for snapshot in table.metadata.snapshots:

@@ -18,6 +18,7 @@ from tests.e2e.conftest import GROUP, PLURAL, VERSION, Kube
 
 CEL_MESSAGES = [rule["message"] for rules in CEL_RULES.values() for rule in rules]
 SCHEMA = [{"name": "id", "type": "long"}]
+KEYED_SCHEMA = [{"name": "id", "type": "long", "required": True}]
 FILES = {"files": {"path": "/data"}}
 KAFKA = {"kafka": {"bootstrapServers": "k:9092", "topic": "t"}}
 
@@ -50,6 +51,11 @@ CASES: dict[str, dict[str, Any]] = {
     "target file size 1Ki": {"commit": {"targetFileSize": "1Ki"}},
     "target file size 1.5K": {"commit": {"targetFileSize": "1.5K"}},
     "target file size 512Mi": {"commit": {"targetFileSize": "512Mi"}},
+    "changes with a key": {"source": FILES, "schema": KEYED_SCHEMA, "table": {"name": "db.trips", "key": ["id"]},
+                           "changes": {"format": "debezium"}},
+    "changes without a key": {"source": FILES, "schema": KEYED_SCHEMA, "changes": {"format": "upsert"}},
+    "a key without changes": {"source": FILES, "schema": KEYED_SCHEMA, "table": {"name": "db.trips", "key": ["id"]}},
+    "changes from the generator": {"table": {"name": "db.trips", "key": ["id"]}, "changes": {"format": "upsert"}},
 }
 
 

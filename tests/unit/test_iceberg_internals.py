@@ -4,16 +4,19 @@ sink needs. A failure here after a pyiceberg upgrade names the call to adapt in 
 from __future__ import annotations
 
 import inspect
+import json
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
-from pyiceberg.table import Transaction
+from pyiceberg.table import Table, Transaction
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, SetPropertiesUpdate
 from pyiceberg.types import DateType, LongType, NestedField, StringType
@@ -93,3 +96,125 @@ def test_data_locations_take_a_partition_path(tmp_path: Path) -> None:
     assert iceberg_internals.new_data_location(provider, "a.parquet", "day=2025-01-01") == \
         "file:///w/ns/t/data/day=2025-01-01/a.parquet"
     assert iceberg_internals.new_data_location(provider, "a.parquet", None) == "file:///w/ns/t/data/a.parquet"
+
+
+# -- keyed tables: an unpartitioned spec beside the default, and delete files in one snapshot ---------
+
+KEYED = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "day", DateType()),
+               identifier_field_ids=[1])
+
+
+def keyed_table(directory: Path, partitioned: bool) -> Table:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "day")) if partitioned else PartitionSpec()
+    return catalog(directory).create_table("ns.k", KEYED, partition_spec=spec, properties={"format-version": "2"})
+
+
+def test_an_unpartitioned_spec_is_added_once_without_becoming_the_default(tmp_path: Path) -> None:
+    table = keyed_table(tmp_path, partitioned=True)
+    assert iceberg_internals.unpartitioned_spec_id(table.metadata) is None
+    transaction = Transaction(table)
+    assert iceberg_internals.add_unpartitioned_spec(transaction) == 1
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    reloaded = table.catalog.load_table("ns.k")
+    assert reloaded.metadata.default_spec_id == 0 and reloaded.spec().fields
+    assert iceberg_internals.unpartitioned_spec_id(reloaded.metadata) == 1
+    again = Transaction(reloaded)
+    assert iceberg_internals.add_unpartitioned_spec(again) == 1 and again._updates == ()
+    (tmp_path / "u").mkdir()
+    unpartitioned = keyed_table(tmp_path / "u", partitioned=False)
+    assert iceberg_internals.unpartitioned_spec_id(unpartitioned.metadata) == 0
+
+
+def test_row_delta_commits_data_and_equality_delete_files_in_one_snapshot(tmp_path: Path) -> None:
+    from pyiceberg.manifest import DataFileContent, ManifestContent
+
+    from spark_app.deletes import delete_plan, write_equality_deletes
+    from spark_app.writer import PartitionedWriter, TablePlan, conform
+
+    table = keyed_table(tmp_path, partitioned=True)
+    transaction = Transaction(table)
+    iceberg_internals.add_unpartitioned_spec(transaction)
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    table = table.catalog.load_table("ns.k")
+    plan = TablePlan(table.metadata.location, dict(table.properties), table.schema(), table.spec(), dict(table.io.properties))
+    writer = PartitionedWriter(plan, "isync-test", 1 << 30, 1 << 26)
+    writer.write(conform(pa.RecordBatch.from_pydict({"id": pa.array([1, 2], pa.int64()),
+                                                     "day": [date(2025, 1, 1), date(2025, 1, 2)]}), plan.arrow_schema()))
+    data_files = writer.finish()
+    delete_file = write_equality_deletes(delete_plan(table), pa.table({"id": pa.array([1, 2, 3], pa.int64())}), "isync-test")
+    assert delete_file is not None
+    transaction = Transaction(table)
+    snapshot_id = iceberg_internals.row_delta(transaction, {"p": "1"}, data_files, [delete_file])
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    snapshot = table.catalog.load_table("ns.k").metadata.snapshot_by_id(snapshot_id)
+    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot.summary.operation.value == "overwrite"
+    assert snapshot.summary["p"] == "1"
+    assert (snapshot.summary["added-data-files"], snapshot.summary["added-equality-delete-files"],
+            snapshot.summary["added-equality-deletes"], snapshot.summary["added-records"]) == ("2", "1", "3", "2")
+    manifests = snapshot.manifests(table.io)
+    assert sorted((m.content, m.partition_spec_id, m.sequence_number) for m in manifests) == [
+        (ManifestContent.DATA, 0, 1), (ManifestContent.DELETES, 1, 1)]
+    deletes = next(m for m in manifests if m.content == ManifestContent.DELETES).fetch_manifest_entry(table.io)
+    assert len(deletes) == 1
+    entry = deletes[0]
+    assert (entry.data_file.content, entry.data_file.equality_ids, entry.data_file.spec_id, entry.sequence_number) == (
+        DataFileContent.EQUALITY_DELETES, [1], 1, 1)
+    assert entry.data_file.record_count == 3 and entry.data_file.lower_bounds[1] == (1).to_bytes(8, "little")
+    # The delete manifest declares equality_ids list<int> as the Iceberg spec does (pyiceberg's list<long>
+    # makes Iceberg's Java reader fail: tests/integration/test_keyed_commit.py reads these tables with it).
+    from pyiceberg.avro.file import AvroFile
+
+    manifest = next(m for m in manifests if m.content == ManifestContent.DELETES)
+    with AvroFile[Any](table.io.new_input(manifest.manifest_path)) as avro:
+        header = json.loads(avro.header.meta["avro.schema"])
+        assert avro.header.meta["content"] == "deletes"
+    data_file_fields = next(f for f in header["fields"] if f["name"] == "data_file")["type"]["fields"]
+    equality_ids = next(f for f in data_file_fields if f["name"] == "equality_ids")
+    assert equality_ids["type"][-1]["items"] == "int", equality_ids
+    # Delete files alone make a "delete" snapshot.
+    table = table.catalog.load_table("ns.k")
+    transaction = Transaction(table)
+    only_deletes = iceberg_internals.row_delta(transaction, {}, [], [delete_file])
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    landed = table.catalog.load_table("ns.k").metadata.snapshot_by_id(only_deletes)
+    assert landed is not None and landed.summary is not None and landed.summary.operation.value == "delete"
+
+
+def test_row_delta_refuses_a_format_v1_table_and_data_files_as_deletes(tmp_path: Path) -> None:
+    from spark_app.deletes import DeletePlan, write_equality_deletes
+
+    table = catalog(tmp_path).create_table("ns.v1", KEYED, properties={"format-version": "1"})
+    plan = DeletePlan(table.metadata.location, {}, table.schema(), ("id",), 0, {})
+    delete_file = write_equality_deletes(plan, pa.table({"id": pa.array([1], pa.int64())}), "isync-test")
+    assert delete_file is not None
+    with pytest.raises(ValueError, match="format-version 2"):
+        iceberg_internals.row_delta(Transaction(table), {}, [], [delete_file])
+    with pytest.raises(ValueError, match="not an equality delete file"):
+        iceberg_internals.RowDelta(Transaction(table), {}).add_delete_file(_data_file(delete_file))
+
+
+def _data_file(delete_file: DataFile) -> DataFile:
+    from pyiceberg.manifest import DataFileContent
+
+    return DataFile.from_args(content=DataFileContent.DATA, file_path=delete_file.file_path, file_format=delete_file.file_format,
+                              partition=delete_file.partition, record_count=1, file_size_in_bytes=1)
+
+
+def test_pyiceberg_still_refuses_to_read_equality_deletes(tmp_path: Path) -> None:
+    """docs/connectors.md says pyiceberg cannot read a keyed table with deletes; when this fails, update it."""
+    from spark_app.deletes import delete_plan, write_equality_deletes
+
+    table = keyed_table(tmp_path, partitioned=False)
+    table.append(pa.table({"id": pa.array([1], pa.int64()), "day": [date(2025, 1, 1)]}, schema=KEYED.as_arrow()))
+    table = table.catalog.load_table("ns.k")
+    delete_file = write_equality_deletes(delete_plan(table), pa.table({"id": pa.array([1], pa.int64())}), "isync-test")
+    assert delete_file is not None
+    transaction = Transaction(table)
+    iceberg_internals.row_delta(transaction, {}, [], [delete_file])
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    with pytest.raises(ValueError, match="does not yet support equality deletes"):
+        table.catalog.load_table("ns.k").scan().to_arrow()

@@ -130,3 +130,44 @@ def test_every_source_kind_has_a_reader_and_a_crd_rule() -> None:
     assert tuple(SOURCE_CLASSES) == SOURCE_KINDS
     rule = CEL_RULES["spec.source"][0]["rule"]
     assert all(f"has(self.{kind})" in rule for kind in SOURCE_KINDS)
+
+
+CDC_SCHEMA = [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"},
+              {"name": "updated_at", "type": "timestamptz"}, {"name": "score", "type": "double", "required": True}]
+
+
+def cdc_spec(table: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return with_spec(source={"files": {"path": "/in"}}, schema=CDC_SCHEMA,
+                     table={"name": "shop.customers", **table}, **changes)
+
+
+def test_changes_by_key_as_issue_13_shapes_them() -> None:
+    spec = parse_spec(cdc_spec({"key": ["id"], "partitionBy": ["day(updated_at)"]}, changes={"format": "debezium"})).spec
+    assert spec.table.key == ["id"] and spec.changes is not None and spec.changes.format == "debezium"
+    assert spec.keyed
+    assert parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "upsert"})).spec.changes.format == "upsert"  # type: ignore[union-attr]
+    assert not parse_spec(VALID).spec.keyed
+
+
+def test_changes_without_a_key_are_refused_at_their_path() -> None:
+    from icebergsync.spec import CHANGES_NEED_KEY_MESSAGE
+
+    assert problems_of(cdc_spec({}, changes={"format": "debezium"})) == [f"spec.changes: {CHANGES_NEED_KEY_MESSAGE}"]
+    assert any(p.startswith("spec.table.key") for p in problems_of(cdc_spec({"key": []}, changes={"format": "upsert"})))
+    assert any(p.startswith("spec.changes.format") for p in problems_of(cdc_spec({"key": ["id"]}, changes={"format": "x"})))
+    assert any(p.startswith("spec.changes.format") for p in problems_of(cdc_spec({"key": ["id"]}, changes={})))
+
+
+def test_changes_need_the_files_or_kafka_source() -> None:
+    problems = problems_of(with_spec(table={"name": "demo.trips", "key": ["id"]}, changes={"format": "upsert"}))
+    assert problems == ["spec.changes: changes needs the files or kafka source"]
+
+
+def test_key_columns_are_required_columns_of_the_schema() -> None:
+    problems = problems_of(cdc_spec({"key": ["id", "nope", "name", "score", "id"]}, changes={"format": "upsert"}))
+    assert problems == [
+        "spec.table.key[1]: column 'nope' is not in the schema",
+        "spec.table.key[2]: column 'name' must be required (a key column is never null)",
+        "spec.table.key[3]: column 'score' is double; a key column cannot be float or double",
+        "spec.table.key[4]: column 'id' is listed twice",
+    ]

@@ -1,0 +1,555 @@
+"""Change data capture, below the job loop: decoding change records and collapsing them per key.
+
+Pure Arrow and Python (no Spark), run in the tasks (docs/dataplane.md):
+
+* :func:`decode_changes` turns raw change records (Debezium change events, or whole rows in the
+  ``upsert`` format) into a *decoded batch* of changes: the declared columns, ``_isync_op`` (0 upsert,
+  1 delete), ``_isync_order`` (the change's place in source order) and the dead-letter control
+  columns of :mod:`spark_app.deadletter`. A record that cannot be applied becomes a dead letter with
+  its reason and position; nothing is dropped silently (a Debezium tombstone, a JSON ``null``, is not
+  a change and yields no row).
+* :func:`collapse` reduces the changes of one trigger (of one key bucket) to what is committed: per
+  key the change with the highest order wins; the winning upserts are the rows to insert, and every
+  key the changes touch is a key to delete (an equality delete, written by :mod:`spark_app.deletes`).
+
+Decoding is strict in the same way as the append decoders: a key twice, a field spec.schema does not
+declare, a number into a string column, a decimal that would round, a timestamp that would lose
+precision: each is a dead letter. Numeric dates and timestamps follow Debezium's encodings where they
+are unambiguous (docs/connectors.md, "Keyed tables"): a number in a ``date`` column is epoch days; a
+number in a ``timestamp``/``timestamptz`` column needs the record's Kafka Connect schema (the
+``{"schema": ..., "payload": ...}`` form) to say whether it counts milliseconds
+(``io.debezium.time.Timestamp``, ``org.apache.kafka.connect.data.Timestamp``), microseconds
+(``io.debezium.time.MicroTimestamp``) or nanoseconds (``io.debezium.time.NanoTimestamp``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icebergsync.spec import Column as SpecColumn
+from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+
+OP_COLUMN = "_isync_op"
+ORDER_COLUMN = "_isync_order"
+CHANGE_COLUMNS = (OP_COLUMN, ORDER_COLUMN)
+OP_UPSERT = 0
+OP_DELETE = 1
+
+FORMATS = ("debezium", "upsert")
+DELETED_FIELD = "__deleted"
+NOT_UTF8 = "record is not valid UTF-8 (the payload is its bytes in base64)"
+
+_EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+_MICROSECOND = timedelta(microseconds=1)
+_FRACTION = re.compile(r"[.,](\d+)")
+_DECIMAL_TEXT = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
+_INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+_FLOAT32_MAX = 3.4028234663852886e38
+
+# Kafka Connect / Debezium logical type names of numeric dates and timestamps, and the factor that
+# turns one unit of theirs into the column's unit (days for dates, microseconds for timestamps).
+_DATE_TYPES = {"io.debezium.time.Date", "org.apache.kafka.connect.data.Date"}
+_TIMESTAMP_UNITS = {
+    "io.debezium.time.Timestamp": ("ms", 1000, 1),
+    "org.apache.kafka.connect.data.Timestamp": ("ms", 1000, 1),
+    "io.debezium.time.MicroTimestamp": ("µs", 1, 1),
+    "io.debezium.time.NanoTimestamp": ("ns", 1, 1000),
+}
+
+
+class _Bad(ValueError):
+    """A record that cannot be applied; the message is the dead letter's reason."""
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        duplicates = sorted({name for name, _ in pairs if name in seen or seen.add(name)})  # type: ignore[func-returns-value]
+        raise _DuplicateKey(", ".join(duplicates))
+    return result
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads(text: str) -> Any:
+    """Strict JSON: a key twice (at any depth) and NaN/Infinity are errors; numbers with a fraction are exact."""
+    try:
+        return json.loads(text, object_pairs_hook=_object, parse_float=Decimal, parse_constant=_constant)
+    except _DuplicateKey as exc:
+        raise _Bad(f"duplicate key(s) in the record: {exc}") from None
+    except ValueError:
+        raise _Bad("malformed JSON") from None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | Decimal):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, Decimal) else str(value)
+    return text if len(text) <= 80 else text[:80] + "…"
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+
+Converter = Callable[[Any, "str | None"], Any]
+
+
+def _not_a(column: SpecColumn, value: Any) -> _Bad:
+    return _Bad(f"field {column.name}: value {_shown(value)} is not a {column.type}")
+
+
+def _integer(column: SpecColumn) -> Converter:
+    low, high = _INT_RANGES[column.type]
+
+    def convert(value: Any, _: str | None) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+            return value
+        raise _not_a(column, value)
+    return convert
+
+
+def _floating(column: SpecColumn) -> Converter:
+    def convert(value: Any, _: str | None) -> Any:
+        if isinstance(value, int | Decimal) and not isinstance(value, bool):
+            result = float(value)
+            if column.type == "float" and abs(result) > _FLOAT32_MAX:
+                raise _not_a(column, value)
+            return result
+        raise _not_a(column, value)
+    return convert
+
+
+def _boolean(column: SpecColumn) -> Converter:
+    def convert(value: Any, _: str | None) -> Any:
+        if isinstance(value, bool):
+            return value
+        raise _not_a(column, value)
+    return convert
+
+
+def _string(column: SpecColumn) -> Converter:
+    def convert(value: Any, _: str | None) -> Any:
+        if isinstance(value, str):
+            return value
+        raise _Bad(f"field {column.name}: value {_shown(value)} is {_kind(value)}, not a string")
+    return convert
+
+
+def _binary(column: SpecColumn) -> Converter:
+    def convert(value: Any, _: str | None) -> Any:
+        if isinstance(value, str):
+            try:
+                return base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                pass
+        raise _Bad(f"field {column.name}: value {_shown(value)} is not base64 text (a binary column takes base64)")
+    return convert
+
+
+def _decimal(column: SpecColumn) -> Converter:
+    precision, scale = (int(part) for part in column.type[len("decimal("):-1].split(","))
+    integer_digits = precision - scale
+
+    def convert(value: Any, _: str | None) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | Decimal | str):
+            raise _not_a(column, value)
+        if isinstance(value, str):
+            if not _DECIMAL_TEXT.match(value):
+                raise _not_a(column, value)
+            number = Decimal(value.strip())
+        else:
+            number = Decimal(value)
+        exponent = number.as_tuple().exponent
+        if not isinstance(exponent, int):
+            raise _not_a(column, value)
+        if exponent < -scale:
+            number = number.normalize()  # trailing zeros beyond the scale do not round
+            if number.as_tuple().exponent < -scale:  # type: ignore[operator]
+                raise _Bad(f"field {column.name}: value {_shown(value)} does not fit {column.type} without rounding")
+        if number and number.adjusted() >= integer_digits:
+            raise _Bad(f"field {column.name}: value {_shown(value)} does not fit {column.type}")
+        return number  # Arrow rescales it to the column's scale exactly
+    return convert
+
+
+def _date(column: SpecColumn) -> Converter:
+    def convert(value: Any, logical: str | None) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and (logical is None or logical in _DATE_TYPES):
+            if -719162 <= value <= 2932896:  # 0001-01-01 … 9999-12-31
+                return value
+        elif isinstance(value, str):
+            try:
+                return date.fromisoformat(value).toordinal() - _EPOCH_ORDINAL
+            except ValueError:
+                pass
+        raise _not_a(column, value)
+    return convert
+
+
+def _exact_fraction(column: SpecColumn, text: str) -> None:
+    """fromisoformat drops digits beyond microseconds: refuse a value they would change."""
+    match = _FRACTION.search(text, 19) if len(text) > 26 else None
+    if match and len(match.group(1)) > 6 and match.group(1)[6:].strip("0"):
+        raise _Bad(f"field {column.name}: value {_shown(text)} has more than microsecond precision")
+
+
+def _timestamp(column: SpecColumn) -> Converter:
+    zoned = column.type == "timestamptz"
+    epoch = _EPOCH_UTC if zoned else _EPOCH
+
+    def convert(value: Any, logical: str | None) -> Any:
+        if isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value)
+            except ValueError:
+                raise _not_a(column, value) from None
+            _exact_fraction(column, value)
+            if zoned and parsed.tzinfo is None:
+                raise _Bad(f"field {column.name}: value {_shown(value)} has no UTC offset (a timestamptz needs one)")
+            if not zoned and parsed.tzinfo is not None:
+                raise _Bad(f"field {column.name}: value {_shown(value)} has a UTC offset; a timestamp column takes "
+                           "local date-times (declare the column timestamptz)")
+            return (parsed - epoch) // _MICROSECOND
+        if isinstance(value, int) and not isinstance(value, bool):
+            unit = _TIMESTAMP_UNITS.get(logical or "")
+            if unit is None:
+                raise _Bad(
+                    f"field {column.name}: numeric value {value} in a {column.type} column is ambiguous without the "
+                    "record's schema (epoch milliseconds or microseconds?): send ISO-8601 text, or records with "
+                    "their Kafka Connect schema (value.converter.schemas.enable=true)"
+                )
+            _, multiply, divide = unit
+            if value % divide:
+                raise _Bad(f"field {column.name}: value {value} ({logical}) has more than microsecond precision")
+            micros = value * multiply // divide
+            if -62135596800000000 <= micros <= 253402300799999999:
+                return micros
+        raise _not_a(column, value)
+    return convert
+
+
+_CONVERTERS: dict[str, Callable[[SpecColumn], Converter]] = {
+    "boolean": _boolean, "int": _integer, "long": _integer, "float": _floating, "double": _floating,
+    "string": _string, "binary": _binary, "date": _date, "timestamp": _timestamp, "timestamptz": _timestamp,
+}
+
+
+def _converter(column: SpecColumn) -> Converter:
+    if column.type.startswith("decimal"):
+        return _decimal(column)
+    return _CONVERTERS[column.type](column)
+
+
+def arrow_type(type_name: str) -> pa.DataType:
+    """The Arrow type of a spec column in decoded batches (that of the table's Arrow schema)."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from icebergsync.schema import iceberg_schema
+
+    return schema_to_pyarrow(iceberg_schema([SpecColumn(name="c", type=type_name)]), include_field_ids=False).field("c").type
+
+
+def changes_schema(columns: Sequence[SpecColumn]) -> pa.Schema:
+    """The schema of a decoded batch of changes: declared columns (nullable), op, order, control columns."""
+    return pa.schema([
+        *[pa.field(column.name, arrow_type(column.type)) for column in columns],
+        pa.field(OP_COLUMN, pa.int8(), nullable=False),
+        pa.field(ORDER_COLUMN, pa.int64(), nullable=False),
+        *[pa.field(name, pa.string()) for name in CONTROL_COLUMNS],
+    ])
+
+
+# -- records --------------------------------------------------------------------------------------
+
+
+class _Rows:
+    """Decodes one JSON object into a row of the declared columns, strictly."""
+
+    def __init__(self, columns: Sequence[SpecColumn], key: Sequence[str]):
+        self.columns = list(columns)
+        self.names = [column.name for column in columns]
+        self.declared = set(self.names)
+        self.converters = [(column.name, _converter(column)) for column in columns]
+        self.required_positions = [index for index, column in enumerate(columns) if column.required]
+        self.key = list(key)
+        self.key_positions = [self.names.index(name) for name in key]
+
+    def row(self, obj: Any, where: str, logical: dict[str, str], key_only: bool = False) -> list[Any]:
+        """The row's values in column order; with ``key_only`` only the key columns are decoded (a delete)."""
+        if type(obj) is not dict:
+            raise _Bad(f"{where} is {_kind(obj)}, not a JSON object")
+        if not self.declared.issuperset(obj):
+            unknown = [name for name in obj if name not in self.declared]
+            raise _Bad(f"unknown field(s) not in spec.schema: {', '.join(unknown)} (in {where})")
+        get, hint = obj.get, logical.get
+        if key_only:  # a delete needs the key alone: the other values are checked for being declared only
+            values: list[Any] = [None] * len(self.names)
+            for position in self.key_positions:
+                name, convert = self.converters[position]
+                value = get(name)
+                values[position] = None if value is None else convert(value, hint(name))
+        else:
+            values = [None if (value := get(name)) is None else convert(value, hint(name))
+                      for name, convert in self.converters]
+        for position in (self.key_positions if key_only else self.required_positions):
+            if values[position] is None:
+                label = "key field" if key_only else "required field"
+                raise _Bad(f"{label} {self.names[position]} is missing or null (in {where})")
+        return values
+
+    def key_of(self, values: list[Any]) -> tuple[Any, ...]:
+        return tuple(values[position] for position in self.key_positions)
+
+    def delete_row(self, values: list[Any]) -> list[Any]:
+        """A delete carries only its key: the other columns are null."""
+        row: list[Any] = [None] * len(self.names)
+        for position in self.key_positions:
+            row[position] = values[position]
+        return row
+
+
+def _logical_types(schema: Any, *path: str) -> dict[str, str]:
+    """Field name -> Kafka Connect logical type name, from a record's Connect schema (struct fields along ``path``)."""
+    node = schema
+    for name in path:
+        fields = node.get("fields") if isinstance(node, dict) else None
+        node = next((f for f in fields or [] if isinstance(f, dict) and f.get("field") == name), None)
+    fields = node.get("fields") if isinstance(node, dict) else None
+    return {f["field"]: f["name"] for f in fields or []
+            if isinstance(f, dict) and isinstance(f.get("field"), str) and isinstance(f.get("name"), str)}
+
+
+def _unwrap(record: Any) -> tuple[Any, Any]:
+    """(payload, Connect schema or None) of a record, unwrapping the ``{"schema", "payload"}`` form."""
+    if isinstance(record, dict) and len(record) == 2 and "schema" in record and "payload" in record:
+        return record["payload"], record["schema"]
+    return record, None
+
+
+def _text(value: Any) -> str:
+    """A raw value as text; raises _Bad for bytes that are not UTF-8."""
+    if isinstance(value, str):
+        return value
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Bad(NOT_UTF8) from None
+
+
+def _raw(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(bytes(value)).decode("ascii")
+
+
+_Change = tuple[int, list[Any]]  # (op, row)
+
+
+def _debezium(rows: _Rows, record: Any) -> list[_Change]:
+    envelope, schema = _unwrap(record)
+    if envelope is None:
+        return []  # a tombstone: not a change
+    if not isinstance(envelope, dict):
+        raise _Bad(f"record is {_kind(envelope)}, not a JSON object")
+    op = envelope.get("op")
+    if op is None:
+        raise _Bad("not a Debezium change event: op is missing")
+    if op not in ("c", "r", "u", "d"):
+        raise _Bad(f"unknown op {_shown(op)} (a change event's op is c, r, u or d)")
+    before_types = _logical_types(schema, "before") if schema is not None else {}
+    after_types = _logical_types(schema, "after") if schema is not None else {}
+    if op == "d":
+        before = envelope.get("before")
+        if before is None:
+            raise _Bad("a delete (op d) without before: the deleted key is unknown")
+        return [(OP_DELETE, rows.delete_row(rows.row(before, "before", before_types, key_only=True)))]
+    after = envelope.get("after")
+    if after is None:
+        raise _Bad(f"op {op} without after: there is no new row")
+    new = rows.row(after, "after", after_types)
+    before = envelope.get("before")
+    if op == "u" and before is not None:
+        old = rows.row(before, "before", before_types, key_only=True)
+        if rows.key_of(old) != rows.key_of(new):
+            return [(OP_DELETE, rows.delete_row(old)), (OP_UPSERT, new)]
+    return [(OP_UPSERT, new)]
+
+
+def _deleted_flag(value: Any) -> bool:
+    if value is None or value is False or value == "false":
+        return False
+    if value is True or value == "true":
+        return True
+    raise _Bad(f"field {DELETED_FIELD}: value {_shown(value)} is not true, false, \"true\" or \"false\"")
+
+
+def _upsert(rows: _Rows, record: Any) -> list[_Change]:
+    row, schema = _unwrap(record)
+    if not isinstance(row, dict):
+        raise _Bad(f"record is {_kind(row)}, not a JSON object")
+    types = _logical_types(schema) if schema is not None else {}
+    if DELETED_FIELD in row:
+        row = dict(row)
+        if _deleted_flag(row.pop(DELETED_FIELD)):
+            return [(OP_DELETE, rows.delete_row(rows.row(row, "record", types, key_only=True)))]
+    return [(OP_UPSERT, rows.row(row, "record", types))]
+
+
+def _tombstone_key(rows: _Rows, message_key: Any) -> list[_Change]:
+    """An upsert-format Kafka tombstone: delete the row of the message key (a JSON object of the key columns)."""
+    if message_key is None:
+        raise _Bad("a tombstone (null value) without a message key: the deleted key is unknown")
+    parsed = _loads(_text(message_key))
+    key, schema = _unwrap(parsed)
+    types = _logical_types(schema) if schema is not None else {}
+    if not isinstance(key, dict):
+        raise _Bad(f"message key is {_kind(key)}, not a JSON object of the key columns")
+    extra = [name for name in key if name not in rows.key]
+    if extra:
+        raise _Bad(f"message key has field(s) that are not key columns: {', '.join(extra)}")
+    return [(OP_DELETE, rows.delete_row(rows.row(key, "message key", types, key_only=True)))]
+
+
+def decode_changes(
+    values: Sequence[bytes | str | None] | pa.Array | pa.ChunkedArray,
+    keys: Sequence[bytes | str | None] | pa.Array | pa.ChunkedArray | None,
+    positions: Callable[[int], dict[str, Any]],
+    columns: Sequence[SpecColumn],
+    key: Sequence[str],
+    format: str,
+    order_base: int,
+) -> pa.Table:
+    """Decode change records into a table of changes (schema: :func:`changes_schema`).
+
+    ``values`` are the raw records in source order (a None value is a Kafka tombstone), ``keys`` the
+    Kafka message keys (None for files), ``positions(i)`` the source position of record ``i`` (only
+    called for dead letters), ``order_base`` the ``_isync_order`` of record 0: record ``i``'s changes
+    have order ``order_base + i``. A Debezium update that changes the key yields two rows of that
+    order: a delete of the old key and an upsert of the new one (different keys, so they never
+    compete in :func:`collapse`).
+
+    A delete row carries only the key columns (the others are null); every good upsert row has its
+    required columns, so a caller splitting dead letters checks required columns of upserts only.
+    A bad record is one row with ``_isync_error``, ``_isync_raw`` and ``_isync_position`` set.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"unknown changes format {format!r} (expected one of {FORMATS})")
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        values = values.to_pylist()
+    if isinstance(keys, pa.Array | pa.ChunkedArray):
+        keys = keys.to_pylist()
+    rows = _Rows(columns, key)
+    schema = changes_schema(columns)
+    decode = _debezium if format == "debezium" else _upsert
+    width = len(rows.names)
+    out_rows: list[list[Any]] = []
+    ops: list[int] = []
+    orders: list[int] = []
+    errors: list[str | None] = []
+    raws: list[str | None] = []
+    where: list[str | None] = []
+    for index, value in enumerate(values):
+        try:
+            if value is None:
+                if format == "debezium":
+                    continue  # a Kafka tombstone follows every Debezium delete: not a change
+                changes = _tombstone_key(rows, keys[index] if keys is not None else None)
+            else:
+                changes = decode(rows, _loads(_text(value)))
+        except _Bad as bad:
+            out_rows.append([None] * width)
+            ops.append(OP_UPSERT)
+            orders.append(order_base + index)
+            errors.append(str(bad))
+            raws.append(_raw(value) if value is not None else _raw(keys[index] if keys is not None else None))
+            where.append(json.dumps(positions(index), sort_keys=True, default=str))
+            continue
+        for op, row in changes:
+            out_rows.append(row)
+            ops.append(op)
+            orders.append(order_base + index)
+            errors.append(None)
+            raws.append(None)
+            where.append(None)
+    by_column = list(zip(*out_rows, strict=True)) if out_rows else [() for _ in range(width)]
+    arrays = [pa.array(list(data), type=field.type) for data, field in zip(by_column, schema, strict=False)]
+    arrays += [pa.array(ops, pa.int8()), pa.array(orders, pa.int64()),
+               pa.array(errors, pa.string()), pa.array(raws, pa.string()), pa.array(where, pa.string())]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# -- collapse -------------------------------------------------------------------------------------
+
+
+def collapse(changes: pa.Table, key: Sequence[str]) -> tuple[pa.Table, pa.Table]:
+    """Reduce a trigger's changes (of one key bucket) to (rows to insert, keys to delete).
+
+    Per key the change with the highest ``_isync_order`` wins. Rows to insert are the winning
+    upserts (declared columns only); keys to delete are every key the changes touch, once (key
+    columns only), so the equality delete committed with the inserted rows removes each key's older
+    row wherever it lives. Rows with an ``_isync_error`` are dead letters and are ignored. Both
+    results are sorted by key.
+    """
+    if ERROR_COLUMN in changes.column_names:
+        errors = changes.column(ERROR_COLUMN)
+        if errors.null_count != changes.num_rows:
+            changes = changes.filter(pc.is_null(errors))
+    declared = [name for name in changes.column_names if name not in CHANGE_COLUMNS and name not in CONTROL_COLUMNS]
+    if changes.num_rows == 0:
+        return changes.select(declared).slice(0, 0), changes.select(list(key)).slice(0, 0)
+    ordered = changes.take(pc.sort_indices(
+        changes, sort_keys=[(name, "ascending") for name in key] + [(ORDER_COLUMN, "descending")]
+    ))
+    count = ordered.num_rows
+    first = np.zeros(count, dtype=bool)
+    first[0] = True
+    for name in key:
+        column = ordered.column(name).combine_chunks()
+        differs = pc.not_equal(column.slice(1), column.slice(0, count - 1))
+        first[1:] |= pc.fill_null(differs, True).to_numpy(zero_copy_only=False)
+    winners = ordered.filter(pa.array(first))
+    inserts = winners.filter(pc.equal(winners.column(OP_COLUMN), OP_UPSERT)).select(declared)
+    return inserts, winners.select(list(key))
+
+
+__all__ = [
+    "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "OP_COLUMN", "OP_DELETE", "OP_UPSERT", "ORDER_COLUMN",
+    "POSITION_COLUMN", "RAW_COLUMN", "arrow_type", "changes_schema", "collapse", "decode_changes",
+]

@@ -1,0 +1,287 @@
+"""Change records without Spark: Debezium and upsert decoding, dead letters, and the collapse per key."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from icebergsync.spec import Column
+from spark_app.changes import (
+    OP_COLUMN,
+    OP_DELETE,
+    OP_UPSERT,
+    ORDER_COLUMN,
+    changes_schema,
+    collapse,
+    decode_changes,
+)
+from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+
+COLUMNS = [
+    Column(name="id", type="long", required=True),
+    Column(name="name", type="string"),
+    Column(name="updated_at", type="timestamptz"),
+    Column(name="price", type="decimal(10,2)"),
+    Column(name="born", type="date"),
+    Column(name="local", type="timestamp"),
+    Column(name="blob", type="binary"),
+    Column(name="active", type="boolean"),
+    Column(name="score", type="double"),
+    Column(name="n", type="int"),
+]
+KEY = ["id"]
+
+
+def at(index: int) -> dict[str, Any]:
+    return {"file": "changes.jsonl", "line": index + 1}
+
+
+def decode(records: list[Any], fmt: str = "debezium", keys: list[Any] | None = None, base: int = 0,
+           columns: list[Column] = COLUMNS, key: list[str] = KEY) -> pa.Table:
+    values = [r if r is None or isinstance(r, bytes) else (r if isinstance(r, str) else json.dumps(r)).encode()
+              for r in records]
+    encoded_keys = None if keys is None else [k if k is None or isinstance(k, bytes) else json.dumps(k).encode()
+                                              for k in keys]
+    return decode_changes(values, encoded_keys, at, columns, key, fmt, base)
+
+
+def event(op: str, before: dict[str, Any] | None = None, after: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"before": before, "after": after, "op": op, "ts_ms": 1700000000000, "source": {"db": "shop", "lsn": 1}}
+
+
+def good(table: pa.Table) -> list[dict[str, Any]]:
+    assert table.column(ERROR_COLUMN).null_count == table.num_rows, table.column(ERROR_COLUMN).to_pylist()
+    return table.select(["id", "name", OP_COLUMN, ORDER_COLUMN]).to_pylist()
+
+
+def reasons(table: pa.Table) -> list[str | None]:
+    return table.column(ERROR_COLUMN).to_pylist()
+
+
+def test_debezium_ops_upsert_after_and_delete_the_key_of_before() -> None:
+    table = decode([
+        event("c", after={"id": 1, "name": "a"}),
+        event("r", after={"id": 2, "name": "b"}),
+        event("u", before={"id": 1, "name": "a"}, after={"id": 1, "name": "a2"}),
+        event("d", before={"id": 2, "name": "b"}),
+        None,  # the tombstone after a delete: not a change, not a dead letter
+        "null",
+    ], base=1000)
+    assert table.schema == changes_schema(COLUMNS)
+    assert good(table) == [
+        {"id": 1, "name": "a", OP_COLUMN: OP_UPSERT, ORDER_COLUMN: 1000},
+        {"id": 2, "name": "b", OP_COLUMN: OP_UPSERT, ORDER_COLUMN: 1001},
+        {"id": 1, "name": "a2", OP_COLUMN: OP_UPSERT, ORDER_COLUMN: 1002},
+        {"id": 2, "name": None, OP_COLUMN: OP_DELETE, ORDER_COLUMN: 1003},
+    ]
+
+
+def test_a_key_change_deletes_the_old_key_and_upserts_the_new_one() -> None:
+    table = decode([event("u", before={"id": 1, "name": "a"}, after={"id": 7, "name": "a"})], base=5)
+    assert good(table) == [
+        {"id": 1, "name": None, OP_COLUMN: OP_DELETE, ORDER_COLUMN: 5},
+        {"id": 7, "name": "a", OP_COLUMN: OP_UPSERT, ORDER_COLUMN: 5},
+    ]
+    inserts, deletes = collapse(table, KEY)
+    assert inserts.column("id").to_pylist() == [7] and deletes.column("id").to_pylist() == [1, 7]
+
+
+def test_an_update_without_before_upserts() -> None:
+    """Postgres with the default replica identity sends updates without before."""
+    assert good(decode([event("u", after={"id": 3, "name": "x"})])) == [
+        {"id": 3, "name": "x", OP_COLUMN: OP_UPSERT, ORDER_COLUMN: 0}]
+
+
+def test_the_schema_payload_wrapping_is_unwrapped_and_its_logical_types_decide_units() -> None:
+    row_schema = {"type": "struct", "fields": [
+        {"type": "int64", "optional": False, "field": "id"},
+        {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "field": "local"},
+        {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "field": "born"},
+    ]}
+    schema = {"type": "struct", "fields": [{**row_schema, "field": "before"}, {**row_schema, "field": "after"},
+                                           {"type": "string", "field": "op"}]}
+    micros = 1_700_000_000_123_456
+    wrapped = {"schema": schema, "payload": event("c", after={"id": 1, "local": micros, "born": 19000})}
+    millis_schema = json.loads(json.dumps(schema).replace("io.debezium.time.MicroTimestamp", "io.debezium.time.Timestamp"))
+    wrapped_ms = {"schema": millis_schema, "payload": event("c", after={"id": 2, "local": micros // 1000})}
+    nanos_schema = json.loads(json.dumps(schema).replace("MicroTimestamp", "NanoTimestamp"))
+    wrapped_ns = {"schema": nanos_schema, "payload": event("c", after={"id": 3, "local": micros * 1000})}
+    rounding = {"schema": nanos_schema, "payload": event("c", after={"id": 4, "local": micros * 1000 + 1})}
+    tombstone = {"schema": None, "payload": None}
+    table = decode([wrapped, wrapped_ms, wrapped_ns, rounding, tombstone])
+    assert table.num_rows == 4
+    assert table.column("local").to_pylist()[:3] == [
+        datetime(2023, 11, 14, 22, 13, 20, 123456), datetime(2023, 11, 14, 22, 13, 20, 123000),
+        datetime(2023, 11, 14, 22, 13, 20, 123456)]
+    assert table.column("born").to_pylist()[0] == date(2022, 1, 8)
+    assert "more than microsecond precision" in reasons(table)[3]
+
+
+def test_numeric_dates_are_epoch_days_and_numeric_timestamps_need_a_schema() -> None:
+    table = decode([
+        event("c", after={"id": 1, "born": 0, "updated_at": "2024-03-01T10:00:00+02:00", "local": "2024-03-01T10:00:00"}),
+        event("c", after={"id": 2, "updated_at": 1709280000000}),
+        event("c", after={"id": 3, "local": 1709280000000000}),
+        event("c", after={"id": 4, "updated_at": "2024-03-01T10:00:00"}),
+        event("c", after={"id": 5, "local": "2024-03-01T10:00:00Z"}),
+        event("c", after={"id": 6, "updated_at": "2024-03-01T10:00:00.123456789Z"}),
+        event("c", after={"id": 7, "updated_at": "2024-03-01T10:00:00.123456000Z"}),
+    ])
+    first = table.slice(0, 1).to_pylist()[0]
+    assert first["born"] == date(1970, 1, 1)
+    assert first["updated_at"] == datetime(2024, 3, 1, 8, 0, tzinfo=UTC)
+    assert first["local"] == datetime(2024, 3, 1, 10, 0)
+    found = reasons(table)
+    assert found[0] is None and found[6] is None
+    assert "ambiguous without the record's schema" in found[1] and "ambiguous" in found[2]
+    assert "has no UTC offset" in found[3]
+    assert "has a UTC offset" in found[4]
+    assert "more than microsecond precision" in found[5]
+
+
+def test_values_are_decoded_strictly() -> None:
+    table = decode([
+        event("c", after={"id": 1, "price": "12.30", "blob": base64.b64encode(b"\x00\xff").decode(), "active": True,
+                          "score": 1, "n": 2**31 - 1}),
+        event("c", after={"id": 2, "price": 12.345}),
+        event("c", after={"id": 3, "name": 42}),
+        event("c", after={"id": 4, "surprise": 1}),
+        event("c", after={"id": "5"}),
+        event("c", after={"id": 6, "n": 2**31}),
+        event("c", after={"id": 7, "active": "yes"}),
+        event("c", after={"id": 8, "blob": "not base64!"}),
+        event("c", after={"id": 9.0}),
+        event("c", after={"id": 10, "price": 123456789.5}),
+        event("c", after={"id": 11, "score": True}),
+        event("c", after={"id": 12, "price": 0.1}),
+    ])
+    row = table.slice(0, 1).to_pylist()[0]
+    assert (row["price"], row["blob"], row["active"], row["score"], row["n"]) == (
+        Decimal("12.30"), b"\x00\xff", True, 1.0, 2**31 - 1)
+    assert reasons(table)[0] is None and reasons(table)[11] is None
+    assert table.column("price").to_pylist()[11] == Decimal("0.10")  # a JSON 0.1 is exact: no binary float between
+    expected = {
+        1: "field price: value 12.345 does not fit decimal(10,2) without rounding",
+        2: "field name: value 42 is a number, not a string",
+        3: "unknown field(s) not in spec.schema: surprise (in after)",
+        4: 'field id: value "5" is not a long',
+        5: f"field n: value {2**31} is not a int",
+        6: 'field active: value "yes" is not a boolean',
+        7: 'field blob: value "not base64!" is not base64 text (a binary column takes base64)',
+        8: "field id: value 9.0 is not a long",
+        9: "field price: value 123456789.5 does not fit decimal(10,2)",
+        10: "field score: value true is not a double",
+    }
+    assert {i: r for i, r in enumerate(reasons(table)) if r} == expected
+
+
+def test_bad_records_are_dead_letters_with_reason_raw_and_position() -> None:
+    table = decode([
+        "{not json", '{"op": "c", "op": "c"}', "[1, 2]", event("x", after={"id": 1}), {"before": None},
+        event("d", before=None), event("c", after=None), event("d", before={"name": "no key"}),
+        event("c", after={"name": "no id"}), b"\xff\xfe", event("t"), '{"op": "c", "after": {"id": NaN}}',
+    ])
+    assert reasons(table) == [
+        "malformed JSON",
+        "duplicate key(s) in the record: op",
+        "record is an array, not a JSON object",
+        'unknown op "x" (a change event\'s op is c, r, u or d)',
+        "not a Debezium change event: op is missing",
+        "a delete (op d) without before: the deleted key is unknown",
+        "op c without after: there is no new row",
+        "key field id is missing or null (in before)",
+        "required field id is missing or null (in after)",
+        "record is not valid UTF-8 (the payload is its bytes in base64)",
+        'unknown op "t" (a change event\'s op is c, r, u or d)',
+        "malformed JSON",
+    ]
+    assert table.column(RAW_COLUMN).to_pylist()[0] == "{not json"
+    assert table.column(RAW_COLUMN).to_pylist()[9] == base64.b64encode(b"\xff\xfe").decode()
+    assert [json.loads(p) for p in table.column(POSITION_COLUMN).to_pylist()][:2] == [at(0), at(1)]
+    assert table.column(ORDER_COLUMN).to_pylist() == list(range(12))
+    assert table.column("id").null_count == 12
+    inserts, deletes = collapse(table, KEY)
+    assert inserts.num_rows == 0 and deletes.num_rows == 0
+
+
+def test_nested_duplicate_keys_are_refused() -> None:
+    assert reasons(decode(['{"op": "c", "after": {"id": 1, "id": 2}}'])) == ["duplicate key(s) in the record: id"]
+
+
+def test_upsert_format_rows_deleted_flag_and_tombstones_by_message_key() -> None:
+    table = decode([
+        {"id": 1, "name": "a"},
+        {"id": 2, "name": "b", "__deleted": "false"},
+        {"id": 1, "name": "a", "__deleted": "true"},
+        {"id": 3, "__deleted": True},
+        None,
+        {"schema": {"type": "struct"}, "payload": {"id": 5, "name": "e"}},
+        None,
+        None,
+        {"id": 6, "__deleted": "maybe"},
+        None,
+    ], fmt="upsert", keys=[{"id": 1}, {"id": 2}, {"id": 1}, {"id": 3}, {"id": 4}, {"id": 5},
+                            {"schema": {"type": "struct"}, "payload": {"id": 9}}, None, {"id": 6}, {"id": 1, "name": "x"}])
+    assert reasons(table)[:8] == [None] * 7 + ["a tombstone (null value) without a message key: the deleted key is unknown"]
+    assert reasons(table)[8] == 'field __deleted: value "maybe" is not true, false, "true" or "false"'
+    assert reasons(table)[9] == "message key has field(s) that are not key columns: name"
+    assert table.slice(0, 7).select(["id", OP_COLUMN]).to_pylist() == [
+        {"id": 1, OP_COLUMN: 0}, {"id": 2, OP_COLUMN: 0}, {"id": 1, OP_COLUMN: 1}, {"id": 3, OP_COLUMN: 1},
+        {"id": 4, OP_COLUMN: 1}, {"id": 5, OP_COLUMN: 0}, {"id": 9, OP_COLUMN: 1}]
+    assert table.column(RAW_COLUMN).to_pylist()[9] == '{"id": 1, "name": "x"}'
+    # Files have no message keys: a JSON null record in the upsert format is not a row.
+    assert reasons(decode(["null"], fmt="upsert")) == ["record is null, not a JSON object"]
+
+
+def test_composite_keys() -> None:
+    columns = [Column(name="tenant", type="string", required=True), Column(name="id", type="int", required=True),
+               Column(name="v", type="long")]
+    table = decode([
+        event("c", after={"tenant": "a", "id": 1, "v": 1}), event("c", after={"tenant": "b", "id": 1, "v": 2}),
+        event("u", before={"tenant": "a", "id": 1}, after={"tenant": "a", "id": 1, "v": 3}),
+        event("d", before={"tenant": "b", "id": 1, "v": None}),
+        event("u", before={"tenant": "a", "id": 2}, after={"tenant": "c", "id": 2, "v": 4}),
+    ], columns=columns, key=["tenant", "id"])
+    inserts, deletes = collapse(table, ["tenant", "id"])
+    assert inserts.to_pylist() == [{"tenant": "a", "id": 1, "v": 3}, {"tenant": "c", "id": 2, "v": 4}]
+    assert deletes.to_pylist() == [{"tenant": "a", "id": 1}, {"tenant": "a", "id": 2}, {"tenant": "b", "id": 1},
+                                   {"tenant": "c", "id": 2}]
+
+
+def test_collapse_matches_a_reference_model_of_random_changes() -> None:
+    rng = random.Random(13)
+    records, state = [], {}
+    for _ in range(3000):
+        key = rng.randrange(200)
+        if rng.random() < 0.3:
+            records.append(event("d", before={"id": key}))
+            state[key] = None
+        else:
+            name = f"n{rng.randrange(10**6)}"
+            records.append(event(rng.choice("cru"), after={"id": key, "name": name}))
+            state[key] = name
+    # Decode in three units (different order bases), shuffle the rows: the order column alone decides.
+    parts = [decode(records[i:i + 1000], base=(i // 1000) << 40) for i in range(0, 3000, 1000)]
+    table = pa.concat_tables(parts)
+    table = table.take(pa.array(rng.sample(range(table.num_rows), table.num_rows)))
+    inserts, deletes = collapse(table, KEY)
+    assert {r["id"]: r["name"] for r in inserts.to_pylist()} == {k: v for k, v in state.items() if v is not None}
+    assert deletes.column("id").to_pylist() == sorted(state)
+    assert inserts.column_names == [c.name for c in COLUMNS]
+
+
+def test_collapse_of_nothing() -> None:
+    inserts, deletes = collapse(decode([]), KEY)
+    assert (inserts.num_rows, deletes.num_rows, deletes.column_names) == (0, 0, ["id"])
+
+
+def test_unknown_format_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="unknown changes format"):
+        decode([], fmt="avro")
