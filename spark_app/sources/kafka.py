@@ -94,6 +94,7 @@ DECODERS: dict[str, Callable[..., DataFrame]] = {"json": decode_json}
 # What a unit reader yields before decoding (read()'s frame): the raw records with their position.
 RAW_FRAME_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                               ("key", pa.binary()), ("value", pa.binary())])
+RAW_FRAME_DDL = "topic string, partition int, offset long, key binary, value binary"
 UNIT_FRAME_DDL = "index long, topic string, partition int, start long, end long"
 
 
@@ -326,7 +327,7 @@ class KafkaSource(Source):
         rows = [(u.index, u.topic, u.partition, u.start, u.end) for u in units if isinstance(u, KafkaUnit)]
         unit_rdd = self.spark.sparkContext.parallelize(rows, max(1, len(rows)))
         raw = self.spark.createDataFrame(unit_rdd, UNIT_FRAME_DDL).mapInArrow(
-            RawUnitsReader(self.options.client), RAW_FRAME_SCHEMA)
+            RawUnitsReader(self.options.client), RAW_FRAME_DDL)
         order = sorted(ranges)
         observation = Observation(f"isync-kafka-{uuid.uuid4().hex}")
         raw = raw.observe(observation, F.count(F.lit(1)).alias("rows"), *self._range_metrics(order))
