@@ -380,7 +380,7 @@ def split_ranges(ranges: dict[tuple[str, int], tuple[int, int]], target: int, ma
     for (topic, partition), (start, end) in sorted(ranges.items()):
         size = end - start
         count = 1
-        if len(ranges) < target and total > 0:
+        if total > 0:  # its share of the cores, rounded up
             count = max(1, min(-(-size * target // total), size // max(1, min_split)))
         if max_offsets is not None:
             count = max(count, -(-size // max_offsets))
