@@ -1,93 +1,146 @@
-"""Kafka topics through Spark's Kafka connector in batch mode; progress lives only in the table.
+"""Kafka topics read with confluent-kafka (librdkafka) in the tasks; progress lives only in the table.
 
 Frontier: ``{"<topic>": {"<partition>": next_offset}}`` — every record of a listed partition below
-its offset is in the table. Each trigger reads exactly ``[frontier, end)`` with explicit
-``startingOffsets``/``endingOffsets`` (``assign``), so there is no Spark checkpoint and nothing is
-committed to Kafka: the connector reads with a throwaway group id and never commits offsets.
+its offset is in the table. Each trigger reads exactly ``[frontier, end)``: the driver plans it from
+the partitions' offsets and splits it into :class:`~spark_app.units.KafkaUnit` s (one per partition
+range, a large range in several so that every core has work); each task reads its units with
+:func:`spark_app.kafka_client.read_range` (``assign`` + seek, a throwaway group id that is never
+joined or committed, ``enable.auto.commit=false``). There is no Spark checkpoint, no Spark Kafka
+connector, and nothing is committed to Kafka.
 
-* The range's ends are checked against the records the executors staged (the Kafka ``partition``
-  and ``offset`` columns, gathered in the same pass with ``Dataset.observe``): no record outside the
-  range, and offsets inside it that carry no record (compaction, transaction markers) are counted
-  in the commit's ``icebergsync.source-notes``.
+* A unit's reader stops exactly at its end, also when the last offsets of the range hold no record,
+  never returns a record outside the range, and fails the trigger when a record outside the range
+  appears, when the broker no longer has the start (deleted after planning) or when the partition
+  ends below the range's end. Offsets inside a range that carry no record (compaction, transaction
+  markers, aborted records) are counted in the commit's ``icebergsync.source-notes``
+  (``offsets-without-records``).
 * Transactions: both the offset lookup and the reader use ``isolation.level=read_committed``, so
   records of aborted transactions are never read, and the end offset of a partition is its last
   stable offset: an open transaction holds the frontier back until it commits or aborts. Aborted
   records and commit markers are offsets without records (gaps) inside a range, never data loss.
-  ``options: {kafka.isolation.level: read_uncommitted}`` reads everything instead.
+  ``options: {isolation.level: read_uncommitted}`` reads everything instead.
 * A partition missing from the frontier (added to the topic later, or never seen) starts at its
   earliest offset.
 * A frontier offset below the partition's earliest offset means the broker deleted records the
   table never got (retention): one WARNING line names topic, partition and the lost range, and the
   commit that moves past it records it under ``lost-offsets`` in its source notes.
+* A frontier offset above the partition's end (topic recreated?): one WARNING line, noted as
+  ``frontier-beyond-end``; the partition waits until its log passes the frontier.
 * Lag: per-partition end offset minus the committed end, in ``icebergsync.source-lag``.
+* ``options`` and the ``secretRef`` Secret configure the client (TLS, SASL PLAIN/SCRAM; see
+  :func:`spark_app.kafka_client.client_settings`); settings that decide the range are refused.
 
-Offsets are looked up on the driver with a ``KafkaConsumer`` (kafka-clients, which the connector
-brings) through py4j, configured with the same ``kafka.*`` options as the reader.
+Offsets and partitions are looked up on the driver with the same client (an AdminClient,
+:class:`spark_app.kafka_client.OffsetLookup`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from icebergsync.catalog import read_secret, resolve_env
 from icebergsync.errors import IcebergSyncError, SpecError
 from icebergsync.protocol import Frontier
+from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
 from spark_app.decode import decode_json
+from spark_app.kafka_client import (
+    ClientSettings,
+    KafkaAccessError,
+    OffsetLookup,
+    Offsets,
+    RangeCounts,
+    client_settings,
+    read_range,
+)
 from spark_app.sources.base import Pending, Source, SourceBatch
+from spark_app.units import KafkaUnit, UnitStats, WorkUnit
 
 log = logging.getLogger("icebergsync.source.kafka")
 
 ESTIMATED_BYTES_PER_RECORD = 64  # staged Parquet bytes per decoded record: only sizes triggers and tasks
-OFFSET_TIMEOUT_SECONDS = 60
-METADATA_MAX_AGE_MS = "10000"  # how soon a partition added to a topic is seen (Kafka's default is 5 min)
 OBSERVATION_WAIT_SECONDS = 120.0
-# Records of aborted or still open transactions are never read; the end offsets are the last stable offsets.
-ISOLATION_LEVEL = "read_committed"
-# Options of Spark's Kafka source (not consumer settings) a spec may pass through.
-SPARK_OPTIONS = {
-    "minPartitions", "maxRecordsPerPartition", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
-    "fetchOffset.retryIntervalMs", "includeHeaders", "groupIdPrefix",
+# A partition's range is split for more cores only into units of at least this many offsets.
+MIN_UNIT_OFFSETS = 4096
+# Options of Spark's Kafka source that keep their meaning: at least this many units per trigger, at
+# most this many offsets per unit.
+PLANNING_OPTIONS = {"minPartitions", "maxRecordsPerPartition"}
+# Options of Spark's Kafka connector that mean nothing to this reader.
+CONNECTOR_ONLY_OPTIONS = {
+    "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "includeHeaders",
+    "groupIdPrefix",
 }
 # Set by the source itself: a spec cannot change what range is read.
 RESERVED_OPTIONS = {
     "assign", "subscribe", "subscribePattern", "startingOffsets", "endingOffsets", "startingTimestamp",
     "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "failOnDataLoss",
-    "maxOffsetsPerTrigger", "kafka.bootstrap.servers", "kafka.enable.auto.commit", "kafka.key.deserializer",
-    "kafka.value.deserializer", "kafka.auto.offset.reset", "kafka.group.id", "kafka.interceptor.classes",
+    "maxOffsetsPerTrigger",
 }
-# Decoders by spec.source.kafka.format: (frame, raw column, declared columns, position) -> decoded frame.
+# Decoders by spec.source.kafka.format for :meth:`KafkaSource.read`: (frame, raw column, declared
+# columns, position) -> decoded frame.
 DECODERS: dict[str, Callable[..., DataFrame]] = {"json": decode_json}
+# What a unit reader yields before decoding (read()'s frame): the raw records with their position.
+RAW_FRAME_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                              ("key", pa.binary()), ("value", pa.binary())])
+RAW_FRAME_DDL = "topic string, partition int, offset long, key binary, value binary"
+UNIT_FRAME_DDL = "index long, topic string, partition int, start long, end long"
 
-Offsets = dict[tuple[str, int], int]
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """``spec.source.kafka.options`` and the Secret, split into client settings and planning options."""
+
+    client: ClientSettings
+    min_units: int = 0
+    max_unit_offsets: int | None = None
 
 
-def reader_options(options: dict[str, str], secret: dict[str, str], field_path: str) -> dict[str, str]:
-    """The connector options from the spec's ``options`` and the mounted secret's keys.
-
-    Keys starting with ``kafka.`` and bare consumer settings (``security.protocol``) are consumer
-    settings (the connector wants them as ``kafka.<setting>``); Spark source options pass as they are.
-    """
-    merged: dict[str, str] = {}
-    problems = []
-    for source, values in ((field_path, resolve_env(options, field_path)), ("secretRef", secret)):
-        for key, value in values.items():
-            name = key if key.startswith("kafka.") or key in SPARK_OPTIONS else f"kafka.{key}"
-            if key in RESERVED_OPTIONS or name in RESERVED_OPTIONS:
-                problems.append(f"{source}.{key}: set by icebergsync itself (the table holds the offsets)")
-            merged[name] = value
+def source_options(bootstrap_servers: str, options: dict[str, str], secret: dict[str, str],
+                   field_path: str) -> SourceOptions:
+    """Client settings (see :func:`client_settings`) and the planning options; a spec error names
+    every refused key."""
+    problems: list[str] = []
+    resolved = resolve_env(options, field_path)
+    client_options: dict[str, str] = {}
+    planning: dict[str, int] = {}
+    for key, value in resolved.items():
+        if key in RESERVED_OPTIONS:
+            problems.append(f"{field_path}.{key}: set by icebergsync itself (the table holds the offsets)")
+        elif key in CONNECTOR_ONLY_OPTIONS:
+            problems.append(f"{field_path}.{key}: an option of Spark's Kafka connector, which this source does "
+                            "not use (it reads with confluent-kafka); remove it")
+        elif key in PLANNING_OPTIONS:
+            if not value.isdigit() or int(value) < 1:
+                problems.append(f"{field_path}.{key}: a positive integer, not {value!r}")
+            else:
+                planning[key] = int(value)
+        else:
+            client_options[key] = value
+    for key in secret:
+        if key in RESERVED_OPTIONS or key in CONNECTOR_ONLY_OPTIONS or key in PLANNING_OPTIONS:
+            problems.append(f"secretRef.{key}: not a Kafka client setting")
+    try:
+        client = client_settings(bootstrap_servers, client_options, options,
+                                 {k: v for k, v in secret.items() if k not in RESERVED_OPTIONS
+                                  and k not in CONNECTOR_ONLY_OPTIONS and k not in PLANNING_OPTIONS}, field_path)
+    except SpecError as error:
+        problems.extend(error.problems)
+        client = ClientSettings(bootstrap_servers)
     if problems:
         raise SpecError(problems)
-    return merged
+    return SourceOptions(client, planning.get("minPartitions", 0), planning.get("maxRecordsPerPartition"))
 
 
 def topic_partitions(frontier: Frontier) -> Offsets:
@@ -125,69 +178,6 @@ class KafkaPending(Pending):
     starts: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
-class OffsetLookup:
-    """Partitions and earliest/latest offsets, from a KafkaConsumer in the driver JVM (no group, no commits)."""
-
-    def __init__(self, spark: Any, bootstrap: str, options: dict[str, str]):
-        self._jvm = spark.sparkContext._jvm
-        self._settings = {
-            "metadata.max.age.ms": METADATA_MAX_AGE_MS,
-            "isolation.level": ISOLATION_LEVEL,
-            **{key.removeprefix("kafka."): value for key, value in options.items() if key.startswith("kafka.")},
-            "bootstrap.servers": bootstrap,
-            "enable.auto.commit": "false",
-            "key.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer",
-            "value.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer",
-        }
-        self._consumer: Any = None
-
-    def _open(self) -> Any:
-        if self._consumer is None:
-            try:
-                properties = self._jvm.java.util.Properties()
-                for key, value in self._settings.items():
-                    properties.setProperty(key, value)
-                self._consumer = self._jvm.org.apache.kafka.clients.consumer.KafkaConsumer(properties)
-            except TypeError as exc:  # py4j: an unknown class is a JavaPackage, which is not callable
-                if "JavaPackage" not in str(exc):
-                    raise
-                raise IcebergSyncError(
-                    "the Kafka connector is not on the Spark classpath (org.apache.spark:spark-sql-kafka-0-10_2.13 "
-                    "and kafka-clients); see docs/connectors.md") from exc
-        return self._consumer
-
-    def close(self) -> None:
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            try:
-                consumer.close()
-            except Exception:  # closing a broken consumer is best effort
-                log.debug("closing the offset consumer failed", exc_info=True)
-
-    def _timeout(self) -> Any:
-        return self._jvm.java.time.Duration.ofSeconds(OFFSET_TIMEOUT_SECONDS)
-
-    def partitions(self, topics: list[str]) -> list[tuple[str, int]]:
-        consumer = self._open()
-        found: list[tuple[str, int]] = []
-        for topic in topics:
-            infos = consumer.partitionsFor(topic, self._timeout())
-            found.extend((topic, int(info.partition())) for info in (infos or []))
-        return sorted(found)
-
-    def offsets(self, partitions: list[tuple[str, int]]) -> tuple[Offsets, Offsets]:
-        """(earliest, latest) offset of each partition."""
-        consumer = self._open()
-        java_partitions = {tp: self._jvm.org.apache.kafka.common.TopicPartition(tp[0], tp[1]) for tp in partitions}
-        collection = self._jvm.java.util.ArrayList()
-        for java_tp in java_partitions.values():
-            collection.add(java_tp)
-        begin = consumer.beginningOffsets(collection, self._timeout())
-        end = consumer.endOffsets(collection, self._timeout())
-        return ({tp: int(begin.get(j)) for tp, j in java_partitions.items()},
-                {tp: int(end.get(j)) for tp, j in java_partitions.items()})
-
-
 class KafkaSource(Source):
     def __init__(self, spark: SparkSession, spec: IcebergSyncSpec):
         super().__init__(spark, spec)
@@ -195,10 +185,11 @@ class KafkaSource(Source):
         assert settings is not None
         self.settings = settings
         self.topics = [settings.topic] if isinstance(settings.topic, str) else list(settings.topic)
-        self.options = reader_options(settings.options, read_secret(settings.secret_ref), "spec.source.kafka.options")
+        self.options = source_options(settings.bootstrap_servers, settings.options, read_secret(settings.secret_ref),
+                                      "spec.source.kafka.options")
         if settings.format not in DECODERS:
             raise SpecError([f"spec.source.kafka.format: {settings.format!r} has no decoder (known: {sorted(DECODERS)})"])
-        self.lookup = OffsetLookup(self.spark, settings.bootstrap_servers, self.options)
+        self.lookup = OffsetLookup(self.options.client)
         self._reported: set[tuple[str, int, int, int]] = set()
         self._missing_topics_reported: set[str] = set()
 
@@ -246,8 +237,8 @@ class KafkaSource(Source):
         try:
             partitions = self._partitions()
             begin, end = self.lookup.offsets(partitions)
-        except IcebergSyncError:
-            raise
+        except (KafkaAccessError, SpecError):
+            raise  # a wrong password or an untrusted certificate: waiting will not help
         except Exception as exc:  # the broker is unreachable or slow: try again at the next poll
             log.warning("kafka source: cannot read offsets from %s: %s", self.settings.bootstrap_servers,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -305,26 +296,38 @@ class KafkaSource(Source):
             starts=starts,
         )
 
-    # -- reading --------------------------------------------------------------------------------
+    # -- planning units ---------------------------------------------------------------------------
 
-    def read(self, frontier: Frontier, pending: Pending) -> SourceBatch:
+    @staticmethod
+    def _ranges(pending: Pending) -> dict[tuple[str, int], tuple[int, int]]:
         assert isinstance(pending, KafkaPending)
         ends = topic_partitions(pending.end)
-        ranges = {tp: (start, ends[tp]) for tp, start in pending.starts.items() if ends[tp] > start}
-        assign: dict[str, list[int]] = {}
-        for topic, partition in sorted(ranges):
-            assign.setdefault(topic, []).append(partition)
-        raw = (
-            self.spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", self.settings.bootstrap_servers)
-            .option("kafka.isolation.level", ISOLATION_LEVEL)
-            .options(**self.options)
-            .option("assign", json.dumps(assign))
-            .option("startingOffsets", json.dumps(as_frontier({tp: r[0] for tp, r in ranges.items()})))
-            .option("endingOffsets", json.dumps(as_frontier({tp: r[1] for tp, r in ranges.items()})))
-            .option("failOnDataLoss", "true")  # a record deleted between planning and reading fails the trigger
-            .load()
-        )
+        return {tp: (start, ends[tp]) for tp, start in sorted(pending.starts.items()) if ends[tp] > start}
+
+    def plan_units(self, frontier: Frontier, pending: Pending) -> list[WorkUnit]:
+        """One unit per partition range; ranges split into equal parts when that gives every core work
+        (never below ``MIN_UNIT_OFFSETS`` offsets a unit for that reason) and at least ``minPartitions``
+        units, at most ``maxRecordsPerPartition`` offsets a unit."""
+        ranges = self._ranges(pending)
+        splits = split_ranges(ranges, max(self.cores(), self.options.min_units), self.options.max_unit_offsets,
+                              min_split=1 if self.options.min_units else MIN_UNIT_OFFSETS)
+        return [KafkaUnit(index, topic, partition, start, end)
+                for index, (topic, partition, start, end) in enumerate(splits)]
+
+    def unit_reader(self, columns: list[SpecColumn]) -> KafkaUnitReader:
+        return KafkaUnitReader(self.options.client, list(columns), self.settings.format)
+
+    # -- reading a trigger as one frame (until the job reads units itself) -------------------------
+
+    def read(self, frontier: Frontier, pending: Pending) -> SourceBatch:
+        """The trigger's units read by the tasks with the same reader as :meth:`unit_reader` (raw
+        records, then the JVM decoder); the staged records are checked against the range before the commit."""
+        ranges = self._ranges(pending)
+        units = self.plan_units(frontier, pending)
+        rows = [(u.index, u.topic, u.partition, u.start, u.end) for u in units if isinstance(u, KafkaUnit)]
+        unit_rdd = self.spark.sparkContext.parallelize(rows, max(1, len(rows)))
+        raw = self.spark.createDataFrame(unit_rdd, UNIT_FRAME_DDL).mapInArrow(
+            RawUnitsReader(self.options.client), RAW_FRAME_DDL)
         order = sorted(ranges)
         observation = Observation(f"isync-kafka-{uuid.uuid4().hex}")
         raw = raw.observe(observation, F.count(F.lit(1)).alias("rows"), *self._range_metrics(order))
@@ -365,6 +368,71 @@ class KafkaSource(Source):
         if empty_offsets:
             # Compacted-away records and transaction markers hold offsets but no record.
             batch.notes = {**(batch.notes or {}), "offsets-without-records": empty_offsets}
+
+
+def split_ranges(ranges: dict[tuple[str, int], tuple[int, int]], target: int, max_offsets: int | None,
+                 min_split: int = MIN_UNIT_OFFSETS) -> list[tuple[str, int, int, int]]:
+    """``(topic, partition, start, end)`` parts of ``ranges`` in source order: each range in
+    ``ceil(share of target)`` equal parts, a part never below ``min_split`` offsets for that reason,
+    never above ``max_offsets``."""
+    total = sum(end - start for start, end in ranges.values())
+    parts: list[tuple[str, int, int, int]] = []
+    for (topic, partition), (start, end) in sorted(ranges.items()):
+        size = end - start
+        count = 1
+        if total > 0:  # its share of the cores, rounded up
+            count = max(1, min(-(-size * target // total), size // max(1, min_split)))
+        if max_offsets is not None:
+            count = max(count, -(-size // max_offsets))
+        count = min(count, size)
+        bounds = [start + size * i // count for i in range(count + 1)]
+        parts.extend((topic, partition, lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo)
+    return parts
+
+
+def positions(topic: str, partition: int, offsets: pa.Array) -> pa.Array:
+    """Each record's ``_isync_position``: ``{"topic": ..., "partition": p, "offset": o}`` as JSON."""
+    prefix = json.dumps({"topic": topic, "partition": partition})[:-1] + ', "offset": '
+    return pc.binary_join_element_wise(prefix, pc.cast(offsets, pa.string()), "}", "")
+
+
+@dataclass(frozen=True)
+class KafkaUnitReader:
+    """The tasks' reader of :class:`KafkaUnit` s (picklable): the unit's exact range
+    (:func:`read_range`), decoded by :func:`spark_app.arrow_decode.decode_json_values`."""
+
+    client: ClientSettings
+    columns: list[SpecColumn]
+    format: str = "json"
+
+    def __call__(self, unit: WorkUnit, stats: UnitStats) -> Iterator[pa.RecordBatch]:
+        from spark_app.arrow_decode import decode_json_values, target_schema  # the decode branch's module
+
+        assert isinstance(unit, KafkaUnit), unit
+        schema = target_schema(self.columns)
+        counts = RangeCounts()
+        for raw in read_range(self.client, unit.topic, unit.partition, unit.start, unit.end, counts):
+            offsets = raw.column("offset")
+            yield decode_json_values(raw.column("value"), schema, positions(unit.topic, unit.partition, offsets))
+        if counts.offsets_without_records:
+            stats.add("offsets-without-records", counts.offsets_without_records)
+
+
+@dataclass(frozen=True)
+class RawUnitsReader:
+    """``mapInArrow`` function of :meth:`KafkaSource.read`: rows of units in, raw records out."""
+
+    client: ClientSettings
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for unit in batch.to_pylist():
+                topic, partition = unit["topic"], unit["partition"]
+                for raw in read_range(self.client, topic, partition, unit["start"], unit["end"]):
+                    n = raw.num_rows
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
+                         raw.column("offset"), raw.column("key"), raw.column("value")], schema=RAW_FRAME_SCHEMA)
 
 
 def _observed(observation: Observation) -> dict[str, Any]:

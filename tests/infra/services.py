@@ -10,7 +10,9 @@ the pytest process dies (``PR_SET_PDEATHSIG``), and is stopped at the end of the
 
 Fixtures (session scope):
   ``kafka_broker``     -> :class:`KafkaBroker` (``bootstrap_servers``, ``create_topic``, ``produce``,
-                          ``end_offsets``, ``begin_offsets``, ``delete_records``, ``consume``, ...)
+                          ``end_offsets``, ``begin_offsets``, ``delete_records``, ``consume``, ...;
+                          ``security``: its SASL_PLAINTEXT, SSL, SASL_SSL and mutual-TLS listeners
+                          with users and a CA the run generates, see :class:`KafkaSecurity`)
   ``s3_server``        -> :class:`S3Server` (``endpoint``, ``access_key``, ``secret_key``, ``region``,
                           ``bucket``, ``fileio_properties``, ``spark_s3a_conf()``, ``filesystem()``)
   ``rest_catalog``     -> :class:`RestCatalog` with a local-directory warehouse
@@ -308,6 +310,28 @@ class _KafkaClient:
         self.process.stop()
 
 
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """The broker's secured listeners (all on 127.0.0.1) and what a client needs to use them.
+
+    ``sasl_plaintext`` and ``sasl_ssl`` accept PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (``users``:
+    mechanism -> (name, password); the PLAIN user is in the listener's JAAS config, the SCRAM users
+    are written into the metadata log by ``kafka-storage format --add-scram``). ``ssl`` and
+    ``sasl_ssl`` present a server certificate for IP 127.0.0.1 signed by ``ca_pem``, a CA generated
+    by this test run (openssl); ``mtls`` (protocol SSL) also requires a client certificate signed by
+    that CA: ``client_cert_pem`` / ``client_key_pem``. No authorizer: an authenticated user may do anything.
+    """
+
+    sasl_plaintext: str
+    ssl: str
+    sasl_ssl: str
+    mtls: str
+    ca_pem: Path
+    client_cert_pem: Path
+    client_key_pem: Path
+    users: dict[str, tuple[str, str]]
+
+
 @dataclass
 class KafkaBroker:
     """A single-node KRaft broker+controller (Kafka 4.1.1) on 127.0.0.1."""
@@ -318,6 +342,7 @@ class KafkaBroker:
     cluster_id: str
     data_dir: Path
     log_path: Path
+    security: KafkaSecurity
     _server: ServerProcess = field(repr=False)
     _client: _KafkaClient = field(repr=False)
 
@@ -383,24 +408,85 @@ def _kafka_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+KAFKA_USERS = {  # mechanism -> (user, password) on the SASL listeners
+    "PLAIN": ("alice", "alice-secret"),
+    "SCRAM-SHA-256": ("bob", "bob-secret-256"),
+    "SCRAM-SHA-512": ("carol", "carol-secret-512"),
+}
+_TLS_DAYS = "2"  # the certificates outlive any test run, not much more
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    res = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"openssl {args[0]} failed:\n{res.stderr[-2000:]}")
+
+
+def make_test_pki(directory: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate, all made here
+    (openssl, RSA 2048, unencrypted PKCS#8 keys): ``ca``, ``server_keystore`` (key + chain, Kafka's
+    PEM keystore), ``client_cert``, ``client_key``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days",
+             _TLS_DAYS, "-subj", "/CN=icebergsync test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=directory)
+    for name, usage, san in (("server", "serverAuth", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"),
+                             ("client", "clientAuth", "")):
+        (directory / f"{name}.ext").write_text(f"basicConstraints=CA:FALSE\nextendedKeyUsage={usage}\n{san}")
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                 "-subj", f"/CN=icebergsync test {name}", cwd=directory)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", f"{name}.pem", "-days", _TLS_DAYS, "-extfile", f"{name}.ext", cwd=directory)
+    keystore = directory / "server-keystore.pem"
+    keystore.write_text((directory / "server.key").read_text() + (directory / "server.pem").read_text()
+                        + (directory / "ca.pem").read_text())
+    return {"ca": directory / "ca.pem", "server_keystore": keystore,
+            "client_cert": directory / "client.pem", "client_key": directory / "client.key"}
+
+
+def _sasl_listener_properties(listener: str) -> list[str]:
+    plain_user, plain_password = KAFKA_USERS["PLAIN"]
+    prefix = f"listener.name.{listener.lower()}"
+    return [
+        f"{prefix}.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        f"{prefix}.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'user_{plain_user}="{plain_password}";',
+        f"{prefix}.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        f"{prefix}.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;",
+    ]
+
+
 def start_kafka(workdir: Path, ttl: int = SERVICE_TTL) -> KafkaBroker:
     ensure_services("kafka")
     home = cache_dir() / "kafka"
     workdir.mkdir(parents=True, exist_ok=True)
     port, cport = free_port(), free_port()
+    secured = {name: free_port() for name in ("SASL_PLAINTEXT", "SSL", "SASL_SSL", "MTLS")}
+    pki = make_test_pki(workdir / "tls")
     data = workdir / "data"
     props = workdir / "server.properties"
+    listeners = ",".join(f"{name}://{HOST}:{p}" for name, p in secured.items())
     props.write_text(
         "\n".join(
             [
                 "process.roles=broker,controller",
                 "node.id=1",
                 f"controller.quorum.voters=1@{HOST}:{cport}",
-                f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{cport}",
-                f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+                f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{cport},{listeners}",
+                f"advertised.listeners=PLAINTEXT://{HOST}:{port},{listeners}",
                 "controller.listener.names=CONTROLLER",
                 "inter.broker.listener.name=PLAINTEXT",
-                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+                "SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,MTLS:SSL",
+                "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                *_sasl_listener_properties("SASL_PLAINTEXT"),
+                *_sasl_listener_properties("SASL_SSL"),
+                "ssl.keystore.type=PEM",
+                f"ssl.keystore.location={pki['server_keystore']}",
+                "ssl.client.auth=none",
+                "listener.name.mtls.ssl.client.auth=required",
+                "listener.name.mtls.ssl.truststore.type=PEM",
+                f"listener.name.mtls.ssl.truststore.location={pki['ca']}",
                 f"log.dirs={data}",
                 "num.partitions=1",
                 "default.replication.factor=1",
@@ -416,6 +502,7 @@ def start_kafka(workdir: Path, ttl: int = SERVICE_TTL) -> KafkaBroker:
                 "auto.create.topics.enable=false",
                 "delete.topic.enable=true",
                 "log.retention.check.interval.ms=1000",
+                "log.cleaner.backoff.ms=500",  # compacted test topics are cleaned soon after a segment rolls
                 "",
             ]
         )
@@ -436,6 +523,8 @@ def start_kafka(workdir: Path, ttl: int = SERVICE_TTL) -> KafkaBroker:
             cluster_id,
             "-c",
             str(props),
+            *(arg for mechanism, (user, password) in KAFKA_USERS.items() if mechanism.startswith("SCRAM-")
+              for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")),
         ],
         capture_output=True,
         text=True,
@@ -465,7 +554,7 @@ def start_kafka(workdir: Path, ttl: int = SERVICE_TTL) -> KafkaBroker:
     try:
         # start the client JVM while the broker boots; it retries until the broker answers
         client = _KafkaClient(f"{HOST}:{port}", home, workdir)
-        server.wait_until(lambda: _port_open(port), 120, f"port {port}")
+        server.wait_until(lambda: all(_port_open(p) for p in (port, *secured.values())), 120, "its listeners")
         got = client.call("ping")
         if got != [cluster_id]:
             raise server.failure(f"unexpected cluster id {got}")
@@ -474,7 +563,11 @@ def start_kafka(workdir: Path, ttl: int = SERVICE_TTL) -> KafkaBroker:
             client.close()
         server.stop()
         raise
-    return KafkaBroker(f"{HOST}:{port}", port, cport, cluster_id, data, log_path, server, client)
+    security = KafkaSecurity(
+        sasl_plaintext=f"{HOST}:{secured['SASL_PLAINTEXT']}", ssl=f"{HOST}:{secured['SSL']}",
+        sasl_ssl=f"{HOST}:{secured['SASL_SSL']}", mtls=f"{HOST}:{secured['MTLS']}", ca_pem=pki["ca"],
+        client_cert_pem=pki["client_cert"], client_key_pem=pki["client_key"], users=dict(KAFKA_USERS))
+    return KafkaBroker(f"{HOST}:{port}", port, cport, cluster_id, data, log_path, security, server, client)
 
 
 def stop_kafka(broker: KafkaBroker) -> None:

@@ -8,8 +8,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer as ClientProducer
 from pyiceberg.table import Table
 
+from spark_app.kafka_client import ClientSettings
+from spark_app.sources.kafka import source_options
 from tests.infra.services import KafkaBroker, spark_classpath
 from tests.integration.sync_support import sink_commits, sync_document
 
@@ -116,3 +119,63 @@ class Producer:
         if self.error is not None:
             raise self.error
         return self.placed
+
+
+# -- the Python client (confluent-kafka) against the test broker's listeners ----------------------
+
+LISTENERS = ("plaintext", "sasl-plain", "sasl-scram-256", "sasl-scram-512", "ssl", "sasl-ssl-scram-512", "mtls")
+
+
+def listener_config(broker: KafkaBroker, listener: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """``(bootstrapServers, options, Secret keys)`` as a user writes them for one of the broker's listeners
+    (the Secret's keys in the spellings Kafka users know: sasl.jaas.config, ssl.truststore.certificates, ca.crt)."""
+    security = broker.security
+    ca = security.ca_pem.read_text()
+    if listener == "plaintext":
+        return broker.bootstrap_servers, {}, {}
+    if listener.startswith("sasl-") and not listener.startswith("sasl-ssl"):
+        mechanism = {"sasl-plain": "PLAIN", "sasl-scram-256": "SCRAM-SHA-256", "sasl-scram-512": "SCRAM-SHA-512"}[listener]
+        user, password = security.users[mechanism]
+        return (security.sasl_plaintext, {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism},
+                {"sasl.username": user, "sasl.password": password})
+    if listener == "ssl":
+        return security.ssl, {"security.protocol": "SSL"}, {"ca.crt": ca}
+    if listener == "sasl-ssl-scram-512":
+        user, password = security.users["SCRAM-SHA-512"]
+        jaas = f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+        return (security.sasl_ssl, {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                                    "ssl.truststore.type": "PEM"},
+                {"sasl.jaas.config": jaas, "ssl.truststore.certificates": ca})
+    if listener == "mtls":
+        return (security.mtls, {"security.protocol": "SSL", "ssl.keystore.type": "PEM"},
+                {"ssl.truststore.certificates": ca,
+                 "ssl.keystore.certificate.chain": security.client_cert_pem.read_text(),
+                 "ssl.keystore.key": security.client_key_pem.read_text()})
+    raise ValueError(listener)
+
+
+def client_for(broker: KafkaBroker, listener: str = "plaintext", **options: str) -> ClientSettings:
+    """The source's client settings for a listener, through the same option/Secret mapping a spec takes."""
+    bootstrap, base, secret = listener_config(broker, listener)
+    return source_options(bootstrap, {**base, **options}, secret, "spec.source.kafka.options").client
+
+
+class TransactionalProducer:
+    """confluent-kafka's Producer with a transactional.id; ``send`` leaves the transaction open."""
+
+    def __init__(self, broker: KafkaBroker):
+        self._producer = ClientProducer({"bootstrap.servers": broker.bootstrap_servers,
+                                         "transactional.id": f"tx-{uuid.uuid4().hex}"})
+        self._producer.init_transactions(30)
+
+    def send(self, topic: str, ids: range, partition: int = 0) -> None:
+        self._producer.begin_transaction()
+        for i in ids:
+            self._producer.produce(topic, key=f"k{i}", value=order(i), partition=partition)
+        self._producer.flush(30)
+
+    def commit(self) -> None:
+        self._producer.commit_transaction(30)
+
+    def abort(self) -> None:
+        self._producer.abort_transaction(30)
