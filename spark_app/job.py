@@ -32,6 +32,7 @@ from icebergsync.schema import iceberg_schema, plan_evolution
 from icebergsync.spec import IcebergSync, effective_columns
 from spark_app.committer import Commit, SinkCommitter, TriggerOutput, attempt_file_prefix
 from spark_app.deadletter import DEAD_LETTER_SCHEMA, Rejection
+from spark_app.deletes import delete_plan
 from spark_app.faults import crash_point
 from spark_app.pipeline import run_transform, run_units
 from spark_app.sources.base import Pending, SessionProvider, Source
@@ -106,7 +107,7 @@ class SyncJob:
 
     def _open_tables(self) -> tuple[Table, Table | None]:
         table = ensure_table(self.catalog, self.spec.table.name, iceberg_schema(self.columns),
-                             self.spec.table.partition_by, self.spec.table.properties)
+                             self.spec.table.partition_by, self.spec.table.properties, key=self.spec.table.key)
         dead = None
         if self.spec.dead_letter:
             dead = ensure_table(self.catalog, self.spec.dead_letter.table, DEAD_LETTER_SCHEMA, [], {})
@@ -219,6 +220,7 @@ class SyncJob:
             writer_memory_bytes=WRITER_MEMORY_BYTES,
             required_columns=tuple(f.name for f in table.schema().fields if f.required),
             event_time_column=self.spec.event_time_column,
+            deletes=delete_plan(table) if self.spec.changes else None,
         )
 
     def _stage(self, source: Source, frontier: Frontier, pending: Pending, plan: WritePlan) -> Staged:
@@ -245,7 +247,8 @@ class SyncJob:
             for reason, count in result.dead_letter_reasons.items():
                 output.dead_letter_reasons[reason] = output.dead_letter_reasons.get(reason, 0) + count
             for staged in result.files:
-                (output.data_files if staged.table == "data" else output.dead_letter_files).append(staged.data_file)
+                {"data": output.data_files, "delete": output.delete_files,
+                 "dead_letter": output.dead_letter_files}[staged.table].append(staged.data_file)
             if result.max_event_time_us is not None and (newest_event is None or result.max_event_time_us > newest_event):
                 newest_event = result.max_event_time_us
         if newest_event is not None:

@@ -26,14 +26,18 @@ from pyspark.sql import SparkSession
 
 from icebergsync.schema import spark_ddl
 from icebergsync.spec import Column as SpecColumn
-from spark_app.deadletter import CONTROL_COLUMNS, with_control_columns_arrow
+from spark_app.changes import OP_COLUMN, ORDER_COLUMN, collapse
+from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, with_control_columns_arrow
 from spark_app.decode import apply_transform
+from spark_app.deletes import write_equality_deletes
 from spark_app.units import UnitReader, UnitStats, WorkUnit
 from spark_app.writer import (
     RESULT_SCHEMA,
+    StagedFile,
     TablePlan,
     TaskResult,
     WritePlan,
+    discard_staged,
     make_stage_function,
     partition_groups,
     stage_partition,
@@ -125,11 +129,19 @@ class KeyRouter:
 
 def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader, plan: WritePlan,
               route: bool) -> tuple[list[TaskResult], UnitStats]:
-    """Stage a trigger's units (direct, or routed by partition value); the tasks' results and read statistics."""
+    """Stage a trigger's units: keyed changes routed by key, appends direct or routed by partition value.
+
+    Returns the tasks' results and what reading the units counted.
+    """
     context = spark.sparkContext
     tasks = max(1, min(len(units), context.defaultParallelism))
     rdd = context.parallelize(units, tasks)
-    if route and plan.table.spec.fields:
+    if plan.deletes is not None:
+        tasks = context.defaultParallelism  # every change of a key meets the others in one task
+        keyed = rdd.mapPartitions(_route_function(reader, KeyRouter(plan.deletes.key, tasks))).partitionBy(
+            tasks, lambda bucket: max(0, bucket))
+        payloads = keyed.mapPartitions(_stage_changes_function(plan)).collect()
+    elif route and plan.table.spec.fields:
         router = PartitionRouter(plan.table, tasks)
         routed = rdd.mapPartitions(_route_function(reader, router)).partitionBy(
             tasks, lambda bucket: max(0, bucket))
@@ -153,7 +165,7 @@ def _stage_direct_function(plan: WritePlan, reader: UnitReader) -> Callable[[Ite
     return stage
 
 
-def _route_function(reader: UnitReader, router: PartitionRouter) -> Callable[[Iterable[WorkUnit]], Iterable[tuple[int, bytes]]]:
+def _route_function(reader: UnitReader, router: PartitionRouter | KeyRouter) -> Callable[[Iterable[WorkUnit]], Iterable[tuple[int, bytes]]]:
     def route(units: Iterable[WorkUnit]) -> Iterator[tuple[int, bytes]]:
         stats = UnitStats()
         for batch in _read(units, reader, stats):
@@ -176,6 +188,45 @@ def _stage_routed_function(plan: WritePlan) -> Callable[[Iterable[tuple[int, byt
                     yield from _from_ipc(data)
 
         result = stage_partition(plan, batches(), _task_id())
+        result.unit_stats = stats
+        yield pickle.dumps(result)
+
+    return stage
+
+
+def stage_changes(plan: WritePlan, tables: list[pa.Table], task_id: str) -> TaskResult:
+    """Write one key bucket of a trigger's changes: dead letters, the winning upserts, and one equality
+    delete file of every key the bucket touches (so each key's older row goes, wherever it lives)."""
+    assert plan.deletes is not None
+    changes = pa.concat_tables(tables, promote_options="permissive") if tables else None
+    if changes is None or changes.num_rows == 0:
+        return TaskResult()
+    errors = changes.column(ERROR_COLUMN)
+    bad = changes.filter(pc.is_valid(errors)).drop_columns([OP_COLUMN, ORDER_COLUMN])
+    upserts, deleted = collapse(changes, plan.deletes.key)
+    result = stage_partition(plan, iter(bad.to_batches() + upserts.to_batches()), task_id)
+    if result.rejection is not None:
+        return result
+    try:
+        delete_file = write_equality_deletes(plan.deletes, deleted, f"{plan.file_prefix}-{task_id}")
+    except BaseException:
+        discard_staged(plan, result)
+        raise
+    if delete_file is not None:
+        result.files.append(StagedFile("delete", delete_file))
+    return result
+
+
+def _stage_changes_function(plan: WritePlan) -> Callable[[Iterable[tuple[int, bytes]]], Iterable[bytes]]:
+    def stage(blocks: Iterable[tuple[int, bytes]]) -> Iterator[bytes]:
+        stats = UnitStats()
+        tables = []
+        for bucket, data in blocks:
+            if bucket == _STATS_BUCKET:
+                stats.merge(pickle.loads(data))
+            else:
+                tables.append(pa.ipc.open_stream(data).read_all())
+        result = stage_changes(plan, tables, _task_id())
         result.unit_stats = stats
         yield pickle.dumps(result)
 

@@ -29,6 +29,7 @@ from pyiceberg.table.locations import load_location_provider
 from pyiceberg.typedef import Record
 
 from spark_app.deadletter import Rejection, count_reasons, dead_letter_rows, split_dead_letters
+from spark_app.deletes import DeletePlan
 from spark_app.iceberg_internals import footer_statistics, new_data_location, partition_value
 from spark_app.units import UnitStats
 
@@ -68,13 +69,14 @@ class WritePlan:
     writer_memory_bytes: int
     required_columns: tuple[str, ...]
     event_time_column: str | None
+    deletes: DeletePlan | None = None  # a keyed sync's equality deletes (spark_app/deletes.py)
 
 
 @dataclass
 class StagedFile:
     """A Parquet file written but not committed; ``data_file`` is ready for an Iceberg append."""
 
-    table: str  # "data" | "dead_letter"
+    table: str  # "data" | "delete" | "dead_letter"
     data_file: DataFile
 
 
@@ -360,6 +362,13 @@ def stage_partition(plan: WritePlan, batches: Iterator[pa.RecordBatch], task_id:
             dead_writer.abort()
         raise
     return result
+
+
+def discard_staged(plan: WritePlan, result: TaskResult) -> None:
+    """Delete the files a task staged (it failed after writing them; nothing of it is committed)."""
+    for staged in result.files:
+        table = plan.dead_letter if staged.table == "dead_letter" and plan.dead_letter else plan.table
+        load_file_io(table.io_properties, table.location).delete(staged.data_file.file_path)
 
 
 def make_stage_function(plan: WritePlan) -> Any:

@@ -21,7 +21,7 @@ import csv
 import gzip
 import itertools
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,10 +221,13 @@ class FileReader:
                 return
             first_row = 0
             for batch in parquet.iter_batches(batch_size=131_072):
-                base = first_row
-                yield from conform_table(pa.Table.from_batches([batch]), schema,
-                                         lambda i, base=base: {"file": uri, "row": base + i}).to_batches()
+                yield from conform_table(pa.Table.from_batches([batch]), schema, _row_positions(uri, first_row)).to_batches()
                 first_row += batch.num_rows
+
+
+def _row_positions(uri: str, first_row: int) -> Callable[[int], dict[str, Any]]:
+    """Position of row ``i`` of a batch that starts at row ``first_row`` of a Parquet file."""
+    return lambda i: {"file": uri, "row": first_row + i}
 
 
 def _uncastable(found: pa.Schema, declared: pa.Schema) -> list[str]:

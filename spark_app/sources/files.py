@@ -20,7 +20,7 @@ from icebergsync.protocol import Frontier, SourceIdentity, encode_json
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.storage import StoredFile, list_files, normalize
 from spark_app.sources.base import Pending, Source
-from spark_app.sources.file_lines import FileReader, plan_file_units
+from spark_app.sources.file_lines import ChangeReading, FileReader, plan_file_units
 from spark_app.units import UnitReader, UnitStats, WorkUnit
 
 log = logging.getLogger("icebergsync.source.files")
@@ -116,4 +116,6 @@ class FilesSource(Source):
 
     def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
         header = tuple(c.name for c in columns) if self.settings.format == "csv" and self.settings.csv_header else None
-        return FileReader(self._io_properties, self.settings.format, header, tuple(columns))
+        changes = self.spec.changes
+        reading = ChangeReading(tuple(columns), tuple(self.spec.table.key or ()), changes.format) if changes else None
+        return FileReader(self._io_properties, self.settings.format, header, tuple(columns), reading)
