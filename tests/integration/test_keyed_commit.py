@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from icebergsync.catalog import ensure_table
-from icebergsync.errors import FencedError
+from icebergsync.errors import FencedError, IcebergSyncError
 from icebergsync.protocol import Writer
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column
@@ -227,6 +227,8 @@ def test_spark_reads_exactly_the_model_of_the_change_stream(tmp_path: Path, spar
 
     # Every committed delete file sits in a delete manifest under the unpartitioned spec; none was cleaned up.
     unpartitioned = unpartitioned_spec_id(table.metadata)
+    assert len(table.metadata.partition_specs) == 2  # the fences of v1 and v2 added it once
+    assert table.metadata.default_spec_id != unpartitioned
     snapshot = table.current_snapshot()
     assert snapshot is not None
     delete_manifests = [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DELETES]
@@ -242,3 +244,22 @@ def test_spark_reads_exactly_the_model_of_the_change_stream(tmp_path: Path, spar
     # pyiceberg's own reader does not apply equality deletes: it refuses the table rather than show deleted rows.
     with pytest.raises(ValueError, match="does not yet support equality deletes"):
         table.scan().to_arrow()
+
+
+def test_delete_files_under_a_partitioned_spec_are_refused_before_anything_lands(tmp_path: Path) -> None:
+    """A partitioned equality delete would not reach a row that moved partition: the committer refuses it."""
+    catalog = open_catalog(tmp_path)
+    name = "shop.customers"
+    ensure_table(catalog, name, iceberg_schema(COLUMNS), ["day(updated_at)"], {}, key=KEY)
+    committer = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    committer.start([])
+    table = catalog.load_table(name)
+    plan = delete_plan(table)
+    wrong = replace(plan, spec_id=table.spec().spec_id)
+    delete_file = write_equality_deletes(wrong, pa.table({"id": pa.array([1], pa.int64())}),
+                                         attempt_file_prefix(committer.writer) + "-00000-0")
+    assert delete_file is not None
+    head = table.metadata.current_snapshot_id
+    with pytest.raises(IcebergSyncError, match="not an unpartitioned spec"):
+        committer.commit(TriggerOutput(delete_files=[delete_file]), {"after": "t0000"})
+    assert catalog.load_table(name).metadata.current_snapshot_id == head
