@@ -295,7 +295,7 @@ def _text_converter(col: _Col) -> Callable[[pa.Array], pa.Array]:
 
 
 def _convert_text(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    converted, bad = _masked(arr, _text_converter(col), col.type)
+    converted, bad = _masked(arr, _text_converter(col), pa.binary() if col.kind == "binary" else col.type)
     return converted.cast(col.type), bad
 
 
@@ -974,8 +974,9 @@ def _csv_read(cols: list[_Col], lines: _Lines, idx: np.ndarray,
         lines.data(idx),
         read_options=pa_csv.ReadOptions(column_names=names, use_threads=False, block_size=1 << 30),
         parse_options=pa_csv.ParseOptions(newlines_in_values=False, ignore_empty_lines=False, invalid_row_handler=invalid),
-        convert_options=pa_csv.ConvertOptions(column_types={name: pa.string() for name in names}, strings_can_be_null=True,
-                                              quoted_strings_can_be_null=True),
+        # Only an empty field is null (pyarrow's default also nulls "NULL", "NA", "nan" ...; Spark does not).
+        convert_options=pa_csv.ConvertOptions(column_types={name: pa.string() for name in names}, null_values=[""],
+                                              strings_can_be_null=True, quoted_strings_can_be_null=True),
     )
     skipped = np.array(sorted(refused), dtype=np.int64) - 1  # the handler numbers rows from 1
     if table.num_rows + len(skipped) != len(idx) or (len(skipped) and (skipped[0] < 0 or skipped[-1] >= len(idx))):
