@@ -75,9 +75,14 @@ CSV_MISMATCH = "CSV row does not match the schema"
 # Records per read of the vectorised reader: small enough that a bad record costs little, large
 # enough that the per-call overhead does not show.
 CHUNK_RECORDS = 16_384
+# Once a chunk is refused, its rest is read in pieces this large, so each further bad record costs less.
+_NARROW_RECORDS = 1_024
 # A range this small (after narrowing) is decoded record by record.
 _LEAF_RECORDS = 8
 _ROW_IN_ERROR = re.compile(r" in row (\d+)\s*$")
+# A conversion error names the value it could not convert, not its row.
+_VALUE_IN_ERROR = [re.compile(r"couldn't parse:(.+)$", re.S), re.compile(r"Failed to convert JSON to [^:]+: (\S+) requires"),
+                   re.compile(r"The string '(.*)' is not a valid", re.S)]
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _OFFSET_SUFFIX = r"(?:Z|[+-]\d\d(?::?\d\d)?)$"
 # Strings Spark's from_json takes as non-finite floats (allowNonNumericNumbers).
@@ -163,9 +168,35 @@ def _plan(schema: pa.Schema) -> list[_Col]:
 # -- conversions shared by every path --------------------------------------------------------------
 
 
+_PARSE_ERROR_VALUE = re.compile(r"Failed to parse string: '(.*)' as a scalar of type", re.S)
+
+
 def _masked(arr: pa.Array, attempt: Callable[[pa.Array], pa.Array], target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
-    """``attempt(arr)``; when it refuses the array, the values it refuses (found by halving) are null
-    and flagged in the returned mask."""
+    """``attempt(arr)``; when it refuses the array, the values it refuses are null and flagged in the
+    returned mask (found by the value the error names, else by halving)."""
+    bad = np.zeros(len(arr), dtype=bool)
+    for _ in range(16):
+        try:
+            return attempt(arr), bad
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            named = _PARSE_ERROR_VALUE.search(str(exc))
+        if named is None or len(arr) < 2 or not pa.types.is_string(arr.type):
+            break
+        try:  # the named value must be refused on its own too (else halve)
+            attempt(pa.array([named.group(1)], arr.type))
+            break
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        hits = pc.fill_null(pc.equal(arr, named.group(1)), False)
+        if not pc.any(hits).as_py():
+            break
+        bad |= hits.to_numpy(zero_copy_only=False)
+        arr = pc.if_else(hits, pa.scalar(None, arr.type), arr)
+    converted, halved = _halving(arr, attempt, target)
+    return converted, bad | halved
+
+
+def _halving(arr: pa.Array, attempt: Callable[[pa.Array], pa.Array], target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
     try:
         return attempt(arr), np.zeros(len(arr), dtype=bool)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -173,20 +204,36 @@ def _masked(arr: pa.Array, attempt: Callable[[pa.Array], pa.Array], target: pa.D
     if len(arr) == 1:
         return pa.nulls(1, target), np.array([arr[0].is_valid])
     mid = len(arr) // 2
-    left, left_bad = _masked(arr.slice(0, mid), attempt, target)
-    right, right_bad = _masked(arr.slice(mid), attempt, target)
+    left, left_bad = _halving(arr.slice(0, mid), attempt, target)
+    right, right_bad = _halving(arr.slice(mid), attempt, target)
     return pa.concat_arrays([left, right]), np.concatenate([left_bad, right_bad])
 
 
 def _first_of(arr: pa.Array, attempts: Sequence[Callable[[pa.Array], pa.Array]]) -> pa.Array:
+    """The first attempt that converts all of ``arr``. When one fails on a value that no attempt
+    converts on its own, that failure is raised at once (so that :func:`_masked` finds the value)."""
     error: Exception | None = None
     for attempt in attempts:
         try:
             return attempt(arr)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             error = exc
+            named = _PARSE_ERROR_VALUE.search(str(exc))
+            if named is not None and len(arr) > 1 and not _converts(named.group(1), attempts):
+                raise
     assert error is not None
     raise error
+
+
+def _converts(text: str, attempts: Sequence[Callable[[pa.Array], pa.Array]]) -> bool:
+    one = pa.array([text], pa.string())
+    for attempt in attempts:
+        try:
+            attempt(one)
+            return True
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    return False
 
 
 _US, _NS = pa.timestamp("us"), pa.timestamp("ns")
@@ -195,13 +242,17 @@ _US_UTC, _NS_UTC = pa.timestamp("us", tz="UTC"), pa.timestamp("ns", tz="UTC")
 
 def _naive(arr: pa.Array) -> pa.Array:
     """ISO-8601 without offset; a fraction finer than microseconds is truncated (as Spark)."""
-    return _first_of(arr, [lambda a: a.cast(_US), lambda a: a.cast(_NS).cast(_US, safe=False)])
+    return _first_of(arr, _NAIVE)
+
+
+_NAIVE: list[Callable[[pa.Array], pa.Array]] = [lambda a: a.cast(_US), lambda a: a.cast(_NS).cast(_US, safe=False)]
 
 
 def _zoned(arr: pa.Array) -> pa.Array:
     """ISO-8601 with an offset or Z; without one the value is UTC (Spark's from_json in the UTC session)."""
-    attempts = [lambda a: a.cast(_US_UTC), lambda a: _naive(a).cast(_US_UTC),
-                lambda a: a.cast(_NS_UTC).cast(_US_UTC, safe=False)]
+    attempts: list[Callable[[pa.Array], pa.Array]] = [
+        lambda a: a.cast(_US_UTC), lambda a: a.cast(_NS_UTC).cast(_US_UTC, safe=False), *[
+            lambda a, naive=naive: naive(a).cast(_US_UTC) for naive in _NAIVE]]
     try:
         return _first_of(arr, attempts)
     except pa.ArrowInvalid:
@@ -209,7 +260,7 @@ def _zoned(arr: pa.Array) -> pa.Array:
             raise
     # Mixed: with and without offsets.
     offset = pc.fill_null(pc.match_substring_regex(arr, _OFFSET_SUFFIX), False)
-    zoned = _first_of(arr.filter(offset), [attempts[0], attempts[2]])
+    zoned = _first_of(arr.filter(offset), attempts[:2])
     plain = _naive(arr.filter(pc.invert(offset))).cast(_US_UTC)
     order = np.argsort(np.concatenate([np.flatnonzero(offset.to_numpy(zero_copy_only=False)),
                                        np.flatnonzero(~offset.to_numpy(zero_copy_only=False))]), kind="stable")
@@ -244,7 +295,7 @@ def _text_converter(col: _Col) -> Callable[[pa.Array], pa.Array]:
 
 
 def _convert_text(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    converted, bad = _masked(arr, _text_converter(col), col.type)
+    converted, bad = _masked(arr, _text_converter(col), pa.binary() if col.kind == "binary" else col.type)
     return converted.cast(col.type), bad
 
 
@@ -527,18 +578,35 @@ class _Records:
     def position(self, i: int) -> str:
         raise NotImplementedError
 
+    def locate(self, idx: np.ndarray, text: bytes, pattern: re.Pattern[bytes] | None = None) -> np.ndarray:
+        """Which of the records ``idx`` contain ``text`` (where ``pattern`` matches, when given)."""
+        pattern = pattern or re.compile(re.escape(text))
+        return np.array([text in (raw := self.raw(int(i)) or b"") and pattern.search(raw) is not None for i in idx],
+                        dtype=bool)
+
+
+def _newlines(buf: np.ndarray, step: int = 1 << 20) -> np.ndarray:
+    """Offsets of the ``\n`` bytes (in slices: one big temporary array costs more in page faults)."""
+    scratch = np.empty(min(step, len(buf)), dtype=bool)
+    found = []
+    for start in range(0, len(buf), step):
+        part = buf[start:start + step]
+        np.equal(part, 10, out=scratch[:len(part)])
+        found.append(np.flatnonzero(scratch[:len(part)]) + start)
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
 
 class _Lines(_Records):
     def __init__(self, block: bytes, file: str, first_line: int) -> None:
         self.block, self.file = block, file
         buf = np.frombuffer(block, dtype=np.uint8) if block else np.zeros(1, dtype=np.uint8)[:0]
-        newline = np.flatnonzero(buf == 10)
+        newline = _newlines(buf)
         starts = np.concatenate([[0], newline + 1]).astype(np.int64)
         ends = np.concatenate([newline, [len(buf)]]).astype(np.int64)
         numbers = np.arange(first_line, first_line + len(starts), dtype=np.int64)
         if len(buf) == 0 or starts[-1] == len(buf):  # nothing after the last line end
             starts, ends, numbers = starts[:-1], ends[:-1], numbers[:-1]
-        cr = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13) if len(buf) else ends > starts
+        cr = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13) if len(buf) else np.zeros(0, dtype=bool)
         ends = ends - cr
         # Fast test: '{' first and '}' last; the other lines are looked at one by one.
         nonempty = ends > starts
@@ -553,8 +621,9 @@ class _Lines(_Records):
             else:
                 core = line.strip(_JSON_WHITESPACE)
                 gated[i] = core[:1] == b"{" and core[-1:] == b"}"
-        self.starts, self.ends, self.numbers = starts[keep], ends[keep], numbers[keep]
-        self.gated = gated[keep]
+        if not keep.all():
+            starts, ends, numbers, gated = starts[keep], ends[keep], numbers[keep], gated[keep]
+        self.starts, self.ends, self.numbers, self.gated = starts, ends, numbers, gated
         self.count = len(self.starts)
         self.blanks = not keep.all()
         self.valid_utf8 = _utf8_mask(block, self.starts, self.ends)
@@ -571,6 +640,20 @@ class _Lines(_Records):
 
     def position(self, i: int) -> str:
         return json.dumps({"file": self.file, "line": int(self.numbers[i])}, sort_keys=True)
+
+    def locate(self, idx: np.ndarray, text: bytes, pattern: re.Pattern[bytes] | None = None) -> np.ndarray:
+        first, last = int(idx[0]), int(idx[-1])
+        if last - first + 1 != len(idx):
+            return super().locate(idx, text, pattern)
+        starts = self.starts[first:last + 1]
+        found = np.zeros(len(idx), dtype=bool)
+        at, end = int(starts[0]), int(self.ends[last])
+        while (at := self.block.find(text, at, end)) >= 0:  # a fast literal scan, then the record's own check
+            record = int(np.searchsorted(starts, at, side="right")) - 1
+            if not found[record]:
+                found[record] = pattern is None or pattern.search(self.raw(first + record)) is not None
+            at += 1
+        return found
 
 
 def _utf8_mask(block: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -637,7 +720,7 @@ def _control(n: int, errors: list[str | None] | None = None, raws: list[str | No
 
 
 def _assemble(out: pa.Schema, pieces: list[_Piece], count: int) -> pa.Table:
-    pieces = [p for p in pieces if len(p.idx)]
+    pieces = sorted((p for p in pieces if len(p.idx)), key=lambda p: int(p.idx[0]))
     if not pieces:
         return out.empty_table()
     table = pa.concat_tables([p.table for p in pieces]) if len(pieces) > 1 else pieces[0].table
@@ -645,7 +728,7 @@ def _assemble(out: pa.Schema, pieces: list[_Piece], count: int) -> pa.Table:
     assert len(order) == count, (len(order), count)
     if len(order) > 1 and not bool(np.all(order[1:] > order[:-1])):
         table = table.take(pa.array(np.argsort(order, kind="stable")))
-    return table.combine_chunks() if table.num_rows and any(c.num_chunks > 1 for c in table.columns) else table
+    return table
 
 
 class _JsonDecoder:
@@ -662,7 +745,7 @@ class _JsonDecoder:
         pieces: list[_Piece] = []
         alone = np.flatnonzero(~fast)
         if len(alone):
-            pieces.append(self._one_by_one(alone))
+            pieces.extend(self._one_by_one(run) for run in np.split(alone, np.flatnonzero(np.diff(alone) != 1) + 1))
         # Runs of records the reader may see, in chunks.
         candidates = np.flatnonzero(fast)
         if len(candidates):
@@ -672,7 +755,7 @@ class _JsonDecoder:
                     pieces.extend(self._solve(run[start:start + CHUNK_RECORDS]))
         return _assemble(self.out, pieces, r.count)
 
-    def _read(self, idx: np.ndarray, unexpected: str = "error") -> pa.Table:
+    def _read(self, idx: np.ndarray, unexpected: str = "infer") -> pa.Table:
         data = self.records.data(idx)
         size = data.size() if isinstance(data, pa.BufferReader) else len(data.getbuffer())
         return pa_json.read_json(
@@ -693,6 +776,15 @@ class _JsonDecoder:
             return self._halves(idx)
         return self._checked(idx, table)
 
+    def _pieces(self, idx: np.ndarray) -> list[_Piece]:
+        """Solve ``idx`` in runs of adjacent records of at most ``_NARROW_RECORDS``."""
+        pieces: list[_Piece] = []
+        if len(idx):
+            for run in np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1):
+                for start in range(0, len(run), _NARROW_RECORDS):
+                    pieces.extend(self._solve(run[start:start + _NARROW_RECORDS]))
+        return pieces
+
     def _halves(self, idx: np.ndarray) -> list[_Piece]:
         mid = len(idx) // 2
         return self._solve(idx[:mid]) + self._solve(idx[mid:])
@@ -702,24 +794,26 @@ class _JsonDecoder:
         row = _ROW_IN_ERROR.search(message)
         if row is not None and int(row.group(1)) < len(idx):
             n = int(row.group(1))
-            return [*self._solve(idx[:n]), self._one_by_one(idx[n:n + 1]), *self._solve(idx[n + 1:])]
-        if "unexpected field" in message:
-            try:
-                wide = self._read(idx, "infer")
-            except pa.ArrowInvalid:
-                return self._halves(idx)
-            extra = [wide.column(name) for name in wide.column_names if name not in self.declared]
-            if wide.num_rows == len(idx) and extra:
-                suspect = np.zeros(len(idx), dtype=bool)
-                for column in extra:
-                    suspect |= pc.is_valid(column).to_numpy(zero_copy_only=False)
-                if suspect.any():
-                    return [self._one_by_one(idx[suspect]), *self._solve(idx[~suspect])]
+            return [*self._solve(idx[:n]), self._one_by_one(idx[n:n + 1]), *self._pieces(idx[n + 1:])]
+        for pattern in _VALUE_IN_ERROR:
+            value = pattern.search(message)
+            if value is not None:
+                # The records holding that value (as a whole JSON value, perhaps quoted) go alone.
+                text = value.group(1).encode("utf-8")
+                # As a whole JSON value (perhaps quoted): a delimiter before and after it.
+                token = re.compile(rb'[:,\[]\s*"?' + re.escape(text) + rb'"?\s*[,}\]]')
+                suspect = self.records.locate(idx, text, token)
+                if 0 < suspect.sum() <= len(idx) // 2:
+                    return [*[self._one_by_one(idx[j:j + 1]) for j in np.flatnonzero(suspect)], *self._pieces(idx[~suspect])]
+                break
         return self._halves(idx)
 
     def _checked(self, idx: np.ndarray, table: pa.Table) -> list[_Piece]:
         """The cheap vectorised checks of what the reader accepts silently; flagged records go one by one."""
         suspect = np.zeros(len(idx), dtype=bool)
+        for name in table.column_names:
+            if name not in self.declared:
+                suspect |= self._unknown_field(idx, name, table.column(name))
         arrays = []
         for col in self.cols:
             arr = _combine(table.column(col.name))
@@ -734,10 +828,20 @@ class _JsonDecoder:
                 arr, bad = _convert_text(col, arr)
                 suspect |= bad
             arrays.append(arr.cast(col.type) if arr.type != col.type else arr)
-        good = pa.Table.from_arrays([*arrays, *_control(len(idx))], schema=self.out)
         if not suspect.any():
-            return [_Piece(idx, good)]
-        return [_Piece(idx[~suspect], good.filter(pa.array(~suspect))), self._one_by_one(idx[suspect])]
+            return [_Piece(idx, pa.Table.from_arrays([*arrays, *_control(len(idx))], schema=self.out))]
+        # The flagged records decoded alone, put in their places.
+        alone = self._one_by_one(idx[suspect]).table
+        mask = pa.array(suspect)
+        columns = [pc.replace_with_mask(array, mask, _combine(alone.column(i)))
+                   for i, array in enumerate([*arrays, *_control(len(idx))])]
+        return [_Piece(idx, pa.Table.from_arrays(columns, schema=self.out))]
+
+    def _unknown_field(self, idx: np.ndarray, name: str, column: pa.ChunkedArray) -> np.ndarray:
+        """The records that have the undeclared field ``name`` (the reader inferred a column for it): a
+        value in the column, or a null there and the key (or an escape) in the raw record."""
+        present = pc.is_valid(column).to_numpy(zero_copy_only=False)
+        return present | self.records.locate(idx, json.dumps(name).encode("utf-8")) | self.records.locate(idx, b"\\u")
 
     def _one_by_one(self, idx: np.ndarray) -> _Piece:
         columns: list[list[Any]] = [[] for _ in self.cols]
@@ -870,8 +974,9 @@ def _csv_read(cols: list[_Col], lines: _Lines, idx: np.ndarray,
         lines.data(idx),
         read_options=pa_csv.ReadOptions(column_names=names, use_threads=False, block_size=1 << 30),
         parse_options=pa_csv.ParseOptions(newlines_in_values=False, ignore_empty_lines=False, invalid_row_handler=invalid),
-        convert_options=pa_csv.ConvertOptions(column_types={name: pa.string() for name in names}, strings_can_be_null=True,
-                                              quoted_strings_can_be_null=True),
+        # Only an empty field is null (pyarrow's default also nulls "NULL", "NA", "nan" ...; Spark does not).
+        convert_options=pa_csv.ConvertOptions(column_types={name: pa.string() for name in names}, null_values=[""],
+                                              strings_can_be_null=True, quoted_strings_can_be_null=True),
     )
     skipped = np.array(sorted(refused), dtype=np.int64) - 1  # the handler numbers rows from 1
     if table.num_rows + len(skipped) != len(idx) or (len(skipped) and (skipped[0] < 0 or skipped[-1] >= len(idx))):
