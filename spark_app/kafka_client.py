@@ -305,19 +305,20 @@ class OffsetLookup:
         self._admin = None  # librdkafka closes the handle when it is collected
 
     def partitions(self, topics: list[str]) -> list[tuple[str, int]]:
+        """The topics' partitions (a topic that does not exist has none; it is never created)."""
         admin = self._open()
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                metadata = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
-                break
-            except Exception:
-                admin.poll(0)
-                self._errors.check(f"listing topics at {self.settings.bootstrap_servers}")
-                if time.monotonic() >= deadline:
-                    raise
         found: list[tuple[str, int]] = []
         for topic in topics:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                try:
+                    metadata = admin.list_topics(topic=topic, timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+                    break
+                except Exception:
+                    admin.poll(0)
+                    self._errors.check(f"listing topics at {self.settings.bootstrap_servers}")
+                    if time.monotonic() >= deadline:
+                        raise
             meta = metadata.topics.get(topic)
             if meta is not None and meta.error is None:
                 found.extend((topic, int(p)) for p in meta.partitions)
