@@ -400,11 +400,17 @@ def read_range(settings: ClientSettings, topic: str, partition: int, start: int,
         offsets: list[int] = []
         keys: list[bytes | None] = []
         values: list[bytes | None] = []
-        size = 0
+        size = total_bytes = 0
         last_progress = time.monotonic()
         done = False
         while not done:
-            messages = consumer.consume(num_messages=min(batch_records, end - position + 1), timeout=POLL_SECONDS)
+            # Ask for no more than the range can still hold (+1: a record past it or the EOF event) and than
+            # fits the batch's byte budget at the record size seen so far (before any: 1 KiB a record).
+            seen = counts.records + len(offsets)
+            average = (total_bytes // seen) if seen else 1024
+            room = max(1, (batch_bytes - size) // max(1, average))
+            messages = consumer.consume(num_messages=min(batch_records, end - position + 1, room),
+                                        timeout=POLL_SECONDS)
             errors.check(f"reading {where}")
             for message in messages:
                 error = message.error()
@@ -431,7 +437,9 @@ def read_range(settings: ClientSettings, topic: str, partition: int, start: int,
                 keys.append(message.key())
                 value = message.value()
                 values.append(value)
-                size += len(value or b"") + 24
+                record_bytes = len(value or b"") + len(keys[-1] or b"") + 24
+                size += record_bytes
+                total_bytes += record_bytes
                 position = offset + 1
                 if position == end:
                     done = True
