@@ -108,6 +108,29 @@ class ChangeStream:
     max_keys: int | None = None
     partitions: int | None = None
     emitted: list[Emitted] = field(default_factory=list)
+    _live: list[int] = field(default_factory=list)  # the model's keys, for a random choice in O(1)
+    _slot: dict[int, int] = field(default_factory=dict)
+    _live_of: int = 0  # id() of the model _live lists
+
+    def _set(self, key: int, row: Row | None) -> None:
+        if row is None:
+            del self.model[key]
+            slot, last = self._slot.pop(key), self._live.pop()
+            if last != key:
+                self._live[slot] = last
+                self._slot[last] = slot
+        else:
+            if key not in self.model:
+                self._slot[key] = len(self._live)
+                self._live.append(key)
+            self.model[key] = row
+
+    def _sync_live(self) -> None:
+        """Rebuild the live keys when a test assigned :attr:`model` itself."""
+        if self._live_of != id(self.model) or len(self._live) != len(self.model):
+            self._live_of = id(self.model)
+            self._live = sorted(self.model)
+            self._slot = {key: slot for slot, key in enumerate(self._live)}
 
     def _row(self, key: int) -> tuple[dict[str, Any], Row]:
         moment = START + timedelta(days=self.rng.randrange(6), seconds=self.rng.randrange(86_400),
@@ -147,17 +170,14 @@ class ChangeStream:
         self.emitted.append(Emitted(value, key, self._partition(partition_key if partition_key is not None else key),
                                     broken, effects))
         for k, row in effects:
-            if row is None:
-                del self.model[k]
-            else:
-                self.model[k] = row
+            self._set(k, row)
 
     def _new_key(self) -> int:
         """A key that is not live: the next unused one while the key space allows, else a deleted one."""
         if self.max_keys is None or self.next_key < self.max_keys:
             self.next_key += 1
             return self.next_key - 1
-        while True:
+        while True:  # the space is at most 9/10 full (see _step)
             key = self.rng.randrange(self.max_keys)
             if key not in self.model:
                 return key
@@ -173,7 +193,8 @@ class ChangeStream:
 
     def _step(self) -> None:
         roll = self.rng.random()
-        live = sorted(self.model)
+        self._sync_live()
+        live = self._live
         if roll < 0.03:
             self.dead += 1
             self._add(b"{broken", None, (), broken=True)
@@ -181,8 +202,11 @@ class ChangeStream:
         if roll < 0.06 and self.fmt == "debezium":
             self._add(None, None, ())  # the tombstone after a delete: skipped
             return
+        # A bounded key space grows a larger table: fewer deletes, and no new key once it is nearly full.
+        full = self.max_keys is not None and len(live) >= self.max_keys * 9 // 10
+        deletes = 0.45 if self.max_keys is None else 0.35
         if roll < 0.25 or len(live) < 5:
-            if self.model and self.rng.random() >= 0.7:
+            if full or (self.model and self.rng.random() >= 0.7):
                 key = self.rng.randrange(self.next_key)  # a re-insert / upsert of an old key
             else:
                 key = self._new_key()
@@ -190,14 +214,14 @@ class ChangeStream:
             after, row = self._row(key)
             value, message_key = self._emit("c", None, after)
             self._add(value, message_key, ((key, row),), partition_key=self._message_key(key))
-        elif roll < 0.45:
+        elif roll < deletes:
             key = self.rng.choice(live)
             before = {"id": key, "name": self.model[key][0]}
             value, message_key = self._emit("d", before, None)
             self._add(value, message_key, ((key, None),), partition_key=self._message_key(key))
             if self.partitions is not None and self.fmt == "debezium" and self.rng.random() < 0.5:
                 self._add(None, self._message_key(key), ())  # Debezium's tombstone after the delete
-        elif roll < 0.52 and self.fmt == "debezium":
+        elif roll < 0.52 and self.fmt == "debezium" and not full:
             old = self.rng.choice(live)
             new = self._new_key()
             after, row = self._row(new)
