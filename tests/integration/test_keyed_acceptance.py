@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer as ClientProducer
 from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import SparkSession
 
@@ -157,6 +158,36 @@ def last_frontier(landed: list[Any]) -> dict[str, Any] | None:
     return landed[-1].frontier if landed else None
 
 
+def produce(broker: KafkaBroker, topic: str, records: list[Emitted]) -> list[tuple[int, int]]:
+    """Produce ``records`` in order (idempotent, acks=all) to their partitions; each one's (partition, offset)."""
+    producer = ClientProducer({"bootstrap.servers": broker.bootstrap_servers, "enable.idempotence": True,
+                               "linger.ms": 20})
+    placed: list[tuple[int, int] | None] = [None] * len(records)
+    errors: list[str] = []
+
+    def delivered(index: int) -> Callable[[Any, Any], None]:
+        def report(error: Any, message: Any) -> None:
+            if error is not None:
+                errors.append(str(error))
+            else:
+                placed[index] = (message.partition(), message.offset())
+        return report
+
+    for index, record in enumerate(records):
+        while True:
+            try:
+                producer.produce(topic, value=record.value, key=record.key, partition=record.partition,
+                                 on_delivery=delivered(index))
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(300) == 0, "records still undelivered after 300 s"
+    assert not errors, errors[:5]
+    assert all(where is not None for where in placed)
+    return [where for where in placed if where is not None]
+
+
 def make_stream(fmt: str, seed: str, partitions: int | None) -> ChangeStream:
     stream = ChangeStream(fmt, random.Random(seed), max_keys=KEYS, partitions=partitions)
     stream.records(CHANGES)
@@ -199,10 +230,7 @@ def test_kafka_changes_exactly_once_across_kill_9(tmp_path: Path, spark: SparkSe
     seed = f"acceptance-kafka-{fmt}"
     stream = make_stream(fmt, seed, PARTITIONS)
     topic = new_topic(kafka_broker, PARTITIONS, prefix=f"cdc-{fmt}")
-    placed: list[tuple[int, int]] = []
-    for start in range(0, len(stream.emitted), 10_000):
-        chunk = stream.emitted[start:start + 10_000]
-        placed += kafka_broker.produce(topic, [(r.key, r.value, r.partition) for r in chunk])
+    placed = produce(kafka_broker, topic, stream.emitted)
     assert [p for p, _ in placed] == [r.partition for r in stream.emitted]
     if fmt == "upsert":  # deletes by message key with no value are in the stream
         assert any(r.value is None and r.effects for r in stream.emitted)
