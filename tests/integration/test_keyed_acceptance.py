@@ -13,7 +13,7 @@ the table, which must equal the model of exactly the changes its frontier covers
 equal the model of the whole stream, and the dead-letter table must hold each broken record once,
 at its position.
 
-Size: ``ICEBERGSYNC_KEYED_CHANGES`` changes (default 20,000, over a tenth as many keys) and
+Size: ``ICEBERGSYNC_KEYED_CHANGES`` changes (default 10,000, over a tenth as many keys) and
 ``ICEBERGSYNC_KEYED_KILLS`` kills per run (default 4). Issue 13's figure is 200,000 changes over
 20,000 keys: ``ICEBERGSYNC_KEYED_CHANGES=200000``.
 """
@@ -53,7 +53,7 @@ from tests.integration.sync_support import (
     write_spec,
 )
 
-CHANGES = int(os.environ.get("ICEBERGSYNC_KEYED_CHANGES", "20000"))
+CHANGES = int(os.environ.get("ICEBERGSYNC_KEYED_CHANGES", "10000"))
 KEYS = max(100, CHANGES // 10)
 KILLS = int(os.environ.get("ICEBERGSYNC_KEYED_KILLS", "4"))
 TRIGGERS = 20  # about this many triggers over the stream
@@ -64,8 +64,8 @@ DEAD_LETTERS = "sales.orders_dlq"
 # How each kill is chosen, in turn: after the table moved on (a random delay later), at a random
 # time from the start, or at a protocol point of spark_app/faults.py.
 KILL_PLAN: list[tuple[str, str | None]] = [
-    ("progress", None), ("crash", "staged:2"), ("random", None), ("progress", None),
-    ("crash", "main-committed:1"), ("progress", None), ("random", None), ("progress", None),
+    ("progress", None), ("random", None), ("crash", "main-committed:1"), ("crash", "staged:2"),
+    ("progress", None), ("random", None), ("progress", None), ("progress", None),
 ]
 
 
