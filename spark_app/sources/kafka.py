@@ -431,7 +431,7 @@ class KafkaUnitReader:
                                                        order_base(unit) + read).to_batches()
                 read += raw.num_rows
                 continue
-            yield decode_json_values(raw.column("value"), schema, positions(unit.topic, unit.partition, offsets))
+            yield decode_json_values(raw.column("value"), schema, _record_positions(unit.topic, unit.partition, offsets))
         if counts.offsets_without_records:
             stats.add("offsets-without-records", counts.offsets_without_records)
 
