@@ -127,8 +127,12 @@ def run_with_kills(spark: SparkSession, tmp_path: Path, document: dict[str, Any]
         if round_ and rng.random() < 0.5:
             version += 1  # else the same version restarts
         seen = len(commits())
-        status, log = kill_job(spec_path, version, how, crash_at,
-                               lambda seen=seen: len(commits()) > seen or finished(last_frontier(commits())), rng)
+
+        def moved(seen: int = seen) -> bool:
+            landed = commits()
+            return len(landed) > seen or finished(last_frontier(landed))
+
+        status, log = kill_job(spec_path, version, how, crash_at, moved, rng)
         assert status == -9, f"run v{version} ({how} {crash_at or ''}) ended {status}:\n{log[-3000:]}"
         landed = commits()
         frontier = landed[-1].frontier if landed else None
@@ -174,6 +178,7 @@ def produce(broker: KafkaBroker, topic: str, records: list[Emitted]) -> list[tup
         return report
 
     for index, record in enumerate(records):
+        assert record.partition is not None
         while True:
             try:
                 producer.produce(topic, value=record.value, key=record.key, partition=record.partition,
