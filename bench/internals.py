@@ -1,8 +1,12 @@
-"""Run the whole benchmark and write docs/benchmarks/results.md, results.json and throughput.png.
+"""The sink's internals (generator source): docs/benchmarks/internals/results.md, results.json, throughput.png.
 
-    .venv/bin/python -m bench.run                       # default: 5M rows, 3 runs (~40 min on 2 cores)
-    .venv/bin/python -m bench.run --sizes 20k --runs 1 --quick   # smoke run (~3 min)
-    .venv/bin/python -m bench.run --sizes 1M,5M,20M,50M --memory-triggers 1M,5M,20M,50M   # full range
+The peers benchmark of issue 14 is ``python -m bench.run``; this one decomposes where the sink's
+CPU goes (generator, JVM → Arrow hand-off, writer), memory against rows per trigger, commit
+latency as history grows and a py-spy profile, next to Spark's batch ``writeTo().append()``.
+
+    .venv/bin/python -m bench.internals                       # default: 5M rows, 3 runs (~40 min on 2 cores)
+    .venv/bin/python -m bench.internals --sizes 20k --runs 1 --quick   # smoke run (~3 min)
+    .venv/bin/python -m bench.internals --sizes 1M,5M,20M,50M --memory-triggers 1M,5M,20M,50M   # full range
 
 Every contender runs in its own process (one Spark session per cell, local[2]) one after the
 other, on the same generator rows, the same target file size and zstd. See docs/benchmarks.md.
@@ -23,7 +27,7 @@ from typing import Any
 from bench.common import REPO, Cell, cached_rows, load_average, machine
 from bench.report import write_report
 
-DEFAULT_OUT = REPO / "docs" / "benchmarks"
+DEFAULT_OUT = REPO / "docs" / "benchmarks" / "internals"
 
 
 def parse_count(text: str) -> int:
@@ -125,7 +129,7 @@ def run_cell(cell: Cell, workdir: Path, timeout: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.run", description=__doc__,
+    parser = argparse.ArgumentParser(prog="bench.internals", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="5M", help="total rows per run, e.g. 1M,5M,20M,50M")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per cell (median, min, max)")
