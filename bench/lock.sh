@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Lock the optional bench extra of pyproject.toml (matplotlib for the chart, py-spy for profiles)
 # into bench/requirements.lock: exact versions with sha256 hashes, constrained by
-# requirements-dev.lock so shared dependencies keep the venv's versions. Install it with
-#   .venv/bin/pip install --require-hashes --no-deps -r bench/requirements.lock
+# requirements-dev.lock so shared dependencies keep the venv's versions.
+#   bench/lock.sh            regenerate the lock (after changing the extra in pyproject.toml)
+#   bench/lock.sh install    install the lock (hashes, --no-deps) into $ICEBERGSYNC_CACHE/bench-deps/<lock hash>,
+#                            NOT into .venv: the suite checks that .venv holds exactly requirements-dev.lock.
+#                            bench.run finds it there (chart); py-spy is its bin/ directory.
 # The resolver is the pinned uv that scripts/lock.sh uses (same tool venv under the cache).
 source "$(dirname "$0")/../scripts/lib.sh"
 cd "$REPO_ROOT"
@@ -11,6 +14,16 @@ tool="$ICEBERGSYNC_CACHE/tools/uv-$UV_VERSION"
 if [[ ! -x "$tool/bin/uv" ]]; then
   python3 -m venv "$tool"
   "$tool/bin/pip" install --quiet "uv==$UV_VERSION"
+fi
+if [[ "${1:-}" == "install" ]]; then
+  target="$ICEBERGSYNC_CACHE/bench-deps/$(sha256sum bench/requirements.lock | cut -c1-16)"
+  if [[ ! -d "$target" ]]; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps \
+      --target "$target.tmp" -r bench/requirements.lock
+    mv "$target.tmp" "$target"
+  fi
+  log "bench extra installed in $target"
+  exit 0
 fi
 wanted="$(mktemp)"
 trap 'rm -f "$wanted"' EXIT

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, load_average, machine
+from bench.common import REPO, bench_deps, load_average, machine
 from bench.dataset import checksum, make_rows, spec_schema, write_json_files
 
 DEFAULT_OUT = REPO / "docs" / "benchmarks"
@@ -496,6 +496,8 @@ def render(document: dict[str, Any], out: Path) -> None:
 
 
 def chart(document: dict[str, Any], out: Path) -> bool:
+    if bench_deps().is_dir() and str(bench_deps()) not in sys.path:
+        sys.path.append(str(bench_deps()))
     try:
         import matplotlib
 
