@@ -33,6 +33,7 @@ from typing import Any
 PR_SET_CHILD_SUBREAPER = 36
 COMMIT_LINE = re.compile(r"\bcommit sink=\S+ version=\d+ snapshot=\d+ records=(\d+)")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def descendants(root: int) -> set[int]:
@@ -65,6 +66,20 @@ def rss(pids: set[int]) -> int:
     return total
 
 
+def tree_cpu(pids: set[int]) -> float:
+    """CPU seconds of live processes, each with its reaped children (utime + stime + cutime + cstime)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                raw = handle.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2:].split()
+        total += sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return total / TICKS
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -85,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
-    state: dict[str, Any] = {"records": 0, "stopped_at": None, "commit_lines": [], "peak_rss": 0}
+    state: dict[str, Any] = {"records": 0, "stopped_at": None, "commit_lines": [], "peak_rss": 0,
+                             "cpu_timeline": []}
     cpu_before = children_cpu()
     start_epoch = time.time()
     started = time.monotonic()
@@ -107,8 +123,13 @@ def main(argv: list[str] | None = None) -> int:
                         process.send_signal(signal.SIGTERM)
 
     def sample() -> None:
+        # The tree's cumulative CPU over time (live processes with their reaped children, plus what
+        # this subreaper reaped), so a caller can take the CPU between two commits (steady state).
         while process.poll() is None:
-            state["peak_rss"] = max(state["peak_rss"], rss(descendants(process.pid)))
+            pids = descendants(os.getpid()) - {os.getpid()}  # the command's tree and orphans re-parented here
+            state["peak_rss"] = max(state["peak_rss"], rss(pids))
+            state["cpu_timeline"].append((round(time.monotonic() - started, 3),
+                                          round(tree_cpu(pids) + children_cpu() - cpu_before, 3)))
             time.sleep(0.25)
 
     reader = threading.Thread(target=pump, daemon=True)
@@ -145,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command, "exit": status, "timed_out": timed_out, "start_epoch": start_epoch,
         "process_wall_s": exited, "cpu_s": round(children_cpu() - cpu_before, 3),
         "peak_rss": state["peak_rss"], "records_logged": state["records"], "stopped_at_s": state["stopped_at"],
-        "commit_lines": state["commit_lines"],
+        "commit_lines": state["commit_lines"], "cpu_timeline": state["cpu_timeline"],
     }
     args.result.write_text(json.dumps(result, indent=1))
     return 0

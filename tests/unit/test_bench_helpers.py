@@ -70,3 +70,16 @@ def test_json_lines_round_trip_exactly(tmp_path) -> None:  # type: ignore[no-unt
 def test_commit_line(line: str, records: int | None) -> None:
     match = COMMIT_LINE.search(line)
     assert (int(match.group(1)) if match else None) == records
+
+
+def test_steady_state_rate_and_cpu_between_first_and_last_commit() -> None:
+    from bench.run import cpu_at, steady
+
+    timeline = [[0.0, 0.0], [10.0, 20.0], [20.0, 30.0], [30.0, 50.0]]
+    assert cpu_at(timeline, 15.0) == 25.0
+    assert cpu_at(timeline, -1.0) is None
+    figures = steady([(10.0, 100), (20.0, 100), (30.0, 300)], timeline)
+    assert figures["steady_rows"] == 400 and figures["steady_s"] == 20.0
+    assert figures["steady_rows_per_s"] == 20.0
+    assert figures["steady_cpu_s"] == 30.0 and round(figures["steady_rows_per_cpu_s"], 3) == round(400 / 30, 3)
+    assert steady([(10.0, 100)], timeline) == {}
