@@ -590,16 +590,18 @@ def chart(document: dict[str, Any], out: Path) -> bool:
     contenders = document["summary"]["contenders"]
     keys = [k for k in (f"{e}-{s}-{lay}" for s in ("files", "kafka") for lay in ("partitioned", "unpartitioned")
                         for e in ENGINES) if k in contenders]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for axis, metric, title in ((axes[0], "rows_per_s", "rows/s (wall)"),
-                                (axes[1], "rows_per_cpu_s", "rows per CPU-second")):
-        values = [contenders[k][metric]["median"] / 1000 for k in keys]
-        errors = [[contenders[k][metric]["median"] / 1000 - contenders[k][metric]["min"] / 1000 for k in keys],
-                  [contenders[k][metric]["max"] / 1000 - contenders[k][metric]["median"] / 1000 for k in keys]]
-        axis.bar(range(len(keys)), values, yerr=errors, color=["#1f77b4" if k.startswith("sink") else "#ff7f0e"
-                                                                for k in keys])
-        axis.set_xticks(range(len(keys)), [k.replace("-", "\n", 1) for k in keys], fontsize=7)
-        axis.set_title(f"{title}, thousands")
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    panels = ((axes[0][0], "rows_per_s", "rows/s, end to end"), (axes[0][1], "rows_per_cpu_s", "rows per CPU-s, end to end"),
+              (axes[1][0], "steady_rows_per_s", "rows/s, steady (commits 2..n)"),
+              (axes[1][1], "steady_rows_per_cpu_s", "rows per CPU-s, steady (commits 2..n)"))
+    for axis, metric, title in panels:
+        shown = [k for k in keys if contenders[k].get(metric)]
+        stats = [contenders[k][metric] for k in shown]
+        axis.bar(range(len(shown)), [v["median"] / 1000 for v in stats],
+                 yerr=[[(v["median"] - v["min"]) / 1000 for v in stats], [(v["max"] - v["median"]) / 1000 for v in stats]],
+                 color=["#1f77b4" if k.startswith("sink") else "#ff7f0e" for k in shown])
+        axis.set_xticks(range(len(shown)), [k.replace("-", "\n", 1) for k in shown], fontsize=7)
+        axis.set_title(f"{title} (thousands; blue: IcebergSync, orange: Spark)", fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "throughput.png", dpi=110)
     return True
