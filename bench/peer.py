@@ -19,11 +19,12 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.dataset import spark_ddl
 
 
-def produce(config: dict) -> int:  # type: ignore[type-arg]
+def produce(config: dict[str, Any]) -> int:
     """Not a contender: put every line of the JSON files on the topic as one record value (no key)."""
     from spark_app.session import build_session
 
@@ -70,6 +71,7 @@ def main() -> int:
         spark.sql("CREATE NAMESPACE IF NOT EXISTS peer.bench")
         spark.sql(f"CREATE TABLE {table} ({spark_ddl()}) USING iceberg {partitioned} TBLPROPERTIES ({props})")
         schema = StructType.fromDDL(spark_ddl().replace("`", ""))
+        assert isinstance(schema, StructType)
         if config["source"] == "files":
             frame = (spark.readStream.schema(schema)
                      .option("maxFilesPerTrigger", config["max_files_per_trigger"])

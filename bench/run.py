@@ -73,7 +73,7 @@ def run_order(keys: list[str], round_index: int) -> list[str]:
     return out
 
 
-def median_spread(values: list[float]) -> dict[str, float] | None:
+def median_spread(values: list[Any]) -> dict[str, float] | None:
     values = [v for v in values if v is not None and not math.isnan(v)]
     if not values:
         return None
@@ -403,8 +403,8 @@ def summarize(runs: list[dict[str, Any]], cores: int) -> dict[str, Any]:
                 "bytes": _ratio(contenders, f"sink-{source}-{layout}", f"spark-{source}-{layout}", "data_bytes"),
                 "files": _ratio(contenders, f"sink-{source}-{layout}", f"spark-{source}-{layout}", "data_files"),
             }
-            encode = contenders.get("encode", {})
-            sink_stats = contenders[f"sink-{source}-{layout}"]
+            encode: dict[str, Any] = contenders.get("encode", {})
+            sink_stats: dict[str, Any] = contenders[f"sink-{source}-{layout}"]
             # Against the encode (which has no start-up), the sink's steady state: commits 2..n.
             if encode.get("rows_per_s") and sink_stats["steady_rows_per_s"]:
                 ratio["per_core_vs_encode"] = (sink_stats["steady_rows_per_s"]["median"] / cores
