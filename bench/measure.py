@@ -32,6 +32,7 @@ from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
 COMMIT_LINE = re.compile(r"\bcommit sink=\S+ version=\d+ snapshot=\d+ records=(\d+)")
+FENCE_LINE = re.compile(r" fenced the table; resuming from ")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
     state: dict[str, Any] = {"records": 0, "stopped_at": None, "commit_lines": [], "peak_rss": 0,
-                             "cpu_timeline": []}
+                             "cpu_timeline": [], "fenced_at": None}
     cpu_before = children_cpu()
     start_epoch = time.time()
     started = time.monotonic()
@@ -113,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             for raw in process.stdout:
                 log.write(raw)
                 log.flush()
-                match = COMMIT_LINE.search(raw.decode(errors="replace"))
+                text = raw.decode(errors="replace")
+                if state["fenced_at"] is None and FENCE_LINE.search(text):
+                    state["fenced_at"] = time.monotonic() - started
+                match = COMMIT_LINE.search(text)
                 if match:
                     state["records"] += int(match.group(1))
                     state["commit_lines"].append({"t": time.monotonic() - started, "records": int(match.group(1))})
@@ -166,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command, "exit": status, "timed_out": timed_out, "start_epoch": start_epoch,
         "process_wall_s": exited, "cpu_s": round(children_cpu() - cpu_before, 3),
         "peak_rss": state["peak_rss"], "records_logged": state["records"], "stopped_at_s": state["stopped_at"],
-        "commit_lines": state["commit_lines"], "cpu_timeline": state["cpu_timeline"],
+        "commit_lines": state["commit_lines"], "cpu_timeline": state["cpu_timeline"], "fenced_s": state["fenced_at"],
     }
     args.result.write_text(json.dumps(result, indent=1))
     return 0

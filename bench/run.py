@@ -305,6 +305,8 @@ class Bench:
                                "round": round_index, "load_before": load_before, "load_after": load_average()[0],
                                **{k: measured[k] for k in ("exit", "timed_out", "process_wall_s", "cpu_s",
                                                            "peak_rss", "start_epoch")}}
+        if measured.get("fenced_s") is not None:  # the sink: process start to its fencing snapshot
+            run["fenced_s"] = measured["fenced_s"]
         if broker_before is not None:
             run["broker_cpu_s"] = round(tree_cpu(self.broker._server.proc.pid) - broker_before, 2)
         try:
@@ -368,7 +370,7 @@ def summarize(runs: list[dict[str, Any]], cores: int) -> dict[str, Any]:
         contenders[key] = {
             metric: median_spread([m.get(metric) for m in members])
             for metric in ("wall_s", "process_wall_s", "rows_per_s", "cpu_s", "rows_per_cpu_s", "first_commit_s",
-                           "steady_rows_per_s", "steady_rows_per_cpu_s", "steady_cpu_s",
+                           "steady_rows_per_s", "steady_rows_per_cpu_s", "steady_cpu_s", "fenced_s",
                            "data_files", "data_bytes", "commits", "broker_cpu_s", "peak_rss")
         }
     ratios = {}
@@ -527,6 +529,17 @@ def render(document: dict[str, Any], out: Path) -> None:
             f"| {_ms(c['first_commit_s'], '.1f')} | {_ms(c['steady_rows_per_s'])} | {_ms(c['steady_rows_per_cpu_s'])} "
             f"| {_ms(c['commits'], '.0f')} | {_ms(c['data_files'], '.0f')} "
             f"| {_ms(c['data_bytes'], '.1f', MiB)} | {_ms(c['broker_cpu_s'], '.1f')} | {_ms(c['peak_rss'], ',.0f', MiB)} |")
+    startup = []
+    for key in order:
+        c = contenders.get(key)
+        if c and c.get("first_commit_s"):
+            fenced = c.get("fenced_s")
+            first = c["first_commit_s"]["median"]
+            startup.append(f"- {key}: first data commit after {first:.1f} s"
+                           + (f" (fenced after {fenced['median']:.1f} s, so the first trigger took "
+                              f"{first - fenced['median']:.1f} s)" if fenced else ""))
+    if startup:
+        lines += ["", "## Start-up (medians)", "", *startup]
     lines += ["", "## Runs", "",
               "| round | contender | load before | rows/s | wall s | CPU s | first commit s | steady rows/s "
               "| steady rows/CPU-s | files | checked |",
