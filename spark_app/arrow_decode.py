@@ -90,6 +90,8 @@ _JSON_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.in
                      "-Infinity": -math.inf, "-INF": -math.inf}
 _CSV_FLOAT_WORDS = {"NaN", "Inf", "-Inf", "+Inf", "Infinity", "-Infinity", "+Infinity"}
 _JSON_WHITESPACE = b" \t\r\n"
+_CSV_FIELD = r'(?:"(?:[^"]|"")*"|[^",][^,]*)?'
+_CSV_QUOTED_LINE = rf"^{_CSV_FIELD}(?:,{_CSV_FIELD})*$"
 _DECIMAL_CONTEXT = decimal.Context(prec=200, rounding=decimal.ROUND_HALF_UP, Emax=10_000, Emin=-10_000)
 _CONTROL_FIELDS = [pa.field(ERROR_COLUMN, pa.string()), pa.field(RAW_COLUMN, pa.string()),
                    pa.field(POSITION_COLUMN, pa.string())]
@@ -585,13 +587,13 @@ class _Records:
                         dtype=bool)
 
 
-def _newlines(buf: np.ndarray, step: int = 1 << 20) -> np.ndarray:
-    """Offsets of the ``\n`` bytes (in slices: one big temporary array costs more in page faults)."""
+def _offsets_of(buf: np.ndarray, byte: int, step: int = 1 << 20) -> np.ndarray:
+    """Offsets of ``byte`` in ``buf`` (in slices: one big temporary array costs more in page faults)."""
     scratch = np.empty(min(step, len(buf)), dtype=bool)
     found = []
     for start in range(0, len(buf), step):
         part = buf[start:start + step]
-        np.equal(part, 10, out=scratch[:len(part)])
+        np.equal(part, byte, out=scratch[:len(part)])
         found.append(np.flatnonzero(scratch[:len(part)]) + start)
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
@@ -600,7 +602,7 @@ class _Lines(_Records):
     def __init__(self, block: bytes, file: str, first_line: int) -> None:
         self.block, self.file = block, file
         buf = np.frombuffer(block, dtype=np.uint8) if block else np.zeros(1, dtype=np.uint8)[:0]
-        newline = _newlines(buf)
+        newline = _offsets_of(buf, 10)
         starts = np.concatenate([[0], newline + 1]).astype(np.int64)
         ends = np.concatenate([newline, [len(buf)]]).astype(np.int64)
         numbers = np.arange(first_line, first_line + len(starts), dtype=np.int64)
@@ -630,6 +632,15 @@ class _Lines(_Records):
 
     def raw(self, i: int) -> bytes:
         return self.block[self.starts[i]:self.ends[i]]
+
+    def with_byte(self, byte: int) -> np.ndarray:
+        """Which records contain ``byte``."""
+        where = _offsets_of(np.frombuffer(self.block, dtype=np.uint8), byte) if self.block else np.zeros(0, np.int64)
+        record = np.searchsorted(self.starts, where, side="right") - 1
+        inside = (record >= 0) & (where < self.ends[np.maximum(record, 0)]) if len(self.starts) else record < -1
+        found = np.zeros(self.count, dtype=bool)
+        found[record[inside]] = True
+        return found
 
     def data(self, idx: np.ndarray) -> Any:
         first, last = int(idx[0]), int(idx[-1])
@@ -930,10 +941,14 @@ def decode_csv_block(block: bytes, schema: pa.Schema, file: str, first_line: int
     out = _output_schema(schema)
     lines = _Lines(block, file, first_line)
     errors: dict[int, str] = {int(i): NOT_UTF8 for i in np.flatnonzero(~lines.valid_utf8)}
-    for i in np.flatnonzero(lines.valid_utf8):
-        # An odd number of quotes leaves a quote open, which would swallow the following lines.
-        if lines.raw(int(i)).count(b'"') % 2:
-            errors[int(i)] = f"{CSV_MISMATCH}: unterminated quote"
+    # pyarrow reads quotes leniently (text after a closing quote is kept; an open quote swallows the
+    # next lines): a line with a quote must be fields as RFC 4180 writes them.
+    quoted = [i for i in np.flatnonzero(lines.with_byte(ord('"')) & lines.valid_utf8)]
+    if quoted:
+        paired = pc.match_substring_regex(pa.array([lines.raw(int(i)) for i in quoted], pa.binary()), _CSV_QUOTED_LINE)
+        for i, ok in zip(quoted, paired.to_pylist(), strict=True):
+            if not ok:
+                errors[int(i)] = f"{CSV_MISMATCH}: quotes do not pair up (RFC 4180)"
     usable = np.array([i for i in range(lines.count) if i not in errors], dtype=np.int64)
     texts, rows = _csv_read(cols, lines, usable, errors)
     pieces = []

@@ -390,6 +390,9 @@ def test_csv_lines_that_do_not_fit_are_dead_letters_with_their_line() -> None:
         b" 12,k,1,,,,",
         b"13,l,1,,,,1e400",
         b"14,m,1,false,,,",
+        b'15,"a \\"b\\" c",1,,,,',
+        b'16,"a"b,1,,,,',
+        b'17,a"b,1,,,,',
     ]
     out = rows(decode_csv_block(b"\n".join(lines) + b"\n", CSV_SCHEMA, "f.csv", 2))
     assert [r[ERROR_COLUMN] for r in out] == [
@@ -398,7 +401,7 @@ def test_csv_lines_that_do_not_fit_are_dead_letters_with_their_line() -> None:
         NOT_UTF8,
         f"{MISMATCH}: expected 7 field(s)",
         f"{MISMATCH}: expected 7 field(s)",
-        f"{MISMATCH}: unterminated quote",
+        f"{MISMATCH}: quotes do not pair up (RFC 4180)",
         f"{MISMATCH}: field amount: value 1.005 does not fit decimal(10,2) without rounding",
         f"{MISMATCH}: field amount: value 123456789.5 is not a decimal(10,2)",
         f"{MISMATCH}: field b: value yes is not a boolean",
@@ -407,8 +410,12 @@ def test_csv_lines_that_do_not_fit_are_dead_letters_with_their_line() -> None:
         f"{MISMATCH}: field id: value  12 is not a long",
         f"{MISMATCH}: field x: value 1e400 is not a double",
         None,
+        f"{MISMATCH}: quotes do not pair up (RFC 4180)",  # a backslash does not escape a quote
+        f"{MISMATCH}: quotes do not pair up (RFC 4180)",
+        None,  # a quote inside an unquoted field is text
     ]
-    assert [r["id"] for r in out] == [1, *[None] * 12, 14]
+    assert [r["id"] for r in out] == [1, *[None] * 12, 14, None, None, 17]
+    assert out[-1]["name"] == 'a"b'
     assert [json.loads(r[POSITION_COLUMN])["line"] for r in out[1:13]] == list(range(3, 15))
     assert out[2][RAW_COLUMN] == base64.b64encode(lines[2]).decode() and out[5][RAW_COLUMN] == lines[5].decode()
 
