@@ -742,6 +742,15 @@ def _assemble(out: pa.Schema, pieces: list[_Piece], count: int) -> pa.Table:
     return table
 
 
+@dataclass
+class _Found:
+    """What narrowing a chunk found: ranges the reader read (with records flagged so far) and records
+    to decode alone."""
+
+    reads: list[tuple[np.ndarray, pa.Table, np.ndarray]]
+    alone: list[np.ndarray]
+
+
 class _JsonDecoder:
     def __init__(self, schema: pa.Schema, records: _Records) -> None:
         self.cols = _plan(schema)
@@ -756,75 +765,105 @@ class _JsonDecoder:
         pieces: list[_Piece] = []
         alone = np.flatnonzero(~fast)
         if len(alone):
-            pieces.extend(self._one_by_one(run) for run in np.split(alone, np.flatnonzero(np.diff(alone) != 1) + 1))
+            pieces.append(self._one_by_one(alone))
         # Runs of records the reader may see, in chunks.
         candidates = np.flatnonzero(fast)
         if len(candidates):
-            breaks = np.flatnonzero(np.diff(candidates) != 1) + 1
-            for run in np.split(candidates, breaks):
+            for run in np.split(candidates, np.flatnonzero(np.diff(candidates) != 1) + 1):
                 for start in range(0, len(run), CHUNK_RECORDS):
-                    pieces.extend(self._solve(run[start:start + CHUNK_RECORDS]))
+                    pieces.append(self._chunk(run[start:start + CHUNK_RECORDS]))
         return _assemble(self.out, pieces, r.count)
 
-    def _read(self, idx: np.ndarray, unexpected: str = "infer") -> pa.Table:
+    def _chunk(self, idx: np.ndarray) -> _Piece:
+        """Decode adjacent records: read them, narrow down what the reader refuses, check what it read
+        (in one go), decode the rest alone."""
+        found = _Found([], [])
+        self._solve(idx, found)
+        parts = []
+        if found.reads:
+            read_idx = np.concatenate([i for i, _, _ in found.reads])
+            tables = [t for _, t, _ in found.reads]
+            table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            parts.append(_Piece(read_idx, self._checked(read_idx, table, np.concatenate([m for _, _, m in found.reads]))))
+        if found.alone:
+            parts.append(self._one_by_one(np.sort(np.concatenate(found.alone))))
+        if len(parts) == 1:
+            return parts[0]
+        order = np.concatenate([p.idx for p in parts])
+        table = pa.concat_tables([p.table for p in parts])
+        sort = np.argsort(order, kind="stable")
+        return _Piece(order[sort], table.take(pa.array(sort)))
+
+    def _read(self, idx: np.ndarray) -> pa.Table:
+        """The records ``idx`` by the vectorised reader; a field the schema does not declare gets a column."""
         data = self.records.data(idx)
         size = data.size() if isinstance(data, pa.BufferReader) else len(data.getbuffer())
         return pa_json.read_json(
             data,
             read_options=pa_json.ReadOptions(use_threads=False, block_size=max(size + 1, 1 << 16)),
-            parse_options=pa_json.ParseOptions(explicit_schema=self.read_schema, unexpected_field_behavior=unexpected,
+            parse_options=pa_json.ParseOptions(explicit_schema=self.read_schema, unexpected_field_behavior="infer",
                                                newlines_in_values=self.records.newlines),
         )
 
-    def _solve(self, idx: np.ndarray) -> list[_Piece]:
+    def _solve(self, idx: np.ndarray, found: _Found) -> None:
+        if not len(idx):
+            return
         if len(idx) <= _LEAF_RECORDS:
-            return [self._one_by_one(idx)]
+            found.alone.append(idx)
+            return
         try:
             table = self._read(idx)
         except pa.ArrowInvalid as exc:
-            return self._narrow(idx, str(exc))
+            self._narrow(idx, str(exc), found)
+            return
         if table.num_rows != len(idx):  # cannot happen with gated records; be safe
-            return self._halves(idx)
-        return self._checked(idx, table)
+            self._halves(idx, found)
+            return
+        flagged = np.zeros(len(idx), dtype=bool)
+        extra = [name for name in table.column_names if name not in self.declared]
+        for name in extra:
+            flagged |= self._unknown_field(idx, name, table.column(name))
+        found.reads.append((idx, table.drop_columns(extra) if extra else table, flagged))
 
-    def _pieces(self, idx: np.ndarray) -> list[_Piece]:
+    def _pieces(self, idx: np.ndarray, found: _Found) -> None:
         """Solve ``idx`` in runs of adjacent records of at most ``_NARROW_RECORDS``."""
-        pieces: list[_Piece] = []
         if len(idx):
             for run in np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1):
                 for start in range(0, len(run), _NARROW_RECORDS):
-                    pieces.extend(self._solve(run[start:start + _NARROW_RECORDS]))
-        return pieces
+                    self._solve(run[start:start + _NARROW_RECORDS], found)
 
-    def _halves(self, idx: np.ndarray) -> list[_Piece]:
+    def _halves(self, idx: np.ndarray, found: _Found) -> None:
         mid = len(idx) // 2
-        return self._solve(idx[:mid]) + self._solve(idx[mid:])
+        self._solve(idx[:mid], found)
+        self._solve(idx[mid:], found)
 
-    def _narrow(self, idx: np.ndarray, message: str) -> list[_Piece]:
+    def _narrow(self, idx: np.ndarray, message: str, found: _Found) -> None:
         """The reader refused ``idx``: find the records it refuses and decode them alone."""
         row = _ROW_IN_ERROR.search(message)
         if row is not None and int(row.group(1)) < len(idx):
             n = int(row.group(1))
-            return [*self._solve(idx[:n]), self._one_by_one(idx[n:n + 1]), *self._pieces(idx[n + 1:])]
+            self._solve(idx[:n], found)
+            found.alone.append(idx[n:n + 1])
+            self._pieces(idx[n + 1:], found)
+            return
         for pattern in _VALUE_IN_ERROR:
             value = pattern.search(message)
             if value is not None:
                 # The records holding that value (as a whole JSON value, perhaps quoted) go alone.
                 text = value.group(1).encode("utf-8")
-                # As a whole JSON value (perhaps quoted): a delimiter before and after it.
                 token = re.compile(rb'[:,\[]\s*"?' + re.escape(text) + rb'"?\s*[,}\]]')
                 suspect = self.records.locate(idx, text, token)
                 if 0 < suspect.sum() <= len(idx) // 2:
-                    return [*[self._one_by_one(idx[j:j + 1]) for j in np.flatnonzero(suspect)], *self._pieces(idx[~suspect])]
+                    found.alone.append(idx[suspect])
+                    self._pieces(idx[~suspect], found)
+                    return
                 break
-        return self._halves(idx)
+        self._halves(idx, found)
 
-    def _checked(self, idx: np.ndarray, table: pa.Table) -> list[_Piece]:
-        """The cheap vectorised checks of what the reader accepts silently; flagged records go one by one."""
-        suspect = np.zeros(len(idx), dtype=bool)
-        for name in table.column_names:
-            if name not in self.declared:
-                suspect |= self._unknown_field(idx, name, table.column(name))
+    def _checked(self, idx: np.ndarray, table: pa.Table, suspect: np.ndarray) -> pa.Table:
+        """The cheap vectorised checks of what the reader accepts silently; flagged records (and those
+        ``suspect`` already) are decoded alone and put in their places."""
+        suspect = suspect.copy()
         arrays = []
         for col in self.cols:
             arr = _combine(table.column(col.name))
@@ -840,13 +879,12 @@ class _JsonDecoder:
                 suspect |= bad
             arrays.append(arr.cast(col.type) if arr.type != col.type else arr)
         if not suspect.any():
-            return [_Piece(idx, pa.Table.from_arrays([*arrays, *_control(len(idx))], schema=self.out))]
-        # The flagged records decoded alone, put in their places.
+            return pa.Table.from_arrays([*arrays, *_control(len(idx))], schema=self.out)
         alone = self._one_by_one(idx[suspect]).table
         mask = pa.array(suspect)
         columns = [pc.replace_with_mask(array, mask, _combine(alone.column(i)))
                    for i, array in enumerate([*arrays, *_control(len(idx))])]
-        return [_Piece(idx, pa.Table.from_arrays(columns, schema=self.out))]
+        return pa.Table.from_arrays(columns, schema=self.out)
 
     def _unknown_field(self, idx: np.ndarray, name: str, column: pa.ChunkedArray) -> np.ndarray:
         """The records that have the undeclared field ``name`` (the reader inferred a column for it): a
