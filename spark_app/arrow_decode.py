@@ -689,13 +689,16 @@ class _Values(_Records):
         self.positions = positions
         self.count = len(self.values)
         self.items: list[bytes | None] = self.values.to_pylist()
-        gated = np.zeros(self.count, dtype=bool)
+        # Fast test: '{' first and '}' last; the other values are looked at one by one.
+        first = pc.equal(pc.binary_slice(self.values, 0, 1), pa.scalar(b"{", pa.large_binary()))
+        last = pc.equal(pc.binary_slice(self.values, -1), pa.scalar(b"}", pa.large_binary()))
+        gated = pc.fill_null(pc.and_(first, last), False).to_numpy(zero_copy_only=False).copy()
         valid = np.ones(self.count, dtype=bool)
-        for i, item in enumerate(self.items):
-            if item is None:
-                continue
-            core = item.strip(_JSON_WHITESPACE)
-            gated[i] = core[:1] == b"{" and core[-1:] == b"}"
+        for j in np.flatnonzero(~gated):
+            item = self.items[j]
+            if item is not None:
+                core = item.strip(_JSON_WHITESPACE)
+                gated[j] = core[:1] == b"{" and core[-1:] == b"}"
         try:
             self.values.cast(pa.large_string())
         except pa.ArrowInvalid:
@@ -710,6 +713,12 @@ class _Values(_Records):
 
     def raw(self, i: int) -> bytes | None:
         return self.items[i]
+
+    def data(self, idx: np.ndarray) -> Any:
+        first, last = int(idx[0]), int(idx[-1])
+        if last - first + 1 == len(idx):  # adjacent (and gated, so none is null)
+            return io.BytesIO(b"\n".join(self.items[first:last + 1]))  # type: ignore[arg-type]
+        return super().data(idx)
 
     def position(self, i: int) -> str:
         return json.dumps(self.positions(i), sort_keys=True)
