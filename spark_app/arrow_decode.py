@@ -84,7 +84,7 @@ _ROW_IN_ERROR = re.compile(r" in row (\d+)\s*$")
 _VALUE_IN_ERROR = [re.compile(r"couldn't parse:(.+)$", re.S), re.compile(r"Failed to convert JSON to [^:]+: (\S+) requires"),
                    re.compile(r"The string '(.*)' is not a valid", re.S)]
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_OFFSET_SUFFIX = r"(?:Z|[+-]\d\d(?::?\d\d)?)$"
+_OFFSET_SUFFIX = r"[T ]\d.*(?:Z|[+-]\d\d(?::?\d\d)?)$"  # a time, then an offset
 # Strings Spark's from_json takes as non-finite floats (allowNonNumericNumbers).
 _JSON_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "+INF": math.inf,
                      "-Infinity": -math.inf, "-INF": -math.inf}
@@ -501,55 +501,84 @@ def _convert_one(col: _Col, value: Any) -> tuple[Any, str | None, str | None]:
                 return None, f"field {col.name}: value {text} does not fit {col.label} without rounding", None
             return rounded, None, None
         return None, None, mismatch
-    # date, timestamp, timestamptz, binary: from strings, by the same conversion as the fast path
+    # date, timestamp, timestamptz, binary: from strings, by the same conversion as the fast path,
+    # later and for all records at once (see _decode_records)
     if isinstance(value, str) and not isinstance(value, _Num):
-        converted, bad = _convert_text(col, pa.array([value], pa.string()))
-        if not bad[0]:
-            return converted[0].as_py(), None, None
+        return _Pending(value), None, None
     return None, None, mismatch
 
 
-def _decode_record(cols: list[_Col], declared: set[str], raw: bytes | None) -> tuple[str | None, list[Any]]:
-    """(reason or None, column values) of one JSON record, with decode.py's checks in its order."""
+class _Pending(str):
+    """A string the column's vectorised conversion has yet to take (or refuse)."""
+
+
+def _decode_records(cols: list[_Col], declared: set[str], raws: list[bytes | None]) -> tuple[list[str | None], list[list[Any]]]:
+    """Reasons (None: good) and columns of JSON records, each decoded alone, with decode.py's checks
+    in its order: the record's own problems, then the first strict error, then the first mismatch."""
+    decoded = [_decode_record(cols, declared, raw) for raw in raws]
+    columns: list[list[Any]] = [[values[c] for _, _, values in decoded] for c in range(len(cols))]
+    for c, col in enumerate(cols):
+        pending = [j for j, value in enumerate(columns[c]) if isinstance(value, _Pending)]
+        if not pending:
+            continue
+        converted, bad = _convert_text(col, pa.array([str(columns[c][j]) for j in pending], pa.string()))
+        for j, value, refused in zip(pending, converted.to_pylist(), bad, strict=True):
+            if refused:
+                decoded[j][1].append((c, f"field {col.name}: value {columns[c][j]} is not a {col.label}"))
+            columns[c][j] = value
+    reasons: list[str | None] = []
+    for j, (reason, mismatches, _) in enumerate(decoded):
+        if reason is None and mismatches:
+            reason = min(mismatches)[1]
+        reasons.append(reason)
+        if reason is not None:
+            for column in columns:
+                column[j] = None
+    return reasons, columns
+
+
+def _decode_record(cols: list[_Col], declared: set[str],
+                   raw: bytes | None) -> tuple[str | None, list[tuple[int, str]], list[Any]]:
+    """(the record's reason or its first strict error, its mismatches by column, values) of one JSON
+    record; text columns' values are :class:`_Pending`."""
     nulls: list[Any] = [None] * len(cols)
     if raw is None:
-        return EMPTY_RECORD, nulls
+        return EMPTY_RECORD, [], nulls
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return NOT_UTF8, nulls
+        return NOT_UTF8, [], nulls
     try:
         record = _loads(text)
     except _Duplicates as dup:
         if dup.top:
-            return "duplicate key(s) in the record: " + ", ".join(dup.top), nulls
-        return "duplicate keys in a nested value", nulls
+            return "duplicate key(s) in the record: " + ", ".join(dup.top), [], nulls
+        return "duplicate keys in a nested value", [], nulls
     except (ValueError, RecursionError):
-        return MALFORMED, nulls
+        return MALFORMED, [], nulls
     if not _surrogate_free(record):
-        return MALFORMED, nulls
+        return MALFORMED, [], nulls
     if not isinstance(record, dict):
-        return f"record is {_kind(record)}, not a JSON object", nulls
+        return f"record is {_kind(record)}, not a JSON object", [], nulls
     unknown = [key for key in record if key not in declared]
     if unknown:
-        return "unknown field(s) not in spec.schema: " + ", ".join(unknown), nulls
+        return "unknown field(s) not in spec.schema: " + ", ".join(unknown), [], nulls
     values: list[Any] = []
-    stricts: list[str] = []
-    mismatches: list[str] = []
-    for col in cols:
+    strict_error: str | None = None
+    mismatches: list[tuple[int, str]] = []
+    for c, col in enumerate(cols):
         value = record.get(col.name)
         if value is None:
             values.append(None)
             continue
         converted, strict, mismatch = _convert_one(col, value)
         values.append(converted)
-        if strict:
-            stricts.append(strict)
+        strict_error = strict_error or strict
         if mismatch:
-            mismatches.append(mismatch)
-    reasons = stricts + mismatches
-    reason = reasons[0] if reasons else None
-    return reason, (nulls if reason is not None else values)
+            mismatches.append((c, mismatch))
+    if strict_error is not None:
+        return strict_error, [], nulls
+    return None, mismatches, values
 
 
 # -- records: where they come from ---------------------------------------------------------------
@@ -902,18 +931,12 @@ class _JsonDecoder:
         return present | self.records.locate(idx, json.dumps(name).encode("utf-8")) | self.records.locate(idx, b"\\u")
 
     def _one_by_one(self, idx: np.ndarray) -> _Piece:
-        columns: list[list[Any]] = [[] for _ in self.cols]
-        errors: list[str | None] = []
-        raws: list[str | None] = []
-        positions: list[str | None] = []
-        for i in idx:
-            raw = self.records.raw(int(i))
-            reason, values = _decode_record(self.cols, self.declared, raw)
-            for column, value in zip(columns, values, strict=True):
-                column.append(value)
-            errors.append(reason)
-            raws.append(_raw_text(raw) if reason is not None and raw is not None else None)
-            positions.append(self.records.position(int(i)) if reason is not None else None)
+        records = [self.records.raw(int(i)) for i in idx]
+        errors, columns = _decode_records(self.cols, self.declared, records)
+        raws = [_raw_text(raw) if reason is not None and raw is not None else None
+                for raw, reason in zip(records, errors, strict=True)]
+        positions = [self.records.position(int(i)) if reason is not None else None
+                     for i, reason in zip(idx, errors, strict=True)]
         arrays = [pa.array(values, col.type) for col, values in zip(self.cols, columns, strict=True)]
         return _Piece(np.asarray(idx), pa.Table.from_arrays([*arrays, *_control(len(idx), errors, raws, positions)],
                                                             schema=self.out))

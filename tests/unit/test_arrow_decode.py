@@ -231,6 +231,20 @@ def test_json_null_and_absent_fields_are_null_and_required_is_not_checked_here()
     assert row[ERROR_COLUMN] is None and row["id"] is None
 
 
+def test_timestamps_with_and_without_offsets_in_one_block() -> None:
+    values = ["2024-01-01T10:00:00Z", "2024-01-01", "2024-01-01T10:00:00", "2024-01-01T10:00:00.123456789+01:00",
+              "2024-01-01 10:00:00-05", "2024-01-01T10", "nope", "2024-01-01T10:00:00.5"]
+    lines = [json.dumps({"id": i, "ts": value}).encode() for i, value in enumerate(values * 5)]
+    out = rows(decode_json_block(b"\n".join(lines), SCHEMA, "f", 1))
+    expected = [alone(line) for line in lines]
+    assert [(r["ts"], r[ERROR_COLUMN]) for r in out] == [(r["ts"], r[ERROR_COLUMN]) for r in expected]
+    assert [r["ts"] for r in out[:8]] == [
+        datetime(2024, 1, 1, 10, tzinfo=UTC), datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, 10, tzinfo=UTC),
+        datetime(2024, 1, 1, 9, 0, 0, 123456, tzinfo=UTC), datetime(2024, 1, 1, 15, tzinfo=UTC),
+        datetime(2024, 1, 1, 10, tzinfo=UTC), None, datetime(2024, 1, 1, 10, 0, 0, 500000, tzinfo=UTC)]
+    assert out[6][ERROR_COLUMN] == "field ts: value nope is not a timestamptz"
+
+
 # -- lines, positions, raw records ----------------------------------------------------------------
 
 
