@@ -127,8 +127,8 @@ class _Col:
         """The type the vectorised JSON reader reads this column as."""
         if self.kind in ("string", "date", "timestamp", "timestamptz", "binary"):
             return pa.string()
-        if self.kind == "decimal":
-            return pa.decimal128(38, _loose_scale(self.precision, self.scale))
+        if self.kind == "decimal":  # the column's scale (rounding is refused), any precision (checked here)
+            return pa.decimal128(38, self.scale)
         return self.type
 
 
@@ -303,6 +303,11 @@ def _convert_text(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
 
 def _decimal_suspects(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """A wide decimal array -> the column's decimal; values that need rounding or overflow are flagged."""
+    if arr.type.scale == col.scale:  # only the precision to check: cheaply, by the extremes
+        bound = Decimal(10) ** (col.precision - col.scale)
+        extremes = pc.min_max(arr).as_py()
+        if extremes["min"] is None or (-bound < extremes["min"] and extremes["max"] < bound):
+            return arr.view(pa.decimal128(col.precision, col.scale)).cast(col.type), np.zeros(len(arr), dtype=bool)
     try:
         return arr.cast(col.type), np.zeros(len(arr), dtype=bool)
     except pa.ArrowInvalid:
@@ -696,14 +701,21 @@ class _Lines(_Records):
         return found
 
 
+def _is_utf8(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8 (Arrow's validation, without copying the bytes)."""
+    offsets = pa.py_buffer(np.array([0, len(data)], dtype=np.int64))
+    try:
+        pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(data)]).validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
 def _utf8_mask(block: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Which of the lines ``[starts, ends)`` of ``block`` are valid UTF-8 (the whole block is checked at once)."""
     valid = np.ones(len(starts), dtype=bool)
-    try:
-        pa.array([block], pa.large_binary()).cast(pa.large_string())
+    if _is_utf8(block):
         return valid
-    except pa.ArrowInvalid:
-        pass
     for i in range(len(starts)):
         try:
             block[starts[i]:ends[i]].decode("utf-8")
@@ -729,7 +741,7 @@ class _Values(_Records):
                 core = item.strip(_JSON_WHITESPACE)
                 gated[j] = core[:1] == b"{" and core[-1:] == b"}"
         try:
-            self.values.cast(pa.large_string())
+            self.values.view(pa.large_string()).validate(full=True)
         except pa.ArrowInvalid:
             for i, item in enumerate(self.items):
                 if item is not None:
@@ -800,23 +812,17 @@ class _JsonDecoder:
     def decode(self) -> pa.Table:
         r = self.records
         fast = r.gated & r.valid_utf8 if r.count else np.zeros(0, dtype=bool)
-        pieces: list[_Piece] = []
-        alone = np.flatnonzero(~fast)
-        if len(alone):
-            pieces.append(self._one_by_one(alone))
-        # Runs of records the reader may see, in chunks.
-        candidates = np.flatnonzero(fast)
-        if len(candidates):
-            for run in np.split(candidates, np.flatnonzero(np.diff(candidates) != 1) + 1):
-                for start in range(0, len(run), CHUNK_RECORDS):
-                    pieces.append(self._chunk(run[start:start + CHUNK_RECORDS]))
+        pieces = [self._chunk(start, min(start + CHUNK_RECORDS, r.count), fast) for start in range(0, r.count, CHUNK_RECORDS)]
         return _assemble(self.out, pieces, r.count)
 
-    def _chunk(self, idx: np.ndarray) -> _Piece:
-        """Decode adjacent records: read them, narrow down what the reader refuses, check what it read
-        (in one go), decode the rest alone."""
+    def _chunk(self, start: int, end: int, fast: np.ndarray) -> _Piece:
+        """Decode the records ``[start, end)``: read those the reader may see, narrow down what it
+        refuses, check what it read (in one go), decode the rest alone."""
         found = _Found([], [])
-        self._solve(idx, found)
+        window = fast[start:end]
+        if not window.all():
+            found.alone.append(np.flatnonzero(~window) + start)
+        self._pieces(np.flatnonzero(window) + start, found, CHUNK_RECORDS)
         parts = []
         if found.reads:
             read_idx = np.concatenate([i for i, _, _ in found.reads])
@@ -863,12 +869,13 @@ class _JsonDecoder:
             flagged |= self._unknown_field(idx, name, table.column(name))
         found.reads.append((idx, table.drop_columns(extra) if extra else table, flagged))
 
-    def _pieces(self, idx: np.ndarray, found: _Found) -> None:
-        """Solve ``idx`` in runs of adjacent records of at most ``_NARROW_RECORDS``."""
+    def _pieces(self, idx: np.ndarray, found: _Found, size: int | None = None) -> None:
+        """Solve ``idx`` in runs of adjacent records of at most ``size`` (default ``_NARROW_RECORDS``)."""
+        size = size or _NARROW_RECORDS
         if len(idx):
             for run in np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1):
-                for start in range(0, len(run), _NARROW_RECORDS):
-                    self._solve(run[start:start + _NARROW_RECORDS], found)
+                for start in range(0, len(run), size):
+                    self._solve(run[start:start + size], found)
 
     def _halves(self, idx: np.ndarray, found: _Found) -> None:
         mid = len(idx) // 2
