@@ -808,6 +808,9 @@ class _JsonDecoder:
         self.out = _output_schema(schema)
         self.records = records
         self.read_schema = pa.schema([pa.field(c.name, c.read_type) for c in self.cols])
+        # Records per first read in a chunk: smaller while chunks keep needing narrowing (a value the
+        # reader cannot convert is found only after it parsed the whole read).
+        self.first_read = CHUNK_RECORDS
 
     def decode(self) -> pa.Table:
         r = self.records
@@ -822,13 +825,19 @@ class _JsonDecoder:
         window = fast[start:end]
         if not window.all():
             found.alone.append(np.flatnonzero(~window) + start)
-        self._pieces(np.flatnonzero(window) + start, found, CHUNK_RECORDS)
+        self._pieces(np.flatnonzero(window) + start, found, self.first_read)
+        narrowed = len(found.reads) > 1 or bool(found.alone)
+        self.first_read = max(_NARROW_RECORDS, self.first_read // 4) if narrowed else min(CHUNK_RECORDS, self.first_read * 2)
         parts = []
         if found.reads:
             read_idx = np.concatenate([i for i, _, _ in found.reads])
             tables = [t for _, t, _ in found.reads]
             table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            parts.append(_Piece(read_idx, self._checked(read_idx, table, np.concatenate([m for _, _, m in found.reads]))))
+            checked, suspect = self._checked(table, np.concatenate([m for _, _, m in found.reads]))
+            if suspect.any():  # flagged records are decoded alone
+                found.alone.append(read_idx[suspect])
+                read_idx, checked = read_idx[~suspect], checked.filter(pa.array(~suspect))
+            parts.append(_Piece(read_idx, checked))
         if found.alone:
             parts.append(self._one_by_one(np.sort(np.concatenate(found.alone))))
         if len(parts) == 1:
@@ -905,9 +914,9 @@ class _JsonDecoder:
                 break
         self._halves(idx, found)
 
-    def _checked(self, idx: np.ndarray, table: pa.Table, suspect: np.ndarray) -> pa.Table:
-        """The cheap vectorised checks of what the reader accepts silently; flagged records (and those
-        ``suspect`` already) are decoded alone and put in their places."""
+    def _checked(self, table: pa.Table, suspect: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """The read records in the output's types, and which of them (besides those ``suspect``
+        already) the cheap vectorised checks of what the reader accepts silently flag."""
         suspect = suspect.copy()
         arrays = []
         for col in self.cols:
@@ -923,13 +932,7 @@ class _JsonDecoder:
                 arr, bad = _convert_text(col, arr)
                 suspect |= bad
             arrays.append(arr.cast(col.type) if arr.type != col.type else arr)
-        if not suspect.any():
-            return pa.Table.from_arrays([*arrays, *_control(len(idx))], schema=self.out)
-        alone = self._one_by_one(idx[suspect]).table
-        mask = pa.array(suspect)
-        columns = [pc.replace_with_mask(array, mask, _combine(alone.column(i)))
-                   for i, array in enumerate([*arrays, *_control(len(idx))])]
-        return pa.Table.from_arrays(columns, schema=self.out)
+        return pa.Table.from_arrays([*arrays, *_control(table.num_rows)], schema=self.out), suspect
 
     def _unknown_field(self, idx: np.ndarray, name: str, column: pa.ChunkedArray) -> np.ndarray:
         """The records that have the undeclared field ``name`` (the reader inferred a column for it): a
