@@ -216,6 +216,18 @@ def test_each_value_decodes_or_is_a_dead_letter_with_the_reason_on_both_paths(fi
             assert got == expected and type(got) is type(expected)
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    ("amount", v) for v in ['"+1.5"', '".5"', '"5."', '"007.50"', '"1E2"', '"-.5"', '"NaN"', '"Infinity"', '"1,5"', '"0x10"',
+                            '"1_000"', '"1e-2"', "0.10", "-0", "1E+1", "12345678.999"]] + [
+    ("ts", v) for v in ['"2024-01-01T10:00:00.1234567Z"', '"2024-01-01T10:00Z"', '"2024-01-01T10:00:00+01"', '"20240101T100000Z"',
+                        '"2024-01-01T10:00:00 Z"', '"1900-01-01T00:00:00Z"', '"9999-12-31T23:59:59.999999Z"', '"2262-04-12T00:00:00Z"']] + [
+    ("tn", v) for v in ['"2024-01-01T10:00:00.1234567"', '"3000-01-01T00:00:00.123456789"', '"2024-01-01T25:00:00"']] + [
+    ("d", v) for v in ['"0001-01-01"', '"9999-12-31"', '"2024-13-01"', '"+2024-01-01"', '" 2024-01-01"']] + [
+    ("bin", v) for v in ['"aGk="', '"aGk"', '"a Gk="', '"aG\\nk="', '"____"']])
+def test_the_vectorised_and_per_record_paths_agree_on_edge_values(field: str, value: str) -> None:
+    both(f'{{"id": 1, "{field}": {value}}}'.encode())
+
+
 def test_strict_errors_come_before_type_mismatches_and_columns_in_order() -> None:
     assert both(b'{"id": "x", "name": 5}')[ERROR_COLUMN] == "field name: value 5 is a number, not a string"
     assert both(b'{"id": "x", "amount": 1.005}')[ERROR_COLUMN] == (
