@@ -65,7 +65,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column as SpecColumn
-from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
 
 NOT_UTF8 = "record is not valid UTF-8 (the payload is its bytes in base64)"  # = spark_app.decode.NOT_UTF8
 EMPTY_RECORD = "empty record"
@@ -93,6 +93,7 @@ _JSON_WHITESPACE = b" \t\r\n"
 _CSV_FIELD = r'(?:"(?:[^"]|"")*"|[^",][^,]*)?'
 _CSV_QUOTED_LINE = rf"^{_CSV_FIELD}(?:,{_CSV_FIELD})*$"
 _DECIMAL_CONTEXT = decimal.Context(prec=200, rounding=decimal.ROUND_HALF_UP, Emax=10_000, Emin=-10_000)
+REQUIRED_METADATA = {b"icebergsync.required": b"true"}
 _CONTROL_FIELDS = [pa.field(ERROR_COLUMN, pa.string()), pa.field(RAW_COLUMN, pa.string()),
                    pa.field(POSITION_COLUMN, pa.string())]
 
@@ -102,13 +103,41 @@ _CONTROL_FIELDS = [pa.field(ERROR_COLUMN, pa.string()), pa.field(RAW_COLUMN, pa.
 
 def target_schema(columns: list[SpecColumn]) -> pa.Schema:
     """The declared columns in the Arrow types the table's writer uses; every field nullable (a bad
-    record's columns are null; required columns are checked later by ``split_dead_letters``)."""
+    record's columns are null). A required column carries :data:`REQUIRED_METADATA`: the text
+    decoders make a record without it a dead letter with its raw text and position."""
     schema = schema_to_pyarrow(iceberg_schema(columns), include_field_ids=False)
-    return pa.schema([pa.field(f.name, f.type, nullable=True) for f in schema])
+    return pa.schema([pa.field(f.name, f.type, nullable=True, metadata=REQUIRED_METADATA if not f.nullable else None)
+                      for f in schema])
 
 
 def _output_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([*[pa.field(f.name, f.type, nullable=True) for f in schema], *_CONTROL_FIELDS])
+
+
+def _required_present(table: pa.Table, schema: pa.Schema, records: _Records) -> pa.Table:
+    """Mark good rows that lack a required column as dead letters, with the record's raw text and position."""
+    required = [f.name for f in schema if f.metadata == REQUIRED_METADATA]
+    if not required or table.num_rows == 0:
+        return table
+    errors = table.column(ERROR_COLUMN)
+    flagged = np.zeros(table.num_rows, dtype=bool)
+    for name in required:
+        missing = pc.and_(pc.is_null(table.column(name)), pc.is_null(errors))
+        if pc.any(missing).as_py():
+            errors = pc.if_else(missing, pa.scalar(f"required field {name} is missing or null"), errors)
+            flagged |= missing.to_numpy(zero_copy_only=False)
+    if not flagged.any():
+        return table
+    raws = table.column(RAW_COLUMN).to_pylist()
+    positions = table.column(POSITION_COLUMN).to_pylist()
+    for i in np.flatnonzero(flagged):
+        raw = records.raw(int(i))
+        raws[i] = _raw_text(raw) if raw is not None else None
+        positions[i] = records.position(int(i))
+    table = table.set_column(table.schema.get_field_index(ERROR_COLUMN), ERROR_COLUMN, errors)
+    table = table.set_column(table.schema.get_field_index(RAW_COLUMN), RAW_COLUMN, pa.array(raws, pa.string()))
+    return table.set_column(table.schema.get_field_index(POSITION_COLUMN), POSITION_COLUMN,
+                            pa.array(positions, pa.string()))
 
 
 @dataclass(frozen=True)
@@ -684,7 +713,7 @@ class _Lines(_Records):
         return super().data(idx)
 
     def position(self, i: int) -> str:
-        return json.dumps({"file": self.file, "line": int(self.numbers[i])}, sort_keys=True)
+        return encode_position({"file": self.file, "line": int(self.numbers[i])})
 
     def locate(self, idx: np.ndarray, text: bytes, pattern: re.Pattern[bytes] | None = None) -> np.ndarray:
         first, last = int(idx[0]), int(idx[-1])
@@ -762,7 +791,7 @@ class _Values(_Records):
         return super().data(idx)
 
     def position(self, i: int) -> str:
-        return json.dumps(self.positions(i), sort_keys=True)
+        return encode_position(self.positions(i))
 
 
 # -- assembling output ---------------------------------------------------------------------------
@@ -803,6 +832,7 @@ class _Found:
 
 class _JsonDecoder:
     def __init__(self, schema: pa.Schema, records: _Records) -> None:
+        self.schema = schema
         self.cols = _plan(schema)
         self.declared = {c.name for c in self.cols}
         self.out = _output_schema(schema)
@@ -816,7 +846,7 @@ class _JsonDecoder:
         r = self.records
         fast = r.gated & r.valid_utf8 if r.count else np.zeros(0, dtype=bool)
         pieces = [self._chunk(start, min(start + CHUNK_RECORDS, r.count), fast) for start in range(0, r.count, CHUNK_RECORDS)]
-        return _assemble(self.out, pieces, r.count)
+        return _required_present(_assemble(self.out, pieces, r.count), self.schema, r)
 
     def _chunk(self, start: int, end: int, fast: np.ndarray) -> _Piece:
         """Decode the records ``[start, end)``: read those the reader may see, narrow down what it
@@ -1049,7 +1079,7 @@ def decode_csv_block(block: bytes, schema: pa.Schema, file: str, first_line: int
                            [_raw_text(lines.raw(int(i))) for i in bad_idx], [lines.position(int(i)) for i in bad_idx])
         pieces.append(_Piece(bad_idx, pa.Table.from_arrays([*[pa.nulls(len(bad_idx), c.type) for c in cols], *control],
                                                            schema=out)))
-    return _assemble(out, pieces, lines.count)
+    return _required_present(_assemble(out, pieces, lines.count), schema, lines)
 
 
 def _csv_read(cols: list[_Col], lines: _Lines, idx: np.ndarray,
@@ -1129,7 +1159,7 @@ def conform_table(table: pa.Table, schema: pa.Schema, position: Callable[[int], 
         arrays.append(converted)
     mask = pa.array(bad)
     rows = [pc.if_else(mask, pa.scalar(None, a.type), a) if bad.any() else a for a in arrays]
-    positions = [json.dumps(position(int(i)), sort_keys=True) if bad[i] else None for i in range(n)] if bad.any() else None
+    positions = [encode_position(position(int(i))) if bad[i] else None for i in range(n)] if bad.any() else None
     return pa.Table.from_arrays([*rows, *_control(n, reasons if bad.any() else None, None, positions)], schema=out)
 
 
@@ -1137,5 +1167,5 @@ def whole_input_row(schema: pa.Schema, reason: str, position: dict[str, Any]) ->
     """One dead-letter row for an unusable input: declared columns null, no raw record."""
     out = _output_schema(schema)
     return pa.Table.from_arrays(
-        [*[pa.nulls(1, f.type) for f in schema], *_control(1, [reason], None, [json.dumps(position, sort_keys=True)])],
+        [*[pa.nulls(1, f.type) for f in schema], *_control(1, [reason], None, [encode_position(position)])],
         schema=out)

@@ -236,11 +236,14 @@ def test_strict_errors_come_before_type_mismatches_and_columns_in_order() -> Non
     assert both(b'{"id": 1, "id": 2, "zz": 1}')[ERROR_COLUMN] == "duplicate key(s) in the record: id"
 
 
-def test_json_null_and_absent_fields_are_null_and_required_is_not_checked_here() -> None:
-    row = both(b'{"name": null}')
-    assert row[ERROR_COLUMN] is None and all(v is None for v in declared(row).values())
-    row = both(b"{}")
-    assert row[ERROR_COLUMN] is None and row["id"] is None
+def test_json_null_and_absent_fields_are_null_and_a_missing_required_one_is_a_dead_letter_with_its_record() -> None:
+    row = both(b'{"id": 1, "name": null}')
+    assert row[ERROR_COLUMN] is None and row["id"] == 1 and all(v is None for k, v in declared(row).items() if k != "id")
+    for record in (b'{"name": null}', b"{}", b'{"id": null, "name": "x"}'):
+        row = both(record)
+        assert row[ERROR_COLUMN] == "required field id is missing or null"
+        assert row[RAW_COLUMN] == record.decode()
+        assert json.loads(row[POSITION_COLUMN]) == {"file": "f.json", "line": PAD + 1}
 
 
 def test_timestamps_with_and_without_offsets_in_one_block() -> None:
@@ -269,7 +272,7 @@ def test_blank_lines_are_skipped_but_counted_and_crlf_is_a_line_end() -> None:
                                               "record is an array, not a JSON object"]
     assert [json.loads(r[POSITION_COLUMN]) if r[POSITION_COLUMN] else None for r in out] == [
         None, {"file": "s3://b/f.json", "line": 13}, None, {"file": "s3://b/f.json", "line": 16}]
-    assert out[1][POSITION_COLUMN] == json.dumps({"file": "s3://b/f.json", "line": 13}, sort_keys=True)
+    assert out[1][POSITION_COLUMN] == '{"file":"s3://b/f.json","line":13}'  # compact, keys sorted
     assert out[1][RAW_COLUMN] == '{"id": "x"}'  # without the \r
 
 
@@ -358,7 +361,7 @@ def test_values_may_span_lines_and_a_null_value_is_an_empty_record() -> None:
             "duplicate key(s) in the record: id", NOT_UTF8]
         assert out[1][RAW_COLUMN] is None and out[3][RAW_COLUMN] == '{\n  "id": "x"\n}' and out[6][RAW_COLUMN] == "/w=="
         assert json.loads(out[3][POSITION_COLUMN]) == {"topic": "t", "partition": 0, "offset": 103}
-        assert out[3][POSITION_COLUMN] == json.dumps(positions[3], sort_keys=True)
+        assert out[3][POSITION_COLUMN] == json.dumps(positions[3], sort_keys=True, separators=(",", ":"))
         assert [r["id"] for r in out[7:]] == [9] * 30
 
 
@@ -482,7 +485,7 @@ def test_whole_input_row() -> None:
     out = whole_input_row(SCHEMA, "not a Parquet file: x", {"file": "a.parquet"})
     assert out.schema == decode_json_block(b"", SCHEMA, "f", 1).schema
     assert rows(out) == [{**{f.name: None for f in SCHEMA}, ERROR_COLUMN: "not a Parquet file: x", RAW_COLUMN: None,
-                          POSITION_COLUMN: '{"file": "a.parquet"}'}]
+                          POSITION_COLUMN: '{"file":"a.parquet"}'}]
 
 
 # -- reasons' text of values, as the JVM writes them ---------------------------------------------------
