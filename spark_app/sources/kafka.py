@@ -95,7 +95,6 @@ DECODERS: dict[str, Callable[..., DataFrame]] = {"json": decode_json}
 RAW_FRAME_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                               ("key", pa.binary()), ("value", pa.binary())])
 RAW_FRAME_DDL = "topic string, partition int, offset long, key binary, value binary"
-UNIT_FRAME_DDL = "index long, topic string, partition int, start long, end long"
 
 
 @dataclass(frozen=True)
@@ -324,10 +323,10 @@ class KafkaSource(Source):
         records, then the JVM decoder); the staged records are checked against the range before the commit."""
         ranges = self._ranges(pending)
         units = self.plan_units(frontier, pending)
-        rows = [(u.index, u.topic, u.partition, u.start, u.end) for u in units if isinstance(u, KafkaUnit)]
-        unit_rdd = self.spark.sparkContext.parallelize(rows, max(1, len(rows)))
-        raw = self.spark.createDataFrame(unit_rdd, UNIT_FRAME_DDL).mapInArrow(
-            RawUnitsReader(self.options.client), RAW_FRAME_DDL)
+        kafka_units = [u for u in units if isinstance(u, KafkaUnit)]
+        # One Spark partition per unit: the ids of a JVM range pick the units (no Python stage for that).
+        raw = self.spark.range(0, len(kafka_units), 1, max(1, len(kafka_units))).mapInArrow(
+            RawUnitsReader(self.options.client, kafka_units), RAW_FRAME_DDL)
         order = sorted(ranges)
         observation = Observation(f"isync-kafka-{uuid.uuid4().hex}")
         raw = raw.observe(observation, F.count(F.lit(1)).alias("rows"), *self._range_metrics(order))
@@ -420,15 +419,17 @@ class KafkaUnitReader:
 
 @dataclass(frozen=True)
 class RawUnitsReader:
-    """``mapInArrow`` function of :meth:`KafkaSource.read`: rows of units in, raw records out."""
+    """``mapInArrow`` function of :meth:`KafkaSource.read`: unit numbers (``id``) in, raw records out."""
 
     client: ClientSettings
+    units: list[KafkaUnit]
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for unit in batch.to_pylist():
-                topic, partition = unit["topic"], unit["partition"]
-                for raw in read_range(self.client, topic, partition, unit["start"], unit["end"]):
+            for number in batch.column("id").to_pylist():
+                unit = self.units[number]
+                topic, partition = unit.topic, unit.partition
+                for raw in read_range(self.client, topic, partition, unit.start, unit.end):
                     n = raw.num_rows
                     yield pa.RecordBatch.from_arrays(
                         [pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
