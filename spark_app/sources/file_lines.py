@@ -154,13 +154,20 @@ class ChangeReading:
     key: tuple[str, ...]
     format: str
 
-    def decode_lines(self, block: bytes, uri: str, first_line: int, base: int) -> pa.Table:
-        """The changes of a block of whole lines; record ``i`` of the block is ordered ``base + i``."""
+    def decode_lines(self, block: bytes, uri: str, first_line: int, base: int) -> tuple[pa.Table, int]:
+        """The changes of a block of whole lines and the number of records (non-blank lines) in it;
+        record ``i`` of the block is ordered ``base + i``."""
         numbered = [(first_line + i, line.removesuffix(b"\r")) for i, line in enumerate(block.split(b"\n"))]
         records = [(number, line) for number, line in numbered if line.strip()]
-        return decode_changes([line for _, line in records], None,
-                              lambda i: {"file": uri, "line": records[i][0]},
-                              list(self.columns), list(self.key), self.format, base)
+        changes = decode_changes([line for _, line in records], None,
+                                 lambda i: {"file": uri, "line": records[i][0]},
+                                 list(self.columns), list(self.key), self.format, base)
+        return changes, len(records)
+
+    def decode_records(self, values: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray | None,
+                       positions: Callable[[int], dict[str, Any]], base: int) -> pa.Table:
+        """The changes of Kafka records (values, message keys) in offset order; record ``i`` is ordered ``base + i``."""
+        return decode_changes(values, keys, positions, list(self.columns), list(self.key), self.format, base)
 
 
 @dataclass(frozen=True)
@@ -195,8 +202,10 @@ class FileReader:
                     return
                 first_line = 2
             if block and self.changes is not None:
-                changes = self.changes.decode_lines(block, unit.uri, first_line, order_base(unit) + decoded)
-                decoded += changes.num_rows
+                # Count records, not rows: a tombstone yields no row and a key change two, and the
+                # next block's orders must come after every order of this one.
+                changes, records = self.changes.decode_lines(block, unit.uri, first_line, order_base(unit) + decoded)
+                decoded += records
                 yield from changes.to_batches()
             elif block:
                 yield from decode(block, schema, unit.uri, first_line).to_batches()

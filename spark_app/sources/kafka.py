@@ -66,7 +66,8 @@ from spark_app.kafka_client import (
     read_range,
 )
 from spark_app.sources.base import Pending, Source, SourceBatch
-from spark_app.units import KafkaUnit, UnitStats, WorkUnit
+from spark_app.sources.file_lines import ChangeReading
+from spark_app.units import KafkaUnit, UnitStats, WorkUnit, order_base
 
 log = logging.getLogger("icebergsync.source.kafka")
 
@@ -314,7 +315,9 @@ class KafkaSource(Source):
                 for index, (topic, partition, start, end) in enumerate(splits)]
 
     def unit_reader(self, columns: list[SpecColumn]) -> KafkaUnitReader:
-        return KafkaUnitReader(self.options.client, list(columns), self.settings.format)
+        changes = self.spec.changes
+        reading = ChangeReading(tuple(columns), tuple(self.spec.table.key or ()), changes.format) if changes else None
+        return KafkaUnitReader(self.options.client, list(columns), self.settings.format, reading)
 
     # -- reading a trigger as one frame (until the job reads units itself) -------------------------
 
@@ -389,6 +392,11 @@ def split_ranges(ranges: dict[tuple[str, int], tuple[int, int]], target: int, ma
     return parts
 
 
+def _record_positions(topic: str, partition: int, offsets: pa.Array | pa.ChunkedArray) -> Callable[[int], dict[str, Any]]:
+    """Position of record ``i`` of a batch (for its dead letter): ``{"topic", "partition", "offset"}``."""
+    return lambda i: {"topic": topic, "partition": partition, "offset": offsets[i].as_py()}
+
+
 def positions(topic: str, partition: int, offsets: pa.Array) -> pa.Array:
     """Each record's ``_isync_position``: ``{"topic": ..., "partition": p, "offset": o}`` as JSON."""
     prefix = json.dumps({"topic": topic, "partition": partition})[:-1] + ', "offset": '
@@ -398,11 +406,15 @@ def positions(topic: str, partition: int, offsets: pa.Array) -> pa.Array:
 @dataclass(frozen=True)
 class KafkaUnitReader:
     """The tasks' reader of :class:`KafkaUnit` s (picklable): the unit's exact range
-    (:func:`read_range`), decoded by :func:`spark_app.arrow_decode.decode_json_values`."""
+    (:func:`read_range`), decoded by :func:`spark_app.arrow_decode.decode_json_values`, or, for a
+    keyed sync (``changes``), by :func:`spark_app.changes.decode_changes` with the message keys (the
+    upsert format's tombstones delete the message key's row). A unit's records are in offset order:
+    the ``i``-th record read is ordered ``order_base(unit) + i``."""
 
     client: ClientSettings
     columns: list[SpecColumn]
     format: str = "json"
+    changes: ChangeReading | None = None
 
     def __call__(self, unit: WorkUnit, stats: UnitStats) -> Iterator[pa.RecordBatch]:
         from spark_app.arrow_decode import decode_json_values, target_schema  # the decode branch's module
@@ -410,9 +422,16 @@ class KafkaUnitReader:
         assert isinstance(unit, KafkaUnit), unit
         schema = target_schema(self.columns)
         counts = RangeCounts()
+        read = 0
         for raw in read_range(self.client, unit.topic, unit.partition, unit.start, unit.end, counts):
             offsets = raw.column("offset")
-            yield decode_json_values(raw.column("value"), schema, positions(unit.topic, unit.partition, offsets))
+            if self.changes is not None:
+                yield from self.changes.decode_records(raw.column("value"), raw.column("key"),
+                                                       _record_positions(unit.topic, unit.partition, offsets),
+                                                       order_base(unit) + read).to_batches()
+                read += raw.num_rows
+                continue
+            yield decode_json_values(raw.column("value"), schema, _record_positions(unit.topic, unit.partition, offsets))
         if counts.offsets_without_records:
             stats.add("offsets-without-records", counts.offsets_without_records)
 

@@ -11,13 +11,10 @@ stream). pyiceberg's reader refuses such a table (it does not apply equality del
 
 from __future__ import annotations
 
-import json
 import random
 import uuid
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta, timezone
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,7 +29,6 @@ from icebergsync.catalog import ensure_table
 from icebergsync.errors import FencedError, IcebergSyncError
 from icebergsync.protocol import Writer
 from icebergsync.schema import iceberg_schema
-from icebergsync.spec import Column
 from icebergsync.storage import normalize
 from spark_app.changes import collapse, decode_changes
 from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix, referenced_files
@@ -41,92 +37,9 @@ from spark_app.deletes import delete_plan, write_equality_deletes
 from spark_app.iceberg_internals import unpartitioned_spec_id
 from spark_app.units import ORDER_UNIT_SHIFT
 from spark_app.writer import PartitionedWriter, TablePlan, conform
+from tests.integration.keyed_support import COLUMNS, KEY, ChangeStream, spark_rows
 
 SINK = "test/customers"
-COLUMNS = [Column(name="id", type="long", required=True), Column(name="name", type="string"),
-           Column(name="updated_at", type="timestamptz")]
-KEY = ["id"]
-START = datetime(2025, 3, 1, tzinfo=UTC)
-OFFSETS = [UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-7))]
-
-Row = tuple[str, int]  # (name, updated_at in µs since the epoch)
-
-
-def micros(moment: datetime) -> int:
-    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-
-
-@dataclass
-class ChangeStream:
-    """Random change records (Debezium or upsert format) and the reference model they lead to."""
-
-    fmt: str
-    rng: random.Random
-    model: dict[int, Row] = field(default_factory=dict)
-    next_key: int = 0
-    dead: int = 0
-
-    def _row(self, key: int) -> tuple[dict[str, Any], Row]:
-        moment = START + timedelta(days=self.rng.randrange(6), seconds=self.rng.randrange(86_400),
-                                   microseconds=self.rng.randrange(1_000_000))
-        name = f"n{key}-{self.rng.randrange(10**6)}"
-        text = moment.astimezone(self.rng.choice(OFFSETS)).isoformat()
-        return {"id": key, "name": name, "updated_at": text}, (name, micros(moment))
-
-    def _emit(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[bytes | None, bytes | None]:
-        """(value, message key) of one change."""
-        if self.fmt == "debezium":
-            envelope = {"before": before, "after": after, "op": op, "ts_ms": 1, "source": {"db": "shop"}}
-            if self.rng.random() < 0.2:
-                envelope = {"schema": {"type": "struct", "fields": []}, "payload": envelope}
-            return json.dumps(envelope).encode(), None
-        key = json.dumps({"id": (after or before or {})["id"]}).encode()
-        if op == "d":
-            if self.rng.random() < 0.5:
-                return None, key  # a Kafka tombstone: deletes the message key's row
-            return json.dumps({**(before or {}), "__deleted": self.rng.choice([True, "true"])}).encode(), key
-        return json.dumps({**(after or {}), "__deleted": "false"} if self.rng.random() < 0.3 else after).encode(), key
-
-    def records(self, count: int) -> tuple[list[bytes | None], list[bytes | None]]:
-        values: list[bytes | None] = []
-        keys: list[bytes | None] = []
-        for _ in range(count):
-            roll = self.rng.random()
-            live = sorted(self.model)
-            if roll < 0.03:
-                values.append(b"{broken"), keys.append(None)
-                self.dead += 1
-                continue
-            if roll < 0.06 and self.fmt == "debezium":
-                values.append(None), keys.append(None)  # the tombstone after a delete: skipped
-                continue
-            if roll < 0.25 or len(live) < 5:
-                key = self.next_key if self.rng.random() < 0.7 or not self.model else self.rng.randrange(self.next_key)
-                self.next_key = max(self.next_key, key + 1)
-                after, row = self._row(key)
-                value, message_key = self._emit("c", None, after)  # a new key, or a re-insert / upsert of an old one
-                self.model[key] = row
-            elif roll < 0.45:
-                key = self.rng.choice(live)
-                before = {"id": key, "name": self.model[key][0]}
-                value, message_key = self._emit("d", before, None)
-                del self.model[key]
-            elif roll < 0.52 and self.fmt == "debezium":
-                old = self.rng.choice(live)
-                new = self.next_key
-                self.next_key += 1
-                after, row = self._row(new)
-                value, message_key = self._emit("u", {"id": old, "name": self.model[old][0]}, after)  # a key change
-                del self.model[old]
-                self.model[new] = row
-            else:
-                key = self.rng.choice(live)
-                after, row = self._row(key)  # a new day most of the time: the row moves partition
-                value, message_key = self._emit("u", {"id": key, "name": self.model[key][0]}, after)
-                self.model[key] = row
-            values.append(value)
-            keys.append(message_key)
-        return values, keys
 
 
 def open_catalog(directory: Path) -> Catalog:
@@ -158,14 +71,6 @@ def stage(table: Table, writer: Writer, values: list[bytes | None], keys: list[b
     delete_file = write_equality_deletes(delete_plan(table), deletes, prefix)
     return TriggerOutput(data_files=data.finish(), delete_files=[delete_file] if delete_file else [],
                          records=inserts.num_rows, dead_letters=bad)
-
-
-def spark_rows(spark: SparkSession, table: Table) -> dict[int, Row]:
-    """The table as Apache Iceberg's Spark runtime reads it (equality deletes applied)."""
-    frame = spark.read.format("iceberg").load(table.metadata_location)
-    rows = frame.selectExpr("id", "name", "unix_micros(updated_at) AS micros").collect()
-    assert len(rows) == len({row["id"] for row in rows}), "a key is in the table twice"
-    return {row["id"]: (row["name"], row["micros"]) for row in rows}
 
 
 @pytest.mark.parametrize(("fmt", "catalog_kind"), [("debezium", "sql"), ("upsert", "sql"), ("debezium", "rest")])

@@ -11,11 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_app.job import SyncJob
+from tests.integration.keyed_support import SCHEMA, ChangeStream, spark_rows
 from tests.integration.sync_support import BackgroundJob, catalog_of, make_sync, sink_commits
-from tests.integration.test_keyed_commit import ChangeStream, spark_rows
-
-SCHEMA = [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"},
-          {"name": "updated_at", "type": "timestamptz"}]
 
 
 @pytest.mark.parametrize("fmt", ["debezium", "upsert"])

@@ -90,6 +90,17 @@ def test_there_are_kubernetes_examples() -> None:
     assert {"quickstart.yaml", "kafka-rest-s3.yaml", "files-s3.yaml", "generator-rest-s3.yaml"} <= names
 
 
+def test_there_are_change_data_capture_examples_for_both_formats_and_sources() -> None:
+    """Issue 13: ready specs for keyed syncs, Debezium and upsert, from Kafka and from files."""
+    keyed = {path.name: load_spec(path).spec for path in EXAMPLES if load_spec(path).spec.changes is not None}
+    assert {"cdc-debezium-kafka.yaml", "cdc-upsert-files.yaml"} <= set(keyed)
+    assert {spec.changes.format for spec in keyed.values() if spec.changes} == {"debezium", "upsert"}
+    assert {spec.source.kind for spec in keyed.values()} == {"kafka", "files"}
+    for name, spec in keyed.items():
+        assert spec.table.key, name
+        assert spec.dead_letter is not None, f"{name}: a keyed example keeps its bad records"
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_is_a_valid_spec(path: Path) -> None:
     sync = load_spec(path)

@@ -48,3 +48,44 @@ def test_one_unit_per_file_when_there_are_enough_files_and_never_slices_of_gz_or
     assert len(plan_file_units([("file:///in/a.json.gz", big)], "json", cores=2)) == 1
     assert len(plan_file_units([("file:///in/a.parquet", big)], "parquet", cores=2)) == 1
     assert len(plan_file_units([("file:///in/a.json", big)], "json", cores=2)) == 2
+
+
+def test_change_orders_of_a_file_read_in_several_blocks_follow_its_lines(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Orders count records, not decoded rows: Debezium tombstones (no row) and key changes (two
+    rows) in one block must not let a later block's changes sort before this block's."""
+    import json
+
+    import pyarrow as pa
+
+    from icebergsync.spec import Column
+    from spark_app.changes import ORDER_COLUMN, collapse
+    from spark_app.sources.file_lines import ChangeReading, FileReader
+    from spark_app.units import UnitStats, order_base
+
+    columns = (Column(name="id", type="long", required=True), Column(name="name", type="string"))
+
+    def event(op: str, before: int | None, after: int | None, name: str = "x") -> str:
+        return json.dumps({"op": op, "before": None if before is None else {"id": before},
+                           "after": None if after is None else {"id": after, "name": name}})
+
+    lines = []
+    for round_ in range(40):
+        lines += ["null", "null", "null", event("u", 1, 1, f"r{round_}"), "", event("u", 100 + round_, 200 + round_)]
+    path = tmp_path / "changes.json"
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(file_lines, "BLOCK_BYTES", 256)  # many blocks
+    reader = FileReader({}, "json", None, columns, ChangeReading(columns, ("id",), "debezium"))
+    unit = FileUnit(3, path.as_uri())
+    changes = pa.Table.from_batches(list(reader(unit, UnitStats())))
+    records = [line for line in lines if line.strip() and line != "null"]
+    orders = changes.column(ORDER_COLUMN).to_pylist()
+    assert orders == sorted(orders) and orders[0] >= order_base(unit)
+    # Each record's order is its place among the file's records (blank lines not counted).
+    numbered = [i for i, line in enumerate(line for line in lines if line.strip()) if line != "null"]
+    expected = []
+    for index, record in zip(numbered, records, strict=True):
+        expected += [order_base(unit) + index] * (1 if json.loads(record)["before"]["id"] == 1 else 2)
+    assert orders == expected
+    inserts, _ = collapse(changes, ["id"])
+    assert dict(zip(inserts.column("id").to_pylist(), inserts.column("name").to_pylist(), strict=True))[1] == "r39"
