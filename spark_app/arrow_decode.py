@@ -32,7 +32,7 @@ What pyarrow's JSON reader does silently (found by experiment, pyarrow 26) and h
       ``timestamp`` value, a date that is not ``YYYY-MM-DD``, a string that is not padded base64 are
       not values of the column);
     * what it refuses (duplicate keys, a number into a string column, a decimal that would round) ends
-      in the per-record decoder, which names the reason exactly like :func:`spark_app.decode.decode_json`.
+      in the per-record decoder, which names every reason.
 
 Timestamps
     ISO-8601 strings (``T`` or space, fraction up to nanoseconds, truncated to microseconds).
@@ -67,7 +67,7 @@ from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column as SpecColumn
 from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
 
-NOT_UTF8 = "record is not valid UTF-8 (the payload is its bytes in base64)"  # = spark_app.decode.NOT_UTF8
+NOT_UTF8 = "record is not valid UTF-8 (the payload is its bytes in base64)"
 EMPTY_RECORD = "empty record"
 MALFORMED = "malformed JSON"
 CSV_MISMATCH = "CSV row does not match the schema"

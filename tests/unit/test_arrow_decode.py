@@ -1,8 +1,7 @@
 """The vectorised Arrow decoders (spark_app/arrow_decode.py): strict, one row per record, in order.
 
 Every strictness rule is checked on the vectorised path (the record among many good ones, so the
-reader sees it in a chunk) and on the per-record path (the record alone), and both must agree;
-tests/integration/test_arrow_decode_parity.py compares with the JVM decoder.
+reader sees it in a chunk) and on the per-record path (the record alone), and both must agree.
 """
 
 from __future__ import annotations
