@@ -351,6 +351,15 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
             added.append(writer.to_manifest_file())
         return [*added, *existing]
 
+    def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 (pyiceberg's signature)
+        # pyiceberg totals the summary only for append, overwrite and delete; the counts of a replace are the same.
+        self._operation = Operation.OVERWRITE
+        try:
+            summary = super()._summary(snapshot_properties)
+        finally:
+            self._operation = Operation.REPLACE
+        return Summary(Operation.REPLACE, **summary.additional_properties)
+
 
 def rewrite_files(transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[str],
                   added: Sequence[DataFile], data_sequence_number: int) -> int:
