@@ -168,12 +168,17 @@ def rewrite_data_files(table: Table, plan: RewritePlan, name_prefix: str, target
             if applicable.num_rows:
                 keep = rows.select(ordered_key).append_column("__isync_row", pa.array(range(rows.num_rows), pa.int64()))
                 keep = keep.join(applicable, keys=ordered_key, join_type="left anti")
-                rows = rows.take(pc.sort_indices(keep.column("__isync_row")))
+                survivors = keep.column("__isync_row")
+                rows = rows.take(pc.take(survivors, pc.sort_indices(survivors)))  # in file order
             for batch in rows.to_batches():
                 conformed = conform(batch, arrow_schema)
                 rows_written += conformed.num_rows
                 writer.write(conformed)
-        added = [f for writer in writers.values() for f in writer.finish()]
+        added = []
+        for spec_id, writer in writers.items():
+            for data_file in writer.finish():
+                data_file.spec_id = spec_id  # not kept by DataFile.from_args (see spark_app/deletes.py)
+                added.append(data_file)
     except BaseException:
         for writer in writers.values():
             with contextlib.suppress(Exception):
@@ -288,8 +293,9 @@ class Maintainer:
         return result
 
 
-def _references(table: Table, snapshots: list[Snapshot]) -> dict[str, str]:
-    """Normalized path -> URI of every file ``snapshots`` reference: manifest lists, manifests, data and delete files."""
+def _references(table: Table, snapshots: list[Snapshot], live_only: bool) -> dict[str, str]:
+    """Normalized path -> URI of the files ``snapshots`` reference: manifest lists, manifests, and their data and
+    delete files (``live_only``: only those live in a snapshot, not those it records as deleted)."""
     referenced: dict[str, str] = {}
     for snapshot in snapshots:
         referenced[normalize(snapshot.manifest_list)] = snapshot.manifest_list
@@ -297,16 +303,17 @@ def _references(table: Table, snapshots: list[Snapshot]) -> dict[str, str]:
             if normalize(manifest.manifest_path) in referenced:
                 continue
             referenced[normalize(manifest.manifest_path)] = manifest.manifest_path
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=live_only):
                 referenced[normalize(entry.data_file.file_path)] = entry.data_file.file_path
     return referenced
 
 
 def delete_unreferenced(table: Table, expired: list[Snapshot]) -> int:
     """After ``expired`` left ``table`` (the metadata after the expiry): delete the files they referenced that no
-    remaining snapshot references (data and delete files, manifests, manifest lists); return how many."""
-    gone = _references(table, expired)
-    kept = _references(table, list(table.metadata.snapshots))
+    remaining snapshot reads (data and delete files live in none of them, manifests and manifest lists none of
+    them lists); return how many. A file a remaining snapshot only records as deleted is read by none."""
+    gone = _references(table, expired, live_only=False)
+    kept = _references(table, list(table.metadata.snapshots), live_only=True)
     deleted = 0
     for path in sorted(set(gone) - set(kept)):
         with contextlib.suppress(FileNotFoundError):
