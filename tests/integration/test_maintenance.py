@@ -344,10 +344,11 @@ def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Pa
     maintenance commit; a higher version resumes, cleans up and ends with the model and no delete files."""
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    stream = ChangeStream("debezium", random.Random("maintenance-crash"))
+    stream = WideStream("debezium", random.Random("maintenance-crash"))
     models = write_change_files(inbox, stream, 3, 500)
     document = sync_document(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
                              table={"key": ["id"], "partitionBy": ["day(updated_at)"]}, changes={"format": "debezium"},
+                             deadLetter={"table": "sales.orders_dlq"},
                              maintenance={"rewriteDeletes": {"afterCommits": 1},
                                           "expireSnapshots": {"olderThan": "0s", "retainLast": 1, "every": "1ms"}})
     spec_path = write_spec(tmp_path, document)
