@@ -371,7 +371,8 @@ def rewrite_files(transaction: Transaction, snapshot_properties: dict[str, str],
 
 
 def expire_snapshots(transaction: Transaction, snapshot_ids: Sequence[int]) -> None:
-    """Stage the removal of ``snapshot_ids`` on ``transaction`` (pyiceberg's ExpireSnapshots; refs' heads are kept)."""
+    """Stage the removal of ``snapshot_ids`` on ``transaction`` (pyiceberg's ExpireSnapshots, which refuses the
+    head of a branch or tag with ``ValueError``: leave them out)."""
     ExpireSnapshots(transaction).by_ids(list(snapshot_ids)).commit()
 
 
