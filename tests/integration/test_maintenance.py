@@ -390,3 +390,44 @@ def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Pa
     assert unreferenced_sink_files(table, sink) == []
     assert len(table.metadata.snapshots) <= 2  # expired down to the newest (plus at most the stop's last commit)
     assert json.loads(table.metadata.properties[protocol.checkpoint_key(sink)])["frontier"] == {"after": "0004.json"}
+
+
+def test_figures_read_time_before_and_after_and_the_cost_of_a_rewrite(tmp_path: Path, spark: SparkSession) -> None:
+    """Prints (never asserts) what docs/operations.md reports: Spark's read time of a keyed table with the
+    delete files of 20 triggers and after ``rewriteDeletes``, and what the rewrite cost. Asserts the rows."""
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("figures")))
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    v1.start([])
+    triggers.commit(v1, 100_000)
+    for _ in range(20):
+        triggers.commit(v1, 2_000)
+
+    def read_seconds() -> float:
+        location = catalog.load_table(name).metadata_location
+        timings = []
+        for _ in range(3):
+            started = time.perf_counter()
+            spark.read.format("iceberg").load(location).selectExpr("sum(hash(id, name, updated_at))").collect()
+            timings.append(time.perf_counter() - started)
+        return min(timings)
+
+    table = catalog.load_table(name)
+    deletes = len(live(table, DataFileContent.EQUALITY_DELETES))
+    data_files = len(live(table, DataFileContent.DATA))
+    before = read_seconds()
+    result = maintainer(v1, catalog, name).rewrite_deletes()
+    assert result is not None
+    after = read_seconds()
+    table = catalog.load_table(name)
+    started = time.perf_counter()
+    assert pyiceberg_rows(table) == triggers.stream.model
+    pyiceberg_seconds = time.perf_counter() - started
+    assert spark_rows(spark, table) == triggers.stream.model
+    print(f"\nfigures: {len(triggers.stream.model)} rows, {data_files} data files and {deletes} delete files; Spark read "
+          f"{before * 1000:.0f} ms before rewriteDeletes, {after * 1000:.0f} ms after; rewrite {result.seconds:.2f} s "
+          f"({result.rewritten_files} files, {result.rows_read} rows, {result.bytes_read / 1e6:.1f} MB read, "
+          f"{result.rows_read - result.rows_written} rows dropped, {result.added_files} files written, "
+          f"commit included); pyiceberg read after {pyiceberg_seconds * 1000:.0f} ms "
+          f"({len(live(table, DataFileContent.DATA))} data files)")
