@@ -87,17 +87,27 @@ def plan_rewrite(table: Table) -> RewritePlan | None:
 
     A delete file is removable when no data file that stays has a data sequence number below its
     own (it applies to none of them); the replacements do not count, their data sequence number
-    is the planned snapshot's, at or above every live delete's. Position deletes are not handled
-    (IcebergSync writes none): a table holding some is refused.
+    is the planned snapshot's, at or above every live delete's. Only the sink's kind of delete is
+    handled (equality deletes on the key under an unpartitioned spec): position deletes, partitioned
+    equality deletes or deletes on other columns (another writer's) make it raise ``ValueError``.
     """
     snapshot = table.metadata.current_snapshot()
     if snapshot is None:
         return None
     files = live_files(table, snapshot)
     if any(f.data_file.content == DataFileContent.POSITION_DELETES for f in files):
-        raise IcebergSyncError(f"table {table.name()} has position delete files: rewriteDeletes handles equality "
-                               "deletes only; nothing was rewritten")
+        raise ValueError(f"table {table.name()} has position delete files: rewriteDeletes handles equality "
+                         "deletes only; nothing was rewritten")
     deletes = [f for f in files if f.data_file.content == DataFileContent.EQUALITY_DELETES]
+    schema = table.schema()
+    key_ids = sorted(schema.identifier_field_ids)
+    specs = table.metadata.specs()
+    for delete in deletes:
+        # Another writer's deletes (partitioned, or on other columns) have other rules: refused, not misapplied.
+        if specs[delete.data_file.spec_id].fields or sorted(delete.data_file.equality_ids or []) != key_ids:
+            raise ValueError(f"delete file {delete.path} is not a global equality delete on the key {key_ids} (spec "
+                             f"{delete.data_file.spec_id}, equality ids {delete.data_file.equality_ids}): rewriteDeletes "
+                             "handles the sink's own deletes only; nothing was rewritten")
     if not deletes:
         return None
     newest = max(d.data_sequence_number for d in deletes)

@@ -431,3 +431,38 @@ def test_figures_read_time_before_and_after_and_the_cost_of_a_rewrite(tmp_path: 
           f"{result.rows_read - result.rows_written} rows dropped, {result.added_files} files written, "
           f"commit included); pyiceberg read after {pyiceberg_seconds * 1000:.0f} ms "
           f"({len(live(table, DataFileContent.DATA))} data files)")
+
+
+def test_another_writers_deletes_are_refused_not_misapplied(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An equality delete on other columns than the key (another writer's) is not the sink's: rewriteDeletes
+    refuses the table (nothing is written) and, run by the loop, logs it and lets the sync go on."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    from spark_app.deletes import delete_plan, write_equality_deletes
+    from spark_app.iceberg_internals import row_delta
+
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("foreign")))
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    v1.start([])
+    for _ in range(2):
+        triggers.commit(v1, 200)
+    table = catalog.load_table(name)
+    by_name = dataclasses.replace(delete_plan(table), key=("name",))
+    foreign = write_equality_deletes(by_name, pa.table({"name": ["nobody"]}), "foreign")
+    assert foreign is not None
+    transaction = Transaction(table)
+    row_delta(transaction, {}, [], [foreign])
+    commit_transaction(catalog, table, transaction)
+    head = catalog.load_table(name).metadata.current_snapshot_id
+    with pytest.raises(ValueError, match="not a global equality delete on the key"):
+        maintainer(v1, catalog, name).rewrite_deletes()
+    maintenance = maintainer(v1, catalog, name)
+    with caplog.at_level("ERROR", logger="icebergsync.maintenance"):
+        maintenance.after_commit()
+    assert "maintenance rewriteDeletes failed" in caplog.text
+    table = catalog.load_table(name)
+    assert table.metadata.current_snapshot_id == head and unreferenced_sink_files(table, SINK) == []
