@@ -19,7 +19,7 @@ Two jobs (``spec.maintenance``, docs/operations.md "Maintenance"):
   (data, delete and manifest files, manifest lists) are deleted. Recovery does not need them: the
   checkpoint table property survives expiry (docs/protocol.md, "Recovery").
 
-The rewrite runs in the driver (pyarrow, one file at a time, delete keys held in memory): it suits
+The rewrite runs in the driver (pyarrow, one batch of one file at a time, the live delete keys held in memory): it suits
 tables up to a few GiB between runs; docs/operations.md gives the measured cost.
 """
 
@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -50,6 +51,7 @@ from spark_app.writer import PartitionedWriter, TablePlan, conform
 log = logging.getLogger("icebergsync.maintenance")
 
 REWRITE_MEMORY_BYTES = 256 * 1024 * 1024
+REWRITE_BATCH_ROWS = 64 * 1024  # a data file is read a batch at a time
 SEQUENCE_COLUMN = "__isync_delete_sequence"
 
 
@@ -172,18 +174,20 @@ def rewrite_data_files(table: Table, plan: RewritePlan, name_prefix: str, target
                 later = deletes.filter(pc.greater(deletes.column(SEQUENCE_COLUMN), sequence))
                 applicable_cache[sequence] = later.select(ordered_key).group_by(ordered_key).aggregate([])
             applicable = applicable_cache[sequence]
-            rows = _read_parquet(table, data.path)
-            rows_read += rows.num_rows
             bytes_read += data.data_file.file_size_in_bytes
-            if applicable.num_rows:
-                keep = rows.select(ordered_key).append_column("__isync_row", pa.array(range(rows.num_rows), pa.int64()))
-                keep = keep.join(applicable, keys=ordered_key, join_type="left anti")
-                survivors = keep.column("__isync_row")
-                rows = rows.take(pc.take(survivors, pc.sort_indices(survivors)))  # in file order
-            for batch in rows.to_batches():
-                conformed = conform(batch, arrow_schema)
-                rows_written += conformed.num_rows
-                writer.write(conformed)
+            with table.io.new_input(data.path).open() as stream:
+                for batch in pq.ParquetFile(stream).iter_batches(batch_size=REWRITE_BATCH_ROWS):
+                    rows = pa.Table.from_batches([batch])
+                    rows_read += rows.num_rows
+                    if applicable.num_rows:
+                        keys = [rows.column(k).cast(applicable.schema.field(k).type) for k in ordered_key]
+                        keep = pa.Table.from_arrays([*keys, pa.array(np.arange(rows.num_rows, dtype=np.int64))],
+                                                    names=[*ordered_key, "__isync_row"])
+                        survivors = keep.join(applicable, keys=ordered_key, join_type="left anti").column("__isync_row")
+                        rows = rows.take(pc.take(survivors, pc.sort_indices(survivors)))  # in file order
+                    for conformed in (conform(b, arrow_schema) for b in rows.to_batches()):
+                        rows_written += conformed.num_rows
+                        writer.write(conformed)
         added = []
         for spec_id, writer in writers.items():
             for data_file in writer.finish():
