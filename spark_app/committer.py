@@ -492,7 +492,8 @@ class SinkCommitter:
         while True:
             rounds += 1
             table = self._catalog.load_table(self._identifier)
-            self.pins[self._identifier].check(self._identifier, table.metadata)
+            if self._identifier in self.pins:
+                self.pins[self._identifier].check(self._identifier, table.metadata)
             check(table.metadata)
             expired = expirable_snapshots(table.metadata, older_than_ms, retain_last,
                                           self.last_snapshot_id)
