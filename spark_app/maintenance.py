@@ -19,6 +19,9 @@ Two jobs (``spec.maintenance``, docs/operations.md "Maintenance"):
   (data, delete and manifest files, manifest lists) are deleted. Recovery does not need them: the
   checkpoint table property survives expiry (docs/protocol.md, "Recovery").
 
+Crash points (spark_app/faults.py): ``maintenance-staged`` (replacements written, not committed) and
+``maintenance-committed`` (right after the maintenance commit).
+
 The rewrite runs in the driver (pyarrow, one batch of one file at a time, the live delete keys held in memory): it suits
 tables up to a few GiB between runs; docs/operations.md gives the measured cost.
 """
