@@ -461,6 +461,12 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
                 f"spec.table.partitionBy[{index}]: {expression!r} needs a date or timestamp column, "
                 f"{column!r} is {columns[column].type}"
             )
+    if spec.changes is not None and spec.transform:
+        problems.append("spec.transform: not supported with spec.changes (a change record is decoded into "
+                        "the row it upserts or deletes; declare spec.schema as the row)")
+    if spec.changes is not None and spec.source.files is not None and spec.source.files.format != "json":
+        problems.append(f"spec.source.files.format: changes are JSON records, one per line; "
+                        f"{spec.source.files.format!r} is not supported with spec.changes")
     for index, name in enumerate(spec.table.key or []):
         if name not in columns:
             problems.append(f"spec.table.key[{index}]: column {name!r} is not in the schema")

@@ -20,6 +20,7 @@ Committing dead-letter files (after the main commit, recovered after a crash) is
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -49,6 +50,11 @@ POSITION_COLUMN = "_isync_position"
 CONTROL_COLUMNS = (ERROR_COLUMN, RAW_COLUMN, POSITION_COLUMN)
 
 _REASON_KEY_CHARS = 80
+
+
+def encode_position(position: Mapping[str, object]) -> str:
+    """A source position as the compact JSON every dead letter carries (keys sorted)."""
+    return json.dumps(position, sort_keys=True, separators=(",", ":"), default=str)
 
 
 # -- marking (driver, Spark) ----------------------------------------------------------------------

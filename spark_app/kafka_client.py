@@ -305,19 +305,20 @@ class OffsetLookup:
         self._admin = None  # librdkafka closes the handle when it is collected
 
     def partitions(self, topics: list[str]) -> list[tuple[str, int]]:
+        """The topics' partitions (a topic that does not exist has none; it is never created)."""
         admin = self._open()
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                metadata = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
-                break
-            except Exception:
-                admin.poll(0)
-                self._errors.check(f"listing topics at {self.settings.bootstrap_servers}")
-                if time.monotonic() >= deadline:
-                    raise
         found: list[tuple[str, int]] = []
         for topic in topics:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                try:
+                    metadata = admin.list_topics(topic=topic, timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+                    break
+                except Exception:
+                    admin.poll(0)
+                    self._errors.check(f"listing topics at {self.settings.bootstrap_servers}")
+                    if time.monotonic() >= deadline:
+                        raise
             meta = metadata.topics.get(topic)
             if meta is not None and meta.error is None:
                 found.extend((topic, int(p)) for p in meta.partitions)
@@ -399,11 +400,17 @@ def read_range(settings: ClientSettings, topic: str, partition: int, start: int,
         offsets: list[int] = []
         keys: list[bytes | None] = []
         values: list[bytes | None] = []
-        size = 0
+        size = total_bytes = 0
         last_progress = time.monotonic()
         done = False
         while not done:
-            messages = consumer.consume(num_messages=min(batch_records, end - position + 1), timeout=POLL_SECONDS)
+            # Ask for no more than the range can still hold (+1: a record past it or the EOF event) and than
+            # fits the batch's byte budget at the record size seen so far (before any: 1 KiB a record).
+            seen = counts.records + len(offsets)
+            average = (total_bytes // seen) if seen else 1024
+            room = max(1, (batch_bytes - size) // max(1, average))
+            messages = consumer.consume(num_messages=min(batch_records, end - position + 1, room),
+                                        timeout=POLL_SECONDS)
             errors.check(f"reading {where}")
             for message in messages:
                 error = message.error()
@@ -430,7 +437,9 @@ def read_range(settings: ClientSettings, topic: str, partition: int, start: int,
                 keys.append(message.key())
                 value = message.value()
                 values.append(value)
-                size += len(value or b"") + 24
+                record_bytes = len(value or b"") + len(keys[-1] or b"") + 24
+                size += record_bytes
+                total_bytes += record_bytes
                 position = offset + 1
                 if position == end:
                     done = True

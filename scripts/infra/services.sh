@@ -80,8 +80,9 @@ do_spark() {
 # ---------------------------------------------------------------------------------------------
 # 2. Kafka broker (KRaft) + test client helper
 # The helper is one long-lived JVM the Python fixture talks to over stdin/stdout (one request per
-# line, tab-separated, binary fields base64), so tests need no Python Kafka client and pay the JVM
-# start once. Reply: "ok<TAB>N" then N data lines, or "err<TAB>message". Source: scripts/infra/kafka/src.
+# line, tab-separated, binary fields base64) for admin work and plain produce/consume, independent of
+# the Python client under test (confluent-kafka); it pays the JVM start once. The broker's TLS and
+# SASL listeners (certificates, SCRAM users) are set up per run by tests/infra/services.py. Reply: "ok<TAB>N" then N data lines, or "err<TAB>message". Source: scripts/infra/kafka/src.
 KAFKA_HELPER_SRC="$INFRA_DIR/kafka/src"
 
 java_sources_key() { # pom source_root: cache key of a classpath (the pom) and the sources compiled against it

@@ -83,6 +83,11 @@ def test_a_range_reads_exactly_its_records_and_offsets_come_from_the_same_client
     assert max(sizes) <= 7 and sum(sizes) == 60
     assert counts == RangeCounts(records=60, offsets_without_records=0)
 
+    # A byte budget bounds batches too (a record here is about 85 bytes with key and overhead).
+    records, counts, sizes = _read(client, topic, 0, 0, 60, batch_bytes=1000)
+    assert _ids(records) == list(range(60)) and counts == RangeCounts(60, 0)
+    assert len(sizes) >= 5 and max(sizes) <= 13
+
     assert _ids(_read(client, topic, 1, 0, 10)[0]) == list(range(60, 70))
     assert _ids(_read(client, topic, 0, 59, 60)[0]) == [59]
     assert _read(client, topic, 0, 5, 5) == ([], RangeCounts(), [])

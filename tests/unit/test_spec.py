@@ -173,6 +173,16 @@ def test_key_columns_are_required_columns_of_the_schema() -> None:
     ]
 
 
+def test_changes_refuse_a_transform_and_non_json_files() -> None:
+    keyed = {"schema": [{"name": "id", "type": "long", "required": True}],
+             "table": {"name": "a.b", "key": ["id"]}, "changes": {"format": "upsert"}}
+    transformed = problems_of(with_spec(**keyed, source={"files": {"path": "/in"}}, transform="SELECT * FROM source"))
+    assert any(p.startswith("spec.transform: not supported with spec.changes") for p in transformed), transformed
+    csv = problems_of(with_spec(**keyed, source={"files": {"path": "/in", "format": "csv"}}))
+    assert any(p.startswith("spec.source.files.format:") and "'csv' is not supported" in p for p in csv), csv
+    assert parse_spec(with_spec(**keyed, source={"files": {"path": "/in"}})).spec.keyed
+
+
 def test_maintenance_is_off_unless_declared_and_has_small_defaults() -> None:
     from icebergsync.spec import DEFAULT_REWRITE_AFTER_COMMITS
 
