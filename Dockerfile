@@ -100,8 +100,7 @@ ENV VIRTUAL_ENV=/opt/icebergsync/venv \
     JAVA_HOME=/usr/lib/jvm/java-17 \
     PYSPARK_PYTHON=/opt/icebergsync/venv/bin/python \
     PYSPARK_DRIVER_PYTHON=/opt/icebergsync/venv/bin/python \
-    PYTHONUNBUFFERED=1 \
-    ICEBERGSYNC_SPARK_JARS_PRESENT=1
+    PYTHONUNBUFFERED=1
 ENV PATH=${VIRTUAL_ENV}/bin:${PATH}
 COPY --from=build /opt/icebergsync/venv /opt/icebergsync/venv
 # The project: installed into the venv without dependencies (they are all there), and its job's

@@ -310,6 +310,16 @@ def machine() -> dict[str, Any]:
     }
 
 
+def bench_deps() -> Path:
+    """Where ``bench/lock.sh install`` puts the locked bench extra (matplotlib, py-spy): outside .venv,
+    which the suite checks holds exactly requirements-dev.lock."""
+    import hashlib
+
+    lock = REPO / "bench" / "requirements.lock"
+    cache = Path(os.environ.get("ICEBERGSYNC_CACHE") or Path.home() / ".cache" / "icebergsync")
+    return cache / "bench-deps" / hashlib.sha256(lock.read_bytes()).hexdigest()[:16]
+
+
 def iceberg_jar_dir() -> Path:
     cache = Path(os.environ.get("ICEBERGSYNC_CACHE", Path.home() / ".cache" / "icebergsync"))
     return cache / "jars" / "iceberg-spark"

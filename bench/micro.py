@@ -6,7 +6,7 @@ Feeds ``spark_app.writer.stage_partition`` the same 20k-row Arrow batches (with 
 columns) that ``mapInArrow`` hands a task, and compares its CPU time with a plain pyarrow encode
 of the same rows. ``--variants`` also times candidate writer changes, applied by monkeypatching in
 this process only (spark_app/ is not modified): they show what a change would buy before making it.
-Needs the data cache that ``bench.run`` writes (``--workdir``).
+Needs the data cache that ``bench.internals`` writes (``--workdir``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bench.common import cached_rows, load_data
-from bench.run import parse_count
+from bench.internals import parse_count
 
 
 def batches_of(table: pa.Table, size: int) -> list[pa.RecordBatch]:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = parse_count(args.rows)
     if cached_rows(args.workdir) < rows:
-        raise SystemExit(f"the data cache in {args.workdir} has fewer than {rows} rows: run bench.run first")
+        raise SystemExit(f"the data cache in {args.workdir} has fewer than {rows} rows: run bench.internals first")
     table = load_data(args.workdir, rows)
     target = parse_size(args.target_file_size)
     ORIGINAL_SPLIT = writer.split_dead_letters

@@ -1,4 +1,4 @@
-"""Turn the raw cell results into docs/benchmarks/results.md and throughput.png."""
+"""Turn bench.internals' raw cell results into docs/benchmarks/internals/results.md and throughput.png."""
 
 from __future__ import annotations
 
@@ -223,6 +223,12 @@ def profile_summary(text: str, top: int = 18) -> list[str]:
 
 
 def chart(rows: list[dict[str, Any]], memory: list[dict[str, Any]], out: Path) -> None:
+    import sys
+
+    from bench.common import bench_deps
+
+    if bench_deps().is_dir() and str(bench_deps()) not in sys.path:
+        sys.path.append(str(bench_deps()))  # bench/lock.sh install
     import matplotlib
 
     matplotlib.use("Agg")
@@ -339,7 +345,7 @@ def write_report(document: dict[str, Any], out: Path) -> None:
 
 def _command(document: dict[str, Any]) -> str:
     a = document["args"]
-    parts = [".venv/bin/python -m bench.run", f"--sizes {a['sizes']}", f"--runs {a['runs']}"]
+    parts = [".venv/bin/python -m bench.internals", f"--sizes {a['sizes']}", f"--runs {a['runs']}"]
     if a.get("quick") == "True":
         parts.append("--quick")
     return " ".join(parts)
@@ -351,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     parser = argparse.ArgumentParser(prog="bench.report", description=main.__doc__)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "benchmarks")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "internals")
     parser.add_argument("--workdir", type=Path, default=Path("/dev/shm/icebergsync-bench"))
     args = parser.parse_args(argv)
     document = json.loads((args.out / "results.json").read_text())

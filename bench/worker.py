@@ -481,7 +481,10 @@ def prepare(cell: Cell, spark: Any) -> dict[str, Any]:
 @contextlib.contextmanager
 def profiled(cell: Cell, sampler: TreeSampler, out: Path):  # type: ignore[no-untyped-def]
     """py-spy record of the Python workers (daemon and its forks) while the block runs."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    from bench.common import bench_deps
+
+    spy = shutil.which("py-spy") or next((str(p) for p in (Path(sys.executable).parent / "py-spy",
+                                                          bench_deps() / "bin" / "py-spy") if p.exists()), "py-spy")
     pids = sampler.worker_pids()
     process = None
     if cell.profile and pids and Path(spy).exists():

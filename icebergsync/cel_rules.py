@@ -13,6 +13,8 @@ from icebergsync.spec import (
     CHANGES_NEED_KEY_MESSAGE,
     EXACTLY_ONE_SOURCE_MESSAGE,
     MIN_TARGET_FILE_BYTES,
+    REWRITE_DELETES_NEED_CHANGES_MESSAGE,
+    REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE,
     SOURCE_KINDS,
     ZERO_WIDTH_PATTERN,
 )
@@ -52,6 +54,29 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "rule": "!has(self.changes) || !has(self.source.generator)",
             "fieldPath": ".changes",
             "message": CHANGES_NEED_FILES_OR_KAFKA_MESSAGE,
+        },
+        {
+            "rule": "!has(self.maintenance) || !has(self.maintenance.rewriteDeletes) || has(self.changes)",
+            "fieldPath": ".maintenance.rewriteDeletes",
+            "message": REWRITE_DELETES_NEED_CHANGES_MESSAGE,
+        },
+    ],
+    "spec.maintenance.rewriteDeletes": [
+        {
+            "rule": "!(has(self.every) && has(self.afterCommits))",
+            "message": REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE,
+        },
+        {
+            "rule": "!has(self.every) || duration(self.every) > duration('0s')",
+            "fieldPath": ".every",
+            "message": "every must be greater than zero",
+        },
+    ],
+    "spec.maintenance.expireSnapshots": [
+        {
+            "rule": "!has(self.every) || duration(self.every) > duration('0s')",
+            "fieldPath": ".every",
+            "message": "every must be greater than zero",
         },
     ],
     "spec.source": [

@@ -45,6 +45,12 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.commit": "When the job commits.",
     "spec.commit.interval": "Time between commits, e.g. 30s, 5m, 1h30m.",
     "spec.commit.targetFileSize": "Target size of data files, e.g. 512Mi.",
+    "spec.maintenance": "Table maintenance the job runs between triggers, under its fence; off unless declared. "
+    "See docs/operations.md, Maintenance.",
+    "spec.maintenance.rewriteDeletes": "Keyed syncs (needs changes): rewrite the data files equality deletes apply "
+    "to without the deleted rows, and drop the delete files, in one snapshot.",
+    "spec.maintenance.expireSnapshots": "Expire old snapshots and delete the files only they referenced; the "
+    "sink's checkpoint keeps recovery working.",
     "spec.deadLetter": "Where records that cannot be decoded go.",
     "spec.deadLetter.table": "Dead-letter table (namespace.table); must differ from table.name.",
     "spec.spark": "How the Spark job runs.",

@@ -38,6 +38,9 @@ CHECKPOINT_PREFIX = "icebergsync.checkpoint."
 
 KIND_FENCE = "fence"
 KIND_DATA = "data"
+# Table maintenance by the sink (spark_app/maintenance.py): a ``replace`` snapshot that changes how
+# rows are stored, never which rows; it carries the frontier of the commit below it unchanged.
+KIND_MAINTENANCE = "maintenance"
 
 Frontier = dict[str, Any]
 SourceIdentity = dict[str, Any]

@@ -230,6 +230,66 @@ class Changes(Model):
     )
 
 
+REWRITE_DELETES_NEED_CHANGES_MESSAGE = "maintenance.rewriteDeletes needs changes: only keyed syncs write delete files"
+REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE = "set at most one of every and afterCommits"
+DEFAULT_REWRITE_AFTER_COMMITS = 10
+
+
+class RewriteDeletes(Model):
+    """Rewrite the data files equality deletes apply to, dropping the deleted rows and then the delete files."""
+
+    every: Duration | None = Field(
+        default=None, description="Run when this long has passed since the last run (checked after each commit), "
+        "e.g. 10m. At most one of every and afterCommits; neither means afterCommits: 10.",
+    )
+    after_commits: int | None = Field(default=None, ge=1, description="Run after this many data commits.")
+    min_delete_files: int = Field(default=1, ge=1, description="Run only when the table holds at least this many "
+                                  "delete files.")
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> RewriteDeletes:
+        if self.every is not None and self.after_commits is not None:
+            raise ValueError(REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE)
+        if self.every is not None and parse_duration(self.every) <= 0:
+            raise ValueError("every must be greater than zero")
+        return self
+
+    def due(self, commits: int, seconds: float) -> bool:
+        """Whether a run is due ``commits`` data commits and ``seconds`` after the last one."""
+        if self.every is not None:
+            return seconds >= parse_duration(self.every)
+        return commits >= (self.after_commits or DEFAULT_REWRITE_AFTER_COMMITS)
+
+
+class ExpireSnapshots(Model):
+    """Expire old snapshots (and delete the files only they referenced), under the sink's fence."""
+
+    older_than: Duration = Field(default="1h", description="Expire snapshots older than this, e.g. 1h.")
+    retain_last: int = Field(default=10, ge=1, description="Always keep this many of main's newest snapshots.")
+    every: Duration = Field(default="10m", description="How often expiry runs (checked after each commit).")
+
+    @model_validator(mode="after")
+    def _positive(self) -> ExpireSnapshots:
+        if self.every_seconds <= 0:
+            raise ValueError("every must be greater than zero")
+        return self
+
+    @property
+    def older_than_seconds(self) -> float:
+        return parse_duration(self.older_than)
+
+    @property
+    def every_seconds(self) -> float:
+        return parse_duration(self.every)
+
+
+class Maintenance(Model):
+    """Table maintenance the job runs between triggers, under its fence (docs/operations.md)."""
+
+    rewrite_deletes: RewriteDeletes | None = None
+    expire_snapshots: ExpireSnapshots | None = None
+
+
 class DeadLetter(Model):
     table: str = Field(pattern=TABLE_NAME_PATTERN)
 
@@ -265,6 +325,7 @@ class IcebergSyncSpec(Model):
     changes: Changes | None = None
     commit: Commit = Field(default_factory=Commit)
     dead_letter: DeadLetter | None = None
+    maintenance: Maintenance | None = None
     spark: Spark = Field(default_factory=Spark)
     suspend: bool = False
 
@@ -295,6 +356,7 @@ class IcebergSyncSpec(Model):
         if self.dead_letter and self.dead_letter.table == self.table.name:
             raise ValueError("deadLetter.table must differ from table.name")
         return self
+
 
 
 # Columns of the built-in generator: taxi-trip-like, deterministic per id.
@@ -415,6 +477,8 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
                             "a key column cannot be float or double")
         if name in (spec.table.key or [])[:index]:
             problems.append(f"spec.table.key[{index}]: column {name!r} is listed twice")
+    if spec.maintenance is not None and spec.maintenance.rewrite_deletes is not None and spec.changes is None:
+        problems.append(f"spec.maintenance.rewriteDeletes: {REWRITE_DELETES_NEED_CHANGES_MESSAGE}")
     if spec.event_time_column and spec.event_time_column not in columns:
         problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is not in the schema")
     return problems

@@ -32,7 +32,7 @@ What pyarrow's JSON reader does silently (found by experiment, pyarrow 26) and h
       ``timestamp`` value, a date that is not ``YYYY-MM-DD``, a string that is not padded base64 are
       not values of the column);
     * what it refuses (duplicate keys, a number into a string column, a decimal that would round) ends
-      in the per-record decoder, which names the reason exactly like :func:`spark_app.decode.decode_json`.
+      in the per-record decoder, which names every reason.
 
 Timestamps
     ISO-8601 strings (``T`` or space, fraction up to nanoseconds, truncated to microseconds).
@@ -65,9 +65,9 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column as SpecColumn
-from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
 
-NOT_UTF8 = "record is not valid UTF-8 (the payload is its bytes in base64)"  # = spark_app.decode.NOT_UTF8
+NOT_UTF8 = "record is not valid UTF-8 (the payload is its bytes in base64)"
 EMPTY_RECORD = "empty record"
 MALFORMED = "malformed JSON"
 CSV_MISMATCH = "CSV row does not match the schema"
@@ -84,13 +84,16 @@ _ROW_IN_ERROR = re.compile(r" in row (\d+)\s*$")
 _VALUE_IN_ERROR = [re.compile(r"couldn't parse:(.+)$", re.S), re.compile(r"Failed to convert JSON to [^:]+: (\S+) requires"),
                    re.compile(r"The string '(.*)' is not a valid", re.S)]
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_OFFSET_SUFFIX = r"(?:Z|[+-]\d\d(?::?\d\d)?)$"
+_OFFSET_SUFFIX = r"[T ]\d.*(?:Z|[+-]\d\d(?::?\d\d)?)$"  # a time, then an offset
 # Strings Spark's from_json takes as non-finite floats (allowNonNumericNumbers).
 _JSON_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "+INF": math.inf,
                      "-Infinity": -math.inf, "-INF": -math.inf}
 _CSV_FLOAT_WORDS = {"NaN", "Inf", "-Inf", "+Inf", "Infinity", "-Infinity", "+Infinity"}
 _JSON_WHITESPACE = b" \t\r\n"
+_CSV_FIELD = r'(?:"(?:[^"]|"")*"|[^",][^,]*)?'
+_CSV_QUOTED_LINE = rf"^{_CSV_FIELD}(?:,{_CSV_FIELD})*$"
 _DECIMAL_CONTEXT = decimal.Context(prec=200, rounding=decimal.ROUND_HALF_UP, Emax=10_000, Emin=-10_000)
+REQUIRED_METADATA = {b"icebergsync.required": b"true"}
 _CONTROL_FIELDS = [pa.field(ERROR_COLUMN, pa.string()), pa.field(RAW_COLUMN, pa.string()),
                    pa.field(POSITION_COLUMN, pa.string())]
 
@@ -100,13 +103,41 @@ _CONTROL_FIELDS = [pa.field(ERROR_COLUMN, pa.string()), pa.field(RAW_COLUMN, pa.
 
 def target_schema(columns: list[SpecColumn]) -> pa.Schema:
     """The declared columns in the Arrow types the table's writer uses; every field nullable (a bad
-    record's columns are null; required columns are checked later by ``split_dead_letters``)."""
+    record's columns are null). A required column carries :data:`REQUIRED_METADATA`: the text
+    decoders make a record without it a dead letter with its raw text and position."""
     schema = schema_to_pyarrow(iceberg_schema(columns), include_field_ids=False)
-    return pa.schema([pa.field(f.name, f.type, nullable=True) for f in schema])
+    return pa.schema([pa.field(f.name, f.type, nullable=True, metadata=REQUIRED_METADATA if not f.nullable else None)
+                      for f in schema])
 
 
 def _output_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([*[pa.field(f.name, f.type, nullable=True) for f in schema], *_CONTROL_FIELDS])
+
+
+def _required_present(table: pa.Table, schema: pa.Schema, records: _Records) -> pa.Table:
+    """Mark good rows that lack a required column as dead letters, with the record's raw text and position."""
+    required = [f.name for f in schema if f.metadata == REQUIRED_METADATA]
+    if not required or table.num_rows == 0:
+        return table
+    errors = table.column(ERROR_COLUMN)
+    flagged = np.zeros(table.num_rows, dtype=bool)
+    for name in required:
+        missing = pc.and_(pc.is_null(table.column(name)), pc.is_null(errors))
+        if pc.any(missing).as_py():
+            errors = pc.if_else(missing, pa.scalar(f"required field {name} is missing or null"), errors)
+            flagged |= missing.to_numpy(zero_copy_only=False)
+    if not flagged.any():
+        return table
+    raws = table.column(RAW_COLUMN).to_pylist()
+    positions = table.column(POSITION_COLUMN).to_pylist()
+    for i in np.flatnonzero(flagged):
+        raw = records.raw(int(i))
+        raws[i] = _raw_text(raw) if raw is not None else None
+        positions[i] = records.position(int(i))
+    table = table.set_column(table.schema.get_field_index(ERROR_COLUMN), ERROR_COLUMN, errors)
+    table = table.set_column(table.schema.get_field_index(RAW_COLUMN), RAW_COLUMN, pa.array(raws, pa.string()))
+    return table.set_column(table.schema.get_field_index(POSITION_COLUMN), POSITION_COLUMN,
+                            pa.array(positions, pa.string()))
 
 
 @dataclass(frozen=True)
@@ -125,8 +156,8 @@ class _Col:
         """The type the vectorised JSON reader reads this column as."""
         if self.kind in ("string", "date", "timestamp", "timestamptz", "binary"):
             return pa.string()
-        if self.kind == "decimal":
-            return pa.decimal128(38, _loose_scale(self.precision, self.scale))
+        if self.kind == "decimal":  # the column's scale (rounding is refused), any precision (checked here)
+            return pa.decimal128(38, self.scale)
         return self.type
 
 
@@ -301,6 +332,11 @@ def _convert_text(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
 
 def _decimal_suspects(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """A wide decimal array -> the column's decimal; values that need rounding or overflow are flagged."""
+    if arr.type.scale == col.scale:  # only the precision to check: cheaply, by the extremes
+        bound = Decimal(10) ** (col.precision - col.scale)
+        extremes = pc.min_max(arr).as_py()
+        if extremes["min"] is None or (-bound < extremes["min"] and extremes["max"] < bound):
+            return arr.view(pa.decimal128(col.precision, col.scale)).cast(col.type), np.zeros(len(arr), dtype=bool)
     try:
         return arr.cast(col.type), np.zeros(len(arr), dtype=bool)
     except pa.ArrowInvalid:
@@ -499,55 +535,84 @@ def _convert_one(col: _Col, value: Any) -> tuple[Any, str | None, str | None]:
                 return None, f"field {col.name}: value {text} does not fit {col.label} without rounding", None
             return rounded, None, None
         return None, None, mismatch
-    # date, timestamp, timestamptz, binary: from strings, by the same conversion as the fast path
+    # date, timestamp, timestamptz, binary: from strings, by the same conversion as the fast path,
+    # later and for all records at once (see _decode_records)
     if isinstance(value, str) and not isinstance(value, _Num):
-        converted, bad = _convert_text(col, pa.array([value], pa.string()))
-        if not bad[0]:
-            return converted[0].as_py(), None, None
+        return _Pending(value), None, None
     return None, None, mismatch
 
 
-def _decode_record(cols: list[_Col], declared: set[str], raw: bytes | None) -> tuple[str | None, list[Any]]:
-    """(reason or None, column values) of one JSON record, with decode.py's checks in its order."""
+class _Pending(str):
+    """A string the column's vectorised conversion has yet to take (or refuse)."""
+
+
+def _decode_records(cols: list[_Col], declared: set[str], raws: list[bytes | None]) -> tuple[list[str | None], list[list[Any]]]:
+    """Reasons (None: good) and columns of JSON records, each decoded alone, with decode.py's checks
+    in its order: the record's own problems, then the first strict error, then the first mismatch."""
+    decoded = [_decode_record(cols, declared, raw) for raw in raws]
+    columns: list[list[Any]] = [[values[c] for _, _, values in decoded] for c in range(len(cols))]
+    for c, col in enumerate(cols):
+        pending = [j for j, value in enumerate(columns[c]) if isinstance(value, _Pending)]
+        if not pending:
+            continue
+        converted, bad = _convert_text(col, pa.array([str(columns[c][j]) for j in pending], pa.string()))
+        for j, value, refused in zip(pending, converted.to_pylist(), bad, strict=True):
+            if refused:
+                decoded[j][1].append((c, f"field {col.name}: value {columns[c][j]} is not a {col.label}"))
+            columns[c][j] = value
+    reasons: list[str | None] = []
+    for j, (reason, mismatches, _) in enumerate(decoded):
+        if reason is None and mismatches:
+            reason = min(mismatches)[1]
+        reasons.append(reason)
+        if reason is not None:
+            for column in columns:
+                column[j] = None
+    return reasons, columns
+
+
+def _decode_record(cols: list[_Col], declared: set[str],
+                   raw: bytes | None) -> tuple[str | None, list[tuple[int, str]], list[Any]]:
+    """(the record's reason or its first strict error, its mismatches by column, values) of one JSON
+    record; text columns' values are :class:`_Pending`."""
     nulls: list[Any] = [None] * len(cols)
     if raw is None:
-        return EMPTY_RECORD, nulls
+        return EMPTY_RECORD, [], nulls
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return NOT_UTF8, nulls
+        return NOT_UTF8, [], nulls
     try:
         record = _loads(text)
     except _Duplicates as dup:
         if dup.top:
-            return "duplicate key(s) in the record: " + ", ".join(dup.top), nulls
-        return "duplicate keys in a nested value", nulls
+            return "duplicate key(s) in the record: " + ", ".join(dup.top), [], nulls
+        return "duplicate keys in a nested value", [], nulls
     except (ValueError, RecursionError):
-        return MALFORMED, nulls
+        return MALFORMED, [], nulls
     if not _surrogate_free(record):
-        return MALFORMED, nulls
+        return MALFORMED, [], nulls
     if not isinstance(record, dict):
-        return f"record is {_kind(record)}, not a JSON object", nulls
+        return f"record is {_kind(record)}, not a JSON object", [], nulls
     unknown = [key for key in record if key not in declared]
     if unknown:
-        return "unknown field(s) not in spec.schema: " + ", ".join(unknown), nulls
+        return "unknown field(s) not in spec.schema: " + ", ".join(unknown), [], nulls
     values: list[Any] = []
-    stricts: list[str] = []
-    mismatches: list[str] = []
-    for col in cols:
+    strict_error: str | None = None
+    mismatches: list[tuple[int, str]] = []
+    for c, col in enumerate(cols):
         value = record.get(col.name)
         if value is None:
             values.append(None)
             continue
         converted, strict, mismatch = _convert_one(col, value)
         values.append(converted)
-        if strict:
-            stricts.append(strict)
+        strict_error = strict_error or strict
         if mismatch:
-            mismatches.append(mismatch)
-    reasons = stricts + mismatches
-    reason = reasons[0] if reasons else None
-    return reason, (nulls if reason is not None else values)
+            mismatches.append((c, mismatch))
+    if strict_error is not None:
+        return strict_error, [], nulls
+    return None, mismatches, values
 
 
 # -- records: where they come from ---------------------------------------------------------------
@@ -585,13 +650,13 @@ class _Records:
                         dtype=bool)
 
 
-def _newlines(buf: np.ndarray, step: int = 1 << 20) -> np.ndarray:
-    """Offsets of the ``\n`` bytes (in slices: one big temporary array costs more in page faults)."""
+def _offsets_of(buf: np.ndarray, byte: int, step: int = 1 << 20) -> np.ndarray:
+    """Offsets of ``byte`` in ``buf`` (in slices: one big temporary array costs more in page faults)."""
     scratch = np.empty(min(step, len(buf)), dtype=bool)
     found = []
     for start in range(0, len(buf), step):
         part = buf[start:start + step]
-        np.equal(part, 10, out=scratch[:len(part)])
+        np.equal(part, byte, out=scratch[:len(part)])
         found.append(np.flatnonzero(scratch[:len(part)]) + start)
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
@@ -600,7 +665,7 @@ class _Lines(_Records):
     def __init__(self, block: bytes, file: str, first_line: int) -> None:
         self.block, self.file = block, file
         buf = np.frombuffer(block, dtype=np.uint8) if block else np.zeros(1, dtype=np.uint8)[:0]
-        newline = _newlines(buf)
+        newline = _offsets_of(buf, 10)
         starts = np.concatenate([[0], newline + 1]).astype(np.int64)
         ends = np.concatenate([newline, [len(buf)]]).astype(np.int64)
         numbers = np.arange(first_line, first_line + len(starts), dtype=np.int64)
@@ -631,6 +696,15 @@ class _Lines(_Records):
     def raw(self, i: int) -> bytes:
         return self.block[self.starts[i]:self.ends[i]]
 
+    def with_byte(self, byte: int) -> np.ndarray:
+        """Which records contain ``byte``."""
+        where = _offsets_of(np.frombuffer(self.block, dtype=np.uint8), byte) if self.block else np.zeros(0, np.int64)
+        record = np.searchsorted(self.starts, where, side="right") - 1
+        inside = (record >= 0) & (where < self.ends[np.maximum(record, 0)]) if len(self.starts) else record < -1
+        found = np.zeros(self.count, dtype=bool)
+        found[record[inside]] = True
+        return found
+
     def data(self, idx: np.ndarray) -> Any:
         first, last = int(idx[0]), int(idx[-1])
         if self.numbers[last] - self.numbers[first] + 1 == len(idx):  # adjacent lines: a zero-copy slice
@@ -639,7 +713,7 @@ class _Lines(_Records):
         return super().data(idx)
 
     def position(self, i: int) -> str:
-        return json.dumps({"file": self.file, "line": int(self.numbers[i])}, sort_keys=True)
+        return encode_position({"file": self.file, "line": int(self.numbers[i])})
 
     def locate(self, idx: np.ndarray, text: bytes, pattern: re.Pattern[bytes] | None = None) -> np.ndarray:
         first, last = int(idx[0]), int(idx[-1])
@@ -656,14 +730,21 @@ class _Lines(_Records):
         return found
 
 
+def _is_utf8(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8 (Arrow's validation, without copying the bytes)."""
+    offsets = pa.py_buffer(np.array([0, len(data)], dtype=np.int64))
+    try:
+        pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(data)]).validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
 def _utf8_mask(block: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Which of the lines ``[starts, ends)`` of ``block`` are valid UTF-8 (the whole block is checked at once)."""
     valid = np.ones(len(starts), dtype=bool)
-    try:
-        pa.array([block], pa.large_binary()).cast(pa.large_string())
+    if _is_utf8(block):
         return valid
-    except pa.ArrowInvalid:
-        pass
     for i in range(len(starts)):
         try:
             block[starts[i]:ends[i]].decode("utf-8")
@@ -678,15 +759,18 @@ class _Values(_Records):
         self.positions = positions
         self.count = len(self.values)
         self.items: list[bytes | None] = self.values.to_pylist()
-        gated = np.zeros(self.count, dtype=bool)
+        # Fast test: '{' first and '}' last; the other values are looked at one by one.
+        first = pc.equal(pc.binary_slice(self.values, 0, 1), pa.scalar(b"{", pa.large_binary()))
+        last = pc.equal(pc.binary_slice(self.values, -1), pa.scalar(b"}", pa.large_binary()))
+        gated = pc.fill_null(pc.and_(first, last), False).to_numpy(zero_copy_only=False).copy()
         valid = np.ones(self.count, dtype=bool)
-        for i, item in enumerate(self.items):
-            if item is None:
-                continue
-            core = item.strip(_JSON_WHITESPACE)
-            gated[i] = core[:1] == b"{" and core[-1:] == b"}"
+        for j in np.flatnonzero(~gated):
+            item = self.items[j]
+            if item is not None:
+                core = item.strip(_JSON_WHITESPACE)
+                gated[j] = core[:1] == b"{" and core[-1:] == b"}"
         try:
-            self.values.cast(pa.large_string())
+            self.values.view(pa.large_string()).validate(full=True)
         except pa.ArrowInvalid:
             for i, item in enumerate(self.items):
                 if item is not None:
@@ -700,8 +784,14 @@ class _Values(_Records):
     def raw(self, i: int) -> bytes | None:
         return self.items[i]
 
+    def data(self, idx: np.ndarray) -> Any:
+        first, last = int(idx[0]), int(idx[-1])
+        if last - first + 1 == len(idx):  # adjacent (and gated, so none is null)
+            return io.BytesIO(b"\n".join(self.items[first:last + 1]))  # type: ignore[arg-type]
+        return super().data(idx)
+
     def position(self, i: int) -> str:
-        return json.dumps(self.positions(i), sort_keys=True)
+        return encode_position(self.positions(i))
 
 
 # -- assembling output ---------------------------------------------------------------------------
@@ -731,89 +821,133 @@ def _assemble(out: pa.Schema, pieces: list[_Piece], count: int) -> pa.Table:
     return table
 
 
+@dataclass
+class _Found:
+    """What narrowing a chunk found: ranges the reader read (with records flagged so far) and records
+    to decode alone."""
+
+    reads: list[tuple[np.ndarray, pa.Table, np.ndarray]]
+    alone: list[np.ndarray]
+
+
 class _JsonDecoder:
     def __init__(self, schema: pa.Schema, records: _Records) -> None:
+        self.schema = schema
         self.cols = _plan(schema)
         self.declared = {c.name for c in self.cols}
         self.out = _output_schema(schema)
         self.records = records
         self.read_schema = pa.schema([pa.field(c.name, c.read_type) for c in self.cols])
+        # Records per first read in a chunk: smaller while chunks keep needing narrowing (a value the
+        # reader cannot convert is found only after it parsed the whole read).
+        self.first_read = CHUNK_RECORDS
 
     def decode(self) -> pa.Table:
         r = self.records
         fast = r.gated & r.valid_utf8 if r.count else np.zeros(0, dtype=bool)
-        pieces: list[_Piece] = []
-        alone = np.flatnonzero(~fast)
-        if len(alone):
-            pieces.extend(self._one_by_one(run) for run in np.split(alone, np.flatnonzero(np.diff(alone) != 1) + 1))
-        # Runs of records the reader may see, in chunks.
-        candidates = np.flatnonzero(fast)
-        if len(candidates):
-            breaks = np.flatnonzero(np.diff(candidates) != 1) + 1
-            for run in np.split(candidates, breaks):
-                for start in range(0, len(run), CHUNK_RECORDS):
-                    pieces.extend(self._solve(run[start:start + CHUNK_RECORDS]))
-        return _assemble(self.out, pieces, r.count)
+        pieces = [self._chunk(start, min(start + CHUNK_RECORDS, r.count), fast) for start in range(0, r.count, CHUNK_RECORDS)]
+        return _required_present(_assemble(self.out, pieces, r.count), self.schema, r)
 
-    def _read(self, idx: np.ndarray, unexpected: str = "infer") -> pa.Table:
+    def _chunk(self, start: int, end: int, fast: np.ndarray) -> _Piece:
+        """Decode the records ``[start, end)``: read those the reader may see, narrow down what it
+        refuses, check what it read (in one go), decode the rest alone."""
+        found = _Found([], [])
+        window = fast[start:end]
+        if not window.all():
+            found.alone.append(np.flatnonzero(~window) + start)
+        self._pieces(np.flatnonzero(window) + start, found, self.first_read)
+        narrowed = len(found.reads) > 1 or bool(found.alone)
+        self.first_read = max(_NARROW_RECORDS, self.first_read // 4) if narrowed else min(CHUNK_RECORDS, self.first_read * 2)
+        parts = []
+        if found.reads:
+            read_idx = np.concatenate([i for i, _, _ in found.reads])
+            tables = [t for _, t, _ in found.reads]
+            table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            checked, suspect = self._checked(table, np.concatenate([m for _, _, m in found.reads]))
+            if suspect.any():  # flagged records are decoded alone
+                found.alone.append(read_idx[suspect])
+                read_idx, checked = read_idx[~suspect], checked.filter(pa.array(~suspect))
+            parts.append(_Piece(read_idx, checked))
+        if found.alone:
+            parts.append(self._one_by_one(np.sort(np.concatenate(found.alone))))
+        if len(parts) == 1:
+            return parts[0]
+        order = np.concatenate([p.idx for p in parts])
+        table = pa.concat_tables([p.table for p in parts])
+        sort = np.argsort(order, kind="stable")
+        return _Piece(order[sort], table.take(pa.array(sort)))
+
+    def _read(self, idx: np.ndarray) -> pa.Table:
+        """The records ``idx`` by the vectorised reader; a field the schema does not declare gets a column."""
         data = self.records.data(idx)
         size = data.size() if isinstance(data, pa.BufferReader) else len(data.getbuffer())
         return pa_json.read_json(
             data,
             read_options=pa_json.ReadOptions(use_threads=False, block_size=max(size + 1, 1 << 16)),
-            parse_options=pa_json.ParseOptions(explicit_schema=self.read_schema, unexpected_field_behavior=unexpected,
+            parse_options=pa_json.ParseOptions(explicit_schema=self.read_schema, unexpected_field_behavior="infer",
                                                newlines_in_values=self.records.newlines),
         )
 
-    def _solve(self, idx: np.ndarray) -> list[_Piece]:
+    def _solve(self, idx: np.ndarray, found: _Found) -> None:
+        if not len(idx):
+            return
         if len(idx) <= _LEAF_RECORDS:
-            return [self._one_by_one(idx)]
+            found.alone.append(idx)
+            return
         try:
             table = self._read(idx)
         except pa.ArrowInvalid as exc:
-            return self._narrow(idx, str(exc))
+            self._narrow(idx, str(exc), found)
+            return
         if table.num_rows != len(idx):  # cannot happen with gated records; be safe
-            return self._halves(idx)
-        return self._checked(idx, table)
+            self._halves(idx, found)
+            return
+        flagged = np.zeros(len(idx), dtype=bool)
+        extra = [name for name in table.column_names if name not in self.declared]
+        for name in extra:
+            flagged |= self._unknown_field(idx, name, table.column(name))
+        found.reads.append((idx, table.drop_columns(extra) if extra else table, flagged))
 
-    def _pieces(self, idx: np.ndarray) -> list[_Piece]:
-        """Solve ``idx`` in runs of adjacent records of at most ``_NARROW_RECORDS``."""
-        pieces: list[_Piece] = []
+    def _pieces(self, idx: np.ndarray, found: _Found, size: int | None = None) -> None:
+        """Solve ``idx`` in runs of adjacent records of at most ``size`` (default ``_NARROW_RECORDS``)."""
+        size = size or _NARROW_RECORDS
         if len(idx):
             for run in np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1):
-                for start in range(0, len(run), _NARROW_RECORDS):
-                    pieces.extend(self._solve(run[start:start + _NARROW_RECORDS]))
-        return pieces
+                for start in range(0, len(run), size):
+                    self._solve(run[start:start + size], found)
 
-    def _halves(self, idx: np.ndarray) -> list[_Piece]:
+    def _halves(self, idx: np.ndarray, found: _Found) -> None:
         mid = len(idx) // 2
-        return self._solve(idx[:mid]) + self._solve(idx[mid:])
+        self._solve(idx[:mid], found)
+        self._solve(idx[mid:], found)
 
-    def _narrow(self, idx: np.ndarray, message: str) -> list[_Piece]:
+    def _narrow(self, idx: np.ndarray, message: str, found: _Found) -> None:
         """The reader refused ``idx``: find the records it refuses and decode them alone."""
         row = _ROW_IN_ERROR.search(message)
         if row is not None and int(row.group(1)) < len(idx):
             n = int(row.group(1))
-            return [*self._solve(idx[:n]), self._one_by_one(idx[n:n + 1]), *self._pieces(idx[n + 1:])]
+            self._solve(idx[:n], found)
+            found.alone.append(idx[n:n + 1])
+            self._pieces(idx[n + 1:], found)
+            return
         for pattern in _VALUE_IN_ERROR:
             value = pattern.search(message)
             if value is not None:
                 # The records holding that value (as a whole JSON value, perhaps quoted) go alone.
                 text = value.group(1).encode("utf-8")
-                # As a whole JSON value (perhaps quoted): a delimiter before and after it.
                 token = re.compile(rb'[:,\[]\s*"?' + re.escape(text) + rb'"?\s*[,}\]]')
                 suspect = self.records.locate(idx, text, token)
                 if 0 < suspect.sum() <= len(idx) // 2:
-                    return [*[self._one_by_one(idx[j:j + 1]) for j in np.flatnonzero(suspect)], *self._pieces(idx[~suspect])]
+                    found.alone.append(idx[suspect])
+                    self._pieces(idx[~suspect], found)
+                    return
                 break
-        return self._halves(idx)
+        self._halves(idx, found)
 
-    def _checked(self, idx: np.ndarray, table: pa.Table) -> list[_Piece]:
-        """The cheap vectorised checks of what the reader accepts silently; flagged records go one by one."""
-        suspect = np.zeros(len(idx), dtype=bool)
-        for name in table.column_names:
-            if name not in self.declared:
-                suspect |= self._unknown_field(idx, name, table.column(name))
+    def _checked(self, table: pa.Table, suspect: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """The read records in the output's types, and which of them (besides those ``suspect``
+        already) the cheap vectorised checks of what the reader accepts silently flag."""
+        suspect = suspect.copy()
         arrays = []
         for col in self.cols:
             arr = _combine(table.column(col.name))
@@ -828,14 +962,7 @@ class _JsonDecoder:
                 arr, bad = _convert_text(col, arr)
                 suspect |= bad
             arrays.append(arr.cast(col.type) if arr.type != col.type else arr)
-        if not suspect.any():
-            return [_Piece(idx, pa.Table.from_arrays([*arrays, *_control(len(idx))], schema=self.out))]
-        # The flagged records decoded alone, put in their places.
-        alone = self._one_by_one(idx[suspect]).table
-        mask = pa.array(suspect)
-        columns = [pc.replace_with_mask(array, mask, _combine(alone.column(i)))
-                   for i, array in enumerate([*arrays, *_control(len(idx))])]
-        return [_Piece(idx, pa.Table.from_arrays(columns, schema=self.out))]
+        return pa.Table.from_arrays([*arrays, *_control(table.num_rows)], schema=self.out), suspect
 
     def _unknown_field(self, idx: np.ndarray, name: str, column: pa.ChunkedArray) -> np.ndarray:
         """The records that have the undeclared field ``name`` (the reader inferred a column for it): a
@@ -844,18 +971,12 @@ class _JsonDecoder:
         return present | self.records.locate(idx, json.dumps(name).encode("utf-8")) | self.records.locate(idx, b"\\u")
 
     def _one_by_one(self, idx: np.ndarray) -> _Piece:
-        columns: list[list[Any]] = [[] for _ in self.cols]
-        errors: list[str | None] = []
-        raws: list[str | None] = []
-        positions: list[str | None] = []
-        for i in idx:
-            raw = self.records.raw(int(i))
-            reason, values = _decode_record(self.cols, self.declared, raw)
-            for column, value in zip(columns, values, strict=True):
-                column.append(value)
-            errors.append(reason)
-            raws.append(_raw_text(raw) if reason is not None and raw is not None else None)
-            positions.append(self.records.position(int(i)) if reason is not None else None)
+        records = [self.records.raw(int(i)) for i in idx]
+        errors, columns = _decode_records(self.cols, self.declared, records)
+        raws = [_raw_text(raw) if reason is not None and raw is not None else None
+                for raw, reason in zip(records, errors, strict=True)]
+        positions = [self.records.position(int(i)) if reason is not None else None
+                     for i, reason in zip(idx, errors, strict=True)]
         arrays = [pa.array(values, col.type) for col, values in zip(self.cols, columns, strict=True)]
         return _Piece(np.asarray(idx), pa.Table.from_arrays([*arrays, *_control(len(idx), errors, raws, positions)],
                                                             schema=self.out))
@@ -930,10 +1051,14 @@ def decode_csv_block(block: bytes, schema: pa.Schema, file: str, first_line: int
     out = _output_schema(schema)
     lines = _Lines(block, file, first_line)
     errors: dict[int, str] = {int(i): NOT_UTF8 for i in np.flatnonzero(~lines.valid_utf8)}
-    for i in np.flatnonzero(lines.valid_utf8):
-        # An odd number of quotes leaves a quote open, which would swallow the following lines.
-        if lines.raw(int(i)).count(b'"') % 2:
-            errors[int(i)] = f"{CSV_MISMATCH}: unterminated quote"
+    # pyarrow reads quotes leniently (text after a closing quote is kept; an open quote swallows the
+    # next lines): a line with a quote must be fields as RFC 4180 writes them.
+    quoted = [i for i in np.flatnonzero(lines.with_byte(ord('"')) & lines.valid_utf8)]
+    if quoted:
+        paired = pc.match_substring_regex(pa.array([lines.raw(int(i)) for i in quoted], pa.binary()), _CSV_QUOTED_LINE)
+        for i, ok in zip(quoted, paired.to_pylist(), strict=True):
+            if not ok:
+                errors[int(i)] = f"{CSV_MISMATCH}: quotes do not pair up (RFC 4180)"
     usable = np.array([i for i in range(lines.count) if i not in errors], dtype=np.int64)
     texts, rows = _csv_read(cols, lines, usable, errors)
     pieces = []
@@ -954,7 +1079,7 @@ def decode_csv_block(block: bytes, schema: pa.Schema, file: str, first_line: int
                            [_raw_text(lines.raw(int(i))) for i in bad_idx], [lines.position(int(i)) for i in bad_idx])
         pieces.append(_Piece(bad_idx, pa.Table.from_arrays([*[pa.nulls(len(bad_idx), c.type) for c in cols], *control],
                                                            schema=out)))
-    return _assemble(out, pieces, lines.count)
+    return _required_present(_assemble(out, pieces, lines.count), schema, lines)
 
 
 def _csv_read(cols: list[_Col], lines: _Lines, idx: np.ndarray,
@@ -1034,7 +1159,7 @@ def conform_table(table: pa.Table, schema: pa.Schema, position: Callable[[int], 
         arrays.append(converted)
     mask = pa.array(bad)
     rows = [pc.if_else(mask, pa.scalar(None, a.type), a) if bad.any() else a for a in arrays]
-    positions = [json.dumps(position(int(i)), sort_keys=True) if bad[i] else None for i in range(n)] if bad.any() else None
+    positions = [encode_position(position(int(i))) if bad[i] else None for i in range(n)] if bad.any() else None
     return pa.Table.from_arrays([*rows, *_control(n, reasons if bad.any() else None, None, positions)], schema=out)
 
 
@@ -1042,5 +1167,5 @@ def whole_input_row(schema: pa.Schema, reason: str, position: dict[str, Any]) ->
     """One dead-letter row for an unusable input: declared columns null, no raw record."""
     out = _output_schema(schema)
     return pa.Table.from_arrays(
-        [*[pa.nulls(1, f.type) for f in schema], *_control(1, [reason], None, [json.dumps(position, sort_keys=True)])],
+        [*[pa.nulls(1, f.type) for f in schema], *_control(1, [reason], None, [encode_position(position)])],
         schema=out)

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icebergsync.spec import Column as SpecColumn
-from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
 
 OP_COLUMN = "_isync_op"
 ORDER_COLUMN = "_isync_order"
@@ -499,7 +499,7 @@ def decode_changes(
             orders.append(order_base + index)
             errors.append(str(bad))
             raws.append(_raw(value) if value is not None else _raw(keys[index] if keys is not None else None))
-            where.append(json.dumps(positions(index), sort_keys=True, default=str))
+            where.append(encode_position(positions(index)))
             continue
         for op, row in changes:
             out_rows.append(row)

@@ -23,7 +23,7 @@ log = logging.getLogger("icebergsync")
 def run_command(args: argparse.Namespace) -> int:
     """Run the sync; return the documented exit status."""
     from spark_app.job import SyncJob, install_stop_handlers
-    from spark_app.session import build_session, connector_conf, warm_up
+    from spark_app.session import build_session, warm_up
 
     stop_requested = threading.Event()
     install_stop_handlers(stop_requested)
@@ -31,7 +31,6 @@ def run_command(args: argparse.Namespace) -> int:
     sync = load_spec(args.spec)
     catalog = open_catalog(sync.spec.table.catalog)  # fail fast, before a JVM starts
     conf = {**sync.spec.spark.conf, **dict(item.split("=", 1) for item in args.conf)}
-    conf.update(connector_conf(sync.spec.source.kind, conf))
     # The JVM and the Python workers start while the sink fences the table (which needs no Spark).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-spark-start") as starter:
         session = starter.submit(

@@ -43,6 +43,9 @@ from spark_app.iceberg_internals import (
     added_snapshot,
     appended_snapshot_id,
     commit_transaction,
+    expire_snapshots,
+    main_head_requirement,
+    rewrite_files,
     row_delta,
 )
 
@@ -150,6 +153,8 @@ class SinkCommitter:
         self.last_dead_letter_snapshot: Snapshot | None = None
         self.fence_time_ms: int | None = None
         self.pins: dict[str, TablePin] = {}
+        self.frontier: Frontier | None = None  # the frontier of this writer's newest commit
+        self._pending_dead_letter_paths: list[str] = []  # of the newest main commit, until its dead-letter commit
 
     # -- compare-and-swap -------------------------------------------------------------------------
 
@@ -307,6 +312,7 @@ class SinkCommitter:
         self.last_snapshot = snapshot
         self.fence_time_ms = snapshot.timestamp_ms
         progress = progress_seen[-1]
+        self.frontier = progress.frontier
         if self._dead_letter_identifier:
             self._fence_dead_letters(self._catalog.load_table(self._identifier))
         for note in progress.notes:
@@ -402,11 +408,14 @@ class SinkCommitter:
             self.discard(output)  # certainly not committed: the check refused before the commit was sent
             raise
         self.last_snapshot = snapshot
+        self.frontier = frontier
+        self._pending_dead_letter_paths = dead_letter_paths if self._dead_letter_identifier else []
         crash_point("main-committed")
         if output.dead_letter_files and self._dead_letter_identifier:
             # From here on every staged file is listed by a main commit: whatever happens to the
             # dead-letter commit, nothing is discarded (a newer writer's fence recovers the dead letters).
             self._commit_dead_letters(output.dead_letter_files, frontier, snapshot)
+        self._pending_dead_letter_paths = []
         return Commit(snapshot, (time.monotonic() - started) * 1000)
 
     def _commit_dead_letters(self, files: list[DataFile], frontier: Frontier, main: Snapshot) -> None:
@@ -423,6 +432,94 @@ class SinkCommitter:
             self._dead_letter_identifier, self._steady_check(self.last_dead_letter_snapshot), build
         )
         self.last_dead_letter_snapshot = snapshot
+
+    # -- maintenance ------------------------------------------------------------------------------
+
+    def commit_maintenance(self, planned: Snapshot, removed: list[str], added: list[DataFile]) -> Commit:
+        """Commit a rewrite planned on the main snapshot ``planned`` as ONE ``replace`` snapshot of kind maintenance.
+
+        It removes the files ``removed`` (data and delete files), adds the data files ``added`` with the
+        data sequence number of ``planned`` (so that every delete committed after ``planned`` still
+        applies to them) and carries this writer's frontier and checkpoint unchanged, through the
+        same fenced compare-and-swap as a data commit. A fenced writer lands nothing
+        (``FencedError``); when main moved past ``planned`` (another writer committed meanwhile)
+        ``MaintenanceConflictError`` says to plan again. Either way the caller deletes ``added``.
+        """
+        started = time.monotonic()
+        last = protocol.parse_commit(self.last_snapshot) if self.last_snapshot is not None else None
+        steady = self._steady_check(self.last_snapshot)
+
+        def check(metadata: TableMetadata) -> None:
+            steady(metadata)
+            if metadata.current_snapshot_id != planned.snapshot_id:
+                raise MaintenanceConflictError(
+                    f"main moved from snapshot {planned.snapshot_id} to {metadata.current_snapshot_id} while the "
+                    "rewrite was planned; nothing was committed"
+                )
+
+        def build(table: Table) -> tuple[Transaction, int]:
+            transaction = Transaction(table)
+            summary = protocol.snapshot_properties(
+                self.writer, protocol.KIND_MAINTENANCE, self.frontier, source=self.source,
+                max_event_time=last.max_event_time if last else None, source_lag=last.source_lag if last else None,
+            )
+            snapshot_id = rewrite_files(transaction, summary, removed, added, planned.sequence_number or 0)
+            checkpoint = protocol.checkpoint_value(
+                self.writer, self.frontier, snapshot_id, _pending_extra(self._pending_dead_letter_paths), self.source,
+                added_snapshot(transaction, snapshot_id),
+            )
+            transaction.set_properties({protocol.checkpoint_key(self.writer.sink_id): checkpoint})
+            return transaction, snapshot_id
+
+        snapshot, _ = self._compare_and_swap(self._identifier, check, build)
+        self.last_snapshot = snapshot
+        return Commit(snapshot, (time.monotonic() - started) * 1000)
+
+    def expire_snapshots(self, older_than_ms: int, retain_last: int) -> list[Snapshot]:
+        """Expire main-table snapshots older than ``older_than_ms`` (epoch ms) beyond the newest ``retain_last``
+        of main, under the fence; return the expired snapshots.
+
+        Never expired: the heads of branches and tags, the newest ``retain_last`` snapshots of main,
+        and this writer's own newest snapshot (the fence check looks for it). The checkpoint property
+        is untouched: it is what recovery reads once the snapshots carrying the summaries are gone.
+        The commit asserts main's head and the table uuid, after the same fence check as a data
+        commit; a conflict re-checks and recomputes. Expiry is idempotent, so an unknown outcome is
+        retried the same way (a landed expiry leaves nothing to expire).
+        """
+        check = self._steady_check(self.last_snapshot)
+        deadline = time.monotonic() + UNKNOWN_OUTCOME_DEADLINE_SECONDS
+        rounds = 0
+        while True:
+            rounds += 1
+            table = self._catalog.load_table(self._identifier)
+            if self._identifier in self.pins:
+                self.pins[self._identifier].check(self._identifier, table.metadata)
+            check(table.metadata)
+            expired = expirable_snapshots(table.metadata, older_than_ms, retain_last,
+                                          self.last_snapshot_id)
+            if not expired:
+                return []
+            transaction = Transaction(table)
+            expire_snapshots(transaction, [s.snapshot_id for s in expired])
+            try:
+                commit_transaction(self._catalog, table, transaction, AssertTableUUID(uuid=table.metadata.table_uuid),
+                                   main_head_requirement(table.metadata))
+            except CommitFailedException as exc:
+                log.info("expiry conflict on %s (round %d): %s; re-checking the fence", self._identifier, rounds, exc)
+                time.sleep(random.uniform(0.0, min(1.0, 0.01 * 2**min(rounds, 7))))
+                continue
+            except (IcebergSyncError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # unknown outcome: recomputing finds nothing to expire if it landed
+                if time.monotonic() > deadline:
+                    raise CommitStateUnknownError(
+                        f"expiry on {self._identifier} failed with an unknown outcome for "
+                        f"{UNKNOWN_OUTCOME_DEADLINE_SECONDS:.0f}s: {exc}"
+                    ) from exc
+                log.warning("expiry on %s had an unknown outcome (%s); re-checking", self._identifier, exc)
+                time.sleep(min(5.0, 0.2 * 2**min(rounds, 5)))
+                continue
+            return expired
 
     # -- cleanup ----------------------------------------------------------------------------------
 
@@ -465,6 +562,19 @@ class SinkCommitter:
         for path in output.all_paths():
             with contextlib.suppress(FileNotFoundError):
                 io.delete(path)
+
+
+class MaintenanceConflictError(IcebergSyncError):
+    """Main moved while a rewrite was planned: nothing was committed, plan again later."""
+
+
+def expirable_snapshots(metadata: TableMetadata, older_than_ms: int, retain_last: int,
+                        keep: int | None = None) -> list[Snapshot]:
+    """Snapshots an expiry removes: older than ``older_than_ms``, not among the newest ``retain_last`` of main,
+    not the head of a branch or tag, and not ``keep``."""
+    retained = {s.snapshot_id for _, s in zip(range(max(retain_last, 1)), protocol.main_ancestry(metadata), strict=False)}
+    protected = {ref.snapshot_id for ref in metadata.refs.values()} | retained | ({keep} if keep is not None else set())
+    return [s for s in metadata.snapshots if s.snapshot_id not in protected and s.timestamp_ms < older_than_ms]
 
 
 def _check_delete_specs(table: Table, delete_files: list[DataFile]) -> None:

@@ -4,9 +4,9 @@ One module owns them end to end:
 
 * marking — every frame handed to the writer carries three control columns: ``_isync_error`` (why
   the row is a dead letter, null when it is good), ``_isync_raw`` (the raw record) and
-  ``_isync_position`` (its source position as JSON). Decoders set them per record; a source that
-  finds a whole input unusable (a file that is not Parquet, a CSV with the wrong header) adds ONE row
-  for it with :func:`whole_input_rows`;
+  ``_isync_position`` (its source position as compact JSON, :func:`encode_position`). Decoders set
+  them per record; a source that finds a whole input unusable (a file that is not Parquet, a CSV with
+  the wrong header) adds ONE row for it (``arrow_decode.whole_input_row``);
 * splitting and building — the executors split each batch into good rows and dead letters and turn
   the dead letters into rows of :data:`DEAD_LETTER_SCHEMA` (:func:`split_dead_letters`,
   :func:`dead_letter_rows`);
@@ -20,6 +20,7 @@ Committing dead-letter files (after the main commit, recovered after a crash) is
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -27,12 +28,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from icebergsync.errors import BadInputError
-from icebergsync.schema import spark_type
-from icebergsync.spec import Column as SpecColumn
 
 DEAD_LETTER_SCHEMA = Schema(
     NestedField(1, "sink_id", StringType(), required=True),
@@ -51,23 +50,17 @@ CONTROL_COLUMNS = (ERROR_COLUMN, RAW_COLUMN, POSITION_COLUMN)
 _REASON_KEY_CHARS = 80
 
 
+def encode_position(position: Mapping[str, object]) -> str:
+    """A source position as the compact JSON every dead letter carries (keys sorted)."""
+    return json.dumps(position, sort_keys=True, separators=(",", ":"), default=str)
+
+
 # -- marking (driver, Spark) ----------------------------------------------------------------------
 
 
 def with_control_columns(frame: DataFrame) -> DataFrame:
     """Add empty control columns to a frame of already-typed good rows."""
     return frame.select("*", *[F.lit(None).cast("string").alias(name) for name in CONTROL_COLUMNS])
-
-
-def whole_input_rows(spark: SparkSession, columns: list[SpecColumn], failures: list[tuple[str, dict[str, object]]]) -> DataFrame:
-    """One dead-letter row per unusable input: ``(reason, position)`` pairs, declared columns null, no payload."""
-    frame = spark.createDataFrame([(reason, json.dumps(position, sort_keys=True)) for reason, position in failures],
-                                  "reason string, position string")
-    return frame.select(
-        *[F.lit(None).cast(spark_type(c.type)).alias(c.name) for c in columns],
-        F.col("reason").alias(ERROR_COLUMN), F.lit(None).cast("string").alias(RAW_COLUMN),
-        F.col("position").alias(POSITION_COLUMN),
-    )
 
 
 # -- splitting and building (executors, Arrow) ----------------------------------------------------

@@ -1,6 +1,7 @@
 """Crash injection for the exactly-once tests: ``ICEBERGSYNC_CRASH_AT=<point>:<n>`` kills the job
 with SIGKILL the n-th time it reaches ``point`` (``fenced``, ``staged``,
-``main-committed`` — between the main and the dead-letter commit — and ``committed``).
+``main-committed`` — between the main and the dead-letter commit — ``committed``, and for keyed
+tables' maintenance ``maintenance-staged`` and ``maintenance-committed``).
 
 Unset (always, outside tests) it does nothing.
 """

@@ -12,6 +12,7 @@ tests/unit/test_iceberg_internals.py fails loudly, naming the call, when an upgr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -42,9 +43,10 @@ from pyiceberg.table.update import (
     AddPartitionSpecUpdate,
     AddSnapshotUpdate,
     AssertLastAssignedPartitionId,
+    AssertRefSnapshotId,
     TableRequirement,
 )
-from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.table.update.snapshot import ExpireSnapshots, _FastAppendFiles, _SnapshotProducer
 from pyiceberg.types import IcebergType, IntegerType, ListType, NestedField, StructType
 
 
@@ -239,3 +241,141 @@ def row_delta(transaction: Transaction, snapshot_properties: dict[str, str],
             delta.add_delete_file(delete_file)
         snapshot_id = delta.snapshot_id
     return snapshot_id
+
+
+# -- rewrites (maintenance) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """A data or delete file live in a snapshot, with the sequence numbers its manifest entry holds.
+
+    ``data_sequence_number`` is the entry's (inherited) data sequence number: an equality delete
+    applies to a data file iff the delete's is strictly greater than the data file's.
+    """
+
+    data_file: DataFile
+    data_sequence_number: int
+    manifest_path: str
+
+    @property
+    def path(self) -> str:
+        return self.data_file.file_path
+
+
+def live_files(table: Table, snapshot: Snapshot) -> list[LiveFile]:
+    """Every data and delete file live in ``snapshot`` (entries ADDED or EXISTING), with their sequence numbers."""
+    files = []
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            sequence_number = entry.sequence_number
+            if sequence_number is None:  # inherited by fetch_manifest_entry; never None on a committed snapshot
+                raise ValueError(f"manifest entry of {entry.data_file.file_path} has no sequence number")
+            files.append(LiveFile(entry.data_file, sequence_number, manifest.manifest_path))
+    return files
+
+
+class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
+    """One ``replace`` snapshot removing data and delete files and adding data files, like Iceberg's ``RewriteFiles``.
+
+    The added data files get the explicit data sequence number ``data_sequence_number`` (Iceberg's
+    ``RewriteFiles.dataSequenceNumber``: the sequence number of the snapshot the rewrite planned
+    from), so every equality delete committed after that snapshot still applies to them; their file
+    sequence number is the new snapshot's. Manifests holding a removed file are rewritten with that
+    entry ``DELETED`` and the others ``EXISTING`` (sequence numbers kept); other manifests are kept
+    as they are. Raises ``ValueError`` when a file to remove is not live in the parent snapshot.
+    """
+
+    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[str],
+                 added: Sequence[DataFile], data_sequence_number: int):
+        super().__init__(operation=Operation.REPLACE, transaction=transaction, io=transaction._table.io,
+                         branch=MAIN_BRANCH, snapshot_properties=snapshot_properties)
+        self._removed_paths = set(removed)
+        self._data_sequence_number = data_sequence_number
+        for data_file in added:
+            if data_file.content != DataFileContent.DATA:
+                raise ValueError(f"only data files can be added by a rewrite: {data_file.file_path}")
+            self._added_data_files.append(data_file)
+
+    def _deleted_entries(self) -> list[ManifestEntry]:
+        return []  # removed entries are written DELETED inside the rewritten manifests
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
+            if self._parent_snapshot_id is not None else None
+        if parent is None:
+            raise ValueError("a rewrite needs a parent snapshot")
+        kept: list[ManifestFile] = []
+        found: set[str] = set()
+        for manifest in parent.manifests(io=self._io):
+            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            hits = [e for e in entries if e.data_file.file_path in self._removed_paths]
+            if not hits:
+                if manifest.has_added_files() or manifest.has_existing_files():
+                    kept.append(manifest)
+                continue
+            spec = self.spec(manifest.partition_spec_id)
+            if manifest.content == ManifestContent.DELETES:
+                writer: ManifestWriterV2 = _DeleteManifestWriter(spec, self.schema(), self.new_manifest_output(),
+                                                                 self._snapshot_id, self._compression)
+            else:
+                writer = ManifestWriterV2(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
+                                          self._compression)
+            with writer:
+                for entry in entries:
+                    if entry.data_file.file_path in self._removed_paths:
+                        found.add(entry.data_file.file_path)
+                        self._deleted_data_files.add(entry.data_file)
+                        writer.delete(entry)
+                    else:
+                        writer.existing(entry)
+            kept.append(writer.to_manifest_file())
+        missing = self._removed_paths - found
+        if missing:
+            raise ValueError(f"files to rewrite are not live in snapshot {parent.snapshot_id}: {sorted(missing)[:5]}")
+        return kept
+
+    def _manifests(self) -> list[ManifestFile]:
+        existing = self._existing_manifests()
+        by_spec: dict[int, list[DataFile]] = {}
+        for data_file in self._added_data_files:
+            by_spec.setdefault(data_file.spec_id, []).append(data_file)
+        added = []
+        for spec_id, files in sorted(by_spec.items()):
+            with self.new_manifest_writer(self.spec(spec_id)) as writer:
+                for data_file in files:
+                    writer.add(ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
+                        sequence_number=self._data_sequence_number, file_sequence_number=None, data_file=data_file,
+                    ))
+            added.append(writer.to_manifest_file())
+        return [*added, *existing]
+
+    def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 (pyiceberg's signature)
+        # pyiceberg totals the summary only for append, overwrite and delete; the counts of a replace are the same.
+        self._operation = Operation.OVERWRITE
+        try:
+            summary = super()._summary(snapshot_properties)
+        finally:
+            self._operation = Operation.REPLACE
+        return Summary(Operation.REPLACE, **summary.additional_properties)
+
+
+def rewrite_files(transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[str],
+                  added: Sequence[DataFile], data_sequence_number: int) -> int:
+    """Stage one ``replace`` snapshot on ``transaction`` (see :class:`RewriteFiles`); return its id."""
+    rewrite = RewriteFiles(transaction, snapshot_properties, removed, added, data_sequence_number)
+    with rewrite:
+        snapshot_id = rewrite.snapshot_id
+    return snapshot_id
+
+
+def expire_snapshots(transaction: Transaction, snapshot_ids: Sequence[int]) -> None:
+    """Stage the removal of ``snapshot_ids`` on ``transaction`` (pyiceberg's ExpireSnapshots, which refuses the
+    head of a branch or tag with ``ValueError``: leave them out)."""
+    ExpireSnapshots(transaction).by_ids(list(snapshot_ids)).commit()
+
+
+def main_head_requirement(metadata: TableMetadata) -> TableRequirement:
+    """``assert-ref-snapshot-id(main == head)``: a metadata-only commit (expiry) swaps against the head it checked."""
+    return AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=metadata.current_snapshot_id)  # type: ignore[call-arg]

@@ -34,6 +34,7 @@ from spark_app.committer import Commit, SinkCommitter, TriggerOutput, attempt_fi
 from spark_app.deadletter import DEAD_LETTER_SCHEMA, Rejection
 from spark_app.deletes import delete_plan
 from spark_app.faults import crash_point
+from spark_app.maintenance import Maintainer
 from spark_app.pipeline import run_transform, run_units
 from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
@@ -136,6 +137,8 @@ class SyncJob:
                  self.writer.version, self.writer.attempt, encode_json(frontier), progress.resumed_from)
         summary.frontier = frontier
         plan = self._write_plan(table, dead)
+        maintainer = Maintainer(self.spec.maintenance, committer, self.catalog, self.spec.table.name,
+                                self.spec.commit.target_file_bytes)
         last_commit = time.monotonic()
         commit_settings = self.spec.commit
         ahead: Future[Staged] | None = None  # the next trigger, staged while this one commits
@@ -169,6 +172,7 @@ class SyncJob:
                     last_commit = time.monotonic()
                     frontier = staged.end
                     self._log_commit(summary, staged, commit)
+                    maintainer.after_commit()  # between triggers, under the fence (spark_app/maintenance.py)
             finally:
                 if ahead is not None:  # stopped, failed or fenced while the next trigger was staged: not committed
                     committer.discard(ahead.result().output)

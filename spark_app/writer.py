@@ -10,6 +10,7 @@ readers until the driver commits it.
 
 from __future__ import annotations
 
+import math
 import pickle
 import uuid
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ _MAX_ROW_GROUP_BYTES = 128 * 1024 * 1024
 _INITIAL_COMPRESSION_RATIO = 0.35
 _FOOTER_RESERVE_BYTES = 16 * 1024
 _CLOSE_AT_FRACTION = 0.97
+_DICTIONARY_SAMPLE_ROWS = 32_768
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,28 @@ def data_file_from_footer(plan: TablePlan, path: str, size: int, partition: Reco
     )
 
 
+def dictionary_columns(table: pa.Table) -> list[str]:
+    """The columns worth dictionary-encoding, judged on a sample of a file's first rows.
+
+    A column is dictionary-encoded when its indexes plus its dictionary are estimated smaller than
+    its plain values (as Parquet's Java writer decides, which falls back to plain encoding for
+    high-cardinality columns such as ids and timestamps: a dictionary there only adds bytes).
+    """
+    sample = table.slice(0, _DICTIONARY_SAMPLE_ROWS)
+    chosen = []
+    for name in sample.column_names:
+        column = sample.column(name)
+        values = len(column) - column.null_count
+        if values == 0 or pa.types.is_boolean(column.type):
+            continue
+        distinct = pc.count_distinct(column).as_py()
+        plain = column.nbytes
+        encoded = values * max(1, math.ceil(math.log2(distinct + 1))) / 8 + distinct * plain / len(column)
+        if encoded < plain:
+            chosen.append(name)
+    return chosen
+
+
 class RollingParquetWriter:
     """Writes one partition's rows into Parquet files that close at the target size.
 
@@ -184,7 +208,7 @@ class RollingParquetWriter:
         limit = self._target - _FOOTER_RESERVE_BYTES
         while table.num_rows:
             if self._writer is None:
-                self._open()
+                self._open(table)
             remaining = limit - self._stream.tell()
             predicted = max(1, int(table.nbytes * self._ratio))
             rows = table.num_rows if predicted <= remaining else max(1, int(table.num_rows * remaining / predicted))
@@ -202,13 +226,14 @@ class RollingParquetWriter:
         if table.nbytes > 0 and written > 0:
             self._ratio = max(0.01, (self._stream.tell()) / max(1, self._file_uncompressed))
 
-    def _open(self) -> None:
+    def _open(self, first_rows: pa.Table) -> None:
         self._sequence += 1
         name = f"{self._name_prefix}-{self._sequence:05d}-{uuid.uuid4().hex[:12]}.parquet"
         self._path = new_data_location(self._location_provider, name, self._partition_path)
         self._stream = self._io.new_output(self._path).create(overwrite=False)
         self._writer = pq.ParquetWriter(
-            self._stream, schema=self._arrow_schema, store_decimal_as_integer=True, **self._compression
+            self._stream, schema=self._arrow_schema, store_decimal_as_integer=True,
+            use_dictionary=dictionary_columns(first_rows), **self._compression
         )
         self._file_uncompressed = 0
 

@@ -1,19 +1,19 @@
 """The source interface: plan the next range from a frontier, then read exactly that range.
 
 A source never keeps progress of its own. The job hands it the frontier the table holds, the
-source says what is pending beyond it (cheaply) and then reads ``[frontier, end)`` as one
-DataFrame. Reading the same range twice gives the same records, which is what makes replays
-after a crash exact. Adding a source is a new module with a subclass and an entry in spark_app.sources.registry.
+source says what is pending beyond it (cheaply), then plans ``[frontier, end)`` as work units that
+the tasks read straight into Arrow (docs/dataplane.md). Reading the same range twice gives the same
+records, which is what makes replays after a crash exact. Adding a source is a new module with a subclass and an entry in spark_app.sources.registry.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from icebergsync.protocol import Frontier, SourceIdentity
 from icebergsync.spec import Column as SpecColumn
@@ -31,19 +31,6 @@ class Pending:
     lag: dict[str, Any] | None = None
     notes: dict[str, Any] | None = None
     detail: Any = None  # what the source planned beyond the frontier's shape (e.g. the files of the range)
-
-
-@dataclass
-class SourceBatch:
-    """One range read from the source, with control columns for dead letters (see spark_app.writer)."""
-
-    frame: DataFrame
-    end: Frontier
-    lag: dict[str, Any] | None = None
-    notes: dict[str, Any] | None = field(default=None)
-    # Called once the executors staged the range, before the commit: checks what was read against
-    # ``end`` (raises to fail the trigger) and may add notes. Sources that need no check leave it None.
-    verify: Callable[[], None] | None = None
 
 
 SessionProvider = Callable[[], SparkSession]
@@ -84,21 +71,17 @@ class Source(ABC):
     def pending(self, frontier: Frontier, max_bytes: int) -> Pending | None:
         """What is available beyond ``frontier`` now (at most about ``max_bytes``); None when nothing is."""
 
-    def read(self, frontier: Frontier, pending: Pending) -> SourceBatch:
-        """Read exactly the records in ``[frontier, pending.end)``."""
-        raise NotImplementedError
-
+    @abstractmethod
     def plan_units(self, frontier: Frontier, pending: Pending) -> list[WorkUnit]:
         """Split ``[frontier, pending.end)`` into work units, in source order (``unit.index`` = place in the list).
 
         Units are small enough that every core has work (see :meth:`cores`), never so small that
         files come out far below the target size for that reason alone.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
         """The picklable reader the tasks run: a unit's records decoded into ``columns``."""
-        raise NotImplementedError
 
     def record_columns(self) -> list[SpecColumn]:
         """The columns of the source's records: what ``spec.transform`` sees as the view ``source``."""

@@ -39,23 +39,20 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from icebergsync.catalog import read_secret, resolve_env
-from icebergsync.errors import IcebergSyncError, SpecError
+from icebergsync.errors import SpecError
 from icebergsync.protocol import Frontier
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
-from spark_app.decode import decode_json
+from spark_app.arrow_decode import decode_json_values, target_schema
 from spark_app.kafka_client import (
     ClientSettings,
     KafkaAccessError,
@@ -65,14 +62,13 @@ from spark_app.kafka_client import (
     client_settings,
     read_range,
 )
-from spark_app.sources.base import Pending, Source, SourceBatch
+from spark_app.sources.base import Pending, Source
 from spark_app.sources.file_lines import ChangeReading
 from spark_app.units import KafkaUnit, UnitStats, WorkUnit, order_base
 
 log = logging.getLogger("icebergsync.source.kafka")
 
 ESTIMATED_BYTES_PER_RECORD = 64  # staged Parquet bytes per decoded record: only sizes triggers and tasks
-OBSERVATION_WAIT_SECONDS = 120.0
 # A partition's range is split for more cores only into units of at least this many offsets.
 MIN_UNIT_OFFSETS = 4096
 # Options of Spark's Kafka source that keep their meaning: at least this many units per trigger, at
@@ -89,13 +85,6 @@ RESERVED_OPTIONS = {
     "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "failOnDataLoss",
     "maxOffsetsPerTrigger",
 }
-# Decoders by spec.source.kafka.format for :meth:`KafkaSource.read`: (frame, raw column, declared
-# columns, position) -> decoded frame.
-DECODERS: dict[str, Callable[..., DataFrame]] = {"json": decode_json}
-# What a unit reader yields before decoding (read()'s frame): the raw records with their position.
-RAW_FRAME_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-                              ("key", pa.binary()), ("value", pa.binary())])
-RAW_FRAME_DDL = "topic string, partition int, offset long, key binary, value binary"
 
 
 @dataclass(frozen=True)
@@ -187,8 +176,6 @@ class KafkaSource(Source):
         self.topics = [settings.topic] if isinstance(settings.topic, str) else list(settings.topic)
         self.options = source_options(settings.bootstrap_servers, settings.options, read_secret(settings.secret_ref),
                                       "spec.source.kafka.options")
-        if settings.format not in DECODERS:
-            raise SpecError([f"spec.source.kafka.format: {settings.format!r} has no decoder (known: {sorted(DECODERS)})"])
         self.lookup = OffsetLookup(self.options.client)
         self._reported: set[tuple[str, int, int, int]] = set()
         self._missing_topics_reported: set[str] = set()
@@ -319,58 +306,6 @@ class KafkaSource(Source):
         reading = ChangeReading(tuple(columns), tuple(self.spec.table.key or ()), changes.format) if changes else None
         return KafkaUnitReader(self.options.client, list(columns), self.settings.format, reading)
 
-    # -- reading a trigger as one frame (until the job reads units itself) -------------------------
-
-    def read(self, frontier: Frontier, pending: Pending) -> SourceBatch:
-        """The trigger's units read by the tasks with the same reader as :meth:`unit_reader` (raw
-        records, then the JVM decoder); the staged records are checked against the range before the commit."""
-        ranges = self._ranges(pending)
-        units = self.plan_units(frontier, pending)
-        kafka_units = [u for u in units if isinstance(u, KafkaUnit)]
-        # One Spark partition per unit: the ids of a JVM range pick the units (no Python stage for that).
-        raw = self.spark.range(0, len(kafka_units), 1, max(1, len(kafka_units))).mapInArrow(
-            RawUnitsReader(self.options.client, kafka_units), RAW_FRAME_DDL)
-        order = sorted(ranges)
-        observation = Observation(f"isync-kafka-{uuid.uuid4().hex}")
-        raw = raw.observe(observation, F.count(F.lit(1)).alias("rows"), *self._range_metrics(order))
-        position = F.to_json(F.struct(F.col("topic"), F.col("partition"), F.col("offset")))
-        frame = DECODERS[self.settings.format](raw, "value", list(self.spec.schema_), position)
-        batch = SourceBatch(frame=frame, end=pending.end, lag=pending.lag, notes=dict(pending.notes or {}) or None)
-        batch.verify = lambda: self._verify(batch, observation, order, ranges)
-        return batch
-
-    @staticmethod
-    def _range_metrics(order: list[tuple[str, int]]) -> list[Column]:
-        metrics = []
-        for index, (topic, partition) in enumerate(order):
-            mine = (F.col("topic") == topic) & (F.col("partition") == partition)
-            metrics += [F.count(F.when(mine, 1)).alias(f"n{index}"),
-                        F.min(F.when(mine, F.col("offset"))).alias(f"lo{index}"),
-                        F.max(F.when(mine, F.col("offset"))).alias(f"hi{index}")]
-        return metrics
-
-    def _verify(self, batch: SourceBatch, observation: Observation, order: list[tuple[str, int]],
-                ranges: dict[tuple[str, int], tuple[int, int]]) -> None:
-        """Check the staged records against the planned range before the commit states it."""
-        metrics = _observed(observation)
-        problems, empty_offsets = [], 0
-        for index, tp in enumerate(order):
-            start, end = ranges[tp]
-            count, low, high = int(metrics[f"n{index}"]), metrics[f"lo{index}"], metrics[f"hi{index}"]
-            if count > end - start or (count and (low < start or high >= end)):
-                problems.append(f"{tp[0]}/{tp[1]}: read {count} record(s) at offsets [{low}, {high}] "
-                                f"for the range [{start}, {end})")
-            empty_offsets += (end - start) - count
-        outside = int(metrics["rows"]) - sum(int(metrics[f"n{i}"]) for i in range(len(order)))
-        if outside:
-            problems.append(f"{outside} record(s) from partitions that were not planned")
-        if problems:
-            raise IcebergSyncError("kafka source: the records read do not match the planned range; nothing is "
-                                   "committed: " + "; ".join(problems))
-        if empty_offsets:
-            # Compacted-away records and transaction markers hold offsets but no record.
-            batch.notes = {**(batch.notes or {}), "offsets-without-records": empty_offsets}
-
 
 def split_ranges(ranges: dict[tuple[str, int], tuple[int, int]], target: int, max_offsets: int | None,
                  min_split: int = MIN_UNIT_OFFSETS) -> list[tuple[str, int, int, int]]:
@@ -417,7 +352,6 @@ class KafkaUnitReader:
     changes: ChangeReading | None = None
 
     def __call__(self, unit: WorkUnit, stats: UnitStats) -> Iterator[pa.RecordBatch]:
-        from spark_app.arrow_decode import decode_json_values, target_schema  # the decode branch's module
 
         assert isinstance(unit, KafkaUnit), unit
         schema = target_schema(self.columns)
@@ -434,34 +368,3 @@ class KafkaUnitReader:
             yield decode_json_values(raw.column("value"), schema, _record_positions(unit.topic, unit.partition, offsets))
         if counts.offsets_without_records:
             stats.add("offsets-without-records", counts.offsets_without_records)
-
-
-@dataclass(frozen=True)
-class RawUnitsReader:
-    """``mapInArrow`` function of :meth:`KafkaSource.read`: unit numbers (``id``) in, raw records out."""
-
-    client: ClientSettings
-    units: list[KafkaUnit]
-
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for number in batch.column("id").to_pylist():
-                unit = self.units[number]
-                topic, partition = unit.topic, unit.partition
-                for raw in read_range(self.client, topic, partition, unit.start, unit.end):
-                    n = raw.num_rows
-                    yield pa.RecordBatch.from_arrays(
-                        [pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
-                         raw.column("offset"), raw.column("key"), raw.column("value")], schema=RAW_FRAME_SCHEMA)
-
-
-def _observed(observation: Observation) -> dict[str, Any]:
-    """The observation's metrics; they arrive with the action that ran the range (wait briefly)."""
-    java = observation._jo
-    assert java is not None
-    deadline = time.monotonic() + OBSERVATION_WAIT_SECONDS
-    while not java.future().isCompleted():
-        if time.monotonic() > deadline:
-            raise IcebergSyncError("kafka source: the read's offset metrics never arrived; nothing is committed")
-        time.sleep(0.01)
-    return observation.get

@@ -21,6 +21,8 @@ SCHEMA = [{"name": "id", "type": "long"}]
 KEYED_SCHEMA = [{"name": "id", "type": "long", "required": True}]
 FILES = {"files": {"path": "/data"}}
 KAFKA = {"kafka": {"bootstrapServers": "k:9092", "topic": "t"}}
+KEYED = {"source": FILES, "schema": KEYED_SCHEMA, "table": {"name": "db.trips", "key": ["id"]},
+         "changes": {"format": "debezium"}}
 
 # Spec fields over a valid generator spec, each near a CEL rule: on both sides of it.
 CASES: dict[str, dict[str, Any]] = {
@@ -56,6 +58,15 @@ CASES: dict[str, dict[str, Any]] = {
     "changes without a key": {"source": FILES, "schema": KEYED_SCHEMA, "changes": {"format": "upsert"}},
     "a key without changes": {"source": FILES, "schema": KEYED_SCHEMA, "table": {"name": "db.trips", "key": ["id"]}},
     "changes from the generator": {"table": {"name": "db.trips", "key": ["id"]}, "changes": {"format": "upsert"}},
+    "rewriteDeletes of a keyed sync": {**KEYED, "maintenance": {"rewriteDeletes": {"afterCommits": 5}}},
+    "rewriteDeletes every 10m": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "10m", "minDeleteFiles": 4}}},
+    "rewriteDeletes without changes": {"maintenance": {"rewriteDeletes": {}}},
+    "rewriteDeletes every and afterCommits": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "1m",
+                                                                                           "afterCommits": 3}}},
+    "rewriteDeletes every 0s": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "0s"}}},
+    "expireSnapshots defaults": {"maintenance": {"expireSnapshots": {}}},
+    "expireSnapshots older than 0s": {"maintenance": {"expireSnapshots": {"olderThan": "0s", "retainLast": 1}}},
+    "expireSnapshots every 0ms": {"maintenance": {"expireSnapshots": {"every": "0ms"}}},
 }
 
 

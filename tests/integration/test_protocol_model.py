@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,10 +48,12 @@ from pyiceberg.types import StringType
 from icebergsync import protocol
 from icebergsync.errors import FencedError, ProgressConflictError, TableChangedError
 from icebergsync.protocol import Writer
+from icebergsync.spec import ExpireSnapshots, Maintenance
 from spark_app import committer as committer_module
 from spark_app.committer import SinkCommitter, TriggerOutput
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.job import rebuild_data_file, table_plan
+from spark_app.maintenance import Maintainer
 from spark_app.writer import TablePlan
 from tests.integration.committer_support import SCHEMA, TABLE, dead_letter_rows, open_catalog, stage_rows
 
@@ -303,6 +306,32 @@ class ProtocolModel(RuleBasedStateMachine):
         head = table.metadata.current_snapshot()
         if head is not None:
             table.maintenance.expire_snapshots().older_than(datetime.fromtimestamp(head.timestamp_ms / 1000)).commit()
+
+    @precondition(lambda self: not self.rolled_back_past_checkpoint)
+    @rule(which=st.integers(0, 1 << 16), retain=st.integers(1, 3))
+    def a_sink_expires_snapshots_under_its_fence(self, which: int, retain: int) -> None:
+        """Built-in expiry (spark_app/maintenance.py) by any live sink: a fenced one expires nothing, a
+        running one expires everything but the newest ``retain`` and deletes the files only they read."""
+        if not self.sinks:
+            return
+        sink = self.sinks[which % len(self.sinks)]
+        expected = self._expected_outcome(sink)
+        settings = Maintenance(expire_snapshots=ExpireSnapshots(older_than="0s", retain_last=retain))
+        maintainer = Maintainer(settings, sink.committer, sink.catalog, TABLE, 1 << 20)  # type: ignore[arg-type]
+        snapshots_before = len(self.catalog.load_table(TABLE).metadata.snapshots)
+        try:
+            maintainer.expire_snapshots(now_ms=int(time.time() * 1000) + 1000)
+            outcome = "committed"
+        except FencedError:
+            outcome = "fenced"
+        except TableChangedError:
+            outcome = "table-changed"
+        except ProgressConflictError:
+            outcome = "rolled-back"
+        assert outcome == expected, f"{sink.writer}: expected {expected}, got {outcome}"
+        if outcome != "committed":
+            assert len(self.catalog.load_table(TABLE).metadata.snapshots) == snapshots_before
+            self.sinks.remove(sink)
 
     @rule()
     def another_writer_drops_and_re_adds_a_column(self) -> None:

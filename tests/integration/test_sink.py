@@ -234,7 +234,7 @@ def test_csv_and_parquet_files_decode_against_the_schema(tmp_path: Path, spark: 
     pq.write_table(pa.table({"id": pa.array([10, 11], pa.int64()), "price": ["1.5", "not a number"],
                              "day": pa.array([None, None], pa.date32())}), parquet_inbox / "a.parquet")
     for name, inbox, fmt, expected_ids, expected_reason in [
-        ("csv", csv_inbox, "csv", [1, 3], "CSV row does not match the schema"),
+        ("csv", csv_inbox, "csv", [1, 3], "CSV row does not match the schema: field id: value seven is not a long"),
         ("parquet", parquet_inbox, "parquet", [10], "field price: value not a number is not a double"),
     ]:
         sync = make_sync(tmp_path / f"{name}-sync", {"files": {"path": str(inbox), "format": fmt}}, schema=schema,

@@ -1,8 +1,7 @@
 """The vectorised Arrow decoders (spark_app/arrow_decode.py): strict, one row per record, in order.
 
 Every strictness rule is checked on the vectorised path (the record among many good ones, so the
-reader sees it in a chunk) and on the per-record path (the record alone), and both must agree;
-tests/integration/test_arrow_decode_parity.py compares with the JVM decoder.
+reader sees it in a chunk) and on the per-record path (the record alone), and both must agree.
 """
 
 from __future__ import annotations
@@ -216,6 +215,18 @@ def test_each_value_decodes_or_is_a_dead_letter_with_the_reason_on_both_paths(fi
             assert got == expected and type(got) is type(expected)
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    ("amount", v) for v in ['"+1.5"', '".5"', '"5."', '"007.50"', '"1E2"', '"-.5"', '"NaN"', '"Infinity"', '"1,5"', '"0x10"',
+                            '"1_000"', '"1e-2"', "0.10", "-0", "1E+1", "12345678.999"]] + [
+    ("ts", v) for v in ['"2024-01-01T10:00:00.1234567Z"', '"2024-01-01T10:00Z"', '"2024-01-01T10:00:00+01"', '"20240101T100000Z"',
+                        '"2024-01-01T10:00:00 Z"', '"1900-01-01T00:00:00Z"', '"9999-12-31T23:59:59.999999Z"', '"2262-04-12T00:00:00Z"']] + [
+    ("tn", v) for v in ['"2024-01-01T10:00:00.1234567"', '"3000-01-01T00:00:00.123456789"', '"2024-01-01T25:00:00"']] + [
+    ("d", v) for v in ['"0001-01-01"', '"9999-12-31"', '"2024-13-01"', '"+2024-01-01"', '" 2024-01-01"']] + [
+    ("bin", v) for v in ['"aGk="', '"aGk"', '"a Gk="', '"aG\\nk="', '"____"']])
+def test_the_vectorised_and_per_record_paths_agree_on_edge_values(field: str, value: str) -> None:
+    both(f'{{"id": 1, "{field}": {value}}}'.encode())
+
+
 def test_strict_errors_come_before_type_mismatches_and_columns_in_order() -> None:
     assert both(b'{"id": "x", "name": 5}')[ERROR_COLUMN] == "field name: value 5 is a number, not a string"
     assert both(b'{"id": "x", "amount": 1.005}')[ERROR_COLUMN] == (
@@ -224,11 +235,28 @@ def test_strict_errors_come_before_type_mismatches_and_columns_in_order() -> Non
     assert both(b'{"id": 1, "id": 2, "zz": 1}')[ERROR_COLUMN] == "duplicate key(s) in the record: id"
 
 
-def test_json_null_and_absent_fields_are_null_and_required_is_not_checked_here() -> None:
-    row = both(b'{"name": null}')
-    assert row[ERROR_COLUMN] is None and all(v is None for v in declared(row).values())
-    row = both(b"{}")
-    assert row[ERROR_COLUMN] is None and row["id"] is None
+def test_json_null_and_absent_fields_are_null_and_a_missing_required_one_is_a_dead_letter_with_its_record() -> None:
+    row = both(b'{"id": 1, "name": null}')
+    assert row[ERROR_COLUMN] is None and row["id"] == 1 and all(v is None for k, v in declared(row).items() if k != "id")
+    for record in (b'{"name": null}', b"{}", b'{"id": null, "name": "x"}'):
+        row = both(record)
+        assert row[ERROR_COLUMN] == "required field id is missing or null"
+        assert row[RAW_COLUMN] == record.decode()
+        assert json.loads(row[POSITION_COLUMN]) == {"file": "f.json", "line": PAD + 1}
+
+
+def test_timestamps_with_and_without_offsets_in_one_block() -> None:
+    values = ["2024-01-01T10:00:00Z", "2024-01-01", "2024-01-01T10:00:00", "2024-01-01T10:00:00.123456789+01:00",
+              "2024-01-01 10:00:00-05", "2024-01-01T10", "nope", "2024-01-01T10:00:00.5"]
+    lines = [json.dumps({"id": i, "ts": value}).encode() for i, value in enumerate(values * 5)]
+    out = rows(decode_json_block(b"\n".join(lines), SCHEMA, "f", 1))
+    expected = [alone(line) for line in lines]
+    assert [(r["ts"], r[ERROR_COLUMN]) for r in out] == [(r["ts"], r[ERROR_COLUMN]) for r in expected]
+    assert [r["ts"] for r in out[:8]] == [
+        datetime(2024, 1, 1, 10, tzinfo=UTC), datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, 10, tzinfo=UTC),
+        datetime(2024, 1, 1, 9, 0, 0, 123456, tzinfo=UTC), datetime(2024, 1, 1, 15, tzinfo=UTC),
+        datetime(2024, 1, 1, 10, tzinfo=UTC), None, datetime(2024, 1, 1, 10, 0, 0, 500000, tzinfo=UTC)]
+    assert out[6][ERROR_COLUMN] == "field ts: value nope is not a timestamptz"
 
 
 # -- lines, positions, raw records ----------------------------------------------------------------
@@ -243,7 +271,7 @@ def test_blank_lines_are_skipped_but_counted_and_crlf_is_a_line_end() -> None:
                                               "record is an array, not a JSON object"]
     assert [json.loads(r[POSITION_COLUMN]) if r[POSITION_COLUMN] else None for r in out] == [
         None, {"file": "s3://b/f.json", "line": 13}, None, {"file": "s3://b/f.json", "line": 16}]
-    assert out[1][POSITION_COLUMN] == json.dumps({"file": "s3://b/f.json", "line": 13}, sort_keys=True)
+    assert out[1][POSITION_COLUMN] == '{"file":"s3://b/f.json","line":13}'  # compact, keys sorted
     assert out[1][RAW_COLUMN] == '{"id": "x"}'  # without the \r
 
 
@@ -332,7 +360,7 @@ def test_values_may_span_lines_and_a_null_value_is_an_empty_record() -> None:
             "duplicate key(s) in the record: id", NOT_UTF8]
         assert out[1][RAW_COLUMN] is None and out[3][RAW_COLUMN] == '{\n  "id": "x"\n}' and out[6][RAW_COLUMN] == "/w=="
         assert json.loads(out[3][POSITION_COLUMN]) == {"topic": "t", "partition": 0, "offset": 103}
-        assert out[3][POSITION_COLUMN] == json.dumps(positions[3], sort_keys=True)
+        assert out[3][POSITION_COLUMN] == json.dumps(positions[3], sort_keys=True, separators=(",", ":"))
         assert [r["id"] for r in out[7:]] == [9] * 30
 
 
@@ -390,6 +418,9 @@ def test_csv_lines_that_do_not_fit_are_dead_letters_with_their_line() -> None:
         b" 12,k,1,,,,",
         b"13,l,1,,,,1e400",
         b"14,m,1,false,,,",
+        b'15,"a \\"b\\" c",1,,,,',
+        b'16,"a"b,1,,,,',
+        b'17,a"b,1,,,,',
     ]
     out = rows(decode_csv_block(b"\n".join(lines) + b"\n", CSV_SCHEMA, "f.csv", 2))
     assert [r[ERROR_COLUMN] for r in out] == [
@@ -398,7 +429,7 @@ def test_csv_lines_that_do_not_fit_are_dead_letters_with_their_line() -> None:
         NOT_UTF8,
         f"{MISMATCH}: expected 7 field(s)",
         f"{MISMATCH}: expected 7 field(s)",
-        f"{MISMATCH}: unterminated quote",
+        f"{MISMATCH}: quotes do not pair up (RFC 4180)",
         f"{MISMATCH}: field amount: value 1.005 does not fit decimal(10,2) without rounding",
         f"{MISMATCH}: field amount: value 123456789.5 is not a decimal(10,2)",
         f"{MISMATCH}: field b: value yes is not a boolean",
@@ -407,8 +438,12 @@ def test_csv_lines_that_do_not_fit_are_dead_letters_with_their_line() -> None:
         f"{MISMATCH}: field id: value  12 is not a long",
         f"{MISMATCH}: field x: value 1e400 is not a double",
         None,
+        f"{MISMATCH}: quotes do not pair up (RFC 4180)",  # a backslash does not escape a quote
+        f"{MISMATCH}: quotes do not pair up (RFC 4180)",
+        None,  # a quote inside an unquoted field is text
     ]
-    assert [r["id"] for r in out] == [1, *[None] * 12, 14]
+    assert [r["id"] for r in out] == [1, *[None] * 12, 14, None, None, 17]
+    assert out[-1]["name"] == 'a"b'
     assert [json.loads(r[POSITION_COLUMN])["line"] for r in out[1:13]] == list(range(3, 15))
     assert out[2][RAW_COLUMN] == base64.b64encode(lines[2]).decode() and out[5][RAW_COLUMN] == lines[5].decode()
 
@@ -449,7 +484,7 @@ def test_whole_input_row() -> None:
     out = whole_input_row(SCHEMA, "not a Parquet file: x", {"file": "a.parquet"})
     assert out.schema == decode_json_block(b"", SCHEMA, "f", 1).schema
     assert rows(out) == [{**{f.name: None for f in SCHEMA}, ERROR_COLUMN: "not a Parquet file: x", RAW_COLUMN: None,
-                          POSITION_COLUMN: '{"file": "a.parquet"}'}]
+                          POSITION_COLUMN: '{"file":"a.parquet"}'}]
 
 
 # -- reasons' text of values, as the JVM writes them ---------------------------------------------------

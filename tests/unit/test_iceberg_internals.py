@@ -218,3 +218,96 @@ def test_pyiceberg_still_refuses_to_read_equality_deletes(tmp_path: Path) -> Non
     iceberg_internals.commit_transaction(table.catalog, table, transaction)
     with pytest.raises(ValueError, match="does not yet support equality deletes"):
         table.catalog.load_table("ns.k").scan().to_arrow()
+
+
+# -- rewrites (maintenance): one replace snapshot with an explicit data sequence number ---------------
+
+
+def _keyed_with_rows(tmp_path: Path) -> tuple[Table, list[DataFile], DataFile]:
+    """A keyed table partitioned by day: one snapshot with two data files and one equality delete (key 1)."""
+    from spark_app.deletes import delete_plan, write_equality_deletes
+    from spark_app.writer import PartitionedWriter, TablePlan, conform
+
+    table = keyed_table(tmp_path, partitioned=True)
+    transaction = Transaction(table)
+    iceberg_internals.add_unpartitioned_spec(transaction)
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    table = table.catalog.load_table("ns.k")
+    plan = TablePlan(table.metadata.location, dict(table.properties), table.schema(), table.spec(), dict(table.io.properties))
+    writer = PartitionedWriter(plan, "isync-test", 1 << 30, 1 << 26)
+    writer.write(conform(pa.RecordBatch.from_pydict({"id": pa.array([1, 2], pa.int64()),
+                                                     "day": [date(2025, 1, 1), date(2025, 1, 2)]}), plan.arrow_schema()))
+    data_files = writer.finish()
+    transaction = Transaction(table)
+    with transaction.update_snapshot().fast_append() as append:
+        for data_file in data_files:
+            append.append_data_file(data_file)
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    table = table.catalog.load_table("ns.k")
+    delete_file = write_equality_deletes(delete_plan(table), pa.table({"id": pa.array([1], pa.int64())}), "isync-test")
+    assert delete_file is not None
+    transaction = Transaction(table)
+    iceberg_internals.row_delta(transaction, {}, [], [delete_file])
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    return table.catalog.load_table("ns.k"), data_files, delete_file
+
+
+def test_rewrite_files_replaces_files_keeping_an_explicit_data_sequence_number(tmp_path: Path) -> None:
+    from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
+
+    from spark_app.writer import PartitionedWriter, TablePlan, conform
+
+    table, data_files, delete_file = _keyed_with_rows(tmp_path)
+    head = table.current_snapshot()
+    assert head is not None and head.sequence_number == 2
+    live = iceberg_internals.live_files(table, head)
+    assert sorted((f.data_file.content, f.data_sequence_number) for f in live) == [
+        (DataFileContent.DATA, 1), (DataFileContent.DATA, 1), (DataFileContent.EQUALITY_DELETES, 2)]
+    # The replacement of the day-1 file holds no rows; of the day-2 file, its row (written again).
+    plan = TablePlan(table.metadata.location, dict(table.properties), table.schema(), table.spec(), dict(table.io.properties))
+    writer = PartitionedWriter(plan, "isync-test-rewrite", 1 << 30, 1 << 26)
+    writer.write(conform(pa.RecordBatch.from_pydict({"id": pa.array([2], pa.int64()), "day": [date(2025, 1, 2)]}),
+                         plan.arrow_schema()))
+    replacement = writer.finish()
+    replacement[0].spec_id = 0
+    transaction = Transaction(table)
+    removed = [f.file_path for f in data_files] + [delete_file.file_path]
+    snapshot_id = iceberg_internals.rewrite_files(transaction, {"p": "m"}, removed, replacement, head.sequence_number)
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    table = table.catalog.load_table("ns.k")
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    assert snapshot is not None and snapshot.summary is not None and snapshot.sequence_number == 3
+    assert snapshot.summary.operation.value == "replace" and snapshot.summary["p"] == "m"
+    assert (snapshot.summary["deleted-data-files"], snapshot.summary["added-data-files"],
+            snapshot.summary["removed-equality-delete-files"], snapshot.summary["total-delete-files"],
+            snapshot.summary["total-records"]) == ("2", "1", "1", "0", "1")
+    live = iceberg_internals.live_files(table, snapshot)
+    assert [(f.path, f.data_sequence_number) for f in live] == [(replacement[0].file_path, 2)]
+    entries = [(e.data_file.file_path, e.status, e.sequence_number, e.file_sequence_number)
+               for m in snapshot.manifests(table.io) for e in m.fetch_manifest_entry(table.io, discard_deleted=False)]
+    assert (replacement[0].file_path, ManifestEntryStatus.ADDED, 2, 3) in entries
+    assert {(path, status) for path, status, _, _ in entries if status == ManifestEntryStatus.DELETED} == {
+        (path, ManifestEntryStatus.DELETED) for path in removed}
+    assert table.scan().to_arrow().column("id").to_pylist() == [2]  # no delete file left: pyiceberg reads it
+    # Files that are not live are refused before anything is written.
+    with pytest.raises(ValueError, match="not live"):
+        iceberg_internals.rewrite_files(Transaction(table), {}, removed, [], 2)
+
+
+def test_expire_snapshots_stages_a_removal_that_asserts_the_head(tmp_path: Path) -> None:
+    table, _, _ = _keyed_with_rows(tmp_path)
+    oldest = table.metadata.snapshots[0].snapshot_id
+    stale = table.catalog.load_table("ns.k")
+    transaction = Transaction(table)
+    iceberg_internals.expire_snapshots(transaction, [oldest])
+    table.append(pa.table({"id": pa.array([9], pa.int64()), "day": [date(2025, 1, 3)]}, schema=KEYED.as_arrow()))
+    with pytest.raises(CommitFailedException):
+        iceberg_internals.commit_transaction(table.catalog, stale, transaction, iceberg_internals.main_head_requirement(stale.metadata))
+    fresh = table.catalog.load_table("ns.k")
+    transaction = Transaction(fresh)
+    with pytest.raises(ValueError, match="protected"):  # a branch head is never expired
+        iceberg_internals.expire_snapshots(Transaction(fresh), [fresh.metadata.current_snapshot_id])
+    iceberg_internals.expire_snapshots(transaction, [oldest])
+    iceberg_internals.commit_transaction(fresh.catalog, fresh, transaction, iceberg_internals.main_head_requirement(fresh.metadata))
+    ids = [s.snapshot_id for s in fresh.catalog.load_table("ns.k").metadata.snapshots]
+    assert oldest not in ids and fresh.metadata.current_snapshot_id in ids

@@ -8,12 +8,10 @@ import json
 import pickle
 
 import pyarrow as pa
-import pyspark
 import pytest
 
 from icebergsync.errors import SpecError
 from spark_app.kafka_client import client_settings
-from spark_app.session import JARS_PRESENT_ENV, connector_conf
 from spark_app.sources.kafka import (
     KafkaUnitReader,
     allocate,
@@ -167,15 +165,3 @@ def test_the_unit_reader_pickles() -> None:
 def test_frontier_round_trip() -> None:
     frontier = {"a": {"0": 5, "10": 7}, "b": {"2": 0}}
     assert as_frontier(topic_partitions(frontier)) == frontier
-
-
-def test_connector_jars_are_fetched_only_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(JARS_PRESENT_ENV, raising=False)
-    monkeypatch.delenv("SPARK_HOME", raising=False)
-    package = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
-    assert connector_conf("kafka", {}) == {"spark.jars.packages": package}
-    assert connector_conf("kafka", {"spark.jars.packages": "a:b:1"}) == {"spark.jars.packages": f"a:b:1,{package}"}
-    assert connector_conf("generator", {}) == {}
-    assert connector_conf("kafka", {"spark.driver.extraClassPath": "/jars/spark-sql-kafka-0-10_2.13-4.0.1.jar"}) == {}
-    monkeypatch.setenv(JARS_PRESENT_ENV, "1")
-    assert connector_conf("kafka", {}) == {}

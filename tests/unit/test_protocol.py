@@ -359,3 +359,21 @@ def test_a_frontier_of_another_source_is_refused_and_old_frontiers_are_accepted(
     old = History()
     old.commit(sink_summary(ME, {"next_id": 5}))
     protocol.check_resumable(protocol.read_progress(old.metadata(), SINK), {"kind": "files", "path": "file:///in"})
+
+
+def test_a_maintenance_snapshot_is_the_sinks_own_with_the_frontier_it_carries() -> None:
+    """Recovery and fencing read a maintenance commit as any commit of the sink: its frontier (the one
+    already committed) is where a restart resumes, and an outranked writer is fenced by it."""
+    history = History()
+    history.sink(ME, 10)
+    maintenance = history.sink(ME, 10, protocol.KIND_MAINTENANCE)
+    metadata = history.metadata()
+    progress = protocol.read_progress(metadata, SINK)
+    assert progress.resumed_from == "snapshot" and progress.frontier == {"next_id": 10}
+    assert progress.last_commit is not None and progress.last_commit.snapshot_id == maintenance
+    assert progress.last_commit.kind == protocol.KIND_MAINTENANCE and progress.foreign_snapshots_on_top == 0
+    assert protocol.steady_fence_owner(metadata, ME, maintenance) is None
+    older = Writer(SINK, 2, "old")
+    assert protocol.startup_fence_owner(progress, older) == ME
+    history.expire(*[s["snapshot-id"] for s in history.snapshots[:-1]])
+    assert protocol.read_progress(history.metadata(), SINK).frontier == {"next_id": 10}

@@ -181,3 +181,43 @@ def test_changes_refuse_a_transform_and_non_json_files() -> None:
     csv = problems_of(with_spec(**keyed, source={"files": {"path": "/in", "format": "csv"}}))
     assert any(p.startswith("spec.source.files.format:") and "'csv' is not supported" in p for p in csv), csv
     assert parse_spec(with_spec(**keyed, source={"files": {"path": "/in"}})).spec.keyed
+
+
+def test_maintenance_is_off_unless_declared_and_has_small_defaults() -> None:
+    from icebergsync.spec import DEFAULT_REWRITE_AFTER_COMMITS
+
+    assert parse_spec(VALID).spec.maintenance is None
+    keyed = parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "debezium"},
+                                maintenance={"rewriteDeletes": {}, "expireSnapshots": {}})).spec.maintenance
+    assert keyed is not None and keyed.rewrite_deletes is not None and keyed.expire_snapshots is not None
+    rewrite, expire = keyed.rewrite_deletes, keyed.expire_snapshots
+    assert rewrite.min_delete_files == 1 and not rewrite.due(DEFAULT_REWRITE_AFTER_COMMITS - 1, 1e9)
+    assert rewrite.due(DEFAULT_REWRITE_AFTER_COMMITS, 0)
+    assert (expire.older_than_seconds, expire.retain_last, expire.every_seconds) == (3600, 10, 600)
+    timed = parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "upsert"},
+                                maintenance={"rewriteDeletes": {"every": "10m"}})).spec.maintenance
+    assert timed is not None and timed.rewrite_deletes is not None
+    assert not timed.rewrite_deletes.due(1000, 599) and timed.rewrite_deletes.due(0, 600)
+    assert parse_spec(with_spec(maintenance={"expireSnapshots": {"olderThan": "0s", "retainLast": 1}})).spec.maintenance
+
+
+def test_maintenance_problems_are_refused_at_their_path() -> None:
+    from icebergsync.spec import REWRITE_DELETES_NEED_CHANGES_MESSAGE, REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE
+
+    assert problems_of(with_spec(maintenance={"rewriteDeletes": {}})) == [
+        f"spec.maintenance.rewriteDeletes: {REWRITE_DELETES_NEED_CHANGES_MESSAGE}"]
+    keyed = {"key": ["id"]}
+    assert problems_of(cdc_spec(keyed, changes={"format": "debezium"},
+                                maintenance={"rewriteDeletes": {"every": "1m", "afterCommits": 2}})) == [
+        f"spec.maintenance.rewriteDeletes: {REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE}"]
+    assert problems_of(cdc_spec(keyed, changes={"format": "debezium"}, maintenance={"rewriteDeletes": {"every": "0s"}})) \
+        == ["spec.maintenance.rewriteDeletes: every must be greater than zero"]
+    for bad, path in [({"rewriteDeletes": {"afterCommits": 0}}, "spec.maintenance.rewriteDeletes.afterCommits"),
+                      ({"rewriteDeletes": {"minDeleteFiles": 0}}, "spec.maintenance.rewriteDeletes.minDeleteFiles"),
+                      ({"expireSnapshots": {"retainLast": 0}}, "spec.maintenance.expireSnapshots.retainLast"),
+                      ({"expireSnapshots": {"olderThan": "soon"}}, "spec.maintenance.expireSnapshots.olderThan"),
+                      ({"vacuum": {}}, "spec.maintenance.vacuum")]:
+        assert any(p.startswith(path) for p in problems_of(cdc_spec(keyed, changes={"format": "debezium"},
+                                                                    maintenance=bad))), bad
+    assert problems_of(with_spec(maintenance={"expireSnapshots": {"every": "0ms"}})) == [
+        "spec.maintenance.expireSnapshots: every must be greater than zero"]

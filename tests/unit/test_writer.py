@@ -12,7 +12,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from spark_app.deadletter import ERROR_COLUMN, split_dead_letters
-from spark_app.writer import PartitionedWriter, TablePlan, conform
+from spark_app.writer import PartitionedWriter, TablePlan, conform, dictionary_columns
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "kind", StringType()),
                 NestedField(3, "text", StringType()))
@@ -105,3 +105,14 @@ def test_abort_deletes_every_file_written_open_or_closed(tmp_path: Path) -> None
     assert len(list(tmp_path.rglob("*.parquet"))) >= 2  # rolled files, and one still open
     writer.abort()
     assert list(tmp_path.rglob("*.parquet")) == []
+
+
+def test_dictionary_encoding_only_where_it_makes_files_smaller() -> None:
+    rows = 50_000
+    table = pa.table({
+        "id": pa.array(range(rows), pa.int64()),  # unique: a dictionary only adds bytes
+        "vendor": pa.array(["CMT", "VTS", "DDS"] * (rows // 3) + ["CMT"] * (rows % 3)),
+        "nothing": pa.nulls(rows, pa.string()),
+        "flag": pa.array([True, False] * (rows // 2)),
+    })
+    assert dictionary_columns(table) == ["vendor"]

@@ -1,0 +1,54 @@
+"""The ceiling: pyarrow encoding the benchmark's rows to zstd Parquet, one thread, no Spark.
+
+    python -m bench.encode ROWS FILES DAYS TARGET_FILE_BYTES OUT_DIR
+
+Makes the same rows as the JSON files (bench.dataset.make_rows, not timed), then times
+``pyarrow.parquet.write_table`` of them in files of about the target size (zstd, pyarrow's
+defaults otherwise) into OUT_DIR (tmpfs), and prints one JSON line: wall and CPU seconds of the
+encode, files and bytes. Arrow's thread pools are set to one thread: this is the rate of one core.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.dataset import make_rows
+
+
+def main() -> int:
+    rows, files, days, target = (int(v) for v in sys.argv[1:5])
+    out = Path(sys.argv[5])
+    pa.set_cpu_count(1)
+    pa.set_io_thread_count(1)
+    per_file = -(-rows // files)
+    table = pa.concat_tables([make_rows(i * per_file, max(0, min(per_file, rows - i * per_file)), rows, days)
+                              for i in range(files)]).combine_chunks()
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    probe = table.slice(0, min(100_000, table.num_rows))
+    sink = pa.BufferOutputStream()
+    pq.write_table(probe, sink, compression="zstd")
+    rows_per_file = max(1, int(target / max(1.0, sink.getvalue().size / max(1, probe.num_rows))))
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    written = size = 0
+    for offset in range(0, table.num_rows, rows_per_file):
+        path = out / f"encode-{written:05d}.parquet"
+        pq.write_table(table.slice(offset, rows_per_file), path, compression="zstd")
+        written += 1
+        size += os.path.getsize(path)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    shutil.rmtree(out, ignore_errors=True)
+    print(json.dumps({"rows": table.num_rows, "wall_s": wall, "cpu_s": cpu, "files": written, "bytes": size}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Run one contender's command and measure its whole process tree.
+
+    python -m bench.measure RESULT.json LOG [--stop-after-records N] [--timeout S] -- COMMAND ...
+
+* CPU seconds of the whole tree (the Python driver, the JVM, the Python workers, whatever they
+  start): this process is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so descendants orphaned
+  by their parents are re-parented here and reaped; when nothing is left,
+  ``getrusage(RUSAGE_CHILDREN)`` holds the CPU of every process of the tree, exited ones included.
+* Wall time from just before the command starts to its exit, and the epoch of the start (the
+  caller compares it with the table's snapshot timestamps for time-to-first/last-commit).
+* Peak RSS of the tree (sum over its processes at one instant, sampled from /proc every 0.25 s).
+* ``--stop-after-records N``: for a command that does not end by itself (``icebergsync run`` on a
+  files or Kafka source keeps polling), its ``commit … records=K`` log lines are summed and the
+  command gets SIGTERM (the sink's clean stop: finish the trigger, stop Spark) once N are committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+PR_SET_CHILD_SUBREAPER = 36
+COMMIT_LINE = re.compile(r"\bcommit sink=\S+ version=\d+ snapshot=\d+ records=(\d+)")
+FENCE_LINE = re.compile(r" fenced the table; resuming from ")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def descendants(root: int) -> set[int]:
+    """Live processes under ``root`` (inclusive), from /proc."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    raw = handle.read().decode(errors="replace")
+            except OSError:
+                continue
+            parents[int(entry)] = int(raw[raw.rfind(")") + 2:].split()[1])
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo.extend(child for child, parent in parents.items() if parent == pid and child not in tree)
+    return tree
+
+
+def rss(pids: set[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as handle:
+                total += int(handle.read().split()[1]) * PAGE
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def tree_cpu(pids: set[int]) -> float:
+    """CPU seconds of live processes, each with its reaped children (utime + stime + cutime + cstime)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                raw = handle.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2:].split()
+        total += sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return total / TICKS
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.measure", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("result", type=Path)
+    parser.add_argument("log", type=Path)
+    parser.add_argument("--stop-after-records", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=1800)
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" not in argv:
+        parser.error("the command follows --")
+    args = parser.parse_args(argv[:argv.index("--")])
+    command = argv[argv.index("--") + 1:]
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+    state: dict[str, Any] = {"records": 0, "stopped_at": None, "commit_lines": [], "peak_rss": 0,
+                             "cpu_timeline": [], "fenced_at": None}
+    cpu_before = children_cpu()
+    start_epoch = time.time()
+    started = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def pump() -> None:
+        assert process.stdout is not None
+        with args.log.open("wb") as log:
+            for raw in process.stdout:
+                log.write(raw)
+                log.flush()
+                text = raw.decode(errors="replace")
+                if state["fenced_at"] is None and FENCE_LINE.search(text):
+                    state["fenced_at"] = time.monotonic() - started
+                match = COMMIT_LINE.search(text)
+                if match:
+                    state["records"] += int(match.group(1))
+                    state["commit_lines"].append({"t": time.monotonic() - started, "records": int(match.group(1))})
+                    if args.stop_after_records and state["records"] >= args.stop_after_records \
+                            and state["stopped_at"] is None:
+                        state["stopped_at"] = time.monotonic() - started
+                        process.send_signal(signal.SIGTERM)
+
+    def sample() -> None:
+        # The tree's cumulative CPU over time (live processes with their reaped children, plus what
+        # this subreaper reaped), so a caller can take the CPU between two commits (steady state).
+        while process.poll() is None:
+            pids = descendants(os.getpid()) - {os.getpid()}  # the command's tree and orphans re-parented here
+            state["peak_rss"] = max(state["peak_rss"], rss(pids))
+            state["cpu_timeline"].append((round(time.monotonic() - started, 3),
+                                          round(tree_cpu(pids) + children_cpu() - cpu_before, 3)))
+            time.sleep(0.25)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    sampler = threading.Thread(target=sample, daemon=True)
+    reader.start()
+    sampler.start()
+    timed_out = False
+    try:
+        status = process.wait(args.timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        for pid in descendants(process.pid):
+            with _quiet():
+                os.kill(pid, signal.SIGKILL)
+        status = process.wait()
+    exited = time.monotonic() - started
+    reader.join(10)
+    # Reap re-parented descendants (a JVM or Python worker whose parent went first); give them a
+    # short grace, then kill what is left of the tree so the CPU figure is complete and nothing leaks.
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            if time.monotonic() > deadline:
+                for orphan in descendants(os.getpid()) - {os.getpid()}:
+                    with _quiet():
+                        os.kill(orphan, signal.SIGKILL)
+                deadline = time.monotonic() + 60
+            time.sleep(0.05)
+    result = {
+        "command": command, "exit": status, "timed_out": timed_out, "start_epoch": start_epoch,
+        "process_wall_s": exited, "cpu_s": round(children_cpu() - cpu_before, 3),
+        "peak_rss": state["peak_rss"], "records_logged": state["records"], "stopped_at_s": state["stopped_at"],
+        "commit_lines": state["commit_lines"], "cpu_timeline": state["cpu_timeline"], "fenced_s": state["fenced_at"],
+    }
+    args.result.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+class _quiet:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return exc[0] is not None and issubclass(exc[0], ProcessLookupError)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

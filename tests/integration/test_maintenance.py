@@ -1,0 +1,470 @@
+"""Built-in maintenance of keyed tables (spark_app/maintenance.py), read back by two independent readers.
+
+Keyed triggers (ChangeStream, as tests/integration/test_keyed_commit.py commits them) leave equality
+delete files; ``rewriteDeletes`` rewrites the data files they apply to and drops them in ONE
+fenced ``replace`` snapshot. After it Apache Iceberg's Spark reader must still show exactly the
+model, and pyiceberg's reader (which refuses equality deletes) must read the same rows. Further
+triggers (updating and deleting keys whose rows were just rewritten) stay equal to the model, a
+fenced writer lands no maintenance, expiry keeps resume working, and kills before and after the
+maintenance commit lose nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.manifest import DataFileContent
+from pyiceberg.table import Table, Transaction
+from pyspark.sql import SparkSession
+
+from icebergsync import protocol
+from icebergsync.catalog import ensure_table
+from icebergsync.errors import FencedError
+from icebergsync.protocol import Writer
+from icebergsync.schema import iceberg_schema
+from icebergsync.spec import ExpireSnapshots, Maintenance, RewriteDeletes, parse_spec
+from icebergsync.storage import normalize
+from spark_app.committer import MaintenanceConflictError, SinkCommitter, referenced_files
+from spark_app.iceberg_internals import commit_transaction, live_files, rewrite_files
+from spark_app.maintenance import Maintainer, plan_rewrite, rewrite_data_files
+from tests.integration.sync_support import (
+    catalog_of,
+    run_job_process,
+    sink_commits,
+    sync_document,
+    unreferenced_sink_files,
+    write_spec,
+)
+from tests.integration.test_keyed_commit import (
+    COLUMNS,
+    KEY,
+    SINK,
+    ChangeStream,
+    Row,
+    open_catalog,
+    spark_rows,
+    stage,
+)
+
+TARGET = 64 * 1024 * 1024
+
+
+class WideStream(ChangeStream):
+    """Mostly new keys, some updates (most move to another day) and deletes of older keys: unlike ChangeStream's
+    small key space, most rows outlive many triggers, so a rewrite keeps most rows of the files it rewrites."""
+
+    def records(self, count: int) -> tuple[list[bytes | None], list[bytes | None]]:
+        values: list[bytes | None] = []
+        live = list(self.model)
+        for _ in range(count):
+            roll = self.rng.random()
+            if roll < 0.6 or len(live) < 10:
+                key = self.next_key
+                self.next_key += 1
+                after, row = self._row(key)
+                value, _ = self._emit("c", None, after)
+                self.model[key] = row
+                live.append(key)
+            elif roll < 0.85:
+                key = live[self.rng.randrange(len(live))]
+                after, row = self._row(key)
+                value, _ = self._emit("u", {"id": key, "name": self.model[key][0]}, after)
+                self.model[key] = row
+            else:
+                index = self.rng.randrange(len(live))
+                key = live[index]
+                live[index] = live[-1]
+                live.pop()
+                value, _ = self._emit("d", {"id": key, "name": self.model[key][0]}, None)
+                del self.model[key]
+            values.append(value)
+        return values, [None] * len(values)
+
+
+def pyiceberg_rows(table: Table) -> dict[int, Row]:
+    """The table as pyiceberg's own reader reads it (it refuses equality deletes)."""
+    arrow = table.scan(selected_fields=("id", "name", "updated_at")).to_arrow()
+    micros = pc.cast(arrow.column("updated_at"), "int64").to_pylist()
+    rows = dict(zip(arrow.column("id").to_pylist(), zip(arrow.column("name").to_pylist(), micros, strict=True),
+                    strict=True))
+    assert len(rows) == arrow.num_rows, "a key is in the table twice"
+    return rows
+
+
+def live(table: Table, content: DataFileContent) -> list[str]:
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    return [f.path for f in live_files(table, snapshot) if f.data_file.content == content]
+
+
+def timed_spark_read(spark: SparkSession, table: Table) -> tuple[dict[int, Row], float]:
+    started = time.perf_counter()
+    rows = spark_rows(spark, table)
+    return rows, time.perf_counter() - started
+
+
+def keyed_table(catalog: Catalog) -> str:
+    name = f"shop_{uuid.uuid4().hex[:8]}.customers"
+    ensure_table(catalog, name, iceberg_schema(COLUMNS), ["day(updated_at)"], {}, key=KEY)
+    return name
+
+
+class Triggers:
+    """Keyed triggers of one change stream, committed through a committer like the job does."""
+
+    def __init__(self, catalog: Catalog, name: str, stream: ChangeStream):
+        self.catalog, self.name, self.stream, self.number = catalog, name, stream, 0
+
+    def commit(self, committer: SinkCommitter, records: int) -> None:
+        output = stage(self.catalog.load_table(self.name), committer.writer, *self.stream.records(records),
+                       self.stream.fmt, f"{self.number:05d}-0")
+        committer.commit(output, {"after": f"t{self.number:04d}"})
+        self.number += 1
+
+
+def maintainer(committer: SinkCommitter, catalog: Catalog, name: str, **expiry: object) -> Maintainer:
+    settings = Maintenance(rewrite_deletes=RewriteDeletes(after_commits=1),
+                           expire_snapshots=ExpireSnapshots(**expiry) if expiry else None)  # type: ignore[arg-type]
+    return Maintainer(settings, committer, catalog, name, TARGET)
+
+
+@pytest.mark.parametrize(("catalog_kind", "stream_kind"), [("sql", "narrow"), ("sql", "wide"), ("rest", "wide")])
+def test_rewrite_leaves_no_deletes_and_both_readers_see_the_model(tmp_path: Path, spark: SparkSession, catalog_kind: str,
+                                                                  stream_kind: str, request: pytest.FixtureRequest) -> None:
+    """"narrow": ChangeStream's few keys, each touched by most triggers (re-inserts, key changes, tombstones);
+    "wide": WideStream, most rows survive the rewrite. With the REST catalog, Iceberg's Java TableMetadata
+    also validates the replace snapshot."""
+    catalog = request.getfixturevalue("rest_catalog").load() if catalog_kind == "rest" else open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    stream_type = WideStream if stream_kind == "wide" else ChangeStream
+    triggers = Triggers(catalog, name, stream_type("debezium", random.Random(f"maint-{catalog_kind}-{stream_kind}")))
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    v1.start([])
+    for _ in range(6):
+        triggers.commit(v1, 400)
+    table = catalog.load_table(name)
+    assert len(live(table, DataFileContent.EQUALITY_DELETES)) == 6
+    spark_rows(spark, table)  # warm-up
+    before, before_seconds = timed_spark_read(spark, table)
+    assert before == triggers.stream.model
+    head = table.current_snapshot()
+    assert head is not None
+
+    maintenance = maintainer(v1, catalog, name)
+    result = maintenance.rewrite_deletes()
+    assert result is not None and result.removed_delete_files == 6 and result.rows_written < result.rows_read
+    if stream_kind == "wide":
+        assert result.added_files > 0 and result.rows_written > result.rows_read // 2
+    table = catalog.load_table(name)
+    assert live(table, DataFileContent.EQUALITY_DELETES) == []
+    after, after_seconds = timed_spark_read(spark, table)
+    assert after == triggers.stream.model
+    assert pyiceberg_rows(table) == triggers.stream.model
+    print(f"\n[{catalog_kind}] spark read before maintenance {before_seconds * 1000:.0f} ms, after "
+          f"{after_seconds * 1000:.0f} ms; rewrite {result.seconds * 1000:.0f} ms for {result.rewritten_files} files "
+          f"({result.rows_read} rows, {result.bytes_read} bytes) into {result.added_files}")
+
+    # ONE replace snapshot of kind maintenance carrying the frontier and checkpoint; the replacements
+    # have the planned head's sequence number as their data sequence number.
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None and snapshot.parent_snapshot_id == head.snapshot_id
+    assert snapshot.summary.operation.value == "replace"
+    commit = protocol.parse_commit(snapshot)
+    assert commit is not None and commit.kind == protocol.KIND_MAINTENANCE and commit.frontier == {"after": "t0005"}
+    assert commit.writer == v1.writer and commit.records == 0
+    checkpoint = protocol.parse_checkpoint(table.metadata, SINK)
+    assert checkpoint is not None and checkpoint.snapshot_id == snapshot.snapshot_id
+    assert checkpoint.frontier == {"after": "t0005"} and checkpoint.sequence_number == snapshot.sequence_number
+    progress = protocol.read_progress(table.metadata, SINK)
+    assert progress.frontier == {"after": "t0005"} and progress.resumed_from == "snapshot"
+    added = [f for f in live_files(table, snapshot) if f.data_file.content == DataFileContent.DATA]
+    assert {f.data_sequence_number for f in added} == {head.sequence_number}
+
+    # More triggers update and delete keys whose rows were just rewritten: their deletes apply to the
+    # replacements. Maintenance interleaved with them keeps both readers on the model.
+    for round_number in range(3):
+        for _ in range(2):
+            triggers.commit(v1, 400)
+            assert spark_rows(spark, catalog.load_table(name)) == triggers.stream.model
+        assert maintenance.rewrite_deletes() is not None
+        table = catalog.load_table(name)
+        assert live(table, DataFileContent.EQUALITY_DELETES) == [], f"round {round_number}"
+        assert spark_rows(spark, table) == triggers.stream.model
+        assert pyiceberg_rows(table) == triggers.stream.model
+    assert maintenance.rewrite_deletes() is None  # nothing to do
+    assert [c.kind for c in sink_commits(catalog.load_table(name), SINK)][-1] == protocol.KIND_MAINTENANCE
+
+    # A restart resumes from the maintenance snapshot's frontier and goes on.
+    v2 = SinkCommitter(catalog, name, Writer(SINK, 2, "attempt2"))
+    assert v2.start([]).frontier == {"after": f"t{triggers.number - 1:04d}"}
+    triggers.commit(v2, 400)
+    assert spark_rows(spark, catalog.load_table(name)) == triggers.stream.model
+
+
+def test_replacements_keep_the_planned_sequence_number_so_later_deletes_apply(tmp_path: Path,
+                                                                               spark: SparkSession) -> None:
+    """A rewrite planned on S0 that lands after a trigger updating its keys: with the data sequence number of
+    S0 the trigger's deletes still apply to the replacements (with the new snapshot's they would not)."""
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("sequence")))
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    v1.start([])
+    for _ in range(4):
+        triggers.commit(v1, 300)
+    planned_table = catalog.load_table(name)
+    plan = plan_rewrite(planned_table)
+    assert plan is not None and plan.data and len(plan.removable) == 4
+    added, _, rows_written, _ = rewrite_data_files(planned_table, plan, "isync-test-rewrite", TARGET)
+    assert added and rows_written > 0
+    triggers.commit(v1, 300)  # updates and deletes of keys the rewrite holds, committed after S0
+    assert spark_rows(spark, catalog.load_table(name)) == triggers.stream.model
+
+    # The committer refuses to land a rewrite planned on a head main has moved past.
+    with pytest.raises(MaintenanceConflictError):
+        v1.commit_maintenance(plan.snapshot, [f.path for f in plan.data + plan.removable], added)
+
+    def land(sequence_number: int) -> list[tuple[int, str, int]]:
+        """The rows Spark reads with the rewrite landed with this data sequence number (then main is set back)."""
+        table = catalog.load_table(name)
+        head = table.metadata.current_snapshot_id
+        assert head is not None
+        transaction = Transaction(table)
+        rewrite_files(transaction, {}, [f.path for f in plan.data + plan.removable], added, sequence_number)
+        commit_transaction(catalog, table, transaction)
+        frame = spark.read.format("iceberg").load(catalog.load_table(name).metadata_location)
+        rows = sorted(tuple(row) for row in frame.selectExpr("id", "name", "unix_micros(updated_at)").collect())
+        catalog.load_table(name).manage_snapshots().set_current_snapshot(snapshot_id=head).commit()
+        return rows
+
+    model = sorted((key, *row) for key, row in triggers.stream.model.items())
+    assert plan.snapshot.sequence_number is not None
+    assert land(plan.snapshot.sequence_number) == model
+    wrong = catalog.load_table(name).metadata.next_sequence_number()
+    assert land(wrong) != model  # the rule matters: updated keys would show twice, deleted ones live again
+
+
+def test_a_fenced_writer_lands_no_maintenance(tmp_path: Path, spark: SparkSession) -> None:
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    triggers = Triggers(catalog, name, ChangeStream("debezium", random.Random("fenced")))
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    v1.start([])
+    for _ in range(3):
+        triggers.commit(v1, 300)
+    SinkCommitter(catalog, name, Writer(SINK, 2, "attempt2")).start([])
+    head = catalog.load_table(name).metadata.current_snapshot_id
+    stale = maintainer(v1, catalog, name, older_than="0s", retain_last=1)
+    with pytest.raises(FencedError):
+        stale.rewrite_deletes()
+    with pytest.raises(FencedError):
+        stale.after_commit()
+    with pytest.raises(FencedError):
+        stale.expire_snapshots()
+    table = catalog.load_table(name)
+    assert table.metadata.current_snapshot_id == head and len(table.metadata.snapshots) == 5
+    assert unreferenced_sink_files(table, SINK) == []  # the stale rewrite's replacements were deleted
+    assert spark_rows(spark, table) == triggers.stream.model
+
+
+def test_expiry_under_the_fence_keeps_resume_and_deletes_only_dead_files(tmp_path: Path, spark: SparkSession) -> None:
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("expiry")))
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    v1.start([])
+    for _ in range(4):
+        triggers.commit(v1, 300)
+    maintenance = maintainer(v1, catalog, name, older_than="0s", retain_last=1)
+    assert maintenance.rewrite_deletes() is not None
+    before = catalog.load_table(name)
+    ever = referenced_files(before)
+    expiry = maintenance.expire_snapshots(now_ms=int(time.time() * 1000) + 1000)
+    table = catalog.load_table(name)
+    assert expiry.expired_snapshots == len(before.metadata.snapshots) - 1 and len(table.metadata.snapshots) == 1
+    assert expiry.deleted_files > 0
+    live_paths = {normalize(p) for p in live(table, DataFileContent.DATA)}
+    assert live_paths and all(Path(path).exists() for path in live_paths)
+    # The files the rewrite removed (recorded as deleted by the head, read by no remaining snapshot) are gone.
+    assert not any(Path(path).exists() for path in ever - live_paths)
+    assert spark_rows(spark, table) == triggers.stream.model and pyiceberg_rows(table) == triggers.stream.model
+    assert unreferenced_sink_files(table, SINK) == []
+
+    # The sink goes on after expiry; a restart resumes from the head (its maintenance snapshot).
+    triggers.commit(v1, 300)
+    table = catalog.load_table(name)
+    maintenance.expire_snapshots(now_ms=int(time.time() * 1000) + 1000)
+    table = catalog.load_table(name)
+    assert len(table.metadata.snapshots) == 1
+    v2 = SinkCommitter(catalog, name, Writer(SINK, 2, "attempt2"))
+    assert v2.start([]).frontier == {"after": f"t{triggers.number - 1:04d}"}
+    triggers.commit(v2, 300)
+    assert spark_rows(spark, catalog.load_table(name)) == triggers.stream.model
+
+    # Another writer's snapshot on top, then expiry of everything but it: the checkpoint still resumes.
+    table = catalog.load_table(name)
+    with table.transaction() as foreign, foreign.update_snapshot().fast_append():
+        pass  # an empty append by another writer
+    assert protocol.read_progress(catalog.load_table(name).metadata, SINK).foreign_snapshots_on_top == 1
+    v2_maintenance = maintainer(v2, catalog, name, older_than="0s", retain_last=1)
+    v2_maintenance.expire_snapshots(now_ms=int(time.time() * 1000) + 1000)
+    table = catalog.load_table(name)
+    progress = protocol.read_progress(table.metadata, SINK)
+    assert progress.frontier == {"after": f"t{triggers.number - 1:04d}"}
+    v3 = SinkCommitter(catalog, name, Writer(SINK, 3, "attempt3"))
+    assert v3.start([]).frontier == {"after": f"t{triggers.number - 1:04d}"}
+    triggers.commit(v3, 300)
+    assert spark_rows(spark, catalog.load_table(name)) == triggers.stream.model
+
+
+SCHEMA = [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"},
+          {"name": "updated_at", "type": "timestamptz"}]
+
+
+def write_change_files(inbox: Path, stream: ChangeStream, files: int, records: int,
+                       first: int = 0) -> list[dict[int, Row]]:
+    """Debezium change files ``first``… and the model after each of them."""
+    models = []
+    for number in range(first, first + files):
+        values, _ = stream.records(records)
+        (inbox / f"{number:04d}.json").write_text("\n".join((value or b"null").decode() for value in values) + "\n")
+        models.append(dict(stream.model))
+    return models
+
+
+def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Path, spark: SparkSession) -> None:
+    """The job with maintenance after every commit, SIGKILLed with the rewrite staged, then right after the
+    maintenance commit; a higher version resumes, cleans up and ends with the model and no delete files."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    stream = WideStream("debezium", random.Random("maintenance-crash"))
+    models = write_change_files(inbox, stream, 3, 500)
+    document = sync_document(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
+                             table={"key": ["id"], "partitionBy": ["day(updated_at)"]}, changes={"format": "debezium"},
+                             deadLetter={"table": "sales.orders_dlq"},
+                             maintenance={"rewriteDeletes": {"afterCommits": 1},
+                                          "expireSnapshots": {"olderThan": "0s", "retainLast": 1, "every": "1ms"}})
+    spec_path = write_spec(tmp_path, document)
+    catalog = catalog_of(parse_spec(document))
+    name, sink = "sales.orders", "test/orders"
+
+    # The first trigger's maintenance drops its delete file (no older data); the second's rewrites the
+    # first trigger's files and is killed before its commit.
+    status, log = run_job_process(spec_path, 1, crash_at="maintenance-staged:2", timeout=180)
+    assert status == -9, log[-3000:]
+    table = catalog.load_table(name)
+    head = sink_commits(table, sink)[-1]
+    assert head.kind == protocol.KIND_DATA and head.frontier == {"after": "0001.json"}
+    assert unreferenced_sink_files(table, sink), "the killed rewrite's replacements were staged"
+    assert spark_rows(spark, table) == models[1]
+
+    status, log = run_job_process(spec_path, 1, crash_at="maintenance-committed:1", timeout=180)
+    assert status == -9, log[-3000:]
+    table = catalog.load_table(name)
+    kinds = [c.kind for c in sink_commits(table, sink)]
+    assert kinds[-1] == protocol.KIND_MAINTENANCE and kinds.count("data") >= 1
+    assert sink_commits(table, sink)[-1].frontier == {"after": "0002.json"}
+    assert live(table, DataFileContent.EQUALITY_DELETES) == []
+    assert spark_rows(spark, table) == models[2] and pyiceberg_rows(table) == models[2]
+
+    write_change_files(inbox, stream, 2, 500, first=3)
+
+    def done() -> bool:
+        commits = sink_commits(catalog.load_table(name), sink)
+        return bool(commits) and commits[-1].frontier == {"after": "0004.json"} \
+            and commits[-1].kind == protocol.KIND_MAINTENANCE
+
+    status, log = run_job_process(spec_path, 2, stop_when=done, timeout=240)
+    assert status == 0, log[-3000:]
+    table = catalog.load_table(name)
+    assert spark_rows(spark, table) == stream.model
+    assert pyiceberg_rows(table) == stream.model
+    assert live(table, DataFileContent.EQUALITY_DELETES) == []
+    assert unreferenced_sink_files(table, sink) == []
+    assert len(table.metadata.snapshots) <= 2  # expired down to the newest (plus at most the stop's last commit)
+    assert json.loads(table.metadata.properties[protocol.checkpoint_key(sink)])["frontier"] == {"after": "0004.json"}
+
+
+def test_figures_read_time_before_and_after_and_the_cost_of_a_rewrite(tmp_path: Path, spark: SparkSession) -> None:
+    """Prints (never asserts) what docs/operations.md reports: Spark's read time of a keyed table with the
+    delete files of 20 triggers and after ``rewriteDeletes``, and what the rewrite cost. Asserts the rows."""
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("figures")))
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    v1.start([])
+    initial = int(os.environ.get("ICEBERGSYNC_FIGURES_ROWS", "100000"))  # larger runs: docs/operations.md
+    triggers.commit(v1, initial)
+    for _ in range(20):
+        triggers.commit(v1, max(2_000, initial // 50))
+
+    def read_seconds() -> float:
+        location = catalog.load_table(name).metadata_location
+        timings = []
+        for _ in range(3):
+            started = time.perf_counter()
+            spark.read.format("iceberg").load(location).selectExpr("sum(hash(id, name, updated_at))").collect()
+            timings.append(time.perf_counter() - started)
+        return min(timings)
+
+    table = catalog.load_table(name)
+    deletes = len(live(table, DataFileContent.EQUALITY_DELETES))
+    data_files = len(live(table, DataFileContent.DATA))
+    before = read_seconds()
+    result = maintainer(v1, catalog, name).rewrite_deletes()
+    assert result is not None
+    after = read_seconds()
+    table = catalog.load_table(name)
+    started = time.perf_counter()
+    assert pyiceberg_rows(table) == triggers.stream.model
+    pyiceberg_seconds = time.perf_counter() - started
+    assert spark_rows(spark, table) == triggers.stream.model
+    print(f"\nfigures: {len(triggers.stream.model)} rows, {data_files} data files and {deletes} delete files; Spark read "
+          f"{before * 1000:.0f} ms before rewriteDeletes, {after * 1000:.0f} ms after; rewrite {result.seconds:.2f} s "
+          f"({result.rewritten_files} files, {result.rows_read} rows, {result.bytes_read / 1e6:.1f} MB read, "
+          f"{result.rows_read - result.rows_written} rows dropped, {result.added_files} files written, "
+          f"commit included); pyiceberg read after {pyiceberg_seconds * 1000:.0f} ms "
+          f"({len(live(table, DataFileContent.DATA))} data files)")
+
+
+def test_another_writers_deletes_are_refused_not_misapplied(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An equality delete on other columns than the key (another writer's) is not the sink's: rewriteDeletes
+    refuses the table (nothing is written) and, run by the loop, logs it and lets the sync go on."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    from spark_app.deletes import delete_plan, write_equality_deletes
+    from spark_app.iceberg_internals import row_delta
+
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("foreign")))
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    v1.start([])
+    for _ in range(2):
+        triggers.commit(v1, 200)
+    table = catalog.load_table(name)
+    by_name = dataclasses.replace(delete_plan(table), key=("name",))
+    foreign = write_equality_deletes(by_name, pa.table({"name": ["nobody"]}), "foreign")
+    assert foreign is not None
+    transaction = Transaction(table)
+    row_delta(transaction, {}, [], [foreign])
+    commit_transaction(catalog, table, transaction)
+    head = catalog.load_table(name).metadata.current_snapshot_id
+    with pytest.raises(ValueError, match="not a global equality delete on the key"):
+        maintainer(v1, catalog, name).rewrite_deletes()
+    maintenance = maintainer(v1, catalog, name)
+    with caplog.at_level("ERROR", logger="icebergsync.maintenance"):
+        maintenance.after_commit()
+    assert "maintenance rewriteDeletes failed" in caplog.text
+    table = catalog.load_table(name)
+    assert table.metadata.current_snapshot_id == head and unreferenced_sink_files(table, SINK) == []
