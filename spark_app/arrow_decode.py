@@ -1133,7 +1133,8 @@ def _safe_cast(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
 def conform_table(table: pa.Table, schema: pa.Schema, position: Callable[[int], dict[str, Any]]) -> pa.Table:
     """Conform typed rows (a Parquet file's) to ``schema``: absent declared columns are null, others are
     cast; a value that does not fit (overflow, lossy) makes its row a dead letter ``field X: value V is
-    not a T``. Columns ``schema`` does not declare are the caller's problem (a whole-file dead letter)."""
+    not a T``, whose raw payload is the row as read, as JSON. Columns ``schema`` does not declare are
+    the caller's problem (a whole-file dead letter)."""
     cols = _plan(schema)
     out = _output_schema(schema)
     extra = [name for name in table.column_names if name not in {c.name for c in cols}]
@@ -1160,7 +1161,9 @@ def conform_table(table: pa.Table, schema: pa.Schema, position: Callable[[int], 
     mask = pa.array(bad)
     rows = [pc.if_else(mask, pa.scalar(None, a.type), a) if bad.any() else a for a in arrays]
     positions = [encode_position(position(int(i))) if bad[i] else None for i in range(n)] if bad.any() else None
-    return pa.Table.from_arrays([*rows, *_control(n, reasons if bad.any() else None, None, positions)], schema=out)
+    raws = [json.dumps(table.slice(int(i), 1).to_pylist()[0], sort_keys=True, default=str) if bad[i] else None
+            for i in range(n)] if bad.any() else None
+    return pa.Table.from_arrays([*rows, *_control(n, reasons if bad.any() else None, raws, positions)], schema=out)
 
 
 def whole_input_row(schema: pa.Schema, reason: str, position: dict[str, Any]) -> pa.Table:

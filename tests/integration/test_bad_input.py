@@ -107,7 +107,7 @@ def test_bad_parquet_files_are_one_dead_letter_each_and_the_frontier_moves_past_
     assert dead[2]["reason"] == "Parquet column(s) cannot be read as declared: price is struct<a: int64>, not double"
     assert dead[3]["reason"] == "field price: value seven is not a double"
     assert [row["payload"] for row in dead[:3]] == [None, None, None]
-    assert json.loads(dead[3]["payload"]) == {"id": 7, "price": None}
+    assert json.loads(dead[3]["payload"]) == {"id": 7, "price": "seven"}  # the row as read
 
 
 def test_bad_text_files_are_one_dead_letter_each_and_records_carry_their_line(
