@@ -35,6 +35,7 @@ from icebergsync.storage import normalize
 from spark_app.committer import MaintenanceConflictError, SinkCommitter, referenced_files
 from spark_app.iceberg_internals import commit_transaction, live_files, rewrite_files
 from spark_app.maintenance import Maintainer, plan_rewrite, rewrite_data_files
+from tests.integration.keyed_support import COLUMNS, KEY, ChangeStream, Row, spark_rows
 from tests.integration.sync_support import (
     catalog_of,
     run_job_process,
@@ -43,16 +44,7 @@ from tests.integration.sync_support import (
     unreferenced_sink_files,
     write_spec,
 )
-from tests.integration.test_keyed_commit import (
-    COLUMNS,
-    KEY,
-    SINK,
-    ChangeStream,
-    Row,
-    open_catalog,
-    spark_rows,
-    stage,
-)
+from tests.integration.test_keyed_commit import SINK, open_catalog, stage
 
 TARGET = 64 * 1024 * 1024
 
