@@ -239,7 +239,7 @@ class SyncJob:
             results, stats = run_transform(self.spark, units, source.unit_reader(record_columns), plan, self.columns,
                                            record_columns, self.spec.transform)
         else:
-            results, stats = run_units(self.spark, units, source.unit_reader(self.columns), plan, route=True)
+            results, stats = run_units(self.spark, units, source.unit_reader(self.columns), plan)
         output = TriggerOutput(source_lag=pending.lag, source_notes=source.trigger_notes(pending, stats))
         newest_event: int | None = None
         rejection: Rejection | None = None

@@ -127,8 +127,8 @@ class KeyRouter:
             yield int(bucket), table.filter(pa.array(buckets == bucket))
 
 
-def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader, plan: WritePlan,
-              route: bool) -> tuple[list[TaskResult], UnitStats]:
+def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader,
+              plan: WritePlan) -> tuple[list[TaskResult], UnitStats]:
     """Stage a trigger's units: keyed changes routed by key, appends direct or routed by partition value.
 
     Returns the tasks' results and what reading the units counted.
@@ -141,7 +141,7 @@ def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader, pl
         keyed = rdd.mapPartitions(_route_function(reader, KeyRouter(plan.deletes.key, tasks))).partitionBy(
             tasks, lambda bucket: max(0, bucket))
         payloads = keyed.mapPartitions(_stage_changes_function(plan)).collect()
-    elif route and plan.table.spec.fields:
+    elif plan.table.spec.fields:
         router = PartitionRouter(plan.table, tasks)
         routed = rdd.mapPartitions(_route_function(reader, router)).partitionBy(
             tasks, lambda bucket: max(0, bucket))
