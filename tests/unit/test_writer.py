@@ -12,7 +12,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from spark_app.deadletter import ERROR_COLUMN, split_dead_letters
-from spark_app.writer import PartitionedWriter, TablePlan, conform, dictionary_columns
+from spark_app.writer import PartitionedWriter, TablePlan, _compression, conform, dictionary_columns
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "kind", StringType()),
                 NestedField(3, "text", StringType()))
@@ -114,5 +114,17 @@ def test_dictionary_encoding_only_where_it_makes_files_smaller() -> None:
         "vendor": pa.array(["CMT", "VTS", "DDS"] * (rows // 3) + ["CMT"] * (rows % 3)),
         "nothing": pa.nulls(rows, pa.string()),
         "flag": pa.array([True, False] * (rows // 2)),
+        # unique strings, a quarter null: the dictionary would hold every value (the estimate once
+        # spread the dictionary over the null slots too and chose it)
+        "note": pa.array([None if i % 4 == 0 else f"trip {i} via bridge" for i in range(rows)]),
+        # few distinct values, but a dictionary page (1 MiB) could not hold them: Parquet's Java writer writes plain
+        "blob": pa.array([f"{i % 500:04d}" + "x" * 4000 for i in range(rows)]),
     })
     assert dictionary_columns(table) == ["vendor"]
+
+
+def test_zstd_is_written_at_the_level_icebergs_java_writer_uses_unless_the_table_sets_one() -> None:
+    assert _compression({"write.parquet.compression-codec": "zstd"}) == {"compression": "zstd", "compression_level": 3}
+    assert _compression({"write.parquet.compression-codec": "zstd", "write.parquet.compression-level": "9"}) == {
+        "compression": "zstd", "compression_level": 9}
+    assert _compression({"write.parquet.compression-codec": "snappy"}) == {"compression": "snappy"}
