@@ -3,9 +3,11 @@
     python -m bench.encode ROWS FILES DAYS TARGET_FILE_BYTES OUT_DIR
 
 Makes the same rows as the JSON files (bench.dataset.make_rows, not timed), then times
-``pyarrow.parquet.write_table`` of them in files of about the target size (zstd, pyarrow's
-defaults otherwise) into OUT_DIR (tmpfs), and prints one JSON line: wall and CPU seconds of the
-encode, files and bytes. Arrow's thread pools are set to one thread: this is the rate of one core.
+``pyarrow.parquet.write_table`` of them in files of about the target size into OUT_DIR (tmpfs),
+encoded as the sink's writer encodes them (zstd at the same level, the same dictionary columns,
+decimals as integers: the same files, so the ratio measures getting rows to the encoder, not
+encoder settings), and prints one JSON line: wall and CPU seconds of the encode, files and bytes.
+Arrow's thread pools are set to one thread: this is the rate of one core.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.dataset import make_rows
+from spark_app.writer import compression_options, dictionary_columns
 
 
 def main() -> int:
@@ -33,15 +36,17 @@ def main() -> int:
                               for i in range(files)]).combine_chunks()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
+    options = {**compression_options({"write.parquet.compression-codec": "zstd"}),
+               "use_dictionary": dictionary_columns(table), "store_decimal_as_integer": True}
     probe = table.slice(0, min(100_000, table.num_rows))
     sink = pa.BufferOutputStream()
-    pq.write_table(probe, sink, compression="zstd")
+    pq.write_table(probe, sink, **options)
     rows_per_file = max(1, int(target / max(1.0, sink.getvalue().size / max(1, probe.num_rows))))
     cpu0, wall0 = time.process_time(), time.perf_counter()
     written = size = 0
     for offset in range(0, table.num_rows, rows_per_file):
         path = out / f"encode-{written:05d}.parquet"
-        pq.write_table(table.slice(offset, rows_per_file), path, compression="zstd")
+        pq.write_table(table.slice(offset, rows_per_file), path, **options)
         written += 1
         size += os.path.getsize(path)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0

@@ -333,6 +333,7 @@ class Bench:
             run["rows_per_s"] = self.rows / run["wall_s"]
             run["rows_per_cpu_s"] = self.rows / run["cpu_s"] if run["cpu_s"] else None
             run.update(steady(run["commit_times"], measured["cpu_timeline"]))
+            shutil.copy(result_path, self.logs / f"{name}.measure.json")  # the CPU timeline, for a closer look
             shutil.rmtree(directory, ignore_errors=True)
         status = f"FAILED: {run['error']}" if "error" in run else (
             f"{run['rows_per_s']:,.0f} rows/s, wall {run['wall_s']:.1f}s (process {run['process_wall_s']:.1f}s), "

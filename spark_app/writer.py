@@ -278,7 +278,7 @@ class RollingParquetWriter:
                 self._writer = None
 
 
-def _compression(properties: dict[str, str]) -> dict[str, Any]:
+def compression_options(properties: dict[str, str]) -> dict[str, Any]:
     codec = properties.get("write.parquet.compression-codec", "zstd")
     level = properties.get("write.parquet.compression-level")
     options: dict[str, Any] = {"compression": "none" if codec == "uncompressed" else codec}
@@ -299,7 +299,7 @@ class PartitionedWriter:
         self._target = target_file_bytes
         self._memory = memory_bytes
         self._fields = _partition_fields(plan)
-        self._compression = _compression(plan.properties)
+        self._compression = compression_options(plan.properties)
         self._writers: dict[tuple[Any, ...], RollingParquetWriter] = {}
         self._arrow_schema = plan.arrow_schema()
 

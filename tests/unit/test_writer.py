@@ -12,7 +12,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from spark_app.deadletter import ERROR_COLUMN, split_dead_letters
-from spark_app.writer import PartitionedWriter, TablePlan, _compression, conform, dictionary_columns
+from spark_app.writer import PartitionedWriter, TablePlan, compression_options, conform, dictionary_columns
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "kind", StringType()),
                 NestedField(3, "text", StringType()))
@@ -124,7 +124,7 @@ def test_dictionary_encoding_only_where_it_makes_files_smaller() -> None:
 
 
 def test_zstd_is_written_at_the_level_icebergs_java_writer_uses_unless_the_table_sets_one() -> None:
-    assert _compression({"write.parquet.compression-codec": "zstd"}) == {"compression": "zstd", "compression_level": 3}
-    assert _compression({"write.parquet.compression-codec": "zstd", "write.parquet.compression-level": "9"}) == {
+    assert compression_options({"write.parquet.compression-codec": "zstd"}) == {"compression": "zstd", "compression_level": 3}
+    assert compression_options({"write.parquet.compression-codec": "zstd", "write.parquet.compression-level": "9"}) == {
         "compression": "zstd", "compression_level": 9}
-    assert _compression({"write.parquet.compression-codec": "snappy"}) == {"compression": "snappy"}
+    assert compression_options({"write.parquet.compression-codec": "snappy"}) == {"compression": "snappy"}
