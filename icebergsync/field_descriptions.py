@@ -21,8 +21,10 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.source.kafka.topic": "A topic name or a list of topic names (checked by the operator).",
     "spec.source.kafka.maxRecordsPerTrigger": "Upper bound of records read in one trigger.",
     "spec.source.kafka.format": "Record value encoding.",
-    "spec.source.kafka.options": "Extra Kafka consumer options (kafka.* keys).",
-    "spec.source.kafka.secretRef": "Secret with Kafka client properties (e.g. SASL), mounted as files.",
+    "spec.source.kafka.options": ("Kafka client properties (security.protocol, sasl.mechanism, fetch.max.bytes, ...; the kafka. "
+                                  "prefix is accepted; no credentials) and minPartitions. See docs/connectors.md."),
+    "spec.source.kafka.secretRef": ("Secret with Kafka client properties and PEM files (sasl.username + sasl.password or "
+                                    "sasl.jaas.config, ca.crt, tls.crt + tls.key), mounted as files."),
     "spec.schema": "Columns of the table; required for the files and kafka sources.",
     "spec.schema[].name": "Column name.",
     "spec.schema[].required": "Whether the column is NOT NULL.",

@@ -99,7 +99,7 @@ class FilesSource(Model):
 
 
 class KafkaSource(Model):
-    """Kafka topics read with Spark's Kafka connector; offsets live in the table, not in Kafka."""
+    """Kafka topics read by the tasks with a Kafka client (librdkafka); offsets live in the table, not in Kafka."""
 
     bootstrap_servers: str = Field(min_length=1)
     topic: str | list[str]
