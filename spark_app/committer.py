@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
+from typing import TypeVar
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
@@ -55,6 +57,8 @@ MAIN_SEQUENCE = "main-sequence-number"
 MAIN_SNAPSHOT = "main-snapshot-id"
 PENDING_DEAD_LETTERS = "pending-dead-letter-files"
 UNKNOWN_OUTCOME_DEADLINE_SECONDS = 300.0
+
+T = TypeVar("T")
 
 
 def sink_file_prefix(sink_id: str) -> str:
@@ -102,6 +106,43 @@ class TablePin:
                 f"{self.schema_id} is now {metadata.current_schema_id}); the files staged under the old schema were "
                 "not committed. A restart re-plans its writes from the current schema"
             )
+
+
+class _Retry:
+    """The retry policy of one compare-and-swap against the catalog (a data commit, an expiry).
+
+    A conflict (another writer moved the head) is retried at once after a short jittered backoff; an
+    unknown outcome (the request failed in a way that does not say whether it landed) is retried
+    until ``UNKNOWN_OUTCOME_DEADLINE_SECONDS``, after which ``CommitStateUnknownError`` is raised.
+    Either way the caller re-reads the table and re-checks the fence before the next round.
+    """
+
+    def __init__(self, action: str, identifier: str):
+        self._action = action
+        self._identifier = identifier
+        self._deadline = time.monotonic() + UNKNOWN_OUTCOME_DEADLINE_SECONDS
+        self._rounds = 0
+
+    def attempt(self, request: Callable[[], T], on_unknown: str) -> T | None:
+        """``request()``'s result, or None when the caller should re-check and try again."""
+        self._rounds += 1
+        try:
+            return request()
+        except CommitFailedException as exc:
+            log.info("%s conflict on %s (round %d): %s; re-checking the fence", self._action, self._identifier,
+                     self._rounds, exc)
+            time.sleep(random.uniform(0.0, min(1.0, 0.01 * 2**min(self._rounds, 7))))
+        except (IcebergSyncError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # unknown outcome: the request may or may not have landed
+            if time.monotonic() > self._deadline:
+                raise CommitStateUnknownError(
+                    f"{self._action} on {self._identifier} failed with an unknown outcome for "
+                    f"{UNKNOWN_OUTCOME_DEADLINE_SECONDS:.0f}s: {exc}"
+                ) from exc
+            log.warning("%s on %s had an unknown outcome (%s); %s", self._action, self._identifier, exc, on_unknown)
+            time.sleep(min(5.0, 0.2 * 2**min(self._rounds, 5)))
+        return None
 
 
 @dataclass(frozen=True)
@@ -170,10 +211,8 @@ class SinkCommitter:
         fenced) is asserted before every round.
         """
         attempted: list[int] = []
-        deadline = time.monotonic() + UNKNOWN_OUTCOME_DEADLINE_SECONDS
-        rounds = 0
+        retry = _Retry("commit", identifier)
         while True:
-            rounds += 1
             table = self._catalog.load_table(identifier)
             landed = next((s for s in map(table.metadata.snapshot_by_id, attempted) if s is not None), None)
             if landed is not None:
@@ -183,25 +222,10 @@ class SinkCommitter:
             check(table.metadata)
             transaction, snapshot_id = build(table)
             attempted.append(snapshot_id)
-            try:
-                response = commit_transaction(
-                    self._catalog, table, transaction, AssertTableUUID(uuid=table.metadata.table_uuid)
-                )
-            except CommitFailedException as exc:
-                log.info("commit conflict on %s (round %d): %s; re-checking the fence", identifier, rounds, exc)
-                time.sleep(random.uniform(0.0, min(1.0, 0.01 * 2**min(rounds, 7))))
-                continue
-            except (IcebergSyncError, KeyboardInterrupt):
-                raise
-            except Exception as exc:  # unknown outcome: the commit may or may not have landed
-                if time.monotonic() > deadline:
-                    raise CommitStateUnknownError(
-                        f"commit to {identifier} failed with an unknown outcome for "
-                        f"{UNKNOWN_OUTCOME_DEADLINE_SECONDS:.0f}s: {exc}"
-                    ) from exc
-                log.warning("commit to %s had an unknown outcome (%s); looking for snapshot(s) %s",
-                            identifier, exc, attempted)
-                time.sleep(min(5.0, 0.2 * 2**min(rounds, 5)))
+            response = retry.attempt(partial(commit_transaction, self._catalog, table, transaction,
+                                             AssertTableUUID(uuid=table.metadata.table_uuid)),
+                                     f"looking for snapshot(s) {attempted}")
+            if response is None:
                 continue
             snapshot = response.metadata.snapshot_by_id(snapshot_id)
             if snapshot is None:
@@ -487,10 +511,8 @@ class SinkCommitter:
         retried the same way (a landed expiry leaves nothing to expire).
         """
         check = self._steady_check(self.last_snapshot)
-        deadline = time.monotonic() + UNKNOWN_OUTCOME_DEADLINE_SECONDS
-        rounds = 0
+        retry = _Retry("expiry", self._identifier)
         while True:
-            rounds += 1
             table = self._catalog.load_table(self._identifier)
             if self._identifier in self.pins:
                 self.pins[self._identifier].check(self._identifier, table.metadata)
@@ -501,25 +523,11 @@ class SinkCommitter:
                 return []
             transaction = Transaction(table)
             expire_snapshots(transaction, [s.snapshot_id for s in expired])
-            try:
-                commit_transaction(self._catalog, table, transaction, AssertTableUUID(uuid=table.metadata.table_uuid),
-                                   main_head_requirement(table.metadata))
-            except CommitFailedException as exc:
-                log.info("expiry conflict on %s (round %d): %s; re-checking the fence", self._identifier, rounds, exc)
-                time.sleep(random.uniform(0.0, min(1.0, 0.01 * 2**min(rounds, 7))))
-                continue
-            except (IcebergSyncError, KeyboardInterrupt):
-                raise
-            except Exception as exc:  # unknown outcome: recomputing finds nothing to expire if it landed
-                if time.monotonic() > deadline:
-                    raise CommitStateUnknownError(
-                        f"expiry on {self._identifier} failed with an unknown outcome for "
-                        f"{UNKNOWN_OUTCOME_DEADLINE_SECONDS:.0f}s: {exc}"
-                    ) from exc
-                log.warning("expiry on %s had an unknown outcome (%s); re-checking", self._identifier, exc)
-                time.sleep(min(5.0, 0.2 * 2**min(rounds, 5)))
-                continue
-            return expired
+            # An unknown outcome is retried like a conflict: recomputing finds nothing to expire if it landed.
+            if retry.attempt(partial(commit_transaction, self._catalog, table, transaction,
+                                     AssertTableUUID(uuid=table.metadata.table_uuid),
+                                     main_head_requirement(table.metadata)), "re-checking") is not None:
+                return expired
 
     # -- cleanup ----------------------------------------------------------------------------------
 
