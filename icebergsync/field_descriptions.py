@@ -45,7 +45,8 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.changes": "Change data capture: records upsert and delete rows by spec.table.key (needs table.key "
     "and the files or kafka source). See docs/connectors.md.",
     "spec.commit": "When the job commits.",
-    "spec.commit.interval": "Time between commits, e.g. 30s, 5m, 1h30m.",
+    "spec.commit.interval": ("Longest time between commits while records arrive, e.g. 30s, 5m, 1h30m (a backlog that fills a "
+                             "trigger to maxStagedSize or the source's per-trigger cap commits at once)."),
     "spec.commit.targetFileSize": "Target size of data files, e.g. 512Mi.",
     "spec.maintenance": "Table maintenance the job runs between triggers, under its fence; off unless declared. "
     "See docs/operations.md, Maintenance.",

@@ -154,8 +154,7 @@ class SyncJob:
                             break
                         pending = source.pending(frontier, commit_settings.max_staged_bytes)
                         due = pending is not None and (
-                            pending.estimated_bytes >= commit_settings.max_staged_bytes
-                            or pending.reaches_end
+                            self._cannot_grow(pending)
                             or time.monotonic() - last_commit >= commit_settings.interval_seconds
                         )
                         if pending is None or not due:
@@ -180,13 +179,18 @@ class SyncJob:
 
     def _stage_ahead(self, stager: ThreadPoolExecutor, source: Source, frontier: Frontier,
                      plan: WritePlan) -> Future[Staged] | None:
-        """Start staging the trigger after ``frontier`` while the current one commits, when one is already full."""
+        """Start staging the trigger after ``frontier`` while the current one commits, when that trigger cannot grow."""
         if self.stop_requested.is_set() or source.exhausted(frontier):
             return None
         pending = source.pending(frontier, self.spec.commit.max_staged_bytes)
-        if pending is None or not (pending.estimated_bytes >= self.spec.commit.max_staged_bytes or pending.reaches_end):
+        if pending is None or not self._cannot_grow(pending):
             return None
         return stager.submit(self._stage, source, frontier, pending, plan)
+
+    def _cannot_grow(self, pending: Pending) -> bool:
+        """A trigger is as large as it gets (so it is due now, and may be staged ahead): it reached the
+        staging size or the source's per-trigger cap with more waiting, or a bounded source's end."""
+        return pending.full or pending.reaches_end or pending.estimated_bytes >= self.spec.commit.max_staged_bytes
 
     def _log_commit(self, summary: RunSummary, staged: Staged, commit: Commit) -> None:
         output = staged.output

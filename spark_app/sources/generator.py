@@ -197,6 +197,7 @@ class GeneratorSource(Source):
             estimated_bytes=rows * ESTIMATED_BYTES_PER_ROW,
             reaches_end=total is not None and end >= total,
             lag={"records": self._available(next_id) - end},
+            full=rows >= limit,
         )
 
     def plan_units(self, frontier: Frontier, pending: Pending) -> list[WorkUnit]:

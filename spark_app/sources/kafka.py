@@ -281,6 +281,7 @@ class KafkaSource(Source):
                  "partitions": as_frontier(lag_by_partition)},
             notes=notes or None,
             starts=starts,
+            full=records >= limit,
         )
 
     # -- planning units ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ idle behaviour, dead letters, transforms and schema evolution."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from pyspark.sql import SparkSession
 from icebergsync import protocol
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.sink_state import read_sink_state
+from spark_app.committer import SinkCommitter
 from spark_app.job import SyncJob
 from spark_app.sources.generator import generate
 from tests.integration.sync_support import (
@@ -46,6 +48,41 @@ def test_generator_rows_land_exactly_once_with_protocol_properties(tmp_path: Pat
     again = SyncJob(sync, 2, spark).run()
     assert again.records == 0 and again.commits == 0
     assert table_ids(catalog_of(sync).load_table("sales.orders")) == list(range(30_000))
+
+
+def test_a_backlog_commits_each_capped_trigger_at_once_and_stages_the_next_during_the_commit(
+        tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a backlog, waiting cannot make a capped trigger bigger: it commits without waiting for
+    ``commit.interval`` (1 h here), and the next one is read and written while it commits."""
+    events: list[tuple[str, object]] = []
+    stage, commit = SyncJob._stage, SinkCommitter.commit
+
+    def recording_stage(job: SyncJob, source: object, frontier: dict[str, object], *rest: object) -> object:
+        events.append(("stage", (frontier["next_id"], threading.current_thread().name)))
+        return stage(job, source, frontier, *rest)  # type: ignore[arg-type]
+
+    def recording_commit(committer: SinkCommitter, output: object, end: dict[str, object]) -> object:
+        events.append(("commit-begins", end["next_id"]))
+        return commit(committer, output, end)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SyncJob, "_stage", recording_stage)
+    monkeypatch.setattr(SinkCommitter, "commit", recording_commit)
+    sync = make_sync(tmp_path, {"generator": {**FAST, "totalRows": 40_000, "maxRowsPerTrigger": 10_000}},
+                     commit={"interval": "1h"})
+    job = SyncJob(sync, 1, spark)
+    with BackgroundJob(job) as background:
+        background.wait_until(lambda: background.summary is not None, "the bounded sync to finish", timeout=120)
+    assert background.summary.commits == 4 and background.summary.records == 40_000
+    table = catalog_of(sync).load_table("sales.orders")
+    assert table_ids(table) == list(range(40_000))
+    data = [c for c in sink_commits(table, "test/orders") if c.kind == "data"]
+    assert [c.frontier for c in data] == [{"next_id": n} for n in (10_000, 20_000, 30_000, 40_000)]
+    # Triggers 2..4 were staged ahead: on the stager thread, started just before the commit of the
+    # trigger before them (the job submits the next trigger, then commits).
+    stages = [value for kind, value in events if kind == "stage"]
+    assert [(start, thread.startswith("isync-stage")) for start, thread in stages] == [
+        (0, False), (10_000, True), (20_000, True), (30_000, True)]
+    assert [value for kind, value in events if kind == "commit-begins"] == [10_000, 20_000, 30_000, 40_000]
 
 
 def test_spark_iceberg_runtime_reads_exactly_the_source_rows(tmp_path: Path, spark: SparkSession) -> None:
