@@ -66,6 +66,7 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.spark.executor.cores": "CPU cores per executor.",
     "spec.spark.executor.memory": "Memory per executor in JVM notation, e.g. 1g, 512m.",
     "spec.spark.executor.instances": "Number of executors.",
-    "spec.spark.conf": "Extra Spark configuration.",
+    "spec.spark.conf": ("Extra Spark configuration; a key set here replaces the product's default for it (without "
+                        "transform: extraJavaOptions -XX:TieredStopAtLevel=1, see docs/dataplane.md)."),
     "spec.suspend": "Stop the job (the application is deleted); setting it back resumes from the table.",
 }

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from icebergsync import cli
 from icebergsync.catalog import open_catalog
 from icebergsync.errors import FencedError
+from icebergsync.spark_conf import spark_conf
 from icebergsync.spec import load_spec, shown
 
 log = logging.getLogger("icebergsync")
@@ -30,7 +31,7 @@ def run_command(args: argparse.Namespace) -> int:
     log.info("starting %s as sink version %d", args.spec, args.sink_version)
     sync = load_spec(args.spec)
     catalog = open_catalog(sync.spec.table.catalog)  # fail fast, before a JVM starts
-    conf = {**sync.spec.spark.conf, **dict(item.split("=", 1) for item in args.conf)}
+    conf = {**spark_conf(sync.spec), **dict(item.split("=", 1) for item in args.conf)}
     # The JVM and the Python workers start while the sink fences the table (which needs no Spark).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-spark-start") as starter:
         session = starter.submit(

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from icebergsync.cli import run_arguments
+from icebergsync.spark_conf import spark_conf
 from icebergsync.spec import IcebergSync, Resources
 from icebergsync_operator.constants import (
     APPLICATION_LABEL,
@@ -193,8 +194,9 @@ def build_spark_application(sync: IcebergSync, version: int, generation: int, sy
         "driver": driver,
         "executor": executor,
     }
-    if spark.conf:
-        spec["sparkConf"] = dict(spark.conf)
+    conf = spark_conf(sync.spec)
+    if conf:
+        spec["sparkConf"] = conf
     return {
         "apiVersion": f"{SPARK_GROUP}/{SPARK_VERSION}",
         "kind": SPARK_KIND,

@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client
 
 from icebergsync.catalog import open_catalog
+from icebergsync.spark_conf import QUICK_JIT_OPTIONS
 from icebergsync.spec import Catalog
 from tests.e2e.conftest import Kube, OperatorProcess, mounted_spec_configmap, wait_for
 from tests.e2e.spark_operator_standin import SparkOperatorStandIn
@@ -26,6 +27,7 @@ UNUSED_CATALOG = {"uri": "sqlite:////nonexistent/catalog.db"}
 StartOperator = Callable[..., OperatorProcess]
 Lake = dict[str, str]
 StartSpark = Callable[..., SparkOperatorStandIn]
+QUICK_JIT = {"spark.driver.extraJavaOptions": QUICK_JIT_OPTIONS, "spark.executor.extraJavaOptions": QUICK_JIT_OPTIONS}
 
 
 def generator_spec(catalog: dict[str, Any], **overrides: Any) -> dict[str, Any]:
@@ -111,7 +113,7 @@ def test_create_renders_the_application_configmap_and_secret_mounts(kube: Kube, 
     assert app["spec"]["arguments"] == ["run", "/etc/icebergsync/spec/sync.yaml", "--sink-version", "1",
                                         "--master", ""]
     assert app["spec"]["image"] == "example/icebergsync:dev"
-    assert app["spec"]["sparkConf"] == {"spark.sql.shuffle.partitions": "4"}
+    assert app["spec"]["sparkConf"] == {"spark.sql.shuffle.partitions": "4", **QUICK_JIT}
     driver, executor = app["spec"]["driver"], app["spec"]["executor"]
     assert (driver["cores"], driver["memory"], driver["serviceAccount"]) == (2, "2g", "spark")
     assert (executor["cores"], executor["memory"], executor["instances"]) == (1, "3g", 4)
@@ -193,7 +195,7 @@ def test_a_spec_outside_the_admins_policy_is_refused_with_a_condition_and_an_eve
     kube.patch_spec("orders", {"spark": {"serviceAccount": "icebergsync-spark", "conf": None}})
     app = kube.wait_applications({"orders-v1"})["orders-v1"]
     assert app["spec"]["driver"]["serviceAccount"] == "icebergsync-spark"
-    assert "sparkConf" not in app["spec"]
+    assert app["spec"]["sparkConf"] == QUICK_JIT  # only the product's defaults are left
 
 
 def test_spec_change_raises_the_version_and_removes_the_old_application(

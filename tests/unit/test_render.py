@@ -45,6 +45,10 @@ def _sync(**spec_overrides: Any) -> IcebergSync:
     return parse_spec(_document(**spec_overrides))
 
 
+QUICK_JIT = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+             "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+
+
 def test_application_names_are_deterministic_per_version() -> None:
     assert application_name("trips", 1) == "trips-v1"
     assert application_name("trips", 12) == "trips-v12"
@@ -74,7 +78,7 @@ def test_spark_application_runs_the_job_entry_point_with_the_version() -> None:
     assert spec["restartPolicy"] == {"type": "Never"}
     assert spec["sparkVersion"] == SETTINGS.spark_version
     assert spec["image"] == "registry.example/icebergsync:test"
-    assert spec["sparkConf"] == {"spark.sql.shuffle.partitions": "8"}
+    assert spec["sparkConf"] == {"spark.sql.shuffle.partitions": "8", **QUICK_JIT}
 
 
 def test_spark_application_metadata_owner_and_labels() -> None:
@@ -130,7 +134,21 @@ def test_spec_image_and_service_account_override_the_settings() -> None:
     spec = build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)["spec"]
     assert spec["image"] == "mine:1"
     assert spec["driver"]["serviceAccount"] == "sync-runner"
-    assert "sparkConf" not in spec
+    assert spec["sparkConf"] == QUICK_JIT
+
+
+def test_jvms_skip_the_optimizing_compiler_unless_a_transform_runs_sql_in_them() -> None:
+    """Without spec.transform the JVMs only schedule and move bytes: C1 only (docs/dataplane.md).
+    A transform runs SQL in the JVM (no default then); a key the spec sets wins whole."""
+    def conf(transform: str | None = None, **spark_conf: str) -> dict[str, str]:
+        sync = _sync(spark={"conf": spark_conf}, **({"transform": transform} if transform else {}))
+        return build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=SETTINGS,
+                                       spec_configmap=CONFIGMAP)["spec"].get("sparkConf", {})
+
+    assert conf() == QUICK_JIT
+    assert conf(transform="SELECT * FROM source") == {}
+    assert conf(**{"spark.driver.extraJavaOptions": "-Xss4m"}) == {
+        "spark.driver.extraJavaOptions": "-Xss4m", "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
 
 
 def test_no_service_account_and_no_secrets_when_none_are_configured() -> None:
