@@ -1,6 +1,6 @@
 """The ceiling: pyarrow encoding the benchmark's rows to zstd Parquet, one thread, no Spark.
 
-    python -m bench.encode ROWS FILES DAYS TARGET_FILE_BYTES OUT_DIR
+    python -m bench.encode ROWS FILES DAYS TARGET_FILE_BYTES OUT_DIR [JSON_DIR]
 
 Makes the same rows as the JSON files (bench.dataset.make_rows, not timed), then times
 ``pyarrow.parquet.write_table`` of them in files of about the target size into OUT_DIR (tmpfs),
@@ -8,6 +8,10 @@ encoded as the sink's writer encodes them (zstd at the same level, the same dict
 decimals as integers: the same files, so the ratio measures getting rows to the encoder, not
 encoder settings), and prints one JSON line: wall and CPU seconds of the encode, files and bytes.
 Arrow's thread pools are set to one thread: this is the rate of one core.
+
+With JSON_DIR it also times ``pyarrow.json.read_json`` of the benchmark's JSON files (explicit
+schema, one thread): parsing the input, which the sink must do and the encode does not. Parse plus
+encode is the rate of one core for the two steps the data plane cannot skip.
 """
 
 from __future__ import annotations
@@ -20,10 +24,21 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from bench.dataset import make_rows
+from bench.dataset import ARROW_SCHEMA, make_rows
 from spark_app.writer import compression_options, dictionary_columns
+
+
+def parse_cpu(directory: Path) -> float:
+    """CPU seconds of parsing every JSON-lines file of ``directory`` with pyarrow (explicit schema, one thread)."""
+    as_text = pa.schema([pa.field(f.name, pa.string()) if pa.types.is_date(f.type) else f for f in ARROW_SCHEMA])
+    options = pj.ParseOptions(explicit_schema=as_text, unexpected_field_behavior="error")
+    started = time.process_time()
+    for path in sorted(directory.glob("part-*.json")):
+        pj.read_json(path, read_options=pj.ReadOptions(use_threads=False), parse_options=options)
+    return time.process_time() - started
 
 
 def main() -> int:
@@ -51,7 +66,10 @@ def main() -> int:
         size += os.path.getsize(path)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     shutil.rmtree(out, ignore_errors=True)
-    print(json.dumps({"rows": table.num_rows, "wall_s": wall, "cpu_s": cpu, "files": written, "bytes": size}))
+    result = {"rows": table.num_rows, "wall_s": wall, "cpu_s": cpu, "files": written, "bytes": size}
+    if len(sys.argv) > 6:
+        result["parse_cpu_s"] = parse_cpu(Path(sys.argv[6]))
+    print(json.dumps(result))
     return 0
 
 

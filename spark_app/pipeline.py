@@ -142,9 +142,13 @@ def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader,
             tasks, lambda bucket: max(0, bucket))
         payloads = keyed.mapPartitions(_stage_changes_function(plan)).collect()
     elif plan.table.spec.fields:
-        router = PartitionRouter(plan.table, tasks)
+        # As many buckets as Spark's hash-distributed write has (spark.sql.shuffle.partitions), at
+        # least one per core: a trigger's few partition values rarely share a bucket, so the writing
+        # spreads over the cores (with one bucket per core, two of three days often shared one).
+        buckets = max(context.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions") or 1))
+        router = PartitionRouter(plan.table, buckets)
         routed = rdd.mapPartitions(_route_function(reader, router)).partitionBy(
-            tasks, lambda bucket: max(0, bucket))
+            buckets, lambda bucket: max(0, bucket))
         payloads = routed.mapPartitions(_stage_routed_function(plan)).collect()
     else:
         payloads = rdd.mapPartitions(_stage_direct_function(plan, reader)).collect()

@@ -11,6 +11,7 @@ BASE_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
     "spark.sql.shuffle.partitions": "8",
+    "spark.python.daemon.module": "spark_app.worker_daemon",  # workers fork with the data plane imported
 }
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
@@ -40,14 +41,14 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, str]
 
 
 def _import_data_plane(_: object) -> int:
-    import spark_app.pipeline  # noqa: F401 - the import is the point: workers are reused with it loaded
+    import spark_app.pipeline  # noqa: F401 - loaded already when the worker forked from spark_app.worker_daemon
 
     return 1
 
 
 def warm_up(session: SparkSession) -> SparkSession:
-    """Start one Python worker per core with the data plane imported, so the first trigger's tasks do not pay it
-    (workers are reused across tasks)."""
+    """Start the worker daemon and one Python worker per core with the data plane imported, so the first
+    trigger's tasks do not pay it (workers are reused across tasks)."""
     cores = session.sparkContext.defaultParallelism
     session.sparkContext.parallelize(range(cores), cores).map(_import_data_plane).sum()
     return session
