@@ -43,8 +43,13 @@ STALL_SECONDS = 120.0
 BATCH_RECORDS = 20_000
 BATCH_BYTES = 32 * 1024 * 1024
 POLL_SECONDS = 0.5
-# librdkafka's defaults prefetch up to 64 MiB per partition: a range reader needs far less.
-DEFAULT_CONSUMER = {"queued.max.messages.kbytes": "16384", "metadata.max.age.ms": "10000"}
+# librdkafka's defaults prefetch up to 64 MiB per partition: a range reader needs far less. Once the
+# prefetch queue is full, librdkafka postpones the partition's next fetch by fetch.queue.backoff.ms
+# (default 1 s): a reader draining the queue faster than that sat idle most of the time (measured on
+# one partition: 300k records in 3.9 s with the defaults, 0.5 s with a 10 ms backoff and 8 MiB
+# fetches). Larger fetches per partition: a range reader reads one partition.
+DEFAULT_CONSUMER = {"queued.max.messages.kbytes": "16384", "metadata.max.age.ms": "10000",
+                    "fetch.queue.backoff.ms": "10", "max.partition.fetch.bytes": "8388608"}
 
 RAW_SCHEMA = pa.schema([("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
 
