@@ -8,12 +8,7 @@
 # pinned version, in a tool venv under the cache.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
-UV_VERSION=0.13.9
-tool="$ICEBERGSYNC_CACHE/tools/uv-$UV_VERSION"
-if [[ ! -x "$tool/bin/uv" ]]; then
-  python3 -m venv "$tool"
-  "$tool/bin/pip" install --quiet "uv==$UV_VERSION"
-fi
+uv="$(uv_binary)"
 build_requirements="$(mktemp)"
 trap 'rm -f "$build_requirements"' EXIT
 python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))' \
@@ -24,7 +19,7 @@ upgrade=()
 compile() {
   local header="$1" output="$2"
   shift 2
-  "$tool/bin/uv" pip compile --quiet --python-version 3.11 --generate-hashes --no-header \
+  "$uv" pip compile --quiet --python-version 3.11 --generate-hashes --no-header \
     --custom-compile-command "./scripts/lock.sh" "${upgrade[@]}" --output-file "$output" "$@"
   { echo "$header"; cat "$output"; } > "$output.new" && mv "$output.new" "$output"
 }
