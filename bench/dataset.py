@@ -136,16 +136,23 @@ def write_json_files(directory: Path, rows: int, files: int, days: int) -> dict[
     return {"rows": rows, "files": files, "days": days, "json_bytes": total_bytes}
 
 
+def json_parse_options() -> Any:
+    """pyarrow's JSON parse options for the files: the schema (dates as text: pyarrow reads dates as
+    day counts), unknown fields refused."""
+    import pyarrow.json as pj
+
+    as_text = pa.schema([pa.field(f.name, pa.string()) if pa.types.is_date(f.type) else f for f in ARROW_SCHEMA])
+    return pj.ParseOptions(explicit_schema=as_text, unexpected_field_behavior="error")
+
+
 def read_json_files(directory: Path) -> pa.Table:
     """The source rows parsed back from the files with pyarrow (the generator's own check)."""
     import pyarrow.json as pj
 
-    as_text = pa.schema([pa.field(f.name, pa.string()) if pa.types.is_date(f.type) else f for f in ARROW_SCHEMA])
     tables = []
     for path in sorted(directory.glob("part-*.json")):
         if path.stat().st_size:
-            parsed = pj.read_json(path, parse_options=pj.ParseOptions(explicit_schema=as_text,
-                                                                        unexpected_field_behavior="error"))
+            parsed = pj.read_json(path, parse_options=json_parse_options())
             tables.append(parsed.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA))
     return pa.concat_tables(tables)
 

@@ -27,14 +27,13 @@ import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from bench.dataset import ARROW_SCHEMA, make_rows
+from bench.dataset import json_parse_options, make_rows
 from spark_app.writer import compression_options, dictionary_columns
 
 
 def parse_cpu(directory: Path) -> float:
     """CPU seconds of parsing every JSON-lines file of ``directory`` with pyarrow (explicit schema, one thread)."""
-    as_text = pa.schema([pa.field(f.name, pa.string()) if pa.types.is_date(f.type) else f for f in ARROW_SCHEMA])
-    options = pj.ParseOptions(explicit_schema=as_text, unexpected_field_behavior="error")
+    options = json_parse_options()
     started = time.process_time()
     for path in sorted(directory.glob("part-*.json")):
         pj.read_json(path, read_options=pj.ReadOptions(use_threads=False), parse_options=options)

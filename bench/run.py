@@ -85,19 +85,11 @@ def median_spread(values: list[Any]) -> dict[str, float] | None:
 
 def tree_cpu(root: int) -> float:
     """CPU seconds (user + system) of the live processes under ``root``: the Kafka broker's share."""
-    from bench.measure import descendants
+    from bench.measure import descendants, own_cpu
 
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in descendants(root):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                raw = handle.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = raw[raw.rfind(")") + 2:].split()
-        total += (int(fields[11]) + int(fields[12])) / ticks
-    return total
+    seen: dict[tuple[int, int], float] = {}
+    own_cpu(descendants(root), seen)
+    return sum(seen.values())
 
 
 def du(path: Path) -> int:
