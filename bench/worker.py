@@ -249,7 +249,8 @@ class NoopContender:
         import pyarrow as pa
 
         from icebergsync.spec import GENERATOR_COLUMNS
-        from spark_app.decode import select_declared, with_control_columns
+        from spark_app.deadletter import with_control_columns
+        from spark_app.decode import select_declared
         from spark_app.sources.generator import generate
 
         def count(batches):  # type: ignore[no-untyped-def]
