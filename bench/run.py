@@ -1,7 +1,7 @@
 """IcebergSync against what a user would run instead (issue 14), side by side in one run.
 
-    .venv/bin/python -m bench.run                 # 3,000,000 rows in 30 JSON files, 3 rounds (est. 30-40 min, 2 idle cores)
-    .venv/bin/python -m bench.run --quick         # 300,000 rows, 1 round: checks the harness (11-17 min at load 8-19)
+    .venv/bin/python -m bench.run                 # 3,000,000 rows in 30 JSON files, 3 rounds (10-18 min measured)
+    .venv/bin/python -m bench.run --quick         # 300,000 rows, 1 round: checks the harness (3 min idle, 10-17 min at load 8-19)
     .venv/bin/python -m bench.run --render        # re-render results.md from results.json
 
 Contenders, all on local[2] (the same two cores), zstd, the same target file size, the same table

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -97,13 +97,11 @@ def job_command(spec_path: Path, version: int) -> list[str]:
             "--master", "local[2]"]
 
 
-def run_job_process(spec_path: Path, version: int, *, crash_at: str | None = None, kill_after: float | None = None,
-                    stop_when: Callable[[], bool] | None = None, timeout: float = 240) -> tuple[int, str]:
-    """Run ``icebergsync run`` in a subprocess and return (exit status, output); SIGKILL shows as -9.
-
-    ``kill_after`` SIGKILLs the whole process group after that many seconds; ``stop_when`` is polled
-    and, once true, the job gets SIGTERM (a clean stop) instead.
-    """
+@contextlib.contextmanager
+def job_process(spec_path: Path, version: int, crash_at: str | None = None) -> Iterator[tuple[subprocess.Popen[Any], Path]]:
+    """``icebergsync run`` in its own process group, its output in a log next to the spec; ``crash_at``
+    sets ``ICEBERGSYNC_CRASH_AT``. On leaving, the whole group is SIGKILLed and reaped: the JVM is a
+    child of the Python driver, and no part of the job may survive it."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     env.pop("ICEBERGSYNC_CRASH_AT", None)
     if crash_at:
@@ -112,23 +110,33 @@ def run_job_process(spec_path: Path, version: int, *, crash_at: str | None = Non
     with output.open("w") as sink:
         process = subprocess.Popen(job_command(spec_path, version), cwd=REPO, env=env, stdout=sink,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-        started = time.monotonic()
         try:
-            while process.poll() is None:
-                elapsed = time.monotonic() - started
-                if elapsed > timeout:
-                    raise AssertionError(f"job v{version} still running after {timeout}s:\n{output.read_text()[-3000:]}")
-                if kill_after is not None and elapsed >= kill_after:
-                    os.killpg(process.pid, signal.SIGKILL)
-                elif stop_when is not None and holds(stop_when):
-                    process.send_signal(signal.SIGTERM)
-                    stop_when = None
-                time.sleep(0.25)
+            yield process, output
         finally:
-            # The JVM is a child of the Python driver: make sure no part of the job survives it.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def run_job_process(spec_path: Path, version: int, *, crash_at: str | None = None, kill_after: float | None = None,
+                    stop_when: Callable[[], bool] | None = None, timeout: float = 240) -> tuple[int, str]:
+    """Run ``icebergsync run`` in a subprocess and return (exit status, output); SIGKILL shows as -9.
+
+    ``kill_after`` SIGKILLs the whole process group after that many seconds; ``stop_when`` is polled
+    and, once true, the job gets SIGTERM (a clean stop) instead.
+    """
+    with job_process(spec_path, version, crash_at) as (process, output):
+        started = time.monotonic()
+        while process.poll() is None:
+            elapsed = time.monotonic() - started
+            if elapsed > timeout:
+                raise AssertionError(f"job v{version} still running after {timeout}s:\n{output.read_text()[-3000:]}")
+            if kill_after is not None and elapsed >= kill_after:
+                os.killpg(process.pid, signal.SIGKILL)
+            elif stop_when is not None and holds(stop_when):
+                process.send_signal(signal.SIGTERM)
+                stop_when = None
+            time.sleep(0.25)
     return process.returncode, output.read_text()
 
 

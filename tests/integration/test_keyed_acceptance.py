@@ -20,13 +20,10 @@ Size: ``ICEBERGSYNC_KEYED_CHANGES`` changes (default 10,000, over a tenth as man
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,10 +39,9 @@ from tests.infra.services import KafkaBroker
 from tests.integration.kafka_support import connector_conf, kafka_source, new_topic
 from tests.integration.keyed_support import SCHEMA, ChangeStream, Emitted, prefix_model, spark_rows
 from tests.integration.sync_support import (
-    REPO,
     catalog_of,
     holds,
-    job_command,
+    job_process,
     run_job_process,
     sink_commits,
     sync_document,
@@ -80,29 +76,17 @@ def kill_job(spec_path: Path, version: int, how: str, crash_at: str | None, move
     """Run ``icebergsync run`` and SIGKILL its process group: a random 0-3 s after ``moved()`` holds (a trigger's data landed)
     (``progress``), at a random 2-15 s from the start (``random``), or at ``crash_at`` (the job kills
     itself; ``moved()`` holding first means the point was not reached in time and the group is killed)."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    env.pop("ICEBERGSYNC_CRASH_AT", None)
-    if crash_at:
-        env["ICEBERGSYNC_CRASH_AT"] = crash_at
-    output = spec_path.with_suffix(f".v{version}.{time.monotonic_ns()}.log")
     kill_at = time.monotonic() + rng.uniform(2, 15) if how == "random" else None
-    with output.open("w") as sink:
-        process = subprocess.Popen(job_command(spec_path, version), cwd=REPO, env=env, stdout=sink,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+    with job_process(spec_path, version, crash_at) as (process, output):
         deadline = time.monotonic() + timeout
-        try:
-            while process.poll() is None:
-                assert time.monotonic() < deadline, f"job v{version} ran {timeout}s:\n{output.read_text()[-3000:]}"
-                if kill_at is None and holds(moved):
-                    # progress: a random moment of the next trigger(s); crash: the point comes right after
-                    kill_at = time.monotonic() + (rng.uniform(0, 3) if how == "progress" else 30)
-                if kill_at is not None and time.monotonic() >= kill_at:
-                    os.killpg(process.pid, signal.SIGKILL)
-                time.sleep(0.1)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
+        while process.poll() is None:
+            assert time.monotonic() < deadline, f"job v{version} ran {timeout}s:\n{output.read_text()[-3000:]}"
+            if kill_at is None and holds(moved):
+                # progress: a random moment of the next trigger(s); crash: the point comes right after
+                kill_at = time.monotonic() + (rng.uniform(0, 3) if how == "progress" else 30)
+            if kill_at is not None and time.monotonic() >= kill_at:
                 os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            time.sleep(0.1)
     return process.returncode, output.read_text()
 
 
