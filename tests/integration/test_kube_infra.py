@@ -244,7 +244,8 @@ def test_spark_operator_version_is_pinned(kube_tools: KubeTools) -> None:
 
 def test_helm_talks_to_cluster(kube_cluster: KubeCluster, helm_binary: Path) -> None:
     out = subprocess.run(
-        [str(helm_binary), "list", "--all-namespaces", "--output", "json"],
+        # A namespace of its own: other tests' releases elsewhere in the shared cluster don't count.
+        [str(helm_binary), "list", "--namespace", f"empty-{uuid.uuid4().hex[:8]}", "--output", "json"],
         env=kube_cluster.env,
         capture_output=True,
         text=True,
