@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from icebergsync.spec import IcebergSyncSpec
 
-# Without spec.transform the JVMs only schedule work units and move bytes (task results, routed
-# Arrow blocks); the rows are read, decoded and written in the Python tasks. The optimizing
+# Without spec.transform the JVMs only schedule work units and move bytes (task results, a keyed
+# sync's routed Arrow blocks); the rows are read, decoded and written in the Python tasks. The optimizing
 # compiler (C2) then compiles Spark's start-up and scheduling paths for nothing: measured on
 # local[2], C1 only cut the JVM's CPU by 35-40% (3-5 CPU-s a run) and start-up by ~0.4 s.
 # With spec.transform the JVM runs the SQL, where C2 pays for itself: no default then.

@@ -35,6 +35,7 @@ from spark_app.deadletter import DEAD_LETTER_SCHEMA, Rejection
 from spark_app.deletes import delete_plan
 from spark_app.faults import crash_point
 from spark_app.maintenance import Maintainer
+from spark_app.merge import merge_small_files
 from spark_app.pipeline import run_transform, run_units
 from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
@@ -232,7 +233,8 @@ class SyncJob:
         )
 
     def _stage(self, source: Source, frontier: Frontier, pending: Pending, plan: WritePlan) -> Staged:
-        """Phase 1: plan ``[frontier, pending.end)`` as work units and let the tasks stage them as files.
+        """Phase 1: plan ``[frontier, pending.end)`` as work units, let the tasks stage them as files,
+        and merge each partition's small staged files.
 
         Returns the staged output, the range's end, and the tasks' rejection of bad input when there
         is no dead-letter table (the caller discards the output then).
@@ -244,6 +246,7 @@ class SyncJob:
                                            record_columns, self.spec.transform)
         else:
             results, stats = run_units(self.spark, units, source.unit_reader(self.columns), plan)
+        results = merge_small_files(self.spark, plan, results)
         output = TriggerOutput(source_lag=pending.lag, source_notes=source.trigger_notes(pending, stats))
         newest_event: int | None = None
         rejection: Rejection | None = None

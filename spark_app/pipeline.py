@@ -2,10 +2,10 @@
 
 Three shapes, all ending in :func:`spark_app.writer.stage_partition` inside the tasks:
 
-* direct — each task reads its units and writes what it read (unpartitioned appends);
-* routed — each task reads its units and splits the decoded batches by a hash of the partition
-  value; a Spark shuffle of Arrow IPC blocks brings every row of a partition value to one writer
-  task, so a partition's rows are not spread over every task's small files;
+* direct — each task reads its units and writes what it read (appends; the small files this leaves
+  per partition are merged before the commit, :mod:`spark_app.merge`);
+* keyed — each task reads its units and splits the decoded batches by a hash of the key; a Spark
+  shuffle of Arrow IPC blocks brings every change of a key to one writer task;
 * transform — ``spec.transform`` needs rows in the JVM: the decoded batches become a DataFrame,
   the SQL runs, and the result is written as before.
 
@@ -34,12 +34,10 @@ from spark_app.units import UnitReader, UnitStats, WorkUnit
 from spark_app.writer import (
     RESULT_SCHEMA,
     StagedFile,
-    TablePlan,
     TaskResult,
     WritePlan,
     discard_staged,
     make_stage_function,
-    partition_groups,
     stage_partition,
 )
 
@@ -63,23 +61,6 @@ def _ipc(table: pa.Table) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as stream:
         stream.write_table(table)
     return sink.getvalue().to_pybytes()
-
-
-def _from_ipc(data: bytes) -> Iterator[pa.RecordBatch]:
-    yield from pa.ipc.open_stream(data)
-
-
-@dataclass(frozen=True)
-class PartitionRouter:
-    """Bucket of each row: a stable hash of its partition value (every row of one value in one bucket)."""
-
-    table: TablePlan
-    buckets: int
-
-    def split(self, batch: pa.RecordBatch) -> Iterator[tuple[int, pa.Table]]:
-        """``(bucket, rows)`` pairs covering ``batch``; dead letters stay in the bucket of their batch's first row."""
-        for key, rows in partition_groups(self.table, batch):
-            yield zlib.crc32(repr(key).encode()) % self.buckets, rows
 
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -129,7 +110,7 @@ class KeyRouter:
 
 def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader,
               plan: WritePlan) -> tuple[list[TaskResult], UnitStats]:
-    """Stage a trigger's units: keyed changes routed by key, appends direct or routed by partition value.
+    """Stage a trigger's units: keyed changes routed by key, appends written where they are read.
 
     Returns the tasks' results and what reading the units counted.
     """
@@ -141,15 +122,6 @@ def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader,
         keyed = rdd.mapPartitions(_route_function(reader, KeyRouter(plan.deletes.key, tasks))).partitionBy(
             tasks, lambda bucket: max(0, bucket))
         payloads = keyed.mapPartitions(_stage_changes_function(plan)).collect()
-    elif plan.table.spec.fields:
-        # As many buckets as Spark's hash-distributed write has (spark.sql.shuffle.partitions), at
-        # least one per core: a trigger's few partition values rarely share a bucket, so the writing
-        # spreads over the cores (with one bucket per core, two of three days often shared one).
-        buckets = max(context.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions") or 1))
-        router = PartitionRouter(plan.table, buckets)
-        routed = rdd.mapPartitions(_route_function(reader, router)).partitionBy(
-            buckets, lambda bucket: max(0, bucket))
-        payloads = routed.mapPartitions(_stage_routed_function(plan)).collect()
     else:
         payloads = rdd.mapPartitions(_stage_direct_function(plan, reader)).collect()
     results: list[TaskResult] = [pickle.loads(payload) for payload in payloads]
@@ -169,7 +141,7 @@ def _stage_direct_function(plan: WritePlan, reader: UnitReader) -> Callable[[Ite
     return stage
 
 
-def _route_function(reader: UnitReader, router: PartitionRouter | KeyRouter) -> Callable[[Iterable[WorkUnit]], Iterable[tuple[int, bytes]]]:
+def _route_function(reader: UnitReader, router: KeyRouter) -> Callable[[Iterable[WorkUnit]], Iterable[tuple[int, bytes]]]:
     def route(units: Iterable[WorkUnit]) -> Iterator[tuple[int, bytes]]:
         stats = UnitStats()
         for batch in _read(units, reader, stats):
@@ -178,24 +150,6 @@ def _route_function(reader: UnitReader, router: PartitionRouter | KeyRouter) -> 
         yield _STATS_BUCKET, pickle.dumps(stats)
 
     return route
-
-
-def _stage_routed_function(plan: WritePlan) -> Callable[[Iterable[tuple[int, bytes]]], Iterable[bytes]]:
-    def stage(blocks: Iterable[tuple[int, bytes]]) -> Iterator[bytes]:
-        stats = UnitStats()
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for bucket, data in blocks:
-                if bucket == _STATS_BUCKET:
-                    stats.merge(pickle.loads(data))
-                else:
-                    yield from _from_ipc(data)
-
-        result = stage_partition(plan, batches(), _task_id())
-        result.unit_stats = stats
-        yield pickle.dumps(result)
-
-    return stage
 
 
 def stage_changes(plan: WritePlan, tables: list[pa.Table], task_id: str) -> TaskResult:

@@ -1,0 +1,183 @@
+"""Merge a trigger's small staged files of one partition before the commit (docs/dataplane.md).
+
+Each task writes the rows of its own units, so a partition value that several tasks saw is staged
+as several small files (one remainder per task and value). Before the commit, the driver bin-packs
+each partition's files below the target size into groups of at most the target, and a second Spark
+job writes each group again as one file; the commit then references the merged files and the
+originals are deleted. Per commit and partition this leaves about as many files as a write that
+routed every row of a partition to one writer (Spark's hash-distributed Iceberg write), without
+moving every row through a shuffle: only the remainders are read and written twice, and a full file
+is never touched. The rows are the same rows, so exactly-once is unaffected; a failed merge leaves
+the originals to be committed as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import load_file_io
+from pyiceberg.manifest import DataFile
+from pyiceberg.typedef import Record
+from pyspark.sql import SparkSession
+
+from spark_app.writer import (
+    RollingParquetWriter,
+    StagedFile,
+    TablePlan,
+    TaskResult,
+    WritePlan,
+    compression_options,
+)
+
+log = logging.getLogger("icebergsync.merge")
+
+# A staged file at least this share of the target is full (the writer closes files at ~97% of it).
+FULL_FILE_SHARE = 0.9
+_READ_BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class MergeGroup:
+    """Staged data files of one partition, together at most the target size, to be written as one."""
+
+    files: tuple[DataFile, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(f.file_size_in_bytes for f in self.files)
+
+
+def plan_merges(files: Iterable[DataFile], target_file_bytes: int) -> list[MergeGroup]:
+    """Groups of two or more small files of one partition, each group at most ``target_file_bytes``.
+
+    Per partition, the files below :data:`FULL_FILE_SHARE` of the target are packed first-fit
+    decreasing; a group of one file is left as it is, and so is every full file.
+    """
+    by_partition: dict[Record, list[DataFile]] = {}  # a trigger's data files share the table's spec
+    for data_file in files:
+        if data_file.file_size_in_bytes < FULL_FILE_SHARE * target_file_bytes:
+            by_partition.setdefault(data_file.partition, []).append(data_file)
+    groups: list[MergeGroup] = []
+    for small in by_partition.values():
+        bins: list[list[DataFile]] = []
+        for data_file in sorted(small, key=lambda f: (-f.file_size_in_bytes, f.file_path)):
+            fitting = next((b for b in bins if sum(f.file_size_in_bytes for f in b) + data_file.file_size_in_bytes
+                            <= target_file_bytes), None)
+            if fitting is None:
+                bins.append([data_file])
+            else:
+                fitting.append(data_file)
+        groups.extend(MergeGroup(tuple(b)) for b in bins if len(b) > 1)
+    return groups
+
+
+def spread(groups: list[MergeGroup], tasks: int) -> list[list[MergeGroup]]:
+    """The groups dealt to at most ``tasks`` tasks, largest first to the least loaded (balanced bytes)."""
+    loads: list[tuple[int, list[MergeGroup]]] = [(0, []) for _ in range(min(tasks, len(groups)))]
+    for group in sorted(groups, key=lambda g: -g.size):
+        index = min(range(len(loads)), key=lambda i: loads[i][0])
+        load, assigned = loads[index]
+        assigned.append(group)
+        loads[index] = (load + group.size, assigned)
+    return [assigned for _, assigned in loads]
+
+
+def merge_group(plan: TablePlan, group: MergeGroup, name_prefix: str, target_file_bytes: int) -> list[DataFile]:
+    """Write the rows of ``group`` (one partition) into new files; on failure delete what it wrote."""
+    io = load_file_io(plan.io_properties, plan.location)
+    partition = group.files[0].partition
+    path = plan.spec.partition_to_path(partition, plan.schema) if plan.spec.fields else None
+    writer = RollingParquetWriter(plan, io, partition, path, name_prefix, target_file_bytes,
+                                  compression_options(plan.properties))
+    schema = plan.arrow_schema()
+    try:
+        for data_file in group.files:
+            with io.new_input(data_file.file_path).open() as stream:
+                for batch in pq.ParquetFile(stream).iter_batches(batch_size=_READ_BATCH_ROWS):
+                    writer.write(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+        return writer.finish()
+    except BaseException:
+        writer.abort()
+        for written in writer.closed_files:
+            io.delete(written.file_path)
+        raise
+
+
+@dataclass
+class MergeOutcome:
+    """What became of one group: the files written in its place, or why it stays unmerged."""
+
+    originals: tuple[str, ...]
+    files: list[DataFile]
+    error: str | None = None
+
+
+def merge_groups(plan: WritePlan, groups: Iterable[MergeGroup], name_prefix: str) -> list[MergeOutcome]:
+    """Merge each group on its own: a group that fails keeps its originals, the others still merge."""
+    outcomes = []
+    for group in groups:
+        originals = tuple(f.file_path for f in group.files)
+        try:
+            outcomes.append(MergeOutcome(originals, merge_group(plan.table, group, name_prefix, plan.target_file_bytes)))
+        except Exception as error:  # reported to the driver, which keeps the originals
+            outcomes.append(MergeOutcome(originals, [], f"{type(error).__name__}: {error}"))
+    return outcomes
+
+
+def _merge_function(plan: WritePlan) -> Callable[[Iterable[list[MergeGroup]]], Iterator[bytes]]:
+    def merge(assignments: Iterable[list[MergeGroup]]) -> Iterator[bytes]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        task = f"m{context.partitionId():05d}-{context.attemptNumber()}" if context else "m00000-0"
+        for groups in assignments:
+            yield pickle.dumps(merge_groups(plan, groups, f"{plan.file_prefix}-{task}"))
+
+    return merge
+
+
+def merge_small_files(spark: SparkSession, plan: WritePlan, results: list[TaskResult]) -> list[TaskResult]:
+    """``results`` with each partition's small staged data files merged (see the module docstring).
+
+    The merged files come as one more result (no records of its own: the originals' results count
+    them); the originals are deleted once the merged files are written. A group whose merge fails
+    keeps its originals, which are committed as they are.
+    """
+    if any(r.rejection is not None for r in results):
+        return results  # the trigger is refused and its files discarded
+    groups = plan_merges([s.data_file for r in results for s in r.files if s.table == "data"], plan.target_file_bytes)
+    if not groups:
+        return results
+    assignments = spread(groups, spark.sparkContext.defaultParallelism)
+    try:
+        payloads = spark.sparkContext.parallelize(assignments, len(assignments)).mapPartitions(
+            _merge_function(plan)).collect()
+    except Exception:
+        log.warning("merging %d group(s) of small staged files failed; committing them unmerged",
+                    len(groups), exc_info=True)
+        return results
+    merged: set[str] = set()
+    written: list[StagedFile] = []
+    for outcome in (o for payload in payloads for o in pickle.loads(payload)):
+        if outcome.error is not None:
+            log.warning("could not merge staged files %s (committing them unmerged): %s",
+                        ", ".join(outcome.originals), outcome.error)
+            continue
+        merged.update(outcome.originals)
+        written += [StagedFile("data", f) for f in outcome.files]
+    if not merged:
+        return results
+    kept = [replace(r, files=[s for s in r.files if s.data_file.file_path not in merged]) for r in results]
+    io = load_file_io(plan.table.io_properties, plan.table.location)
+    for path in merged:
+        try:
+            io.delete(path)
+        except Exception:  # never referenced: a leftover file, not a wrong table
+            log.warning("could not delete merged staged file %s", path, exc_info=True)
+    log.debug("merged %d small staged file(s) into %d", len(merged), len(written))
+    return [*kept, TaskResult(files=written)]

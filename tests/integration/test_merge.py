@@ -1,0 +1,85 @@
+"""Merging a trigger's small staged files on real Spark (spark_app/merge.py): the rows, the files, the fallback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import LongType, NestedField, StringType
+from pyspark.sql import SparkSession
+
+from spark_app.merge import merge_small_files
+from spark_app.writer import StagedFile, TablePlan, TaskResult, WritePlan, stage_partition
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "kind", StringType()))
+KINDS = ("a", "b", "c")
+
+
+def write_plan(tmp_path: Path) -> WritePlan:
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "kind"))
+    table = TablePlan(location=tmp_path.as_uri(), properties={}, schema=SCHEMA, spec=spec, io_properties={})
+    return WritePlan(sink_id="test/merge", sink_version=1, file_prefix="isync-test-v1-0", table=table,
+                     dead_letter=None, target_file_bytes=8 << 20, writer_memory_bytes=64 << 20,
+                     required_columns=("id",), event_time_column=None)
+
+
+def staged_by_two_tasks(plan: WritePlan) -> list[TaskResult]:
+    """Two tasks' results, each holding rows of every kind: six small files."""
+    results = []
+    for task, ids in enumerate((range(0, 3_000), range(3_000, 6_000))):
+        batch = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
+                                            "kind": [KINDS[i % 3] for i in ids]})
+        results.append(stage_partition(plan, iter([batch]), f"{task:05d}-0"))
+    return results
+
+
+def rows_of(files: list[StagedFile]) -> dict[str, list[int]]:
+    by_kind: dict[str, list[int]] = {}
+    for staged in files:
+        content = pq.read_table(staged.data_file.file_path.removeprefix("file://"))
+        assert content.num_rows == staged.data_file.record_count
+        (kind,) = staged.data_file.partition
+        assert set(content.column("kind").to_pylist()) == {kind}
+        by_kind.setdefault(kind, []).extend(content.column("id").to_pylist())
+    return {kind: sorted(ids) for kind, ids in by_kind.items()}
+
+
+def test_merging_leaves_one_file_per_partition_with_the_same_rows(tmp_path: Path, spark: SparkSession) -> None:
+    plan = write_plan(tmp_path)
+    results = staged_by_two_tasks(plan)
+    originals = [s for r in results for s in r.files]
+    assert len(originals) == 6
+
+    merged = merge_small_files(spark, plan, results)
+
+    files = [s for r in merged for s in r.files]
+    assert sorted(tuple(s.data_file.partition) for s in files) == [("a",), ("b",), ("c",)]
+    assert rows_of(files) == {kind: [i for i in range(6_000) if KINDS[i % 3] == kind] for kind in KINDS}
+    assert sum(r.records for r in merged) == 6_000  # the originals' results still count the rows
+    assert not any(Path(s.data_file.file_path.removeprefix("file://")).exists() for s in originals)
+    assert all(s.data_file.file_path.rsplit("/", 1)[-1].startswith("isync-test-v1-0-m") for s in files)
+
+
+def test_a_group_that_fails_to_merge_is_committed_unmerged_and_the_others_still_merge(
+        tmp_path: Path, spark: SparkSession) -> None:
+    plan = write_plan(tmp_path)
+    results = staged_by_two_tasks(plan)
+    broken = next(s for s in results[1].files if tuple(s.data_file.partition) == ("b",))
+    Path(broken.data_file.file_path.removeprefix("file://")).write_bytes(b"not parquet")
+
+    merged = merge_small_files(spark, plan, results)
+
+    files = [s for r in merged for s in r.files]
+    by_kind: dict[str, list[str]] = {}
+    for staged in files:
+        by_kind.setdefault(staged.data_file.partition[0], []).append(staged.data_file.file_path)
+    assert {kind: len(paths) for kind, paths in by_kind.items()} == {"a": 1, "b": 2, "c": 1}
+    assert broken.data_file.file_path in by_kind["b"]  # kept, as staged
+    assert all(Path(p.removeprefix("file://")).exists() for paths in by_kind.values() for p in paths)
+    # The failed group's partial output was deleted by its task: b's only files are the originals.
+    assert not any("-m0" in p for p in by_kind["b"])
+    assert len(list((tmp_path / "data").rglob("*.parquet"))) == 4
