@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import SparkSession
 
 from icebergsync.schema import spark_ddl
@@ -191,26 +192,45 @@ def _stage_changes_function(plan: WritePlan) -> Callable[[Iterable[tuple[int, by
     return stage
 
 
+class _PerUnitCounts(AccumulatorParam[dict[tuple[int, str], int]]):
+    """Counters keyed by (unit index, name), merged by maximum: a unit read twice (by two branches of
+    the transform, or by a retried task) is counted once."""
+
+    def zero(self, value: dict[tuple[int, str], int]) -> dict[tuple[int, str], int]:
+        return {}
+
+    def addInPlace(self, value1: dict[tuple[int, str], int],
+                   value2: dict[tuple[int, str], int]) -> dict[tuple[int, str], int]:
+        for key, count in value2.items():
+            value1[key] = max(value1.get(key, 0), count)
+        return value1
+
+
 def run_transform(spark: SparkSession, units: list[WorkUnit], reader: UnitReader, plan: WritePlan,
                   columns: list[SpecColumn], source_columns: list[SpecColumn], sql: str) -> tuple[list[TaskResult], UnitStats]:
     """Stage a trigger through ``spec.transform``: decoded units as a DataFrame (view ``source``), the SQL, the writer.
 
     The units are read once per branch of the transform (good and bad rows); both reads are of the
-    same exact units, so the result is exact. Read statistics come from the writer-side pass.
+    same exact units, so the result is exact. What reading counted comes back per unit through an
+    accumulator, so a unit read twice counts once.
     """
     schema = f"{spark_ddl(source_columns)}, " + ", ".join(f"{name} string" for name in CONTROL_COLUMNS)
     arrow_names = [c.name for c in source_columns] + list(CONTROL_COLUMNS)
+    counts = spark.sparkContext.accumulator({}, _PerUnitCounts())
 
     def read(rows: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        stats = UnitStats()
         for batch in rows:
             for payload in batch.column("unit").to_pylist():
-                for decoded in reader(pickle.loads(payload), stats):
+                unit, stats = pickle.loads(payload), UnitStats()
+                for decoded in reader(unit, stats):
                     yield with_control_columns_arrow(decoded).select(arrow_names)
+                counts.add({(unit.index, name): count for name, count in stats.counters.items()})
 
     tasks = max(1, min(len(units), spark.sparkContext.defaultParallelism))
     listing = spark.createDataFrame([(pickle.dumps(unit),) for unit in units], "unit binary").repartition(tasks)
     frame = apply_transform(spark, listing.mapInArrow(read, schema), sql, columns)
     rows = frame.mapInArrow(make_stage_function(plan), RESULT_SCHEMA).collect()
-    return [pickle.loads(row["result"]) for row in rows], UnitStats()
-
+    stats = UnitStats()
+    for (_, name), count in counts.value.items():
+        stats.add(name, count)
+    return [pickle.loads(row["result"]) for row in rows], stats

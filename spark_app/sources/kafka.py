@@ -366,6 +366,7 @@ class KafkaUnitReader:
                                                        order_base(unit) + read).to_batches()
                 read += raw.num_rows
                 continue
-            yield decode_json_values(raw.column("value"), schema, _record_positions(unit.topic, unit.partition, offsets))
+            yield from decode_json_values(raw.column("value"), schema,
+                                          _record_positions(unit.topic, unit.partition, offsets)).to_batches()
         if counts.offsets_without_records:
             stats.add("offsets-without-records", counts.offsets_without_records)

@@ -274,3 +274,24 @@ def test_a_job_over_sasl_ssl_with_credentials_from_the_secret(
     assert table_ids(table) == list(range(50))
     notes = [json.loads(s[SOURCE_NOTES]) for s in data_summaries(table) if SOURCE_NOTES in s]
     assert sum(n.get("offsets-without-records", 0) for n in notes) == 1
+
+
+def test_with_a_transform_a_transaction_marker_is_still_counted_once(
+        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker) -> None:
+    """``spec.transform`` reads each unit once per branch (good rows, dead letters): the offsets
+    without a record still reach the commit's source notes, counted once."""
+    topic = new_topic(kafka_broker, 1)
+    produce_orders(kafka_broker, topic, range(20), partition=0)
+    producer = TransactionalProducer(kafka_broker)
+    producer.send(topic, range(20, 30))
+    producer.commit()                                  # offsets 20-29, marker 30
+    sync = parse_spec(kafka_document(tmp_path, kafka_broker, topic, transform="SELECT * FROM source WHERE id % 2 = 0",
+                                     deadLetter={"table": "sales.orders_dlq"}))
+    catalog = catalog_of(sync)
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(lambda: last_frontier(catalog.load_table("sales.orders")) == {topic: {"0": 31}},
+                           "every offset committed")
+    table = catalog.load_table("sales.orders")
+    assert table_ids(table) == list(range(0, 30, 2))
+    notes = [json.loads(s[SOURCE_NOTES]) for s in data_summaries(table) if SOURCE_NOTES in s]
+    assert sum(n.get("offsets-without-records", 0) for n in notes) == 1
