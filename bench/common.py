@@ -13,7 +13,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 REPO = Path(__file__).resolve().parents[1]
 CORES = 2  # local[2]: every Spark contender gets the same two cores
@@ -231,7 +234,7 @@ def data_dir(workdir: Path) -> Path:
     return workdir / "data"
 
 
-def arrow_schema():  # type: ignore[no-untyped-def]
+def arrow_schema() -> pa.Schema:
     """The Arrow schema (with Iceberg field ids) that our sink writes for the generator columns."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
@@ -241,7 +244,7 @@ def arrow_schema():  # type: ignore[no-untyped-def]
     return schema_to_pyarrow(iceberg_schema(list(GENERATOR_COLUMNS)), include_field_ids=True)
 
 
-def load_data(workdir: Path, rows: int):  # type: ignore[no-untyped-def]
+def load_data(workdir: Path, rows: int) -> pa.Table:
     """The first ``rows`` generator rows as one Arrow table (memory-mapped from the cache)."""
     import pyarrow as pa
     import pyarrow.ipc as ipc

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -253,7 +254,7 @@ class NoopContender:
         from spark_app.decode import select_declared
         from spark_app.sources.generator import generate
 
-        def count(batches):  # type: ignore[no-untyped-def]
+        def count(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             total = 0
             for batch in batches:
                 total += batch.num_rows
@@ -457,11 +458,13 @@ def prepare(cell: Cell, spark: Any) -> dict[str, Any]:
     schema = arrow_schema()
     directory = str(out)
 
-    def write(batches):  # type: ignore[no-untyped-def]
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.ipc as ipc
         from pyspark import TaskContext
 
-        path = f"{directory}/part-{TaskContext.get().partitionId():05d}.arrow"
+        context = TaskContext.get()
+        assert context is not None, "runs in a Spark task"
+        path = f"{directory}/part-{context.partitionId():05d}.arrow"
         rows = 0
         with ipc.new_file(path, schema) as writer:
             for batch in batches:
@@ -480,7 +483,7 @@ def prepare(cell: Cell, spark: Any) -> dict[str, Any]:
 # -- py-spy ---------------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def profiled(cell: Cell, sampler: TreeSampler, out: Path):  # type: ignore[no-untyped-def]
+def profiled(cell: Cell, sampler: TreeSampler, out: Path) -> Iterator[None]:
     """py-spy record of the Python workers (daemon and its forks) while the block runs."""
     from bench.common import bench_deps
 
