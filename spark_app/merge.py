@@ -32,6 +32,7 @@ from spark_app.writer import (
     TaskResult,
     WritePlan,
     compression_options,
+    task_id,
 )
 
 log = logging.getLogger("icebergsync.merge")
@@ -78,13 +79,13 @@ def plan_merges(files: Iterable[DataFile], target_file_bytes: int) -> list[Merge
 
 def spread(groups: list[MergeGroup], tasks: int) -> list[list[MergeGroup]]:
     """The groups dealt to at most ``tasks`` tasks, largest first to the least loaded (balanced bytes)."""
-    loads: list[tuple[int, list[MergeGroup]]] = [(0, []) for _ in range(min(tasks, len(groups)))]
+    assigned: list[list[MergeGroup]] = [[] for _ in range(min(tasks, len(groups)))]
+    loads = [0] * len(assigned)
     for group in sorted(groups, key=lambda g: -g.size):
-        index = min(range(len(loads)), key=lambda i: loads[i][0])
-        load, assigned = loads[index]
-        assigned.append(group)
-        loads[index] = (load + group.size, assigned)
-    return [assigned for _, assigned in loads]
+        least = loads.index(min(loads))
+        assigned[least].append(group)
+        loads[least] += group.size
+    return assigned
 
 
 def merge_group(plan: TablePlan, group: MergeGroup, name_prefix: str, target_file_bytes: int) -> list[DataFile]:
@@ -103,8 +104,6 @@ def merge_group(plan: TablePlan, group: MergeGroup, name_prefix: str, target_fil
         return writer.finish()
     except BaseException:
         writer.abort()
-        for written in writer.closed_files:
-            io.delete(written.file_path)
         raise
 
 
@@ -131,12 +130,8 @@ def merge_groups(plan: WritePlan, groups: Iterable[MergeGroup], name_prefix: str
 
 def _merge_function(plan: WritePlan) -> Callable[[Iterable[list[MergeGroup]]], Iterator[bytes]]:
     def merge(assignments: Iterable[list[MergeGroup]]) -> Iterator[bytes]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        task = f"m{context.partitionId():05d}-{context.attemptNumber()}" if context else "m00000-0"
         for groups in assignments:
-            yield pickle.dumps(merge_groups(plan, groups, f"{plan.file_prefix}-{task}"))
+            yield pickle.dumps(merge_groups(plan, groups, f"{plan.file_prefix}-m{task_id()}"))
 
     return merge
 

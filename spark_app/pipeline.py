@@ -40,16 +40,10 @@ from spark_app.writer import (
     discard_staged,
     make_stage_function,
     stage_partition,
+    task_id,
 )
 
 _STATS_BUCKET = -1
-
-
-def _task_id() -> str:
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    return f"{context.partitionId():05d}-{context.attemptNumber()}" if context else "00000-0"
 
 
 def _read(units: Iterable[WorkUnit], reader: UnitReader, stats: UnitStats) -> Iterator[pa.RecordBatch]:
@@ -135,7 +129,7 @@ def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader,
 def _stage_direct_function(plan: WritePlan, reader: UnitReader) -> Callable[[Iterable[WorkUnit]], Iterable[bytes]]:
     def stage(units: Iterable[WorkUnit]) -> Iterator[bytes]:
         stats = UnitStats()
-        result = stage_partition(plan, _read(units, reader, stats), _task_id())
+        result = stage_partition(plan, _read(units, reader, stats), task_id())
         result.unit_stats = stats
         yield pickle.dumps(result)
 
@@ -185,7 +179,7 @@ def _stage_changes_function(plan: WritePlan) -> Callable[[Iterable[tuple[int, by
                 stats.merge(pickle.loads(data))
             else:
                 tables.append(pa.ipc.open_stream(data).read_all())
-        result = stage_changes(plan, tables, _task_id())
+        result = stage_changes(plan, tables, task_id())
         result.unit_stats = stats
         yield pickle.dumps(result)
 

@@ -268,7 +268,7 @@ class RollingParquetWriter:
         return self.closed_files
 
     def abort(self) -> None:
-        """Close and delete the open file (used when the task fails)."""
+        """Delete every file this writer wrote, open or closed (the task failed; nothing is committed)."""
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -276,6 +276,8 @@ class RollingParquetWriter:
             finally:
                 self._io.delete(self._path)
                 self._writer = None
+        for data_file in self.closed_files:
+            self._io.delete(data_file.file_path)
 
 
 def compression_options(properties: dict[str, str]) -> dict[str, Any]:
@@ -343,8 +345,6 @@ class PartitionedWriter:
         """Delete every file this writer wrote, open or closed (the task failed; nothing is committed)."""
         for writer in self._writers.values():
             writer.abort()
-            for data_file in writer.closed_files:
-                self._io.delete(data_file.file_path)
 
 
 def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.Table:
@@ -412,15 +412,19 @@ def discard_staged(plan: WritePlan, result: TaskResult) -> None:
         load_file_io(table.io_properties, table.location).delete(staged.data_file.file_path)
 
 
+def task_id() -> str:
+    """``<partition>-<attempt>`` of the running Spark task (``00000-0`` outside one): names its files."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return f"{context.partitionId():05d}-{context.attemptNumber()}" if context else "00000-0"
+
+
 def make_stage_function(plan: WritePlan) -> Any:
     """The ``mapInArrow`` function for a trigger: one result row per task."""
 
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        task_id = f"{context.partitionId():05d}-{context.attemptNumber()}" if context else "00000-0"
-        result = stage_partition(plan, batches, task_id)
+        result = stage_partition(plan, batches, task_id())
         yield pa.RecordBatch.from_pydict({"result": [pickle.dumps(result)]}, schema=pa.schema([("result", pa.binary())]))
 
     return stage
