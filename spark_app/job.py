@@ -154,12 +154,13 @@ class SyncJob:
                                      self.writer.version, encode_json(frontier))
                             break
                         pending = source.pending(frontier, commit_settings.max_staged_bytes)
-                        due = pending is not None and (
-                            self._cannot_grow(pending)
-                            or time.monotonic() - last_commit >= commit_settings.interval_seconds
-                        )
-                        if pending is None or not due:
+                        if pending is None:
                             self.stop_requested.wait(commit_settings.poll_seconds)
+                            continue
+                        until_due = 0.0 if self._cannot_grow(pending) else (
+                            commit_settings.interval_seconds - (time.monotonic() - last_commit))
+                        if until_due > 0:  # poll again for more, but stage as soon as the interval is up
+                            self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
                             continue
                         staged = self._stage(source, frontier, pending, plan)
                     if staged.rejection is not None:

@@ -28,7 +28,7 @@ class Pending:
     end: Frontier
     estimated_bytes: int
     reaches_end: bool = False  # a bounded source has nothing after ``end``
-    full: bool = False  # capped (per-trigger limit or size): more is already waiting, so waiting cannot grow it
+    full: bool = False  # capped (per-trigger limit or size): waiting cannot grow it
     lag: dict[str, Any] | None = None
     notes: dict[str, Any] | None = None
     detail: Any = None  # what the source planned beyond the frontier's shape (e.g. the files of the range)

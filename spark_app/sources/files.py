@@ -81,7 +81,8 @@ class FilesSource(Source):
             notes = {"files-before-frontier": self._late_unnoted[:100],
                      "files-before-frontier-count": len(self._late_unnoted)}
         return Pending(end={"after": chosen[-1][0]}, estimated_bytes=size, lag={"files": len(new) - len(chosen)},
-                       notes=notes, detail=chosen, full=len(chosen) < len(new))
+                       notes=notes, detail=chosen,
+                       full=len(chosen) == self.settings.max_files_per_trigger or len(chosen) < len(new))
 
     def _note_late_files(self, after: str, listing: list[tuple[str, StoredFile]]) -> None:
         """Warn once about each new file that sorts at or before the frontier (it is NOT ingested).

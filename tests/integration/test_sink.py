@@ -86,6 +86,34 @@ def test_a_backlog_commits_each_capped_trigger_at_once_and_stages_the_next_durin
     assert [value for kind, value in events if kind == "commit-begins"] == [10_000, 20_000, 30_000, 40_000]
 
 
+def test_files_at_the_cap_are_staged_ahead_and_a_smaller_trigger_waits_only_for_the_interval(
+        tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five files, two per trigger: the second trigger takes two at the cap, so it cannot grow and is
+    staged during the first commit; the third (one file) is due once ``commit.interval`` (1 ms) is up
+    after the second commit, not at the next poll (``pollInterval`` is an hour here)."""
+    stages: list[tuple[str, bool]] = []
+    stage = SyncJob._stage
+
+    def recording_stage(job: SyncJob, source: object, frontier: dict[str, object], *rest: object) -> object:
+        stages.append((str(frontier["after"]), threading.current_thread().name.startswith("isync-stage")))
+        return stage(job, source, frontier, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SyncJob, "_stage", recording_stage)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for number in range(5):
+        (inbox / f"{number}.json").write_text(f'{{"id": {number}}}\n')
+    sync = make_sync(tmp_path, {"files": {"path": str(inbox), "format": "json", "maxFilesPerTrigger": 2}},
+                     schema=[{"name": "id", "type": "long"}], commit={"interval": "1ms", "pollInterval": "1h"})
+    catalog = catalog_of(sync)
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(lambda: table_ids(catalog.load_table("sales.orders")) == [0, 1, 2, 3, 4],
+                           "every file committed", timeout=60)
+    data = [c for c in sink_commits(catalog.load_table("sales.orders"), "test/orders") if c.kind == "data"]
+    assert [c.frontier for c in data] == [{"after": "1.json"}, {"after": "3.json"}, {"after": "4.json"}]
+    assert stages == [("", False), ("1.json", True), ("3.json", False)]
+
+
 def test_spark_iceberg_runtime_reads_exactly_the_source_rows(tmp_path: Path, spark: SparkSession) -> None:
     """An independent reader (Spark's own Iceberg runtime) sees exactly the generator's rows."""
     sync = make_sync(tmp_path, {"generator": {**FAST, "totalRows": 50_000, "maxRowsPerTrigger": 20_000}},
