@@ -10,6 +10,7 @@ readers until the driver commits it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import pickle
 import uuid
@@ -42,6 +43,8 @@ _INITIAL_COMPRESSION_RATIO = 0.35
 _FOOTER_RESERVE_BYTES = 16 * 1024
 _CLOSE_AT_FRACTION = 0.97
 _DICTIONARY_SAMPLE_ROWS = 32_768
+# Up to this many runs of one partition value in a batch, the batch is sliced instead of grouped.
+MAX_SLICED_RUNS = 16
 _DICTIONARY_PAGE_BYTES = 1 << 20  # parquet.dictionary.page.size, Parquet's Java writer's default
 _ZSTD_DEFAULT_LEVEL = 3  # what Parquet's Java writer uses when write.parquet.compression-level is unset
 
@@ -108,21 +111,47 @@ def _partition_fields(plan: TablePlan) -> list[tuple[str, Any, Any]]:
     return fields
 
 
+def _run_starts(keys: list[pa.Array | pa.ChunkedArray], rows: int) -> list[int]:
+    """The first row of each run of equal partition keys (nulls equal each other, and no value)."""
+    if rows == 0:
+        return []
+    changed = np.zeros(rows - 1, dtype=bool)
+    for key in keys:
+        after, before = key.slice(1), key.slice(0, rows - 1)
+        differs = pc.fill_null(pc.not_equal(after, before), True).to_numpy(zero_copy_only=False)
+        if key.null_count:
+            differs &= ~(pc.is_null(after).to_numpy(zero_copy_only=False) & pc.is_null(before).to_numpy(zero_copy_only=False))
+        changed |= differs
+    return [0, *(np.flatnonzero(changed) + 1).tolist()]
+
+
+def _as_table(rows: pa.Table | pa.RecordBatch) -> pa.Table:
+    return pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
+
+
 def partition_groups(plan: TablePlan, table: pa.Table | pa.RecordBatch) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
-    """``(partition key, rows)`` for each partition value in ``table`` (one group, key ``()``, when unpartitioned)."""
+    """``(partition key, rows)`` covering every row of ``table``, each group of one partition value.
+
+    Rows ordered by partition (event time, as most streams are) come as zero-copy slices, one per run
+    of equal keys; others are grouped, one group per value. Unpartitioned: one group, key ``()``.
+    """
     fields = _partition_fields(plan)
     if not fields:
-        yield (), pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        yield (), _as_table(table)
         return
-    keys = {f"k{i}": transform(table.column(name)) for i, (name, transform, _) in enumerate(fields)}
-    keyed = pa.table({**keys, "_row": pa.array(np.arange(table.num_rows, dtype=np.int64))})
-    groups = keyed.group_by(list(keys), use_threads=False).aggregate([("_row", "list")])
-    key_values = [groups.column(f"k{i}").to_pylist() for i in range(len(fields))]
+    keys = [transform(table.column(name)) for name, transform, _ in fields]
+    starts = _run_starts(keys, table.num_rows)
+    if len(starts) <= MAX_SLICED_RUNS:
+        for start, end in itertools.pairwise([*starts, table.num_rows]):
+            yield tuple(key[start].as_py() for key in keys), _as_table(table.slice(start, end - start))
+        return
+    names = [f"k{i}" for i in range(len(keys))]
+    keyed = pa.table({**dict(zip(names, keys, strict=True)), "_row": pa.array(np.arange(table.num_rows, dtype=np.int64))})
+    groups = keyed.group_by(names, use_threads=False).aggregate([("_row", "list")])
+    key_values = [groups.column(name).to_pylist() for name in names]
     row_lists = groups.column("_row_list")
     for index in range(groups.num_rows):
-        rows = table.take(row_lists[index].values)
-        yield tuple(values[index] for values in key_values), (
-            pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows)
+        yield tuple(values[index] for values in key_values), _as_table(table.take(row_lists[index].values))
 
 
 def data_file_from_footer(plan: TablePlan, path: str, size: int, partition: Record, metadata: pq.FileMetaData) -> DataFile:

@@ -12,7 +12,15 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from spark_app.deadletter import ERROR_COLUMN, split_dead_letters
-from spark_app.writer import PartitionedWriter, TablePlan, compression_options, conform, dictionary_columns
+from spark_app.writer import (
+    MAX_SLICED_RUNS,
+    PartitionedWriter,
+    TablePlan,
+    compression_options,
+    conform,
+    dictionary_columns,
+    partition_groups,
+)
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "kind", StringType()),
                 NestedField(3, "text", StringType()))
@@ -60,6 +68,24 @@ def test_fan_out_writes_one_partition_per_file(tmp_path: Path) -> None:
         assert set(BucketTransform(4).pyarrow_transform(LongType())(content.column("id")).to_pylist()) == {bucket}
         field_ids = [f.metadata[b"PARQUET:field_id"] for f in pq.read_schema(data_file.file_path.removeprefix("file://"))]
         assert field_ids == [b"1", b"2", b"3"]
+
+
+def test_rows_ordered_by_partition_are_sliced_per_run_and_interleaved_rows_grouped(tmp_path: Path) -> None:
+    table_plan = plan(tmp_path, PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "kind")))
+    kinds = ["a", "a", "a", None, None, "b", "b", "a"]  # four runs, one of them null
+    ordered = conform(pa.RecordBatch.from_pydict({"id": pa.array(range(8), pa.int64()), "kind": kinds}),
+                      table_plan.arrow_schema())
+    groups = list(partition_groups(table_plan, ordered))
+    assert [(key, rows.column("id").to_pylist()) for key, rows in groups] == [
+        (("a",), [0, 1, 2]), ((None,), [3, 4]), (("b",), [5, 6]), (("a",), [7])]
+    source_ids = ordered.column("id").chunk(0).buffers()[1].address
+    assert all(rows.column("id").chunk(0).buffers()[1].address == source_ids for _, rows in groups)  # no copy
+
+    count = 2 * MAX_SLICED_RUNS
+    interleaved = conform(pa.RecordBatch.from_pydict({"id": pa.array(range(count), pa.int64()),
+                                                      "kind": ["a", "b"] * MAX_SLICED_RUNS}), table_plan.arrow_schema())
+    grouped = {key: rows.column("id").to_pylist() for key, rows in partition_groups(table_plan, interleaved)}
+    assert grouped == {("a",): list(range(0, count, 2)), ("b",): list(range(1, count, 2))}
 
 
 def test_rolling_files_land_near_the_target(tmp_path: Path) -> None:
