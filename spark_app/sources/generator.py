@@ -68,15 +68,30 @@ def _id_hashes(ids: np.ndarray) -> np.ndarray:
         return _fmix(h)
 
 
-def _hash(id_hashes: np.ndarray, salt: int) -> np.ndarray:
-    """``abs(xxhash64(id, salt))`` exactly as Spark computes it: XXH64 of the int salt seeded with the id's hash."""
-    with np.errstate(over="ignore"):
-        h = id_hashes + (_PRIME_5 + np.uint64(4))
-        h ^= np.uint64(salt & 0xFFFFFFFF) * _PRIME_1
-        h = _rotl(h, 23)
-        h *= _PRIME_2
-        h += _PRIME_3
-        return np.abs(_fmix(h).view(np.int64))
+class _SaltedHashes:
+    """``abs(xxhash64(id, salt))`` exactly as Spark computes it (XXH64 of the int salt seeded with the
+    id's hash), for one batch of ids: computed in place, with one scratch array for the whole batch."""
+
+    def __init__(self, ids: np.ndarray):
+        self._seeds = _id_hashes(ids)
+        self._scratch = np.empty_like(self._seeds)
+
+    def __call__(self, salt: int) -> np.ndarray:
+        h, scratch = self._seeds + (_PRIME_5 + np.uint64(4)), self._scratch
+        with np.errstate(over="ignore"):
+            h ^= np.uint64(salt & 0xFFFFFFFF) * _PRIME_1
+            np.left_shift(h, np.uint64(23), out=scratch)
+            h >>= np.uint64(41)
+            h |= scratch
+            h *= _PRIME_2
+            h += _PRIME_3
+            for shift, prime in ((33, _PRIME_2), (29, _PRIME_3), (32, None)):
+                np.right_shift(h, np.uint64(shift), out=scratch)
+                h ^= scratch
+                if prime is not None:
+                    h *= prime
+        signed = h.view(np.int64)
+        return np.abs(signed, out=signed)
 
 
 def _pick(options: list[str], hashes: np.ndarray) -> pa.Array:
@@ -95,35 +110,40 @@ def _decimal_from_cents(cents: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.decimal128(10, 2), len(cents), [None, pa.py_buffer(unscaled.tobytes())])
 
 
+ZONES = 265
+# The end of every note, "… via <word> zone <pickup zone>", for each (word, zone): one take per batch.
+_NOTE_ENDINGS = pa.array([f" via {word} zone {zone}" for word in NOTE_WORDS for zone in range(1, ZONES + 1)])
+
+
 def generate_arrow(start: int, end: int) -> pa.Table:
     """Every generator column for ids ``[start, end)`` (see the module doc)."""
     ids = np.arange(start, end, dtype=np.int64)
-    seeds = _id_hashes(ids)
+    hashes = _SaltedHashes(ids)
     micros = BASE_TIME_MICROS + ids * MICROS_BETWEEN_ROWS
-    distance_cents = _hash(seeds, 5) % 4000 + 30
+    distance_cents = hashes(5) % 4000 + 30
     fare_cents = 300 + _half_up_cents(distance_cents * 11, 4)  # 3.00 + distance * 2.75
-    tip_percent = np.where(_hash(seeds, 9) % 3 == 0, 0, _hash(seeds, 10) % 25)
+    tip_percent = np.where(hashes(9) % 3 == 0, 0, hashes(10) % 25)
     tip_cents = _half_up_cents(fare_cents * tip_percent, 100)
-    pickup = _hash(seeds, 2) % 265 + 1
-    notes = pc.binary_join_element_wise(
-        "trip", pa.array(ids).cast(pa.string()), "via", _pick(NOTE_WORDS, _hash(seeds, 12)), "zone",
-        pa.array(pickup).cast(pa.string()), " ")
+    pickup = hashes(2) % ZONES + 1
+    note_ending = (hashes(12) % len(NOTE_WORDS)) * ZONES + (pickup - 1)
+    note_ending_or_null = _NOTE_ENDINGS.take(pa.array(note_ending, mask=hashes(11) % 4 == 0))
     columns = {
         "id": pa.array(ids),
         "ts": pa.array(micros, pa.timestamp("us", tz="UTC")),
-        "vendor": _pick(VENDORS, _hash(seeds, 1)),
+        "vendor": _pick(VENDORS, hashes(1)),
         "pickup_zone": pa.array(pickup.astype(np.int32)),
-        "dropoff_zone": pa.array((_hash(seeds, 3) % 265 + 1).astype(np.int32)),
-        "passenger_count": pa.array((_hash(seeds, 4) % 6 + 1).astype(np.int32)),
+        "dropoff_zone": pa.array((hashes(3) % ZONES + 1).astype(np.int32)),
+        "passenger_count": pa.array((hashes(4) % 6 + 1).astype(np.int32)),
         "trip_distance": pa.array(distance_cents / 100.0),
         "fare_amount": _decimal_from_cents(fare_cents),
         "tip_amount": pa.array(tip_cents / 100.0),
         "total_amount": pa.array((fare_cents + tip_cents + 50) / 100.0),
-        "payment_type": _pick(PAYMENTS, _hash(seeds, 6)),
-        "rate_code": pa.array((_hash(seeds, 7) % 6 + 1).astype(np.int32)),
-        "store_and_forward": pa.array(_hash(seeds, 8) % 50 == 0),
+        "payment_type": _pick(PAYMENTS, hashes(6)),
+        "rate_code": pa.array((hashes(7) % 6 + 1).astype(np.int32)),
+        "store_and_forward": pa.array(hashes(8) % 50 == 0),
         "pickup_date": pa.array((micros // MICROS_PER_DAY).astype(np.int32), pa.date32()),
-        "notes": pc.if_else(pa.array(_hash(seeds, 11) % 4 == 0), pa.scalar(None, pa.string()), notes),
+        # "trip <id> via <word> zone <pickup zone>", null for a quarter of the rows.
+        "notes": pc.binary_join_element_wise("trip ", pa.array(ids).cast(pa.string()), note_ending_or_null, ""),
     }
     assert list(columns) == [column.name for column in GENERATOR_COLUMNS]
     return pa.table(columns)
