@@ -39,11 +39,24 @@ from spark_app.merge import merge_small_files
 from spark_app.pipeline import run_transform, run_units
 from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
-from spark_app.writer import TablePlan, WritePlan, data_file_from_footer
+from spark_app.writer import TablePlan, TaskResult, WritePlan, data_file_from_footer
 
 log = logging.getLogger("icebergsync.job")
 
 WRITER_MEMORY_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Written:
+    """A trigger's range as its tasks staged it, before the merge of small files."""
+
+    results: list[TaskResult]
+    pending: Pending
+    source_notes: dict[str, Any] | None
+
+    @property
+    def rejected(self) -> bool:
+        return any(result.rejection is not None for result in self.results)
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,28 @@ class Staged:
     output: TriggerOutput
     end: Frontier
     rejection: Rejection | None
+
+    @classmethod
+    def of(cls, written: Written, results: list[TaskResult]) -> Staged:
+        """The trigger of ``written`` with the tasks' ``results`` (merged or not) added up."""
+        output = TriggerOutput(source_lag=written.pending.lag, source_notes=written.source_notes)
+        newest_event: int | None = None
+        rejection: Rejection | None = None
+        for result in results:
+            if result.rejection is not None:
+                rejection = result.rejection if rejection is None else rejection.adding(result.rejection)
+            output.records += result.records
+            output.dead_letters += result.dead_letters
+            for reason, count in result.dead_letter_reasons.items():
+                output.dead_letter_reasons[reason] = output.dead_letter_reasons.get(reason, 0) + count
+            for staged in result.files:
+                {"data": output.data_files, "delete": output.delete_files,
+                 "dead_letter": output.dead_letter_files}[staged.table].append(staged.data_file)
+            if result.max_event_time_us is not None and (newest_event is None or result.max_event_time_us > newest_event):
+                newest_event = result.max_event_time_us
+        if newest_event is not None:
+            output.max_event_time = datetime.fromtimestamp(newest_event / 1e6, tz=UTC).isoformat()
+        return cls(output, written.pending.end, rejection)
 
 
 @dataclass
@@ -142,12 +177,12 @@ class SyncJob:
                                 self.spec.commit.target_file_bytes)
         last_commit = time.monotonic()
         commit_settings = self.spec.commit
-        ahead: Future[Staged] | None = None  # the next trigger, staged while this one commits
+        ahead: Future[Written] | None = None  # the next trigger, written while this one merges and commits
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-stage") as stager:
             try:
                 while not self.stop_requested.is_set():
                     if ahead is not None:
-                        staged, ahead = ahead.result(), None
+                        written, ahead = ahead.result(), None
                     else:
                         if source.exhausted(frontier):
                             log.info("%s v%d: source finished at %s; every record is committed", self.writer.sink_id,
@@ -162,11 +197,13 @@ class SyncJob:
                         if until_due > 0:  # poll again for more, but stage as soon as the interval is up
                             self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
                             continue
-                        staged = self._stage(source, frontier, pending, plan)
+                        written = self._stage(source, frontier, pending, plan)
+                    if not written.rejected:
+                        ahead = self._stage_ahead(stager, source, written.pending.end, plan)
+                    staged = Staged.of(written, merge_small_files(self.spark, plan, written.results))
                     if staged.rejection is not None:
                         committer.discard(staged.output)
                         raise staged.rejection.error()
-                    ahead = self._stage_ahead(stager, source, staged.end, plan)
                     crash_point("staged")
                     commit = committer.commit(staged.output, staged.end)  # on refusal it deletes what it staged
                     crash_point("committed")
@@ -176,12 +213,14 @@ class SyncJob:
                     maintainer.after_commit()  # between triggers, under the fence (spark_app/maintenance.py)
             finally:
                 if ahead is not None:  # stopped, failed or fenced while the next trigger was staged: not committed
-                    committer.discard(ahead.result().output)
+                    following = ahead.result()
+                    committer.discard(Staged.of(following, following.results).output)
         return summary
 
     def _stage_ahead(self, stager: ThreadPoolExecutor, source: Source, frontier: Frontier,
-                     plan: WritePlan) -> Future[Staged] | None:
-        """Start staging the trigger after ``frontier`` while the current one commits, when that trigger cannot grow."""
+                     plan: WritePlan) -> Future[Written] | None:
+        """Start staging the trigger after ``frontier`` while the current one merges and commits, when that
+        trigger cannot grow."""
         if self.stop_requested.is_set() or source.exhausted(frontier):
             return None
         pending = source.pending(frontier, self.spec.commit.max_staged_bytes)
@@ -233,12 +272,12 @@ class SyncJob:
             deletes=delete_plan(table) if self.spec.changes else None,
         )
 
-    def _stage(self, source: Source, frontier: Frontier, pending: Pending, plan: WritePlan) -> Staged:
-        """Phase 1: plan ``[frontier, pending.end)`` as work units, let the tasks stage them as files,
-        and merge each partition's small staged files.
+    def _stage(self, source: Source, frontier: Frontier, pending: Pending, plan: WritePlan) -> Written:
+        """Phase 1: plan ``[frontier, pending.end)`` as work units and let the tasks stage them as files.
 
-        Returns the staged output, the range's end, and the tasks' rejection of bad input when there
-        is no dead-letter table (the caller discards the output then).
+        The tasks' results may hold the rejection of bad input when there is no dead-letter table (the
+        caller discards the output then). Their small files are merged afterwards, while the next
+        trigger's tasks already run (:meth:`run`).
         """
         units = source.plan_units(frontier, pending)
         if self.spec.transform:
@@ -247,25 +286,7 @@ class SyncJob:
                                            record_columns, self.spec.transform)
         else:
             results, stats = run_units(self.spark, units, source.unit_reader(self.columns), plan)
-        results = merge_small_files(self.spark, plan, results)
-        output = TriggerOutput(source_lag=pending.lag, source_notes=source.trigger_notes(pending, stats))
-        newest_event: int | None = None
-        rejection: Rejection | None = None
-        for result in results:
-            if result.rejection is not None:
-                rejection = result.rejection if rejection is None else rejection.adding(result.rejection)
-            output.records += result.records
-            output.dead_letters += result.dead_letters
-            for reason, count in result.dead_letter_reasons.items():
-                output.dead_letter_reasons[reason] = output.dead_letter_reasons.get(reason, 0) + count
-            for staged in result.files:
-                {"data": output.data_files, "delete": output.delete_files,
-                 "dead_letter": output.dead_letter_files}[staged.table].append(staged.data_file)
-            if result.max_event_time_us is not None and (newest_event is None or result.max_event_time_us > newest_event):
-                newest_event = result.max_event_time_us
-        if newest_event is not None:
-            output.max_event_time = datetime.fromtimestamp(newest_event / 1e6, tz=UTC).isoformat()
-        return Staged(output, pending.end, rejection)
+        return Written(results, pending, source.trigger_notes(pending, stats))
 
 
 def install_stop_handlers(stop_requested: threading.Event) -> None:

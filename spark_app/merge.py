@@ -3,7 +3,8 @@
 Each task writes the rows of its own units, so a partition value that several tasks saw is staged
 as several small files (one remainder per task and value). Before the commit, the driver bin-packs
 each partition's files below the target size into groups of at most the target, and a second Spark
-job writes each group again as one file; the commit then references the merged files and the
+job writes each group again as one file (the driver does it itself when they are small, see
+:data:`DRIVER_MERGE_BYTES`); the commit then references the merged files and the
 originals are deleted. Per commit and partition this leaves about as many files as a write that
 routed every row of a partition to one writer (Spark's hash-distributed Iceberg write), without
 moving every row through a shuffle: only the remainders are read and written twice, and a full file
@@ -39,6 +40,9 @@ log = logging.getLogger("icebergsync.merge")
 
 # A staged file at least this share of the target is full (the writer closes files at ~97% of it).
 FULL_FILE_SHARE = 0.9
+# Up to this many bytes of small files in all, the driver merges them itself: no Spark job to
+# schedule, and no wait for a task slot that the next trigger's tasks hold.
+DRIVER_MERGE_BYTES = 8 * 1024 * 1024
 _READ_BATCH_ROWS = 65_536
 
 
@@ -148,17 +152,21 @@ def merge_small_files(spark: SparkSession, plan: WritePlan, results: list[TaskRe
     groups = plan_merges([s.data_file for r in results for s in r.files if s.table == "data"], plan.target_file_bytes)
     if not groups:
         return results
-    assignments = spread(groups, spark.sparkContext.defaultParallelism)
-    try:
-        payloads = spark.sparkContext.parallelize(assignments, len(assignments)).mapPartitions(
-            _merge_function(plan)).collect()
-    except Exception:
-        log.warning("merging %d group(s) of small staged files failed; committing them unmerged",
-                    len(groups), exc_info=True)
-        return results
+    if sum(group.size for group in groups) <= DRIVER_MERGE_BYTES:
+        outcomes = merge_groups(plan, groups, f"{plan.file_prefix}-mdriver-0")  # named as a task's: <task>-<attempt>
+    else:
+        assignments = spread(groups, spark.sparkContext.defaultParallelism)
+        try:
+            payloads = spark.sparkContext.parallelize(assignments, len(assignments)).mapPartitions(
+                _merge_function(plan)).collect()
+        except Exception:
+            log.warning("merging %d group(s) of small staged files failed; committing them unmerged",
+                        len(groups), exc_info=True)
+            return results
+        outcomes = [outcome for payload in payloads for outcome in pickle.loads(payload)]
     merged: set[str] = set()
     written: list[StagedFile] = []
-    for outcome in (o for payload in payloads for o in pickle.loads(payload)):
+    for outcome in outcomes:
         if outcome.error is not None:
             log.warning("could not merge staged files %s (committing them unmerged): %s",
                         ", ".join(outcome.originals), outcome.error)
