@@ -2,7 +2,7 @@
 
     python -m bench.peer CONFIG.json
 
-CONFIG: {"source": "files"|"kafka", "layout": "partitioned"|"unpartitioned", "warehouse": dir,
+CONFIG: {"source": "files"|"parquet"|"kafka", "layout": "partitioned"|"unpartitioned", "warehouse": dir,
 "checkpoint": dir, "target_file_bytes": N, "cores": 2, "files_dir": dir, "max_files_per_trigger": N,
 "bootstrap": "host:port", "topic": name, "max_offsets_per_trigger": N, "classpath": "jar:jar"}
 
@@ -72,10 +72,11 @@ def main() -> int:
         spark.sql(f"CREATE TABLE {table} ({spark_ddl()}) USING iceberg {partitioned} TBLPROPERTIES ({props})")
         schema = StructType.fromDDL(spark_ddl().replace("`", ""))
         assert isinstance(schema, StructType)
-        if config["source"] == "files":
+        if config["source"] in ("files", "parquet"):
             frame = (spark.readStream.schema(schema)
                      .option("maxFilesPerTrigger", config["max_files_per_trigger"])
-                     .json(config["files_dir"]))
+                     .format("json" if config["source"] == "files" else "parquet")
+                     .load(config["files_dir"]))
         else:
             raw = (spark.readStream.format("kafka")
                    .option("kafka.bootstrap.servers", config["bootstrap"])

@@ -11,6 +11,8 @@ Contenders, all on local[2] (the same two cores), zstd, the same target file siz
   spark files   Spark Structured Streaming's file source → Iceberg (``trigger(availableNow=True)``)
   sink  kafka   ``icebergsync run SPEC`` with the Kafka source on a topic holding the same lines
   spark kafka   Spark's Kafka source → ``from_json`` → Iceberg (``availableNow``)
+  sink  parquet / spark parquet   the files contenders on the same rows as Parquet files (zstd): the
+                input costs little to decode, so the data plane's own overhead shows against the encode
   encode        pyarrow writing the same rows into the sink's files on one thread (the per-core ceiling),
                 and pyarrow parsing the JSON files on one thread (parse + encode: the ceiling for JSON)
 Every trigger holds the same share of the input for every contender (``--triggers``). Contenders
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, bench_deps, load_average, machine
-from bench.dataset import checksum, make_rows, spec_schema, write_json_files
+from bench.dataset import checksum, make_rows, spec_schema, write_json_files, write_parquet_files
 
 DEFAULT_OUT = REPO / "docs" / "benchmarks"
 ENGINES = ("sink", "spark")
@@ -164,6 +166,7 @@ class Bench:
         self.files_per_trigger = per_trigger(self.files, args.triggers)
         self.records_per_trigger = per_trigger(self.rows, args.triggers)
         self.data_dir = self.workdir / "data" / f"rows{self.rows}-files{self.files}-days{args.days}"
+        self.parquet_dir = self.data_dir.with_name(self.data_dir.name + "-parquet")
         self.logs = self.workdir / "logs"
         self.broker: Any = None
         self.topic = f"trips-{self.rows}-{self.files}-{args.days}"
@@ -176,8 +179,14 @@ class Bench:
     def prepare_data(self) -> dict[str, Any]:
         meta_path = self.data_dir.with_name(self.data_dir.name + ".meta.json")  # not in the directory: every file there is input
         if meta_path.exists():
-            return json.loads(meta_path.read_text())
+            meta: dict[str, Any] = json.loads(meta_path.read_text())
+            if "parquet_bytes" not in meta:  # data made before the Parquet contenders
+                shutil.rmtree(self.parquet_dir, ignore_errors=True)
+                meta["parquet_bytes"] = write_parquet_files(self.parquet_dir, self.rows, self.files, self.args.days)
+                meta_path.write_text(json.dumps(meta))
+            return meta
         shutil.rmtree(self.data_dir, ignore_errors=True)
+        shutil.rmtree(self.parquet_dir, ignore_errors=True)
         started = time.monotonic()
         meta = write_json_files(self.data_dir, self.rows, self.files, self.args.days)
         per_file = -(-self.rows // self.files)
@@ -187,6 +196,7 @@ class Bench:
             if count:
                 total += int(checksum(make_rows(index * per_file, count, self.rows, self.args.days))["checksum"], 16)
         meta["checksum"] = f"{total % 2**64:016x}"
+        meta["parquet_bytes"] = write_parquet_files(self.parquet_dir, self.rows, self.files, self.args.days)
         meta["prepare_s"] = round(time.monotonic() - started, 1)
         meta_path.write_text(json.dumps(meta))
         return meta
@@ -225,9 +235,10 @@ class Bench:
 
     # contenders ------------------------------------------------------------------------------
     def sink_command(self, source: str, layout: str, directory: Path) -> list[str]:
-        if source == "files":
-            spec_source: dict[str, Any] = {"files": {"path": str(self.data_dir), "format": "json",
-                                                     "maxFilesPerTrigger": self.files_per_trigger}}
+        if source in ("files", "parquet"):
+            spec_source: dict[str, Any] = {"files": {
+                "path": str(self.data_dir if source == "files" else self.parquet_dir),
+                "format": "json" if source == "files" else "parquet", "maxFilesPerTrigger": self.files_per_trigger}}
         else:
             spec_source = {"kafka": {"bootstrapServers": self.broker.bootstrap_servers, "topic": self.topic,
                                      "startingOffsets": "earliest", "maxRecordsPerTrigger": self.records_per_trigger}}
@@ -267,7 +278,8 @@ class Bench:
             "source": source, "layout": layout, "cores": self.args.cores, "target_file_bytes": self.target,
             "warehouse": str(directory / "wh"), "checkpoint": str(directory / "checkpoint"),
             "classpath": self.iceberg_cp + (os.pathsep + self.kafka_cp if source == "kafka" else ""),
-            "files_dir": str(self.data_dir), "max_files_per_trigger": self.files_per_trigger,
+            "files_dir": str(self.data_dir if source != "parquet" else self.parquet_dir),
+            "max_files_per_trigger": self.files_per_trigger,
             "bootstrap": self.broker.bootstrap_servers if self.broker else "", "topic": self.topic,
             "max_offsets_per_trigger": self.records_per_trigger,
         }
@@ -371,7 +383,7 @@ def summarize(runs: list[dict[str, Any]], cores: int) -> dict[str, Any]:
                            "parse_encode_rows_per_cpu_s")
         }
     ratios = {}
-    for source in ("files", "kafka"):
+    for source in SOURCES:
         for layout in ("partitioned", "unpartitioned"):
             sink, peer = by_key.get(f"sink-{source}-{layout}"), by_key.get(f"spark-{source}-{layout}")
             if not sink or not peer:
@@ -438,11 +450,14 @@ def _ms(stat: dict[str, float] | None, spec: str = ",.0f", scale: float = 1.0) -
     return f"{stat['median'] / scale:{spec}} ({stat['min'] / scale:{spec}}-{stat['max'] / scale:{spec}})"
 
 
+SOURCES = ("files", "parquet", "kafka")
 LABELS = {
     "sink-files": "IcebergSync, files source (`icebergsync run`)",
     "spark-files": "Spark file source → Iceberg, availableNow",
     "sink-kafka": "IcebergSync, Kafka source (`icebergsync run`)",
     "spark-kafka": "Spark Kafka source → from_json → Iceberg, availableNow",
+    "sink-parquet": "IcebergSync, files source on Parquet files (`icebergsync run`)",
+    "spark-parquet": "Spark file source on Parquet files → Iceberg, availableNow",
 }
 
 
@@ -465,6 +480,8 @@ def render(document: dict[str, Any], out: Path) -> None:
         "the same 15-column table (`day(ts)` or unpartitioned); tables on tmpfs.",
         f"- Data: {document['data']['rows']:,} taxi-like rows in {document['data']['files']} JSON-lines files "
         f"({document['data']['json_bytes'] / MiB:,.0f} MiB, {document['data']['days']} days of event time); "
+        + (f"the same rows in as many zstd Parquet files ({document['data']['parquet_bytes'] / MiB:,.0f} MiB); "
+           if document["data"].get("parquet_bytes") else "")
         + (f"Kafka: the same lines on topic `{document['kafka']['topic']}` ({document['kafka']['partitions']} "
            "partitions, local KRaft broker). " if document.get("kafka") else "")
         + f"{args['triggers']} triggers per run for everyone ({document['files_per_trigger']} files / "
@@ -481,8 +498,8 @@ def render(document: dict[str, Any], out: Path) -> None:
         "End to end: process start to the last commit (start-up included). Steady: commits 2..n, from the first "
         "commit to the last (start-up and the first trigger excluded). Encode columns: the sink's steady rate "
         "against the one-thread pyarrow encode of the same rows into the same files; the last column against "
-        "parsing the JSON files with pyarrow plus that encode (files source only: the two steps the sink cannot "
-        "skip).",
+        "parsing the JSON files with pyarrow plus that encode (JSON files only: the two steps the sink cannot "
+        "skip). Source `files` is the JSON-lines files, `parquet` the same rows as Parquet files.",
         "",
         "| source | layout | rows/s end to end | rows/CPU-s end to end | rows/s steady | rows/CPU-s steady "
         "| time to first commit (peer ÷ sink) | bytes on disk | files | sink rows/s per core ÷ encode rows/s "
@@ -519,7 +536,7 @@ def render(document: dict[str, Any], out: Path) -> None:
         "| steady rows/s | steady rows/CPU-s | commits | data files | data MiB | broker CPU s | peak RSS MiB |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    order = [f"{e}-{s}-{lay}" for s in ("files", "kafka") for lay in ("partitioned", "unpartitioned") for e in ENGINES]
+    order = [f"{e}-{s}-{lay}" for s in SOURCES for lay in ("partitioned", "unpartitioned") for e in ENGINES]
     for key in [*order, "encode"]:
         c = contenders.get(key)
         if not c:
@@ -604,7 +621,7 @@ def chart(document: dict[str, Any], out: Path) -> bool:
     except ImportError:
         return False
     contenders = document["summary"]["contenders"]
-    keys = [k for k in (f"{e}-{s}-{lay}" for s in ("files", "kafka") for lay in ("partitioned", "unpartitioned")
+    keys = [k for k in (f"{e}-{s}-{lay}" for s in SOURCES for lay in ("partitioned", "unpartitioned")
                         for e in ENGINES) if k in contenders]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     panels = ((axes[0][0], "rows_per_s", "rows/s, end to end"), (axes[0][1], "rows_per_cpu_s", "rows per CPU-s, end to end"),
@@ -635,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="triggers per run: files per trigger = files/triggers, records per trigger = rows/triggers")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (every contender once per round, interleaved)")
     parser.add_argument("--quick", action="store_true", help="300k rows, 1 round: checks that the harness works")
-    parser.add_argument("--sources", default="files,kafka", help="files, kafka or both")
+    parser.add_argument("--sources", default="files,parquet,kafka", help="files (JSON), parquet, kafka: any of them")
     parser.add_argument("--layouts", default="partitioned,unpartitioned")
     parser.add_argument("--engines", default="sink,spark", help="sink, spark or both")
     parser.add_argument("--no-encode", action="store_true", help="skip the raw pyarrow encode (the ceiling)")

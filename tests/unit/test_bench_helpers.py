@@ -5,9 +5,18 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from bench.dataset import ARROW_SCHEMA, checksum, json_lines, make_rows, read_json_files, write_json_files
+from bench.dataset import (
+    ARROW_SCHEMA,
+    checksum,
+    json_lines,
+    make_rows,
+    read_json_files,
+    write_json_files,
+    write_parquet_files,
+)
 from bench.measure import COMMIT_LINE
 from bench.run import median_spread, parse_count, per_trigger, run_order
 
@@ -60,6 +69,16 @@ def test_json_lines_round_trip_exactly(tmp_path) -> None:  # type: ignore[no-unt
     parsed = read_json_files(tmp_path / "data")
     truth = pa.concat_tables([make_rows(i * 1_000, 1_000, 3_000, 2) for i in range(3)])
     assert checksum(parsed) == checksum(truth)
+
+
+def test_parquet_files_hold_the_same_rows_as_the_json_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    size = write_parquet_files(tmp_path / "parquet", 3_000, 3, 2)
+    paths = sorted((tmp_path / "parquet").glob("part-*.parquet"))
+    assert len(paths) == 3 and size == sum(p.stat().st_size for p in paths)
+    table = pa.concat_tables([pq.read_table(p) for p in paths])
+    assert table.schema.equals(ARROW_SCHEMA)
+    write_json_files(tmp_path / "json", 3_000, 3, 2)
+    assert checksum(table) == checksum(read_json_files(tmp_path / "json"))
 
 
 @pytest.mark.parametrize(("line", "records"), [
