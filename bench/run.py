@@ -1,6 +1,6 @@
 """IcebergSync against what a user would run instead (issue 14), side by side in one run.
 
-    .venv/bin/python -m bench.run                 # 3,000,000 rows in 30 JSON files, 3 rounds (10-18 min measured)
+    .venv/bin/python -m bench.run                 # 3,000,000 rows in 30 JSON and 30 Parquet files and on Kafka, 3 rounds (12 min measured)
     .venv/bin/python -m bench.run --quick         # 300,000 rows, 1 round: checks the harness (3 min idle, 10-17 min at load 8-19)
     .venv/bin/python -m bench.run --render        # re-render results.md from results.json
 
