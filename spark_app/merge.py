@@ -2,14 +2,16 @@
 
 Each task writes the rows of its own units, so a partition value that several tasks saw is staged
 as several small files (one remainder per task and value). Before the commit, the driver bin-packs
-each partition's files below the target size into groups of at most the target, and a second Spark
-job writes each group again as one file (the driver does it itself when they are small, see
-:data:`DRIVER_MERGE_BYTES`); the commit then references the merged files and the
-originals are deleted. Per commit and partition this leaves about as many files as a write that
-routed every row of a partition to one writer (Spark's hash-distributed Iceberg write), without
-moving every row through a shuffle: only the remainders are read and written twice, and a full file
-is never touched. The rows are the same rows, so exactly-once is unaffected; a failed merge leaves
-the originals to be committed as they are.
+each partition's files below the target size into groups of at most the target, and each group
+becomes one file: its files' row groups are copied as they are into one file with a new footer
+(:mod:`spark_app.parquet_stitch`, no value decoded or encoded), except that files whose row groups
+are tiny are first written again together as one row group, so a merged file never collects many
+tiny row groups. The driver merges by itself unless that is a lot of work
+(:data:`DRIVER_MERGE_BYTES`, :data:`DRIVER_REWRITE_BYTES`); then a second Spark job does. The
+commit references the merged files and the originals are deleted. Per commit and partition this
+leaves about as many files as a write that routed every row of a partition to one writer (Spark's
+hash-distributed Iceberg write), without moving every row through a shuffle. The rows are the same
+rows, so exactly-once is unaffected; a failed merge leaves the originals to be committed as they are.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.io import load_file_io
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.manifest import DataFile
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.typedef import Record
 from pyspark.sql import SparkSession
 
+from spark_app.parquet_stitch import Piece, StitchRefused, stitch
 from spark_app.writer import (
     RollingParquetWriter,
     StagedFile,
@@ -33,6 +37,9 @@ from spark_app.writer import (
     TaskResult,
     WritePlan,
     compression_options,
+    data_file_from_footer,
+    new_file_path,
+    parquet_writer,
     task_id,
 )
 
@@ -40,9 +47,14 @@ log = logging.getLogger("icebergsync.merge")
 
 # A staged file at least this share of the target is full (the writer closes files at ~97% of it).
 FULL_FILE_SHARE = 0.9
-# Up to this many bytes of small files in all, the driver merges them itself: no Spark job to
-# schedule, and no wait for a task slot that the next trigger's tasks hold.
-DRIVER_MERGE_BYTES = 8 * 1024 * 1024
+# Up to this many bytes of small files in all, of which at most DRIVER_REWRITE_BYTES are written
+# again (the rest is copied), the driver merges them itself: no Spark job to schedule, and no wait
+# for a task slot that the next trigger's tasks hold.
+DRIVER_MERGE_BYTES = 64 * 1024 * 1024
+DRIVER_REWRITE_BYTES = 8 * 1024 * 1024
+# A file whose row groups average fewer bytes is written again (with the group's other such files,
+# as one row group) rather than copied: copying would leave a merged file of many tiny row groups.
+MIN_COPIED_ROW_GROUP_BYTES = 1024 * 1024
 _READ_BATCH_ROWS = 65_536
 
 
@@ -92,23 +104,92 @@ def spread(groups: list[MergeGroup], tasks: int) -> list[list[MergeGroup]]:
     return assigned
 
 
-def merge_group(plan: TablePlan, group: MergeGroup, name_prefix: str, target_file_bytes: int) -> list[DataFile]:
-    """Write the rows of ``group`` (one partition) into new files; on failure delete what it wrote."""
-    io = load_file_io(plan.io_properties, plan.location)
+def _copied(data_file: DataFile) -> bool:
+    """Whether a merge copies this file's row groups as they are (else it writes its rows again)."""
+    row_groups = max(1, len(data_file.split_offsets or ()))
+    return data_file.file_size_in_bytes / row_groups >= MIN_COPIED_ROW_GROUP_BYTES
+
+
+def rewritten_bytes(group: MergeGroup) -> int:
+    """The bytes of ``group``'s files that a merge writes again rather than copies."""
+    return sum(f.file_size_in_bytes for f in group.files if not _copied(f))
+
+
+def _read_rows(io: FileIO, files: Iterable[DataFile], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    for data_file in files:
+        with io.new_input(data_file.file_path).open() as stream:
+            for batch in pq.ParquetFile(stream).iter_batches(batch_size=_READ_BATCH_ROWS):
+                yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+
+
+def _file_piece(io: FileIO, data_file: DataFile) -> Piece:
+    return Piece(lambda: io.new_input(data_file.file_path).open(), data_file.file_size_in_bytes)
+
+
+def _rewritten_piece(plan: TablePlan, io: FileIO, files: list[DataFile]) -> Piece:
+    """The rows of ``files`` written again as one row group of an in-memory Parquet file."""
+    rows = pa.Table.from_batches(list(_read_rows(io, files, plan.arrow_schema())), schema=plan.arrow_schema())
+    sink = pa.BufferOutputStream()
+    writer = parquet_writer(sink, rows.schema, rows, compression_options(plan.properties))
+    writer.write_table(rows, row_group_size=max(1, rows.num_rows))
+    writer.close()
+    content = sink.getvalue()
+    return Piece(lambda: pa.BufferReader(content), content.size)
+
+
+def _stitch_group(plan: TablePlan, io: FileIO, group: MergeGroup, name_prefix: str) -> DataFile:
+    """Join ``group``'s files into one, copying the row groups of all but the tiny ones."""
+    copied = [f for f in group.files if _copied(f)]
+    tiny = [f for f in group.files if not _copied(f)]
+    pieces = [_file_piece(io, f) for f in copied]
+    if len(tiny) == 1:
+        pieces.append(_file_piece(io, tiny[0]))
+    elif tiny:
+        pieces.append(_rewritten_piece(plan, io, tiny))
+    partition = group.files[0].partition
+    partition_path = plan.spec.partition_to_path(partition, plan.schema) if plan.spec.fields else None
+    path = new_file_path(load_location_provider(plan.location, plan.properties), partition_path, name_prefix, 1)
+    try:
+        with io.new_output(path).create(overwrite=False) as out:
+            size, metadata = stitch(pieces, out)
+    except BaseException:
+        _delete_quietly(io, path)
+        raise
+    return data_file_from_footer(plan, path, size, partition, metadata)
+
+
+def _rewrite_group(plan: TablePlan, io: FileIO, group: MergeGroup, name_prefix: str,
+                   target_file_bytes: int) -> list[DataFile]:
+    """Write the rows of ``group`` again into new files; on failure delete what it wrote."""
     partition = group.files[0].partition
     path = plan.spec.partition_to_path(partition, plan.schema) if plan.spec.fields else None
     writer = RollingParquetWriter(plan, io, partition, path, name_prefix, target_file_bytes,
                                   compression_options(plan.properties))
-    schema = plan.arrow_schema()
     try:
-        for data_file in group.files:
-            with io.new_input(data_file.file_path).open() as stream:
-                for batch in pq.ParquetFile(stream).iter_batches(batch_size=_READ_BATCH_ROWS):
-                    writer.write(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+        for batch in _read_rows(io, group.files, plan.arrow_schema()):
+            writer.write(batch)
         return writer.finish()
     except BaseException:
         writer.abort()
         raise
+
+
+def merge_group(plan: TablePlan, group: MergeGroup, name_prefix: str, target_file_bytes: int) -> list[DataFile]:
+    """The files that replace ``group`` (one partition): stitched, or, where stitching is refused,
+    written again. On failure nothing it wrote is left behind."""
+    io = load_file_io(plan.io_properties, plan.location)
+    try:
+        return [_stitch_group(plan, io, group, name_prefix)]
+    except StitchRefused as refused:
+        log.info("writing the rows of %d staged files again instead of copying them: %s", len(group.files), refused)
+    return _rewrite_group(plan, io, group, name_prefix, target_file_bytes)
+
+
+def _delete_quietly(io: FileIO, path: str) -> None:
+    try:
+        io.delete(path)
+    except Exception:  # never referenced: a leftover file for orphan cleanup, not a wrong table
+        log.warning("could not delete staged file %s", path, exc_info=True)
 
 
 @dataclass
@@ -152,7 +233,7 @@ def merge_small_files(spark: SparkSession, plan: WritePlan, results: list[TaskRe
     groups = plan_merges([s.data_file for r in results for s in r.files if s.table == "data"], plan.target_file_bytes)
     if not groups:
         return results
-    if sum(group.size for group in groups) <= DRIVER_MERGE_BYTES:
+    if sum(g.size for g in groups) <= DRIVER_MERGE_BYTES and sum(map(rewritten_bytes, groups)) <= DRIVER_REWRITE_BYTES:
         outcomes = merge_groups(plan, groups, f"{plan.file_prefix}-mdriver-0")  # named as a task's: <task>-<attempt>
     else:
         assignments = spread(groups, spark.sparkContext.defaultParallelism)
@@ -178,9 +259,6 @@ def merge_small_files(spark: SparkSession, plan: WritePlan, results: list[TaskRe
     kept = [replace(r, files=[s for s in r.files if s.data_file.file_path not in merged]) for r in results]
     io = load_file_io(plan.table.io_properties, plan.table.location)
     for path in merged:
-        try:
-            io.delete(path)
-        except Exception:  # never referenced: a leftover file, not a wrong table
-            log.warning("could not delete merged staged file %s", path, exc_info=True)
+        _delete_quietly(io, path)
     log.debug("merged %d small staged file(s) into %d", len(merged), len(written))
     return [*kept, TaskResult(files=written)]

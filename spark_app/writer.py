@@ -27,7 +27,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.locations import LocationProvider, load_location_provider
 from pyiceberg.typedef import Record
 
 from spark_app.deadletter import Rejection, count_reasons, dead_letter_rows, split_dead_letters
@@ -198,6 +198,19 @@ def _plain_bytes(column: pa.ChunkedArray) -> int:
     return values * max(1, column.type.bit_width // 8)
 
 
+def new_file_path(location_provider: LocationProvider, partition_path: str | None, name_prefix: str,
+                  sequence: int) -> str:
+    """Where a new staged file goes: ``<name prefix>-<sequence>-<random>.parquet`` in its partition's place."""
+    name = f"{name_prefix}-{sequence:05d}-{uuid.uuid4().hex[:12]}.parquet"
+    return new_data_location(location_provider, name, partition_path)
+
+
+def parquet_writer(sink: Any, schema: pa.Schema, first_rows: pa.Table, compression: dict[str, Any]) -> pq.ParquetWriter:
+    """The Parquet writer of every staged data file: one footer layout, so staged files can be stitched."""
+    return pq.ParquetWriter(sink, schema=schema, store_decimal_as_integer=True,
+                            use_dictionary=dictionary_columns(first_rows), **compression)
+
+
 class RollingParquetWriter:
     """Writes one partition's rows into Parquet files that close at the target size.
 
@@ -271,13 +284,9 @@ class RollingParquetWriter:
 
     def _open(self, first_rows: pa.Table) -> None:
         self._sequence += 1
-        name = f"{self._name_prefix}-{self._sequence:05d}-{uuid.uuid4().hex[:12]}.parquet"
-        self._path = new_data_location(self._location_provider, name, self._partition_path)
+        self._path = new_file_path(self._location_provider, self._partition_path, self._name_prefix, self._sequence)
         self._stream = self._io.new_output(self._path).create(overwrite=False)
-        self._writer = pq.ParquetWriter(
-            self._stream, schema=self._arrow_schema, store_decimal_as_integer=True,
-            use_dictionary=dictionary_columns(first_rows), **self._compression
-        )
+        self._writer = parquet_writer(self._stream, self._arrow_schema, first_rows, self._compression)
         self._file_uncompressed = 0
 
     def _close(self) -> None:

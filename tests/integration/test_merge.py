@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
@@ -45,6 +47,10 @@ def staged_by_two_tasks(plan: WritePlan) -> list[TaskResult]:
                                             "kind": [KINDS[i % 3] for i in ids]})
         results.append(stage_partition(plan, iter([batch]), f"{task:05d}-0"))
     return results
+
+
+def local(data_file: DataFile) -> str:
+    return data_file.file_path.removeprefix("file://")
 
 
 def rows_of(files: list[StagedFile]) -> dict[str, list[int]]:
@@ -94,3 +100,36 @@ def test_a_group_that_fails_to_merge_is_committed_unmerged_and_the_others_still_
     # The failed group's partial output was deleted: b's only files are the originals.
     assert not any("-m" in p.rsplit("/", 1)[-1] for p in by_kind["b"])
     assert len(list((tmp_path / "data").rglob("*.parquet"))) == 4
+
+
+def test_large_files_are_merged_by_copying_their_row_groups(tmp_path: Path, spark: SparkSession,
+                                                            merging_where: str) -> None:
+    """Files whose row groups are not tiny are joined without re-encoding: the merged file holds the
+    originals' row groups, statistics and all, and tiny files of the same partition become one more
+    row group written again."""
+    plan = write_plan(tmp_path)
+    random_ids = np.random.default_rng(7).integers(0, 2**62, 3 * 200_000)  # incompressible: ~1.6 MB a file
+    results = [stage_partition(plan, iter([pa.RecordBatch.from_pydict(
+        {"id": pa.array(ids, pa.int64()), "kind": ["a"] * len(ids)})]), f"{task:05d}-0")
+        for task, ids in enumerate(np.split(random_ids, 3))]
+    tiny = [stage_partition(plan, iter([pa.RecordBatch.from_pydict({"id": [task], "kind": ["a"]})]), f"{task:05d}-0")
+            for task in (3, 4)]
+    originals = [s.data_file for r in results for s in r.files]
+    assert all(f.file_size_in_bytes / len(f.split_offsets or ()) >= merge.MIN_COPIED_ROW_GROUP_BYTES for f in originals)
+    statistics = {f.file_path: [pq.ParquetFile(local(f)).metadata.row_group(g).column(0).statistics.min
+                                for g in range(len(f.split_offsets or ()))] for f in originals}
+
+    merged = merge_small_files(spark, plan, results + tiny)
+
+    (single,) = [s.data_file for r in merged for s in r.files]
+    metadata = pq.ParquetFile(local(single)).metadata
+    copied = [metadata.row_group(g).column(0).statistics.min for g in range(metadata.num_row_groups)]
+    copied_groups, written_again = copied[:-1], copied[-1]
+    assert sorted(copied_groups) == sorted(m for mins in statistics.values() for m in mins)
+    assert written_again == 3  # both tiny files' rows (ids 3 and 4), one row group
+    assert metadata.row_group(metadata.num_row_groups - 1).num_rows == 2
+    ids = pq.read_table(local(single)).column("id").to_pylist()
+    assert sorted(ids) == sorted([*random_ids.tolist(), 3, 4])
+    assert single.record_count == 600_002
+    assert len(single.split_offsets or ()) == metadata.num_row_groups
+    assert single.file_size_in_bytes == Path(local(single)).stat().st_size

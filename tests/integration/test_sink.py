@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from icebergsync import protocol
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.sink_state import read_sink_state
+from spark_app import merge
 from spark_app.committer import SinkCommitter
 from spark_app.job import SyncJob
 from spark_app.sources.generator import generate
@@ -114,12 +115,21 @@ def test_files_at_the_cap_are_staged_ahead_and_a_smaller_trigger_waits_only_for_
     assert stages == [("", False), ("1.json", True), ("3.json", False)]
 
 
-def test_spark_iceberg_runtime_reads_exactly_the_source_rows(tmp_path: Path, spark: SparkSession) -> None:
-    """An independent reader (Spark's own Iceberg runtime) sees exactly the generator's rows."""
+@pytest.mark.parametrize("merged_by", ["copying row groups", "writing rows again"])
+def test_spark_iceberg_runtime_reads_exactly_the_source_rows(tmp_path: Path, spark: SparkSession,
+                                                              monkeypatch: pytest.MonkeyPatch, merged_by: str) -> None:
+    """An independent reader (Spark's own Iceberg runtime) sees exactly the generator's rows, in files
+    as the tasks wrote them and in files merged both ways (spark_app/merge.py)."""
+    monkeypatch.setattr(merge, "MIN_COPIED_ROW_GROUP_BYTES", 0 if merged_by == "copying row groups" else 1 << 40)
     sync = make_sync(tmp_path, {"generator": {**FAST, "totalRows": 50_000, "maxRowsPerTrigger": 20_000}},
-                     table={"partitionBy": ["day(ts)", "bucket(8, vendor)"]})
+                     table={"partitionBy": ["day(ts)", "bucket(8, vendor)"]},
+                     commit={"targetFileSize": "256Ki"})  # two tasks a trigger, so partitions to merge
     SyncJob(sync, 1, spark).run()
     table = catalog_of(sync).load_table("sales.orders")
+    row_groups = {f.file_path: len(f.split_offsets or ()) for f, _ in data_file_rows(table)}
+    merged = [groups for path, groups in row_groups.items() if "-mdriver-" in path.rsplit("/", 1)[-1]]
+    assert merged and len(merged) < len(row_groups)  # merged in the driver (small), and unmerged files too
+    assert max(merged) > 1 if merged_by == "copying row groups" else set(merged) == {1}
     read_back = spark.read.format("iceberg").load(table.metadata_location)
     expected = generate(spark.range(0, 50_000))
     assert read_back.columns == expected.columns
@@ -156,7 +166,7 @@ def test_each_trigger_writes_one_file_per_partition_when_every_task_saw_every_pa
     a partition are merged before the commit, so each commit adds one file per bucket, holds every
     row once, and the merged-away originals are gone from storage."""
     sync = make_sync(tmp_path, {"generator": {**FAST, "totalRows": 40_000, "maxRowsPerTrigger": 20_000}},
-                     table={"partitionBy": ["bucket(4, id)"]})
+                     table={"partitionBy": ["bucket(4, id)"]}, commit={"targetFileSize": "256Ki"})  # 2 tasks
     summary = SyncJob(sync, 1, spark).run()
     assert summary.records == 40_000 and summary.commits == 2
     table = catalog_of(sync).load_table("sales.orders")
@@ -165,6 +175,7 @@ def test_each_trigger_writes_one_file_per_partition_when_every_task_saw_every_pa
     assert [s.summary["added-data-files"] for s in data] == ["4", "4"]
     assert [s.summary["added-records"] for s in data] == ["20000", "20000"]
     assert sorted(tuple(f.partition) for f, _ in data_file_rows(table)) == sorted([(b,) for b in range(4)] * 2)
+    assert all("-mdriver-" in f.file_path.rsplit("/", 1)[-1] for f, _ in data_file_rows(table))  # all merged
     assert table_ids(table) == list(range(40_000))
     assert unreferenced_sink_files(table, "test/orders") == []
 
