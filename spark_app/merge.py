@@ -29,7 +29,7 @@ from pyiceberg.table.locations import load_location_provider
 from pyiceberg.typedef import Record
 from pyspark.sql import SparkSession
 
-from spark_app.parquet_stitch import Piece, StitchRefused, stitch
+from spark_app.parquet_stitch import Piece, StitchRefused, plan_stitch
 from spark_app.writer import (
     RollingParquetWriter,
     StagedFile,
@@ -148,14 +148,15 @@ def _stitch_group(plan: TablePlan, io: FileIO, group: MergeGroup, name_prefix: s
         pieces.append(_rewritten_piece(plan, io, tiny))
     partition = group.files[0].partition
     partition_path = plan.spec.partition_to_path(partition, plan.schema) if plan.spec.fields else None
+    stitched = plan_stitch(pieces)
     path = new_file_path(load_location_provider(plan.location, plan.properties), partition_path, name_prefix, 1)
     try:
         with io.new_output(path).create(overwrite=False) as out:
-            size, metadata = stitch(pieces, out)
+            stitched.write_to(out)
     except BaseException:
         _delete_quietly(io, path)
         raise
-    return data_file_from_footer(plan, path, size, partition, metadata)
+    return data_file_from_footer(plan, path, stitched.size, partition, stitched.metadata)
 
 
 def _rewrite_group(plan: TablePlan, io: FileIO, group: MergeGroup, name_prefix: str,

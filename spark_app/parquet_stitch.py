@@ -7,8 +7,8 @@ that lists every row group, with each absolute byte offset moved by where its fi
 Pages, dictionaries, compression and statistics are the originals', so the rows and the column
 statistics are exactly those of the pieces, at the cost of one row group per piece.
 
-Pieces that cannot be joined this way are refused (:class:`StitchRefused`) before a byte is
-written: differing schemas or file metadata, encryption, column chunks in other files, or an offset
+Pieces that cannot be joined this way are refused (:class:`StitchRefused`) by :func:`plan_stitch`,
+before anything is written: differing schemas or file metadata, encryption, column chunks in other files, or an offset
 index (its page locations are absolute offsets inside the body, which this does not rewrite).
 """
 
@@ -201,30 +201,41 @@ def metadata_of_footer(footer: bytes) -> pq.FileMetaData:
     return pq.read_metadata(pa.BufferReader(MAGIC + footer + tail))
 
 
-def stitch(pieces: Sequence[Piece], out: OutputStream) -> tuple[int, pq.FileMetaData]:
-    """Write the pieces' row groups, in order, as one Parquet file to ``out``; return its size and footer.
+@dataclass(frozen=True)
+class Stitch:
+    """Pieces whose footers were read and checked, and the footer of the file that joins them."""
 
-    Every footer is read and checked before the first byte is written, so a refusal writes nothing.
-    """
+    pieces: tuple[Piece, ...]
+    footers: tuple[Footer, ...]
+    footer: bytes
+    metadata: pq.FileMetaData
+
+    @property
+    def size(self) -> int:
+        return len(MAGIC) + sum(f.body_size for f in self.footers) + len(self.footer) + _TAIL_BYTES
+
+    def write_to(self, out: OutputStream) -> None:
+        """Write the pieces' row groups, in order, then the new footer: one Parquet file of :attr:`size` bytes."""
+        out.write(MAGIC)
+        for piece, piece_footer in zip(self.pieces, self.footers, strict=True):
+            with piece.open() as stream:
+                stream.seek(len(MAGIC))
+                remaining = piece_footer.body_size
+                while remaining:
+                    chunk = stream.read(min(remaining, _COPY_CHUNK_BYTES))
+                    if not chunk:
+                        raise OSError("a piece ended before its footer while being copied")
+                    out.write(chunk)
+                    remaining -= len(chunk)
+        out.write(self.footer)
+        out.write(struct.pack("<I", len(self.footer)) + MAGIC)
+
+
+def plan_stitch(pieces: Sequence[Piece]) -> Stitch:
+    """Read and check every piece's footer; raises :class:`StitchRefused` when they cannot be joined."""
     footers = []
     for piece in pieces:
         with piece.open() as stream:
             footers.append(read_footer(stream, piece.size))
     footer = stitched_footer(footers)
-    metadata = metadata_of_footer(footer)
-    out.write(MAGIC)
-    written = len(MAGIC)
-    for piece, piece_footer in zip(pieces, footers, strict=True):
-        with piece.open() as stream:
-            stream.seek(len(MAGIC))
-            remaining = piece_footer.body_size
-            while remaining:
-                chunk = stream.read(min(remaining, _COPY_CHUNK_BYTES))
-                if not chunk:
-                    raise OSError("a piece ended before its footer while being copied")
-                out.write(chunk)
-                remaining -= len(chunk)
-        written += piece_footer.body_size
-    out.write(footer)
-    out.write(struct.pack("<I", len(footer)) + MAGIC)
-    return written + len(footer) + _TAIL_BYTES, metadata
+    return Stitch(tuple(pieces), tuple(footers), footer, metadata_of_footer(footer))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,15 @@ from pyspark.sql import SparkSession
 
 from spark_app import merge
 from spark_app.merge import merge_small_files
-from spark_app.writer import StagedFile, TablePlan, TaskResult, WritePlan, stage_partition
+from spark_app.writer import (
+    StagedFile,
+    TablePlan,
+    TaskResult,
+    WritePlan,
+    data_file_from_footer,
+    stage_partition,
+)
+from tests.infra.services import S3Server
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "kind", StringType()))
 KINDS = ("a", "b", "c")
@@ -31,9 +40,10 @@ def merging_where(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     return str(request.param)
 
 
-def write_plan(tmp_path: Path) -> WritePlan:
+def write_plan(tmp_path: Path, location: str | None = None, io_properties: dict[str, str] | None = None) -> WritePlan:
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "kind"))
-    table = TablePlan(location=tmp_path.as_uri(), properties={}, schema=SCHEMA, spec=spec, io_properties={})
+    table = TablePlan(location=location or tmp_path.as_uri(), properties={}, schema=SCHEMA, spec=spec,
+                      io_properties=io_properties or {})
     return WritePlan(sink_id="test/merge", sink_version=1, file_prefix="isync-test-v1-0", table=table,
                      dead_letter=None, target_file_bytes=8 << 20, writer_memory_bytes=64 << 20,
                      required_columns=("id",), event_time_column=None)
@@ -133,3 +143,48 @@ def test_large_files_are_merged_by_copying_their_row_groups(tmp_path: Path, spar
     assert single.record_count == 600_002
     assert len(single.split_offsets or ()) == metadata.num_row_groups
     assert single.file_size_in_bytes == Path(local(single)).stat().st_size
+
+
+def test_files_that_cannot_be_copied_are_merged_by_writing_their_rows_again(
+        tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A staged file with an offset index (absolute page offsets a copy would break) is refused by the
+    row-group copy; that group is written again, the others are copied, and the rows are the same."""
+    monkeypatch.setattr(merge, "MIN_COPIED_ROW_GROUP_BYTES", 0)  # copy even these small files (in the driver)
+    plan = write_plan(tmp_path)
+    results = staged_by_two_tasks(plan)
+    indexed = next(s for s in results[1].files if tuple(s.data_file.partition) == ("b",))
+    path = local(indexed.data_file)
+    pq.write_table(pq.read_table(path), path, write_page_index=True)
+    indexed.data_file = data_file_from_footer(plan.table, indexed.data_file.file_path, Path(path).stat().st_size,
+                                              indexed.data_file.partition, pq.read_metadata(path))
+
+    with caplog.at_level(logging.INFO, logger="icebergsync.merge"):
+        merged = merge_small_files(spark, plan, results)
+
+    files = [s for r in merged for s in r.files]
+    assert rows_of(files) == {kind: [i for i in range(6_000) if KINDS[i % 3] == kind] for kind in KINDS}
+    row_groups = {s.data_file.partition[0]: pq.read_metadata(local(s.data_file)).num_row_groups for s in files}
+    assert row_groups == {"a": 2, "b": 1, "c": 2}  # a and c: both tasks' row groups copied; b: written again
+    assert "instead of copying them: the file has an offset index" in caplog.text
+
+
+def test_row_groups_are_copied_between_files_on_s3(tmp_path: Path, spark: SparkSession, s3_server: S3Server) -> None:
+    """The copy reads the staged files with ranged reads and writes the merged one through the table's
+    FileIO on an S3 store (MinIO), as a sync with its warehouse on S3 does."""
+    plan = write_plan(tmp_path, f"s3://{s3_server.bucket}/merge-test", s3_server.fileio_properties)
+    random_ids = np.random.default_rng(11).integers(0, 2**62, 2 * 200_000)
+    results = [stage_partition(plan, iter([pa.RecordBatch.from_pydict(
+        {"id": pa.array(ids, pa.int64()), "kind": ["a"] * len(ids)})]), f"{task:05d}-0")
+        for task, ids in enumerate(np.split(random_ids, 2))]
+    originals = [s.data_file for r in results for s in r.files]
+
+    merged = merge_small_files(spark, plan, results)
+
+    (single,) = [s.data_file for r in merged for s in r.files]
+    filesystem = s3_server.filesystem()
+    with filesystem.open_input_file(single.file_path.removeprefix("s3://")) as stream:
+        content = pq.ParquetFile(stream)
+        assert content.metadata.num_row_groups == sum(len(f.split_offsets or ()) for f in originals)
+        assert sorted(content.read().column("id").to_pylist()) == sorted(random_ids.tolist())
+    assert single.file_size_in_bytes == filesystem.get_file_info(single.file_path.removeprefix("s3://")).size
+    assert all(filesystem.get_file_info(f.file_path.removeprefix("s3://")).type.name == "NotFound" for f in originals)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_app.parquet_stitch import MAGIC, Piece, StitchRefused, stitch
+from spark_app.parquet_stitch import MAGIC, Piece, StitchRefused, plan_stitch
 from spark_app.thrift_compact import (
     BINARY,
     DOUBLE,
@@ -121,10 +121,12 @@ def test_stitched_file_holds_the_pieces_rows_and_row_groups_in_order(tmp_path: P
     third = write(tmp_path / "c.parquet", rows(20_000, 1))
     out = io.BytesIO()
 
-    size, metadata = stitch([piece(first), piece(second), piece(third)], out)
+    stitched_plan = plan_stitch([piece(first), piece(second), piece(third)])
+    stitched_plan.write_to(out)
 
     data = out.getvalue()
-    assert size == len(data) and data.startswith(MAGIC) and data.endswith(MAGIC)
+    metadata = stitched_plan.metadata
+    assert stitched_plan.size == len(data) and data.startswith(MAGIC) and data.endswith(MAGIC)
     stitched = pq.ParquetFile(pa.BufferReader(data))
     originals = [pq.ParquetFile(p) for p in (first, second, third)]
     assert stitched.metadata.num_rows == metadata.num_rows == 5_501
@@ -143,7 +145,7 @@ def test_offsets_point_at_the_copied_pages(tmp_path: Path) -> None:
     first = write(tmp_path / "a.parquet", rows(0, 2_000))
     second = write(tmp_path / "b.parquet", rows(5_000, 2_000))
     out = io.BytesIO()
-    stitch([piece(first), piece(second)], out)
+    plan_stitch([piece(first), piece(second)]).write_to(out)
     body = first.stat().st_size - 8 - len(footer_bytes(first)) - len(MAGIC)
     stitched = pq.ParquetFile(pa.BufferReader(out.getvalue())).metadata
     original = pq.ParquetFile(second).metadata
@@ -156,24 +158,20 @@ def test_offsets_point_at_the_copied_pages(tmp_path: Path) -> None:
     ({"write_page_index": True}, "offset index"),
     ({"schema": pa.schema([pa.field("id", pa.int64(), nullable=False)])}, "differ"),
 ])
-def test_pieces_that_cannot_be_copied_are_refused_before_anything_is_written(
+def test_pieces_that_cannot_be_copied_are_refused(
         tmp_path: Path, second_options: dict[str, object], why: str) -> None:
     first = write(tmp_path / "a.parquet", rows(0, 100))
     schema = second_options.pop("schema", SCHEMA)
     second = tmp_path / "b.parquet"
     assert isinstance(schema, pa.Schema)
     pq.write_table(rows(100, 100).select(schema.names), second, **second_options)
-    out = io.BytesIO()
     with pytest.raises(StitchRefused, match=why):
-        stitch([piece(first), piece(second)], out)
-    assert out.getvalue() == b""
+        plan_stitch([piece(first), piece(second)])
 
 
 def test_a_file_that_is_not_parquet_is_refused(tmp_path: Path) -> None:
     first = write(tmp_path / "a.parquet", rows(0, 100))
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"not parquet at all")
-    out = io.BytesIO()
     with pytest.raises(StitchRefused, match="not a Parquet file"):
-        stitch([piece(first), piece(broken)], out)
-    assert out.getvalue() == b""
+        plan_stitch([piece(first), piece(broken)])
