@@ -1,5 +1,5 @@
-"""The files source on S3 (MinIO): listed through pyarrow, read by Spark's S3A connector, both with
-the endpoint from the spec and the credentials from a mounted Secret, never from the spec text."""
+"""The files source on S3 (MinIO): listed and read through pyarrow's S3 filesystem, both with the
+endpoint from the spec and the credentials from a mounted Secret, never from the spec text."""
 
 from __future__ import annotations
 
