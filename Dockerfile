@@ -7,11 +7,12 @@
 #                    spark-submit / the executor JVM.
 #   * the CLI:       `icebergsync run|status ...`, `icebergsync --version`
 #
-# Everything comes from Debian packages, PyPI and Maven Central; nothing is fetched at run time:
+# Everything comes from Debian packages and PyPI; nothing is fetched at run time:
 #   Java 17 (openjdk-17-jre-headless) and Python 3.11 from Debian bookworm; a virtualenv holding
 #   exactly requirements.lock (hash-checked) plus the project; Spark = the venv's pyspark
-#   (SPARK_HOME); the Kafka connector and S3A jars of the test suite's Maven poms
-#   (scripts/infra/maven/) baked into Spark's jars/. tini is PID 1; the user is `spark` (uid 185).
+#   (SPARK_HOME) with only pyspark's own jars (the job reads Kafka with confluent-kafka and files and
+#   tables through pyiceberg's FileIO, so no Spark connector). tini is PID 1; the user is `spark`
+#   (uid 185).
 #
 # Base image (build argument BASE_IMAGE): any Debian bookworm root filesystem.
 #   docker build -t icebergsync:dev .                                  # public debian:bookworm-slim
@@ -40,8 +41,7 @@ RUN set -eux; \
     useradd --system --uid=${spark_uid} --gid=spark --home-dir /opt/icebergsync/work-dir --no-create-home spark
 
 # ---------------------------------------------------------------------------------------------
-# The virtualenv (the lock, Spark's jars plus the connectors), built with tools the final image
-# does not carry.
+# The virtualenv (the lock, Spark's jars with it), built with tools the final image does not carry.
 FROM runtime AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -49,7 +49,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 COPY docker/ca-certificates/ /usr/local/share/ca-certificates/
 RUN set -eux; \
     apt-get update; \
-    apt-get install -y --no-install-recommends python3-venv maven; \
+    apt-get install -y --no-install-recommends python3-venv; \
     update-ca-certificates
 
 # Python dependencies: exactly requirements.lock, every file hash-checked, nothing resolved.
@@ -57,23 +57,6 @@ COPY requirements.lock /opt/icebergsync/requirements.lock
 RUN set -eux; \
     python3 -m venv /opt/icebergsync/venv; \
     /opt/icebergsync/venv/bin/pip install --no-deps --require-hashes -r /opt/icebergsync/requirements.lock
-
-# Connector jars: the poms' runtime closure minus every artifact pyspark already ships (the same
-# plugin and filter as scripts/infra/services.sh), into Spark's jars/ so every driver and executor
-# has them on its classpath.
-COPY scripts/infra/maven/kafka-connector.xml scripts/infra/maven/s3a.xml /build/poms/
-RUN set -eux; \
-    jars=/opt/icebergsync/venv/lib/python3.11/site-packages/pyspark/jars; \
-    spark_ids="$(ls "$jars" | sed -E 's/-[0-9][^-]*(-[A-Za-z0-9._]+)?\.jar$//; s/\.jar$//' | sort -u | paste -sd, -)"; \
-    for bundle in kafka-connector s3a; do \
-      mvn -B -q -Dstyle.color=never -f "/build/poms/$bundle.xml" -Dmaven.repo.local=/build/m2 \
-        org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$jars" -Dmdep.overWriteReleases=true \
-        -DexcludeArtifactIds="$spark_ids"; \
-    done; \
-    rm -rf /build/m2; \
-    test -f "$jars/spark-sql-kafka-0-10_2.13-4.0.1.jar"; \
-    test -f "$jars/hadoop-aws-3.4.1.jar"
 
 RUN /opt/icebergsync/venv/bin/python -m compileall -q /opt/icebergsync/venv
 

@@ -25,7 +25,7 @@ inputs_key() {
   cd "$REPO_ROOT"
   {
     sha256sum Dockerfile docker/entrypoint.sh requirements.lock requirements-dev.lock pyproject.toml \
-      scripts/infra/maven/kafka-connector.xml scripts/infra/maven/s3a.xml scripts/infra/base-image.sh
+      scripts/infra/base-image.sh
     find icebergsync spark_app operator -type f \( -name '*.py' -o -name py.typed \) -not -path '*/__pycache__/*' \
       | LC_ALL=C sort | xargs sha256sum
   } | sha256sum | cut -c1-16
@@ -40,7 +40,7 @@ do_build() {
   [[ "$(current_image_key)" == "$key" ]] && return 0
   previous="$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
   base="$(bash "$REPO_ROOT/scripts/infra/base-image.sh")"
-  # The build stage trusts the host's extra CAs (a TLS-intercepting proxy) for pip and Maven.
+  # The build stage trusts the host's extra CAs (a TLS-intercepting proxy) for pip.
   find "$REPO_ROOT/docker/ca-certificates" -name '*.crt' -delete
   if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
     cp /usr/local/share/ca-certificates/*.crt "$REPO_ROOT/docker/ca-certificates/"
