@@ -55,6 +55,9 @@ DRIVER_REWRITE_BYTES = 8 * 1024 * 1024
 # A file whose row groups average fewer bytes is written again (with the group's other such files,
 # as one row group) rather than copied: copying would leave a merged file of many tiny row groups.
 MIN_COPIED_ROW_GROUP_BYTES = 1024 * 1024
+# That one row group is built in memory; a group whose small files hold more is written again whole,
+# through the rolling writer, whose memory is bounded by its row-group budget.
+MAX_REWRITTEN_PIECE_BYTES = 8 * 1024 * 1024
 _READ_BATCH_ROWS = 65_536
 
 
@@ -141,6 +144,8 @@ def _stitch_group(plan: TablePlan, io: FileIO, group: MergeGroup, name_prefix: s
     """Join ``group``'s files into one, copying the row groups of all but the tiny ones."""
     copied = [f for f in group.files if _copied(f)]
     tiny = [f for f in group.files if not _copied(f)]
+    if len(tiny) > 1 and sum(f.file_size_in_bytes for f in tiny) > MAX_REWRITTEN_PIECE_BYTES:
+        raise StitchRefused(f"{len(tiny)} small files hold more than {MAX_REWRITTEN_PIECE_BYTES} bytes to join in memory")
     pieces = [_file_piece(io, f) for f in copied]
     if len(tiny) == 1:
         pieces.append(_file_piece(io, tiny[0]))

@@ -188,3 +188,19 @@ def test_row_groups_are_copied_between_files_on_s3(tmp_path: Path, spark: SparkS
         assert sorted(content.read().column("id").to_pylist()) == sorted(random_ids.tolist())
     assert single.file_size_in_bytes == filesystem.get_file_info(single.file_path.removeprefix("s3://")).size
     assert all(filesystem.get_file_info(f.file_path.removeprefix("s3://")).type.name == "NotFound" for f in originals)
+
+
+def test_small_files_too_large_to_join_in_memory_are_written_again_through_the_rolling_writer(
+        tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The tiny files of a group become one row group built in memory, up to a bound; past it the group
+    is written again by the rolling writer (memory bounded by its row-group budget), rows unchanged."""
+    monkeypatch.setattr(merge, "MAX_REWRITTEN_PIECE_BYTES", 1)
+    plan = write_plan(tmp_path)
+
+    with caplog.at_level(logging.INFO, logger="icebergsync.merge"):
+        merged = merge_small_files(spark, plan, staged_by_two_tasks(plan))
+
+    files = [s for r in merged for s in r.files]
+    assert rows_of(files) == {kind: [i for i in range(6_000) if KINDS[i % 3] == kind] for kind in KINDS}
+    assert len(files) == 3
+    assert caplog.text.count("hold more than 1 bytes to join in memory") == 3
