@@ -198,9 +198,11 @@ class SyncJob:
                             self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
                             continue
                         written = self._stage(source, frontier, pending, plan)
-                    if not written.rejected:
+                    results = written.results
+                    if not written.rejected:  # a refused trigger is discarded: neither followed nor merged
                         ahead = self._stage_ahead(stager, source, written.pending.end, plan)
-                    staged = Staged.of(written, merge_small_files(self.spark, plan, written.results))
+                        results = merge_small_files(self.spark, plan, results)
+                    staged = Staged.of(written, results)
                     if staged.rejection is not None:
                         committer.discard(staged.output)
                         raise staged.rejection.error()

@@ -40,6 +40,7 @@ from spark_app.writer import (
     data_file_from_footer,
     new_file_path,
     parquet_writer,
+    partition_path,
     task_id,
 )
 
@@ -144,7 +145,7 @@ def _stitch_group(plan: TablePlan, io: FileIO, group: MergeGroup, name_prefix: s
     """Join ``group``'s files into one, copying the row groups of all but the tiny ones."""
     copied = [f for f in group.files if _copied(f)]
     tiny = [f for f in group.files if not _copied(f)]
-    if len(tiny) > 1 and sum(f.file_size_in_bytes for f in tiny) > MAX_REWRITTEN_PIECE_BYTES:
+    if len(tiny) > 1 and rewritten_bytes(group) > MAX_REWRITTEN_PIECE_BYTES:
         raise StitchRefused(f"{len(tiny)} small files hold more than {MAX_REWRITTEN_PIECE_BYTES} bytes to join in memory")
     pieces = [_file_piece(io, f) for f in copied]
     if len(tiny) == 1:
@@ -152,9 +153,9 @@ def _stitch_group(plan: TablePlan, io: FileIO, group: MergeGroup, name_prefix: s
     elif tiny:
         pieces.append(_rewritten_piece(plan, io, tiny))
     partition = group.files[0].partition
-    partition_path = plan.spec.partition_to_path(partition, plan.schema) if plan.spec.fields else None
     stitched = plan_stitch(pieces)
-    path = new_file_path(load_location_provider(plan.location, plan.properties), partition_path, name_prefix, 1)
+    path = new_file_path(load_location_provider(plan.location, plan.properties), partition_path(plan, partition),
+                         name_prefix, 1)
     try:
         with io.new_output(path).create(overwrite=False) as out:
             stitched.write_to(out)
@@ -167,9 +168,7 @@ def _stitch_group(plan: TablePlan, io: FileIO, group: MergeGroup, name_prefix: s
 def _rewrite_group(plan: TablePlan, io: FileIO, group: MergeGroup, name_prefix: str,
                    target_file_bytes: int) -> list[DataFile]:
     """Write the rows of ``group`` again into new files; on failure delete what it wrote."""
-    partition = group.files[0].partition
-    path = plan.spec.partition_to_path(partition, plan.schema) if plan.spec.fields else None
-    writer = RollingParquetWriter(plan, io, partition, path, name_prefix, target_file_bytes,
+    writer = RollingParquetWriter(plan, io, group.files[0].partition, name_prefix, target_file_bytes,
                                   compression_options(plan.properties))
     try:
         for batch in _read_rows(io, group.files, plan.arrow_schema()):
@@ -232,10 +231,9 @@ def merge_small_files(spark: SparkSession, plan: WritePlan, results: list[TaskRe
 
     The merged files come as one more result (no records of its own: the originals' results count
     them); the originals are deleted once the merged files are written. A group whose merge fails
-    keeps its originals, which are committed as they are.
+    keeps its originals, which are committed as they are. A refused trigger (:attr:`Written.rejected`
+    in spark_app/job.py) is not merged: its files are discarded.
     """
-    if any(r.rejection is not None for r in results):
-        return results  # the trigger is refused and its files discarded
     groups = plan_merges([s.data_file for r in results for s in r.files if s.table == "data"], plan.target_file_bytes)
     if not groups:
         return results

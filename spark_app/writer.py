@@ -198,6 +198,11 @@ def _plain_bytes(column: pa.ChunkedArray) -> int:
     return values * max(1, column.type.bit_width // 8)
 
 
+def partition_path(plan: TablePlan, partition: Record) -> str | None:
+    """The path segment of ``partition`` under the table's data location (None: unpartitioned)."""
+    return plan.spec.partition_to_path(partition, plan.schema) if plan.spec.fields else None
+
+
 def new_file_path(location_provider: LocationProvider, partition_path: str | None, name_prefix: str,
                   sequence: int) -> str:
     """Where a new staged file goes: ``<name prefix>-<sequence>-<random>.parquet`` in its partition's place."""
@@ -219,12 +224,12 @@ class RollingParquetWriter:
     row group's worth of rows of the target rather than overshooting by a whole group.
     """
 
-    def __init__(self, plan: TablePlan, io: FileIO, partition: Record, partition_path: str | None, name_prefix: str,
-                 target_file_bytes: int, compression: dict[str, Any]):
+    def __init__(self, plan: TablePlan, io: FileIO, partition: Record, name_prefix: str, target_file_bytes: int,
+                 compression: dict[str, Any]):
         self._plan = plan
         self._io = io
         self._partition = partition
-        self._partition_path = partition_path
+        self._partition_path = partition_path(plan, partition)
         self._name_prefix = name_prefix
         self._target = target_file_bytes
         self._compression = compression
@@ -357,10 +362,8 @@ class PartitionedWriter:
                 partition_value(source_type, value)
                 for (_, _, source_type), value in zip(self._fields, key, strict=True)
             ])
-            path = self._plan.spec.partition_to_path(record, self._plan.schema) if self._fields else None
-            writer = RollingParquetWriter(
-                self._plan, self._io, record, path, self._name_prefix, self._target, self._compression
-            )
+            writer = RollingParquetWriter(self._plan, self._io, record, self._name_prefix, self._target,
+                                          self._compression)
             self._writers[key] = writer
         for batch in table.to_batches():
             writer.write(batch)
