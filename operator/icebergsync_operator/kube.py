@@ -45,6 +45,17 @@ def _create(call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
     return True
 
 
+def _absent(call: Callable[..., Any], *args: Any) -> bool:
+    """Run a read call; True when the object does not exist."""
+    try:
+        call(*args)
+    except ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
+
+
 def _delete(call: Callable[..., Any], *args: Any) -> None:
     """Run a delete call; an object that is already gone is fine."""
     try:
@@ -174,3 +185,11 @@ class KubeApi:
         for namespace in namespaces:
             _create(self.custom.create_namespaced_custom_object, "kopf.dev", "v1", namespace, "kopfpeerings",
                     {**body, "kind": "KopfPeering"})
+
+    def missing_peerings(self, name: str, namespaces: tuple[str, ...]) -> list[str]:
+        """Where the peering object is absent: the namespaces lacking a KopfPeering, or ``["cluster-wide"]``."""
+        if not namespaces:
+            absent = _absent(self.custom.get_cluster_custom_object, "kopf.dev", "v1", "clusterkopfpeerings", name)
+            return ["cluster-wide"] if absent else []
+        return [namespace for namespace in namespaces if _absent(
+            self.custom.get_namespaced_custom_object, "kopf.dev", "v1", namespace, "kopfpeerings", name)]

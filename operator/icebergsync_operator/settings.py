@@ -42,6 +42,7 @@ class OperatorSettings:
     liveness_endpoint: str = "http://127.0.0.1:8080/healthz"  #: kopf liveness probe URL; empty disables it
     peering_name: str = "icebergsync"  #: KopfPeering / ClusterKopfPeering object shared by replicas
     standalone: bool = False  #: no peering: only for a single replica or development
+    create_peering: bool = True  #: create missing peering objects; False: wait for whoever deploys them (the chart)
     priority: int | None = None  #: peering priority; unset: older replicas outrank newer ones
     catalog_timeout: float = 10.0  #: seconds each catalog or FileIO call of the operator may take
     allowed_catalog_uris: tuple[str, ...] = ()  #: URI prefixes the operator may connect to; empty: any
@@ -110,6 +111,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     add("--liveness-endpoint", default=env("LIVENESS_ENDPOINT", defaults.liveness_endpoint))
     add("--peering-name", default=env("PEERING_NAME", defaults.peering_name))
     add("--standalone", action="store_true", default=_flag(str(env("STANDALONE", ""))))
+    add("--create-peering", action=argparse.BooleanOptionalAction,
+        default=_flag(str(env("CREATE_PEERING", "true"))),
+        help="create the peering object(s) when missing (default); --no-create-peering waits for them instead, "
+             "as when the Helm chart creates them")
     priority = env("PRIORITY", "")
     add("--priority", type=int, default=int(str(priority)) if str(priority).strip() else None)
     add("--catalog-timeout", type=_seconds, default=_seconds(str(env("CATALOG_TIMEOUT", defaults.catalog_timeout))),
@@ -156,6 +161,7 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         liveness_endpoint=args.liveness_endpoint,
         peering_name=args.peering_name,
         standalone=args.standalone,
+        create_peering=args.create_peering,
         priority=args.priority,
         catalog_timeout=args.catalog_timeout,
         allowed_catalog_uris=args.allowed_catalog_uris,

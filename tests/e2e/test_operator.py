@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
@@ -372,6 +374,26 @@ def test_two_replicas_never_both_act(
     kube.wait_applications({"trips-v2"})
     assert standby.reconciles() > 0
     assert kube.event_reasons("trips") == ["Launched", "Upgraded"]
+
+
+def test_an_operator_told_not_to_create_the_peering_waits_for_it(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake, tmp_path: Path) -> None:
+    """What the chart runs: helm creates the KopfPeering after the operator's Deployment, so the operator waits for
+    the object rather than creating it first (which failed ``helm install`` with "already exists")."""
+    log = tmp_path / "operator-0.log"  # the first operator start_operator starts logs here
+
+    def create_the_peering_once_awaited() -> None:
+        wait_for("the operator to wait for its peering object",
+                 lambda: log.exists() and "waiting for the peering object" in log.read_text())
+        kube.custom.create_namespaced_custom_object("kopf.dev", "v1", kube.namespace, "kopfpeerings", {
+            "apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "icebergsync"}})
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        created = pool.submit(create_the_peering_once_awaited)
+        start_operator("--no-create-peering")
+        created.result()  # a 409 here: the operator created the object itself
+    kube.create_sync("trips", generator_spec(warehouse))
+    kube.wait_applications({"trips-v1"})
 
 
 # --- end to end: the real job, run by the Spark Operator stand-in -------------------------

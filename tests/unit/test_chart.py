@@ -188,7 +188,17 @@ def test_defaults_one_active_replica_with_peering(helm_binary: Path, tmp_path: P
     settings, log_level = settings_from(docs)
     assert settings.standalone is False and settings.peering_name == "icebergsync"
     assert one(docs, "ClusterKopfPeering")["metadata"]["name"] == settings.peering_name
+    # The chart creates the peering object, so the operator waits for it instead of racing helm to it.
+    assert settings.create_peering is False
     assert log_level == "INFO"
+
+
+def test_without_the_charts_peering_object_the_operator_creates_it(helm_binary: Path, tmp_path: Path) -> None:
+    docs = render(helm_binary, tmp_path, {"peering": {"create": False}})
+    assert not of_kind(docs, "ClusterKopfPeering") and not of_kind(docs, "KopfPeering")
+    settings, _ = settings_from(docs)
+    assert settings.create_peering is True and settings.standalone is False
+    assert "create" in rules_of(one(docs, "ClusterRole", FULLNAME))[("kopf.dev", "clusterkopfpeerings")]
 
 
 def test_defaults_operator_settings(helm_binary: Path, tmp_path: Path) -> None:
