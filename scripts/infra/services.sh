@@ -5,7 +5,7 @@
 # built in a temp dir then renamed into place, so an interrupted run never leaves a half cache.
 #
 #   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | minio
-#     spark  Spark jar bundles: jars/iceberg-spark, jars/kafka-connector, jars/s3a   (Maven)
+#     spark  Spark jar bundles: jars/iceberg-spark, jars/kafka-connector           (Maven)
 #     kafka  KRaft Kafka broker classpath + a small admin/produce/consume helper  (Maven, javac)
 #     rest   Iceberg REST catalog server classpath + a 127.0.0.1 launcher         (Maven, javac)
 #     minio  MinIO server built from its Go module                                 (go install)
@@ -64,7 +64,7 @@ do_spark() {
   local jars_dir spark_ids bundle pom key tmp
   jars_dir="$(pyspark_jars_dir)"
   spark_ids="$(pyspark_artifact_ids "$jars_dir")"
-  for bundle in iceberg-spark kafka-connector s3a; do
+  for bundle in iceberg-spark kafka-connector; do
     pom="$POMS/$bundle.xml"
     key="$(printf '%s\n%s\n' "$(cat "$pom")" "$spark_ids" | sha256sum | cut -c1-16)"
     have_stamp "$CACHE/jars/$bundle" "$key" && continue

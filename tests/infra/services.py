@@ -14,10 +14,10 @@ Fixtures (session scope):
                           ``security``: its SASL_PLAINTEXT, SSL, SASL_SSL and mutual-TLS listeners
                           with users and a CA the run generates, see :class:`KafkaSecurity`)
   ``s3_server``        -> :class:`S3Server` (``endpoint``, ``access_key``, ``secret_key``, ``region``,
-                          ``bucket``, ``fileio_properties``, ``spark_s3a_conf()``, ``filesystem()``)
+                          ``bucket``, ``fileio_properties``, ``filesystem()``)
   ``rest_catalog``     -> :class:`RestCatalog` with a local-directory warehouse
   ``rest_catalog_s3``  -> :class:`RestCatalog` with an ``s3://<bucket>/warehouse`` warehouse on MinIO
-Plain functions: ``spark_jars(*bundles)`` -> jar paths of "iceberg-spark", "kafka-connector", "s3a"
+Plain functions: ``spark_jars(*bundles)`` -> jar paths of "iceberg-spark", "kafka-connector"
 (for ``spark.jars``); ``spark_classpath(*bundles)`` -> the same joined for ``spark.driver.extraClassPath``.
 
 Environment: ``ICEBERGSYNC_SERVICE_TTL`` (seconds a server may live, default 5400).
@@ -46,7 +46,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICES_SH = REPO_ROOT / "scripts" / "infra" / "services.sh"
 HOST = "127.0.0.1"
-SPARK_BUNDLES = ("iceberg-spark", "kafka-connector", "s3a")
+SPARK_BUNDLES = ("iceberg-spark", "kafka-connector")
 SERVICE_TTL = int(os.environ.get("ICEBERGSYNC_SERVICE_TTL", "5400"))
 JAVA = os.environ.get("JAVA", "java")
 # Short-lived, small JVMs: C1 only and serial GC start faster and use less CPU on a 2-core machine.
@@ -82,16 +82,16 @@ def ensure_services(part: str) -> None:
 
 def spark_classpath(*bundles: str) -> str:
     """The same jars joined for ``spark.driver.extraClassPath``: in local mode this skips the copy
-    Spark makes of every ``spark.jars`` entry per session (~650 MB with "s3a")."""
+    Spark makes of every ``spark.jars`` entry per session."""
     return os.pathsep.join(spark_jars(*bundles))
 
 
 def spark_jars(*bundles: str) -> list[str]:
-    """Jar paths of the named bundles, for ``spark.jars`` (all three when none is named).
+    """Jar paths of the named bundles, for ``spark.jars`` (all of them when none is named).
 
     "iceberg-spark": iceberg-spark-runtime-4.0_2.13 + iceberg-aws-bundle (S3FileIO, AWS SDK 2.33);
-    "kafka-connector": spark-sql-kafka-0-10 + kafka-clients, commons-pool2, token provider;
-    "s3a": hadoop-aws 3.4.1 + the AWS SDK bundle it is built against (2.24.6).
+    "kafka-connector": spark-sql-kafka-0-10 + kafka-clients, commons-pool2, token provider (the
+    benchmark's Spark Kafka peer; the job reads Kafka with its own client).
     """
     names = bundles or SPARK_BUNDLES
     unknown = [b for b in names if b not in SPARK_BUNDLES]
@@ -617,19 +617,6 @@ class S3Server:
     def create_bucket(self, name: str) -> str:
         self.filesystem().create_dir(name)
         return name
-
-    def spark_s3a_conf(self) -> dict[str, str]:
-        """Spark conf for s3a:// paths on this server (needs the "s3a" jar bundle)."""
-        return {
-            "spark.hadoop.fs.s3a.endpoint": self.endpoint,
-            "spark.hadoop.fs.s3a.endpoint.region": self.region,
-            "spark.hadoop.fs.s3a.access.key": self.access_key,
-            "spark.hadoop.fs.s3a.secret.key": self.secret_key,
-            "spark.hadoop.fs.s3a.path.style.access": "true",
-            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
-            "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-            "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-        }
 
     def iceberg_spark_catalog_conf(self, prefix: str) -> dict[str, str]:
         """S3FileIO settings for a Spark Iceberg catalog named by ``prefix`` (spark.sql.catalog.<x>)."""

@@ -16,10 +16,10 @@ def spark() -> Iterator[SparkSession]:
     """THE local Spark session (2 cores) of the test process: PySpark keeps one JVM per process, so
     every in-process test uses this one and none may stop it or build another.
 
-    Its classpath holds Spark's own Iceberg runtime (the independent reader), the Kafka connector
-    and the S3A connector, all from Maven Central (scripts/infra/services.sh).
+    Its classpath holds Spark's own Iceberg runtime, the independent reader, from Maven Central
+    (scripts/infra/services.sh); nothing else: the job needs no connector jar, as in the image.
     """
-    classpath = spark_classpath("iceberg-spark", "kafka-connector", "s3a")
+    classpath = spark_classpath("iceberg-spark")
     session = build_session("icebergsync-tests", "local[2]",
                             {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath})
     yield session

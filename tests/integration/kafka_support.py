@@ -13,7 +13,7 @@ from pyiceberg.table import Table
 
 from spark_app.kafka_client import ClientSettings
 from spark_app.sources.kafka import source_options
-from tests.infra.services import KafkaBroker, spark_classpath
+from tests.infra.services import KafkaBroker
 from tests.integration.sync_support import sink_commits, sync_document
 
 SCHEMA = [
@@ -45,16 +45,9 @@ def kafka_source(broker: KafkaBroker, topic: str, **settings: Any) -> dict[str, 
     return {"kafka": {"bootstrapServers": broker.bootstrap_servers, "topic": topic, **settings}}
 
 
-def connector_conf() -> dict[str, str]:
-    """Spark conf giving a job subprocess the cached Kafka connector jars (no fetch at run time)."""
-    classpath = spark_classpath("kafka-connector")
-    return {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
-
-
 def kafka_document(directory: Path, broker: KafkaBroker, topic: str, *, source: dict[str, Any] | None = None,
                    **spec: Any) -> dict[str, Any]:
     spec.setdefault("schema", SCHEMA)
-    spec.setdefault("spark", {"conf": connector_conf()})
     return sync_document(directory, kafka_source(broker, topic, **(source or {})), **spec)
 
 

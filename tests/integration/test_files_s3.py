@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.services import S3Server, spark_classpath
+from tests.infra.services import S3Server
 from tests.integration.sync_support import (
     catalog_of,
     make_sync,
@@ -39,7 +39,6 @@ def test_json_files_on_s3_are_ingested_once_with_secret_credentials(
         "table": {"catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
                               "warehouse": str(tmp_path / "warehouse"), "properties": endpoint},
                   "name": "sales.orders"},
-        "spark": {"conf": {"spark.driver.extraClassPath": spark_classpath("s3a")}},
     }
     document = sync_document(tmp_path, source, **extra)
     assert not {s3_server.secret_key, s3_server.access_key} & set(_leaf_strings(document)), "keys leaked into the spec"

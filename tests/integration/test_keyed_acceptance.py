@@ -36,7 +36,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync.spec import parse_spec
 from tests.infra.services import KafkaBroker
-from tests.integration.kafka_support import connector_conf, kafka_source, new_topic
+from tests.integration.kafka_support import kafka_source, new_topic
 from tests.integration.keyed_support import SCHEMA, ChangeStream, Emitted, prefix_model, spark_rows
 from tests.integration.sync_support import (
     catalog_of,
@@ -236,6 +236,6 @@ def test_kafka_changes_exactly_once_across_kill_9(tmp_path: Path, spark: SparkSe
         return frontier is not None and frontier.get(topic) == {str(p): o for p, o in ends.items()}
 
     source = kafka_source(kafka_broker, topic, maxRecordsPerTrigger=max(500, len(stream.emitted) // TRIGGERS))
-    document = keyed_document(tmp_path, source, fmt, spark={"conf": connector_conf()})
+    document = keyed_document(tmp_path, source, fmt)
     run_with_kills(spark, tmp_path, document, stream, covered_by, finished, positions,
                    lambda where: (where["topic"], where["partition"], where["offset"]), seed)

@@ -106,24 +106,17 @@ def test_rest_catalog_on_s3(rest_catalog_s3: RestCatalog, s3_server: S3Server) -
 
 
 @pytest.mark.slow
-def test_spark_reads_rest_s3_table_and_s3a(spark: Any, rest_catalog_s3: RestCatalog, s3_server: S3Server) -> None:
+def test_spark_reads_rest_s3_table(spark: Any, rest_catalog_s3: RestCatalog) -> None:
     """Iceberg's Spark runtime (the tests' independent reader) reads a table pyiceberg wrote, through
-    the REST catalog and S3FileIO on MinIO; the s3a bundle reads/writes s3a:// in the same session.
+    the REST catalog and S3FileIO on MinIO.
 
-    It configures the suite's shared session at runtime (a catalog is read on first use; S3A from the
-    Hadoop configuration) rather than building its own: PySpark has one JVM per process.
+    It configures the suite's shared session at runtime (a catalog is read on first use) rather than
+    building its own: PySpark has one JVM per process.
     """
     ns = _unique("ns")
     _create_and_append(rest_catalog_s3, ns)
     for key, value in rest_catalog_s3.spark_catalog_conf("lake").items():
         spark.conf.set(key, value)
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for key, value in s3_server.spark_s3a_conf().items():
-        hadoop.set(key.removeprefix("spark.hadoop."), value)
     rows = spark.sql(f"SELECT id, name FROM lake.{ns}.t ORDER BY id, name").collect()
     assert [(r.id, r.name) for r in rows] == [(1, "a"), (1, "a"), (2, "b"), (3, "c")]
     assert spark.sql(f"SELECT count(*) AS n FROM lake.{ns}.t.snapshots").first().n == 2
-
-    path = f"s3a://{s3_server.bucket}/s3a-check/{uuid.uuid4().hex}"
-    spark.range(10).write.parquet(path)
-    assert spark.read.parquet(path).count() == 10
