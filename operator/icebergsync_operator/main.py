@@ -13,7 +13,7 @@ from kubernetes.client.rest import ApiException
 from icebergsync_operator import handlers, metrics
 from icebergsync_operator.kube import KubeApi, load_api_client
 from icebergsync_operator.lifecycle import OperatorContext
-from icebergsync_operator.peering import PeeringUnavailableError, prepare_peering
+from icebergsync_operator.peering import prepare_peering
 from icebergsync_operator.settings import parse_settings
 
 log = logging.getLogger("icebergsync_operator")
@@ -31,9 +31,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ApiException as error:
             log.error("cannot create or read the peering object %r (%s %s): install crds/kopf-peering.yaml or run "
                       "with --standalone", settings.peering_name, error.status, error.reason)
-            return 1
-        except PeeringUnavailableError as error:
-            log.error("%s", error)
             return 1
     registry = kopf.OperatorRegistry()
     handlers.register(registry, OperatorContext(api=api, settings=settings))

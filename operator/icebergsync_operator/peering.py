@@ -1,8 +1,9 @@
-"""The peering object(s) replicas coordinate through: created by the operator, or awaited from whoever deploys them.
+"""The peering object(s) replicas coordinate through: created by the operator, or first awaited from the chart.
 
-Exactly one party creates them. Run on its own the operator does; installed by the Helm chart, the chart does
-(so ``helm uninstall`` removes them) and the operator waits for them: helm creates custom resources after the
-Deployment, and an operator that created them first would fail the install with "already exists".
+Run on its own, the operator creates them. Installed by the Helm chart, the chart creates them (so
+``helm uninstall`` removes them) and the operator waits for them: helm creates custom resources after the
+Deployment, and an operator that created them first would fail the install with "already exists". Should
+they still be missing after the wait (deleted since the install), the operator creates them after all.
 """
 
 from __future__ import annotations
@@ -20,21 +21,23 @@ PEERING_WAIT_SECONDS = 60.0  #: shorter than the chart's liveness probe allows a
 PEERING_POLL_SECONDS = 1.0
 
 
-class PeeringUnavailableError(Exception):
-    """The peering object(s) the operator was told to wait for did not appear in time."""
-
-
 def prepare_peering(api: KubeApi, settings: OperatorSettings, *, timeout: float = PEERING_WAIT_SECONDS,
                     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
-    """Create the peering object(s), or wait until they exist when ``settings.create_peering`` is off."""
-    if settings.create_peering:
-        api.ensure_peering(settings.peering_name, settings.namespaces)
+    """Make sure the peering object(s) exist; with ``settings.create_peering`` off, wait for them first."""
+    if not settings.create_peering and _appeared(api, settings, timeout, clock, sleep):
         return
+    api.ensure_peering(settings.peering_name, settings.namespaces)
+
+
+def _appeared(api: KubeApi, settings: OperatorSettings, timeout: float, clock: Callable[[], float],
+              sleep: Callable[[float], None]) -> bool:
+    """Whether every peering object exists within ``timeout`` seconds."""
     deadline = clock() + timeout
     while missing := api.missing_peerings(settings.peering_name, settings.namespaces):
         if clock() >= deadline:
-            raise PeeringUnavailableError(
-                f"peering object {settings.peering_name!r} still missing ({', '.join(missing)}) after {timeout:.0f} s; "
-                "it is created by the chart (peering.create=true), or by the operator with --create-peering")
+            log.warning("the peering object %r is still missing (%s) after %.0f s: creating it", settings.peering_name,
+                        ", ".join(missing), timeout)
+            return False
         log.info("waiting for the peering object %r (%s)", settings.peering_name, ", ".join(missing))
         sleep(PEERING_POLL_SECONDS)
+    return True

@@ -42,7 +42,7 @@ class OperatorSettings:
     liveness_endpoint: str = "http://127.0.0.1:8080/healthz"  #: kopf liveness probe URL; empty disables it
     peering_name: str = "icebergsync"  #: KopfPeering / ClusterKopfPeering object shared by replicas
     standalone: bool = False  #: no peering: only for a single replica or development
-    create_peering: bool = True  #: create missing peering objects; False: wait for whoever deploys them (the chart)
+    create_peering: bool = True  #: create missing peering objects at once; False: first wait for the chart's
     priority: int | None = None  #: peering priority; unset: older replicas outrank newer ones
     catalog_timeout: float = 10.0  #: seconds each catalog or FileIO call of the operator may take
     allowed_catalog_uris: tuple[str, ...] = ()  #: URI prefixes the operator may connect to; empty: any
@@ -113,8 +113,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     add("--standalone", action="store_true", default=_flag(str(env("STANDALONE", ""))))
     add("--create-peering", action=argparse.BooleanOptionalAction,
         default=_flag(str(env("CREATE_PEERING", "true"))),
-        help="create the peering object(s) when missing (default); --no-create-peering waits for them instead, "
-             "as when the Helm chart creates them")
+        help="create the peering object(s) when missing (default); --no-create-peering first waits up to 60 s "
+             "for them, as the Helm chart creates them after the operator's Deployment")
     priority = env("PRIORITY", "")
     add("--priority", type=int, default=int(str(priority)) if str(priority).strip() else None)
     add("--catalog-timeout", type=_seconds, default=_seconds(str(env("CATALOG_TIMEOUT", defaults.catalog_timeout))),
