@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer as ClientProducer
+from confluent_kafka.admin import AdminClient, NewPartitions
 from pyiceberg.table import Table
 
 from spark_app.kafka_client import ClientSettings
@@ -151,6 +153,17 @@ def client_for(broker: KafkaBroker, listener: str = "plaintext", **options: str)
     """The source's client settings for a listener, through the same option/Secret mapping a spec takes."""
     bootstrap, base, secret = listener_config(broker, listener)
     return source_options(bootstrap, {**base, **options}, secret, "spec.source.kafka.options").client
+
+
+def add_partitions(broker: KafkaBroker, topic: str, count: int) -> None:
+    """Grow a topic to ``count`` partitions (confluent-kafka's AdminClient) and wait until the broker lists them."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})  # kept alive until its futures resolve
+    for future in admin.create_partitions([NewPartitions(topic, count)]).values():
+        future.result(30)
+    deadline = time.monotonic() + 60
+    while len(broker.end_offsets(topic)) < count:
+        assert time.monotonic() < deadline, "the new partitions never appeared"
+        time.sleep(0.2)
 
 
 class TransactionalProducer:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from spark_app.sources.kafka import KafkaSource
 from tests.infra.services import KafkaBroker
 from tests.integration.kafka_support import (
     Producer,
+    add_partitions,
     covered_ids,
     data_summaries,
     kafka_document,
@@ -106,7 +106,7 @@ def test_a_partition_added_later_is_read_from_its_first_offset(
     catalog = catalog_of(sync)
     with BackgroundJob(SyncJob(sync, 1, spark)) as running:
         running.wait_until(lambda: len(table_ids(catalog.load_table("sales.orders"))) == 100, "the first 100 rows")
-        _add_partitions(spark, kafka_broker, topic, 3)
+        add_partitions(kafka_broker, topic, 3)
         placed = produce_orders(kafka_broker, topic, range(100, 150), partition=2)
         assert {p for p, _ in placed.values()} == {2} and min(o for _, o in placed.values()) == 0
         running.wait_until(lambda: len(table_ids(catalog.load_table("sales.orders"))) == 150,
@@ -166,25 +166,6 @@ def test_starting_offsets_apply_only_without_progress(
         produce_orders(kafka_broker, topic, range(35, 40), partition=0)
         running.wait_until(lambda: len(table_ids(catalog.load_table("sales.orders"))) == 15, "15 rows")
     assert table_ids(catalog.load_table("sales.orders"))[-5:] == [35, 36, 37, 38, 39]
-
-
-def _add_partitions(spark: SparkSession, broker: KafkaBroker, topic: str, count: int) -> None:
-    """Grow a topic with the Admin client of kafka-clients on the test session's JVM."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    properties = jvm.java.util.Properties()
-    properties.setProperty("bootstrap.servers", broker.bootstrap_servers)
-    admin = jvm.org.apache.kafka.clients.admin.Admin.create(properties)
-    try:
-        increase = jvm.java.util.HashMap()
-        increase.put(topic, jvm.org.apache.kafka.clients.admin.NewPartitions.increaseTo(count))
-        admin.createPartitions(increase).all().get()
-    finally:
-        admin.close()
-    deadline = time.monotonic() + 60
-    while len(broker.end_offsets(topic)) < count:
-        assert time.monotonic() < deadline, "the new partitions never appeared"
-        time.sleep(0.2)
 
 
 @pytest.mark.slow
