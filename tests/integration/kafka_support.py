@@ -185,3 +185,17 @@ class TransactionalProducer:
 
     def abort(self) -> None:
         self._producer.abort_transaction(30)
+
+
+def transactions_ending_in_an_open_one(broker: KafkaBroker, topic: str) -> TransactionalProducer:
+    """On partition 0: ids 0-4 at offsets 0-4 committed (marker 5), ids 100-104 at 6-10 aborted (marker 11),
+    ids 5-9 at 12-16 committed (marker 17), ids 10-14 at 18-22 in a transaction left open; returns its producer."""
+    producer = TransactionalProducer(broker)
+    producer.send(topic, range(0, 5))
+    producer.commit()
+    producer.send(topic, range(100, 105))
+    producer.abort()
+    producer.send(topic, range(5, 10))
+    producer.commit()
+    producer.send(topic, range(10, 15))
+    return producer

@@ -34,6 +34,7 @@ from tests.integration.kafka_support import (
     new_topic,
     order,
     produce_orders,
+    transactions_ending_in_an_open_one,
 )
 from tests.integration.sync_support import BackgroundJob, catalog_of, table_ids
 
@@ -95,14 +96,7 @@ def test_a_range_reads_exactly_its_records_and_offsets_come_from_the_same_client
 
 def test_transactions_aborted_records_are_gaps_and_an_open_one_holds_the_end(kafka_broker: KafkaBroker) -> None:
     topic = new_topic(kafka_broker, 1)
-    producer = TransactionalProducer(kafka_broker)
-    producer.send(topic, range(0, 5))        # offsets 0-4, commit marker 5
-    producer.commit()
-    producer.send(topic, range(100, 105))    # offsets 6-10, abort marker 11
-    producer.abort()
-    producer.send(topic, range(5, 10))       # offsets 12-16, commit marker 17
-    producer.commit()
-    producer.send(topic, range(10, 15))      # offsets 18-22: open
+    producer = transactions_ending_in_an_open_one(kafka_broker, topic)
     client = client_for(kafka_broker)
     uncommitted = client_for(kafka_broker, **{"isolation.level": "read_uncommitted"})
 

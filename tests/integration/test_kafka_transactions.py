@@ -11,7 +11,12 @@ from pyspark.sql import SparkSession
 from icebergsync.spec import parse_spec
 from spark_app.job import SyncJob
 from tests.infra.services import KafkaBroker
-from tests.integration.kafka_support import TransactionalProducer, kafka_document, last_frontier, new_topic
+from tests.integration.kafka_support import (
+    kafka_document,
+    last_frontier,
+    new_topic,
+    transactions_ending_in_an_open_one,
+)
 from tests.integration.sync_support import BackgroundJob, catalog_of, table_ids
 
 
@@ -19,14 +24,7 @@ def test_only_committed_transactions_land_once_and_an_open_one_holds_the_frontie
     tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker
 ) -> None:
     topic = new_topic(kafka_broker, 1)
-    producer = TransactionalProducer(kafka_broker)
-    producer.send(topic, range(0, 5))        # offsets 0-4, commit marker 5
-    producer.commit()
-    producer.send(topic, range(100, 105))    # offsets 6-10, abort marker 11
-    producer.abort()
-    producer.send(topic, range(5, 10))       # offsets 12-16, commit marker 17
-    producer.commit()
-    producer.send(topic, range(10, 15))      # offsets 18-22: open
+    producer = transactions_ending_in_an_open_one(kafka_broker, topic)
     sync = parse_spec(kafka_document(tmp_path, kafka_broker, topic))
     catalog = catalog_of(sync)
 
