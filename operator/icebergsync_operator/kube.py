@@ -45,24 +45,15 @@ def _create(call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
     return True
 
 
-def _absent(call: Callable[..., Any], *args: Any) -> bool:
-    """Run a read call; True when the object does not exist."""
+def _unless_missing(call: Callable[..., Any], *args: Any) -> Any:
+    """Run a call on one object: its result, or None when the object does not exist (so deleting one
+    that is already gone is fine)."""
     try:
-        call(*args)
+        return call(*args)
     except ApiException as error:
         if error.status == 404:
-            return True
+            return None
         raise
-    return False
-
-
-def _delete(call: Callable[..., Any], *args: Any) -> None:
-    """Run a delete call; an object that is already gone is fine."""
-    try:
-        call(*args)
-    except ApiException as error:
-        if error.status != 404:
-            raise
 
 
 def load_api_client() -> client.ApiClient:
@@ -84,13 +75,9 @@ class KubeApi:
     # IcebergSync -------------------------------------------------------------------------
 
     def get_sync(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            body = self.custom.get_namespaced_custom_object(SYNC_GROUP, SYNC_VERSION, namespace, SYNC_PLURAL, name)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return cast(dict[str, Any], body)
+        body = _unless_missing(self.custom.get_namespaced_custom_object, SYNC_GROUP, SYNC_VERSION, namespace,
+                               SYNC_PLURAL, name)
+        return None if body is None else cast(dict[str, Any], body)
 
     def patch_sync_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Replace the operator-owned status fields (merge patch; null removes a field)."""
@@ -119,20 +106,16 @@ class KubeApi:
                        field_manager=FIELD_MANAGER)
 
     def delete_application(self, namespace: str, name: str) -> None:
-        _delete(self.custom.delete_namespaced_custom_object, SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL,
-                name)
+        _unless_missing(self.custom.delete_namespaced_custom_object, SPARK_GROUP, SPARK_VERSION, namespace,
+                        SPARK_PLURAL, name)
 
     def delete_configmap(self, namespace: str, name: str) -> None:
-        _delete(self.core.delete_namespaced_config_map, name, namespace)
+        _unless_missing(self.core.delete_namespaced_config_map, name, namespace)
 
     def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
         """A ConfigMap's data; None when it does not exist."""
-        try:
-            return dict(self.core.read_namespaced_config_map(name, namespace).data or {})
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        config_map = _unless_missing(self.core.read_namespaced_config_map, name, namespace)
+        return None if config_map is None else dict(config_map.data or {})
 
     def list_configmap_names(self, namespace: str, sync_name: str, application: str | None = None) -> list[str]:
         """The sync's ConfigMaps (only those of ``application`` when given)."""
@@ -189,7 +172,8 @@ class KubeApi:
     def missing_peerings(self, name: str, namespaces: tuple[str, ...]) -> list[str]:
         """Where the peering object is absent: the namespaces lacking a KopfPeering, or ``["cluster-wide"]``."""
         if not namespaces:
-            absent = _absent(self.custom.get_cluster_custom_object, "kopf.dev", "v1", "clusterkopfpeerings", name)
-            return ["cluster-wide"] if absent else []
-        return [namespace for namespace in namespaces if _absent(
-            self.custom.get_namespaced_custom_object, "kopf.dev", "v1", namespace, "kopfpeerings", name)]
+            peering = _unless_missing(self.custom.get_cluster_custom_object, "kopf.dev", "v1", "clusterkopfpeerings",
+                                      name)
+            return ["cluster-wide"] if peering is None else []
+        return [namespace for namespace in namespaces if _unless_missing(
+            self.custom.get_namespaced_custom_object, "kopf.dev", "v1", namespace, "kopfpeerings", name) is None]
