@@ -64,10 +64,6 @@ class Writer:
     version: int
     attempt: str
 
-    def supersedes(self, other: Writer) -> bool:
-        """True when this writer's claim outranks ``other``'s (higher version, or same version, newer attempt)."""
-        return self.version > other.version or (self.version == other.version and self.attempt != other.attempt)
-
 
 @dataclass(frozen=True)
 class SinkCommit:
@@ -407,19 +403,29 @@ def rolled_back_past(metadata: TableMetadata, sink_id: str, last: Snapshot) -> b
 def steady_fence_owner(metadata: TableMetadata, me: Writer, my_last_snapshot_id: int) -> Writer | None:
     """Before a data commit: the writer that has claimed the sink since ``me`` last committed, if any.
 
-    Checks the checkpoint property and every main-branch snapshot above ``my_last_snapshot_id``.
+    A higher version outranks ``me`` wherever it shows: in the checkpoint property or on main. Another
+    attempt of ``me``'s version outranks it only when it claimed the sink *later*: the checkpoint
+    names it (every commit of the sink rewrites the checkpoint, so it names the sink's last writer), or
+    one of its snapshots lies above ``my_last_snapshot_id`` on main. When main no longer reaches that
+    snapshot (a rollback, or expiry cut the history) and the checkpoint names ``me``, the commits of
+    other attempts of the version that main holds are older than ``me``'s claim: they do not count
+    (the caller then tells a rollback from expiry). Without a checkpoint they count, to be safe.
     Raises ``DamagedRecordError`` when the checkpoint, or a snapshot of this sink above it, is damaged.
     """
     checkpoint = parse_checkpoint(metadata, me.sink_id)
-    if checkpoint is not None and checkpoint.writer.supersedes(me):
+    if checkpoint is not None and checkpoint.writer != me and checkpoint.writer.version >= me.version:
         return checkpoint.writer
+    same_version_above: Writer | None = None
     for snapshot in main_ancestry(metadata):
         if snapshot.snapshot_id == my_last_snapshot_id:
-            return None
+            return same_version_above
         summary = snapshot.summary.additional_properties if snapshot.summary else {}
         if summary.get(SINK_ID) != me.sink_id:
             continue
         commit = parse_commit(snapshot)
-        if commit is not None and commit.writer.supersedes(me):
+        assert commit is not None
+        if commit.writer.version > me.version:
             return commit.writer
-    return None
+        if commit.writer.version == me.version and commit.writer.attempt != me.attempt and same_version_above is None:
+            same_version_above = commit.writer
+    return same_version_above if checkpoint is None else None

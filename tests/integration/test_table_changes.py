@@ -104,6 +104,33 @@ def test_a_rollback_past_every_commit_of_the_sink_stops_it_instead_of_replaying(
     assert snapshot_count(catalog) == snapshots and committed_ids(catalog) == []
 
 
+@pytest.mark.parametrize("format_version", ["1", "2"])
+def test_a_rollback_below_a_restarts_commits_stops_it_as_rolled_back_not_fenced(
+        tmp_path: Path, format_version: str) -> None:
+    """Attempt 1 of version 1 commits; attempt 2 of the same version takes over and commits; main is
+    rolled back below attempt 2's last commit. Attempt 2 still holds the claim (the checkpoint names
+    it), so its next trigger stops as rolled back (exit 5), not as fenced by attempt 1's older commit."""
+    catalog = open_catalog(tmp_path)
+    catalog.create_namespace_if_not_exists("ns")
+    table = catalog.create_table(TABLE, SCHEMA, properties={"format-version": format_version})
+    first = SinkCommitter(catalog, TABLE, Writer(SINK, 1, "at1"), None, rebuild_data_file)
+    first.start([], GENERATOR)
+    commit_range(first, table, 0, 5)
+    restarted = SinkCommitter(catalog, TABLE, Writer(SINK, 1, "at2"), None, rebuild_data_file)
+    restarted.start([], GENERATOR)
+    kept = catalog.load_table(TABLE).metadata.current_snapshot()
+    assert kept is not None
+    commit_range(restarted, catalog.load_table(TABLE), 5, 10)
+    catalog.load_table(TABLE).manage_snapshots().rollback_to_snapshot(kept.snapshot_id).commit()
+    with pytest.raises(ProgressConflictError, match="rolled back"):
+        commit_range(restarted, catalog.load_table(TABLE), 10, 12)
+    assert committed_ids(catalog) == list(range(5))
+    relaunched = SinkCommitter(catalog, TABLE, Writer(SINK, 2, "at3"), None, rebuild_data_file)
+    assert relaunched.start([], GENERATOR).frontier == {"next_id": 5}
+    commit_range(relaunched, catalog.load_table(TABLE), 5, 12)
+    assert committed_ids(catalog) == list(range(12))
+
+
 def test_a_rollback_whose_rolled_back_snapshots_expired_still_stops_the_running_sink(tmp_path: Path) -> None:
     catalog = open_catalog(tmp_path)
     table = create_table(catalog)
