@@ -26,7 +26,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
-from pyiceberg.table.update import AssertTableUUID
+from pyiceberg.table.update import AssertCurrentSchemaId, AssertTableUUID
 
 from icebergsync import protocol
 from icebergsync.errors import (
@@ -208,7 +208,9 @@ class SinkCommitter:
         """Commit ``build``'s transaction iff ``check`` passes on the head it was built on.
 
         Returns the snapshot that landed and the table metadata it landed in. The table's pin (when
-        fenced) is asserted before every round.
+        fenced) is asserted before every round, and the commit requires the table's uuid and current
+        schema to be those checked: a schema change by another writer between the check and the
+        commit (which moves no head) is a conflict, never files of the old schema landing under the new.
         """
         attempted: list[int] = []
         retry = _Retry("commit", identifier)
@@ -223,7 +225,8 @@ class SinkCommitter:
             transaction, snapshot_id = build(table)
             attempted.append(snapshot_id)
             response = retry.attempt(partial(commit_transaction, self._catalog, table, transaction,
-                                             AssertTableUUID(uuid=table.metadata.table_uuid)),
+                                             AssertTableUUID(uuid=table.metadata.table_uuid),
+                                             AssertCurrentSchemaId(current_schema_id=table.metadata.current_schema_id)),  # type: ignore[call-arg]
                                      f"looking for snapshot(s) {attempted}")
             if response is None:
                 continue

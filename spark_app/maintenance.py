@@ -191,11 +191,7 @@ def rewrite_data_files(table: Table, plan: RewritePlan, name_prefix: str, target
                     for conformed in (conform(b, arrow_schema) for b in rows.to_batches()):
                         rows_written += conformed.num_rows
                         writer.write(conformed)
-        added = []
-        for spec_id, writer in writers.items():
-            for data_file in writer.finish():
-                data_file.spec_id = spec_id  # not kept by DataFile.from_args (see spark_app/deletes.py)
-                added.append(data_file)
+        added = [data_file for writer in writers.values() for data_file in writer.finish()]
     except BaseException:
         for writer in writers.values():
             with contextlib.suppress(Exception):

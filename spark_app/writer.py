@@ -157,11 +157,13 @@ def partition_groups(plan: TablePlan, table: pa.Table | pa.RecordBatch) -> Itera
 def data_file_from_footer(plan: TablePlan, path: str, size: int, partition: Record, metadata: pq.FileMetaData) -> DataFile:
     """The Iceberg DataFile (with column statistics) of a written Parquet file, from its footer."""
     statistics = footer_statistics(plan.schema, plan.properties, metadata)
-    return DataFile.from_args(
+    data_file = DataFile.from_args(
         content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
-        file_size_in_bytes=size, sort_order_id=None, spec_id=plan.spec.spec_id, equality_ids=None,
-        key_metadata=None, **statistics.to_serialized_dict(),
+        file_size_in_bytes=size, sort_order_id=None, equality_ids=None, key_metadata=None,
+        **statistics.to_serialized_dict(),
     )
+    data_file.spec_id = plan.spec.spec_id  # not a field of the stored struct: from_args would drop it
+    return data_file
 
 
 def dictionary_columns(table: pa.Table) -> list[str]:

@@ -241,6 +241,43 @@ def test_a_column_dropped_and_re_added_by_another_writer_stops_the_sink(tmp_path
     assert SCHEMA.find_field("who").field_id != catalog.load_table(TABLE).schema().find_field("who").field_id
 
 
+class ChangesColumnsBeforeTheCommit:
+    """A catalog where another writer drops and re-adds a column just before the sink's next commit request."""
+
+    def __init__(self, catalog: Catalog):
+        self._catalog = catalog
+        self.armed = False
+
+    def commit_table(self, *args: object) -> object:
+        if self.armed:
+            self.armed = False
+            with self._catalog.load_table(TABLE).update_schema() as update:
+                update.delete_column("who")
+            with self._catalog.load_table(TABLE).update_schema() as update:
+                update.add_column("who", StringType())
+        return self._catalog.commit_table(*args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._catalog, name)
+
+
+def test_a_column_change_between_the_fence_check_and_the_commit_stops_the_sink(tmp_path: Path) -> None:
+    """The schema change moves no head: only the commit's schema requirement keeps the old schema's files out."""
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    racing = ChangesColumnsBeforeTheCommit(catalog)
+    sink = SinkCommitter(racing, TABLE, Writer(SINK, 1, "a1"), None, rebuild_data_file)  # type: ignore[arg-type]
+    sink.start([], GENERATOR)
+    plan = table_plan(catalog.load_table(TABLE))
+    commit_range(sink, table, 0, 5)
+    racing.armed = True
+    staged = stage(catalog.load_table(TABLE), sink.writer, range(5, 9), plan)
+    with pytest.raises(TableChangedError, match="schema"):
+        sink.commit(TriggerOutput(data_files=staged, records=4), {"next_id": 9})
+    assert committed_ids(catalog) == list(range(5))
+    assert catalog.load_table(TABLE).scan().to_arrow().column("who").null_count == 5
+
+
 @pytest.mark.parametrize("format_version", ["1", "2"])
 def test_dead_letters_are_recovered_after_a_crash_between_the_two_commits(
         tmp_path: Path, format_version: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,233 @@
+"""The oracle of the model-based protocol test: its own record of the table, and the outcome of every operation.
+
+Nothing here imports the protocol or the committer. The record holds every snapshot that landed (its
+parent, landing order, who wrote it, the frontier it states, the rows the table shows at it, whether
+it expired), main's head, each sink's commits in landing order, the dead letters each sink still owes
+the dead-letter table, and the dead-letter table's rows. Predictions apply the rules of
+docs/protocol.md to that record:
+
+- **start-up**: fenced iff a higher version has ever committed for the sink (in this table);
+  otherwise it resumes from the newest commit of the sink on main's history: one main still reaches,
+  or the sink's last commit (its checkpoint) when expiry cut the way to it; a sink that has
+  committed but has no commit on main was rolled back past: a conflict; a sink that never
+  committed starts from its source's beginning;
+- **a commit of a running attempt**: "table-changed" when the table was recreated or its schema
+  changed since the attempt pinned it; "fenced" when another writer of the sink with a version at
+  least the attempt's committed after the attempt's last commit; "rolled-back" when main's history
+  no longer holds that commit; else "committed";
+- **dead letters**: a trigger's bad records are owed from its main commit until its dead-letter
+  commit; a complete start-up pays what is owed for main commits on main's history and forgets
+  the rest (their range is read again).
+
+Landed snapshots are learnt by their id, parent, timestamp and sequence number (what the catalog
+assigned); what they must say and hold comes from the record alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+Row = tuple[int, str | None, int]  # source id (negative: another writer's), who wrote it, schema epoch written under
+Visible = tuple[int, str | None]  # a row as a reader sees it: the column of an older schema epoch reads null
+
+FENCE, DATA, MAINTENANCE, FOREIGN = "fence", "data", "maintenance", "foreign"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One attempt of one version of a sink."""
+
+    sink: str
+    version: int
+    attempt: str
+
+
+@dataclass
+class Snap:
+    """A snapshot that landed on the main table."""
+
+    id: int
+    parent: int | None
+    order: int
+    timestamp_ms: int
+    writer: Claim | None
+    kind: str
+    frontier: int | None
+    rows: Counter[Row]
+    expired: bool = False
+
+
+@dataclass
+class SinkRecord:
+    """What the table holds of one sink: its commits in landing order, and the dead letters it owes."""
+
+    commits: list[Snap] = field(default_factory=list)
+    owed: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)  # (main snapshot id, source ids)
+
+
+@dataclass
+class Attempt:
+    """A running attempt as the oracle knows it: what it pinned, its newest commit and that commit's frontier."""
+
+    claim: Claim
+    generation: int
+    schema_epoch: int
+    last: int
+    frontier: int | None  # the next source id; None before the sink ever committed data
+
+    @property
+    def next_id(self) -> int:
+        return self.frontier or 0
+
+
+class TableModel:
+    """The oracle's record of the main table, the dead-letter table and every sink writing them."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.schema_epoch = 0
+        self.snaps: dict[int, Snap] = {}
+        self.head: int | None = None
+        self.sinks: dict[str, SinkRecord] = {}
+        self.dead: Counter[int] = Counter()
+        self._order = 0
+
+    def recreate(self) -> None:
+        """The tables were dropped and created again: nothing of the old ones counts."""
+        self.generation += 1
+        self._reset()
+
+    # -- history ---------------------------------------------------------------------------------------
+
+    def record(self, sink: str) -> SinkRecord:
+        return self.sinks.setdefault(sink, SinkRecord())
+
+    def history(self, snapshot_id: int | None = None) -> Iterator[Snap]:
+        """Main's true history from ``snapshot_id`` (default: the head) down, expired snapshots included."""
+        current = self.head if snapshot_id is None else snapshot_id
+        while current is not None:
+            snap = self.snaps[current]
+            yield snap
+            current = snap.parent
+
+    def reachable(self) -> Iterator[Snap]:
+        """Main's history as a reader can walk it: from the head down to the first expired snapshot."""
+        for snap in self.history():
+            if snap.expired:
+                return
+            yield snap
+
+    def on_main(self, snapshot_id: int) -> bool:
+        return any(snap.id == snapshot_id for snap in self.history())
+
+    def present(self) -> list[Snap]:
+        return [snap for snap in self.snaps.values() if not snap.expired]
+
+    def visible_rows(self, snapshot_id: int | None = None) -> Counter[Visible]:
+        """The rows a reader sees at a snapshot (default: the head) under the current schema."""
+        at = self.head if snapshot_id is None else snapshot_id
+        if at is None:
+            return Counter()
+        return Counter({(row[0], row[1] if row[2] == self.schema_epoch else None): n
+                        for row, n in self.snaps[at].rows.items()})
+
+    def rewritten_rows(self) -> Counter[Row]:
+        """The head's rows as a rewrite writes them again: what a reader sees, under the current schema."""
+        return Counter({(source_id, who, self.schema_epoch): n for (source_id, who), n in self.visible_rows().items()})
+
+    def land(self, snapshot_id: int, parent: int | None, timestamp_ms: int, writer: Claim | None, kind: str,
+             frontier: int | None, rows: Counter[Row]) -> Snap:
+        """A snapshot landed on main (its parent must be main's head: every commit swaps against it)."""
+        assert snapshot_id not in self.snaps, f"snapshot {snapshot_id} landed twice"
+        assert parent == self.head, f"snapshot {snapshot_id} landed on {parent}, not on main's head {self.head}"
+        self._order += 1
+        snap = Snap(snapshot_id, parent, self._order, timestamp_ms, writer, kind, frontier, rows)
+        self.snaps[snapshot_id] = snap
+        self.head = snapshot_id
+        if writer is not None:
+            self.record(writer.sink).commits.append(snap)
+        return snap
+
+    def reset(self, sink: str) -> None:
+        """The sink's checkpoint property was removed to start over (docs/protocol.md, "Recovery"): the table
+        no longer records its commits, and what it owed the dead-letter table is read again."""
+        self.sinks[sink] = SinkRecord()
+
+    def expire(self, snapshot_ids: set[int]) -> None:
+        for snapshot_id in snapshot_ids:
+            self.snaps[snapshot_id].expired = True
+
+    def rollback(self, target: int) -> None:
+        self.head = target
+
+    def change_columns(self) -> None:
+        """Another writer dropped and re-added a column: rows written before read it as null."""
+        self.schema_epoch += 1
+
+    # -- predictions -----------------------------------------------------------------------------------
+
+    def highest_version(self, sink: str) -> int:
+        return max((snap.writer.version for snap in self.record(sink).commits if snap.writer), default=0)
+
+    def start_outcome(self, claim: Claim) -> tuple[str, int | None]:
+        """("fenced", the owning version), ("conflict", None) or ("resume", the frontier resumed from)."""
+        highest = self.highest_version(claim.sink)
+        if highest > claim.version:
+            return "fenced", highest
+        commits = self.record(claim.sink).commits
+        newest_on_main = next((s for s in self.history() if s.writer and s.writer.sink == claim.sink), None)
+        if newest_on_main is None:
+            return ("conflict", None) if commits else ("resume", None)
+        reachable = any(s.id == newest_on_main.id for s in self.reachable())
+        if reachable or newest_on_main is commits[-1]:
+            return "resume", newest_on_main.frontier
+        return "conflict", None
+
+    def commit_outcome(self, attempt: Attempt) -> str:
+        """What the next commit of a running attempt (data, maintenance or expiry) must come to."""
+        if attempt.generation != self.generation or attempt.schema_epoch != self.schema_epoch:
+            return "table-changed"
+        commits = self.record(attempt.claim.sink).commits
+        # The sink's commits since the attempt's last one (all of them, when a reset forgot that one).
+        since = next((i + 1 for i, snap in enumerate(commits) if snap.id == attempt.last), 0)
+        if any(s.writer != attempt.claim and s.writer is not None and s.writer.version >= attempt.claim.version
+               for s in commits[since:]):
+            return "fenced"
+        return "committed" if self.on_main(attempt.last) else "rolled-back"
+
+    def limit_applies(self) -> bool:
+        """Whether expiring main's history now could reach the documented limit (docs/protocol.md, "Limits"):
+        some sink's last commit is off main, so expiry could make the rollback look like routine expiry."""
+        return any(record.commits and not self.on_main(record.commits[-1].id) for record in self.sinks.values())
+
+    def expirable(self, retain_last: int, keep: int) -> set[int]:
+        """What a sink's own expiry removes: every present snapshot beyond the newest ``retain_last`` that
+        main reaches, except the attempt's newest snapshot."""
+        retained = {snap.id for _, snap in zip(range(max(retain_last, 1)), self.reachable(), strict=False)}
+        return {snap.id for snap in self.present() if snap.id not in retained and snap.id != keep}
+
+    # -- dead letters ----------------------------------------------------------------------------------
+
+    def owe(self, sink: str, main_snapshot: int, source_ids: tuple[int, ...]) -> None:
+        if source_ids:
+            self.record(sink).owed.append((main_snapshot, source_ids))
+
+    def pay(self, sink: str, main_snapshot: int) -> None:
+        """The dead-letter commit of one main commit landed."""
+        record = self.record(sink)
+        for entry in [e for e in record.owed if e[0] == main_snapshot]:
+            record.owed.remove(entry)
+            self.dead.update(entry[1])
+
+    def recover(self, sink: str) -> None:
+        """A start-up's dead-letter fence landed: it pays what main's history still lists, the rest is read again."""
+        record = self.record(sink)
+        for main_snapshot, source_ids in record.owed:
+            if self.on_main(main_snapshot):
+                self.dead.update(source_ids)
+        record.owed = []
