@@ -1,0 +1,97 @@
+"""Realistic bugs planted one at a time in the protocol and the committer (``scripts/mutate.sh`` runs them).
+
+Each mutant replaces exact source text; ``tests/unit/test_mutants.py`` checks that every one still
+applies, so the list cannot silently rot as the code moves. ``REVIEWED`` are the ten a reviewer
+planted (issue 25); ``NEW`` are ten more, on the parts the protocol grows through: unknown outcomes,
+the compare-and-swap's requirements, maintenance commits, expiry, dead-letter recovery and the
+same-version rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROTOCOL = "icebergsync/protocol.py"
+COMMITTER = "spark_app/committer.py"
+INTERNALS = "spark_app/iceberg_internals.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One planted bug: ``(path, old, new)`` replacements, each of text that occurs exactly once."""
+
+    name: str
+    what: str
+    replacements: tuple[tuple[str, str, str], ...]
+
+
+REVIEWED = (
+    Mutant("startup-fence-ge", "'>' turned '>=' in the start-up fence (a same-version restart is fenced)",
+           ((PROTOCOL, "progress.highest.version > me.version", "progress.highest.version >= me.version"),)),
+    Mutant("same-version-clause-dropped", "another attempt of the same version never outranks (a zombie commits)",
+           ((PROTOCOL, "checkpoint.writer != me and checkpoint.writer.version >= me.version",
+             "checkpoint.writer.version > me.version"),
+            (PROTOCOL, "            same_version_above = commit.writer\n", "            pass\n"))),
+    Mutant("checkpoint-not-highest", "the checkpoint is not counted toward the highest version",
+           ((PROTOCOL, "    if checkpoint and (highest is None or checkpoint.writer.version > highest.version):\n"
+                       "        highest = checkpoint.writer\n", ""),)),
+    Mutant("other-sinks-are-mine", "other sinks' commits are counted as one's own",
+           ((PROTOCOL, "            if summary.get(SINK_ID) != sink_id:\n                if last_commit",
+             "            if SINK_ID not in summary:\n                if last_commit"),)),
+    Mutant("rollback-to-own-commit-conflict", "a rollback to an earlier own commit is treated as a conflict",
+           ((PROTOCOL, "            notes.append(f\"checkpoint snapshot {checkpoint.snapshot_id} is not on main",
+             "            raise DamagedRecordError(f\"checkpoint snapshot {checkpoint.snapshot_id} is not on main"),)),
+    Mutant("rolled-back-past-removed", "the rolled-back-past refusal before a commit is removed",
+           ((COMMITTER, "if protocol.rolled_back_past(metadata, self.writer.sink_id, last):",
+             "if False and protocol.rolled_back_past(metadata, self.writer.sink_id, last):"),)),
+    Mutant("no-recheck-after-conflict", "the fence is not re-checked after a commit conflict",
+           ((COMMITTER, "                self.pins[identifier].check(identifier, table.metadata)\n"
+                        "            check(table.metadata)\n",
+             "                self.pins[identifier].check(identifier, table.metadata)\n"
+             "            if not attempted:\n                check(table.metadata)\n"),)),
+    Mutant("checkpoint-pending-ignored", "the dead letters the checkpoint carries are ignored",
+           ((COMMITTER, "carried = protocol.parse_checkpoint(main, self.writer.sink_id)", "carried = None"),)),
+    Mutant("uuid-pin-dropped", "the table-uuid pin is not checked",
+           ((COMMITTER, "if str(metadata.table_uuid) != self.table_uuid:", "if False:"),)),
+    Mutant("expiry-unfenced", "a sink expires snapshots without a fence check",
+           ((COMMITTER, "                self.pins[self._identifier].check(self._identifier, table.metadata)\n"
+                        "            check(table.metadata)\n",
+             "                self.pins[self._identifier].check(self._identifier, table.metadata)\n"),)),
+)
+
+NEW = (
+    Mutant("same-version-older-commit-fences", "a same-version attempt's older commit fences a rolled-back restart "
+           "(the bug issue 25 found)",
+           ((PROTOCOL, "return same_version_above if checkpoint is None else None", "return same_version_above"),)),
+    Mutant("unknown-outcome-not-searched", "after an unknown outcome the attempted snapshots are not looked for",
+           ((COMMITTER, "landed = next((s for s in map(table.metadata.snapshot_by_id, attempted) if s is not None), "
+                        "None)", "landed = None"),)),
+    Mutant("no-head-requirement", "the commit does not require main's head it was checked on (no compare-and-swap)",
+           ((INTERNALS, "requirements = (*transaction._requirements, *extra_requirements)",
+             "requirements = (*(r for r in transaction._requirements if r.type != 'assert-ref-snapshot-id'), "
+             "*extra_requirements)"),)),
+    Mutant("no-schema-requirement", "the commit does not require the schema it was checked on",
+           ((COMMITTER, "AssertCurrentSchemaId(current_schema_id=table.metadata.current_schema_id)),",
+             "),"),)),
+    Mutant("maintenance-ignores-moved-head", "a maintenance commit lands although main moved since it was planned",
+           ((COMMITTER, "if metadata.current_snapshot_id != planned.snapshot_id:", "if False:"),)),
+    Mutant("maintenance-null-frontier", "a maintenance commit states no frontier",
+           ((COMMITTER, "self.writer, protocol.KIND_MAINTENANCE, self.frontier, source=self.source,",
+             "self.writer, protocol.KIND_MAINTENANCE, None, source=self.source,"),)),
+    Mutant("expiry-ignores-retain-last", "a sink's expiry keeps only the head, whatever retainLast says",
+           ((COMMITTER, "zip(range(max(retain_last, 1)), protocol.main_ancestry(metadata), strict=False)",
+             "zip(range(1), protocol.main_ancestry(metadata), strict=False)"),)),
+    Mutant("dead-letters-re-added", "recovery re-adds dead-letter files the dead-letter table already holds",
+           ((COMMITTER, "pending = [path for path in listed if normalize(path) not in present]", "pending = listed"),)),
+    Mutant("oldest-own-commit", "recovery resumes from the oldest own commit on main instead of the newest",
+           ((PROTOCOL, "            if last_commit is None:\n                last_commit = commit\n",
+             "            last_commit = commit\n"),)),
+    Mutant("expired-last-never-rolled-back", "a rollback whose rolled-back snapshot expired is not noticed",
+           ((PROTOCOL, "    if any((s.summary.additional_properties if s.summary else {}).get(SINK_ID) == sink_id\n"
+                       "           for s in main_ancestry(metadata)):\n        return True\n"
+                       "    return not was_on_main(metadata, last.snapshot_id, last.sequence_number or 0, "
+                       "last.timestamp_ms)",
+             "    return False"),)),
+)
+
+MUTANTS = REVIEWED + NEW

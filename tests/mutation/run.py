@@ -1,0 +1,93 @@
+"""Plant each mutant in a copy of the source, run the judges on it, and print which catch it.
+
+``python -m tests.mutation.run [--jobs N] [--only NAME ...] [--judge model|deterministic ...]``
+
+The judges: ``model`` is tests/integration/test_protocol_model.py in the suite's setting (derandomized,
+not shrunk, so a catch is fast); ``deterministic`` is the protocol and committer tests that need no
+Spark. A mutant is caught when the judge's run fails. Exits 1 when the model catches fewer than
+``REQUIRED`` of either list (issue 25's bar).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tests.mutation.mutants import MUTANTS, NEW, REVIEWED, Mutant
+
+REPO = Path(__file__).resolve().parents[2]
+COPIED = ("icebergsync", "spark_app", "operator", "tests", "conftest.py", "pyproject.toml")
+JUDGES = {
+    "model": ["tests/integration/test_protocol_model.py"],
+    "deterministic": ["tests/unit/test_protocol.py", "tests/integration/test_table_changes.py",
+                      "tests/integration/test_committer.py"],
+}
+REQUIRED = 9
+
+
+def apply(mutant: Mutant, root: Path) -> None:
+    """Plant ``mutant`` in the source tree at ``root``; raise ValueError when its text is not there exactly once."""
+    for path, old, new in mutant.replacements:
+        source = (root / path).read_text()
+        if source.count(old) != 1:
+            raise ValueError(f"{mutant.name}: {path} holds its text {source.count(old)} times, not once")
+        (root / path).write_text(source.replace(old, new))
+
+
+def judge(mutant: Mutant, judge_name: str) -> tuple[bool, float]:
+    """Whether ``judge_name``'s tests fail on a copy of the source with ``mutant`` planted, and the seconds taken."""
+    with tempfile.TemporaryDirectory(prefix=f"isync-mutant-{mutant.name}-") as directory:
+        root = Path(directory)
+        for name in COPIED:
+            source = REPO / name
+            if source.is_dir():
+                shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(source, root / name)
+        apply(mutant, root)
+        # The copy comes first on the path: the venv's editable install maps to the real tree only as a fallback.
+        env = {**os.environ, "PYTHONPATH": str(root), "ICEBERGSYNC_MODEL_SHRINK": "0"}
+        env.pop("ICEBERGSYNC_MODEL_EXAMPLES", None)
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                                 "--timeout=900", *JUDGES[judge_name]],
+                                cwd=root, env=env, capture_output=True, text=True, check=False)
+        return result.returncode != 0, time.monotonic() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", nargs="*", default=None, help="mutant names (default: all)")
+    parser.add_argument("--judge", nargs="*", default=list(JUDGES), choices=list(JUDGES))
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if args.only is None or m.name in args.only]
+    work = [(m, j) for m in chosen for j in args.judge]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = dict(zip(work, pool.map(lambda item: judge(*item), work), strict=True))
+    print(f"{'mutant':36s} " + " ".join(f"{j:>15s}" for j in args.judge))
+    for mutant in chosen:
+        cells = []
+        for name in args.judge:
+            caught, seconds = results[(mutant, name)]
+            cells.append(f"{'caught' if caught else 'MISSED':>7s} {seconds:6.0f}s")
+        print(f"{mutant.name:36s} " + " ".join(f"{c:>15s}" for c in cells) + f"   {mutant.what}")
+    if "model" not in args.judge or args.only is not None:
+        return 0
+    short = False
+    for label, group in (("reviewed", REVIEWED), ("new", NEW)):
+        caught = sum(results[(m, "model")][0] for m in group)
+        print(f"the model test caught {caught} of the {len(group)} {label} mutants (needed: {REQUIRED})")
+        short = short or caught < REQUIRED
+    return 1 if short else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
