@@ -7,7 +7,8 @@ reads protocol or committer code) keeps its own record of the table and predicts
 Two sinks with their own sources share one table and one dead-letter table. Hypothesis draws a
 weighted mix of actions, triggers dominating: triggers of any running attempt (the newest, or one a
 newer attempt superseded); launches (a restarted driver of the same version, an upgrade, a stale pod
-of an older version), killed after any of their commits; kills before a commit, right after the
+of an older version; an upgrade or a stale pod may add a column, which only a fence that lands may
+do), killed after any of their commits; kills before a commit, right after the
 main commit, between the main and the dead-letter commit, after the dead-letter commit; network
 faults (a conflict, a request lost before it landed, an answer lost after it landed); interleavings
 between a sink's fence check and its commit (another writer's append or compaction, the other sink's
@@ -56,6 +57,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from pyiceberg.types import StringType
 
 from icebergsync.errors import FencedError, ProgressConflictError, TableChangedError
+from icebergsync.schema import SchemaChange
 from icebergsync.spec import ExpireSnapshots, Maintenance
 from spark_app import committer as committer_module
 from spark_app.committer import MaintenanceConflictError, TriggerOutput
@@ -108,7 +110,7 @@ COVERAGE = {
     "trigger:committed-after-rollback": 10,
     "trigger:committed-by-second-sink": 10,
     "sink_expiry:committed": 3, "sink_compaction:committed": 3, "expire_rolled_back:expired": 3,
-    "reset_stopped_sink:reset": 1,
+    "reset_stopped_sink:reset": 1, "launch:schema-evolved": 3,
 }
 STATS: Counter[str] = Counter()
 
@@ -202,10 +204,15 @@ class ProtocolModel(RuleBasedStateMachine):
         version = {"restart": max(top, 1), "upgrade": top + 1, "stale": max(top - 1, 1)}[mode]
         if data.draw(st.sampled_from([True, True, False]), label="reset the sink first if it is stopped"):
             self._reset_if_stopped(sink)
-        self._launch(sink, version, kill)
+        evolve = mode != "restart" and data.draw(st.booleans(), label="the new version adds a column")
+        self._launch(sink, version, kill, f"{sink[-1]}_v{version}" if evolve else None)
 
-    def _launch(self, sink: str, version: int, kill: int | None = None) -> SinkProcess | None:
-        """Start an attempt; the oracle predicts fenced, conflict, or the frontier it resumes from."""
+    def _launch(self, sink: str, version: int, kill: int | None = None, new_column: str | None = None
+                ) -> SinkProcess | None:
+        """Start an attempt; the oracle predicts fenced, conflict, or the frontier it resumes from.
+
+        ``new_column``: the attempt's spec adds that optional column, which its fence commit adds to the
+        table with the claim (never when it is refused); none when the table already has it."""
         self.top_version[sink] = max(self.top_version[sink], version)
         self.attempts += 1
         claim = Claim(sink, version, f"at{self.attempts}")
@@ -213,8 +220,11 @@ class ProtocolModel(RuleBasedStateMachine):
         committer, hooked = new_committer(self.catalog, claim)
         hooked.kill_after_commits = kill
         rows = self.model.snaps[self.model.head].rows.copy() if self.model.head is not None else Counter()
+        if new_column in self.model.columns:
+            new_column = None
+        changes = [SchemaChange("add", new_column, StringType())] if new_column else []
         try:
-            progress = committer.start([], SINKS[sink][1], check_generator_frontier)
+            progress = committer.start(changes, SINKS[sink][1], check_generator_frontier)
             outcome = "resume"
         except Killed:
             outcome = "killed"
@@ -227,6 +237,8 @@ class ProtocolModel(RuleBasedStateMachine):
         if outcome == "killed":
             assert expected == "resume", f"{claim}: expected {expected}, but its fence landed"
             self._land_one(claim, FENCE, value, rows)
+            if new_column:
+                self.model.add_column(new_column)
             if kill == 2:
                 self.model.recover(sink)
             return None
@@ -236,6 +248,9 @@ class ProtocolModel(RuleBasedStateMachine):
             return None
         assert progress.frontier == (None if value is None else {"next_id": value}), progress.frontier
         fence = self._land_one(claim, FENCE, value, rows)
+        if new_column:
+            self.model.add_column(new_column)
+            count("launch:schema-evolved")
         self.model.recover(sink)
         table, dead = self.catalog.load_table(TABLE), self.catalog.load_table(DEAD)
         process = SinkProcess(committer, hooked,
@@ -277,7 +292,7 @@ class ProtocolModel(RuleBasedStateMachine):
             self.processes.remove(process)
             return
         head_rows = self.model.snaps[self.model.head].rows if self.model.head is not None else Counter()
-        context = TriggerContext(process, start + rows, head_rows + Counter((i, who(claim), self.model.schema_epoch)
+        context = TriggerContext(process, start + rows, head_rows + Counter((i, who(claim), self.model.who_column)
                                                                             for i in good), bad,
                                  {"die-between-commits": "kill", "newer-fence-between-commits": "newer"}
                                  .get(disturbance or ""))
@@ -288,7 +303,7 @@ class ProtocolModel(RuleBasedStateMachine):
             assert disturbance is not None
             self._interleave(disturbance, process)
             context.rows = self._rows_after_head() + Counter(
-                (i, who(claim), self.model.schema_epoch) for i in good)
+                (i, who(claim), self.model.who_column) for i in good)
             expected = self.model.commit_outcome(process.model)  # the commit re-checks on the head it swaps against
 
         if disturbance in INTERLEAVINGS:
@@ -479,8 +494,10 @@ class ProtocolModel(RuleBasedStateMachine):
         ids = [-(self.foreign_ids + i + 1) for i in range(rows)]
         self.foreign_ids += rows
         table = self.catalog.load_table(TABLE)
-        table.append(pa.table({"id": ids, "who": ["foreign"] * rows}, schema=table.schema().as_arrow()))
-        added = Counter((i, "foreign", self.model.schema_epoch) for i in ids)
+        schema = table.schema().as_arrow()
+        values = {"id": ids, "who": ["foreign"] * rows}
+        table.append(pa.table({f.name: values.get(f.name, [None] * rows) for f in schema}, schema=schema))
+        added = Counter((i, "foreign", self.model.who_column) for i in ids)
         self._land_new(lambda _: (None, FOREIGN, None, self._rows_after_head() + added))
         self._settle()
 
@@ -499,7 +516,7 @@ class ProtocolModel(RuleBasedStateMachine):
             if snapshot_id == new[-1]:
                 return final
             seen = fresh.scan(snapshot_id=snapshot_id).to_arrow()  # an intermediate state of another engine
-            return Counter((i, w, self.model.schema_epoch) for i, w in zip(
+            return Counter((i, w, self.model.who_column) for i, w in zip(
                 seen.column("id").to_pylist(), seen.column("who").to_pylist(), strict=True))
 
         self._land_new(lambda snapshot_id: (None, FOREIGN, None, rows_of(snapshot_id)))
@@ -559,8 +576,9 @@ class ProtocolModel(RuleBasedStateMachine):
     def _reset_if_stopped(self, sink: str) -> None:
         """An operator starts a sink over after a rollback past all its commits (its start-ups stop with a
         conflict): removes its checkpoint property, as docs/protocol.md says."""
-        if self.model.start_outcome(Claim(sink, self.top_version[sink] + 1, "probe"))[0] != "conflict":
-            return
+        if self.model.start_outcome(Claim(sink, self.top_version[sink] + 1, "probe"))[0] != "conflict" \
+                or any(snap.writer and snap.writer.sink == sink for snap in self.model.history()):
+            return  # not stopped, or main still holds commits of it whose record expiry removed: no start over
         table = self.catalog.load_table(TABLE)
         with table.transaction() as transaction:
             transaction.remove_properties(f"icebergsync.checkpoint.{sink}")
@@ -594,6 +612,8 @@ class ProtocolModel(RuleBasedStateMachine):
         assert {s.snapshot_id for s in metadata.snapshots} == {s.id for s in self.model.present()}, \
             "the snapshots present differ from the oracle's"
         assert metadata.current_snapshot_id == self.model.head, "main's head differs from the oracle's"
+        columns = [f.name for f in self.catalog.load_table(TABLE).schema().fields]
+        assert columns == self.model.columns, f"the table's columns {columns} differ from {self.model.columns}"
         for snap in self.model.present():
             summary = sink_summary(metadata, snap.id)
             if snap.writer is None:

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-Row = tuple[int, str | None, int]  # source id (negative: another writer's), who wrote it, schema epoch written under
+Row = tuple[int, str | None, int]  # source id (negative: another writer's), who wrote it, ``who`` column it was written to
 Visible = tuple[int, str | None]  # a row as a reader sees it: the column of an older schema epoch reads null
 
 FENCE, DATA, MAINTENANCE, FOREIGN = "fence", "data", "maintenance", "foreign"
@@ -90,7 +90,9 @@ class TableModel:
         self._reset()
 
     def _reset(self) -> None:
-        self.schema_epoch = 0
+        self.schema_epoch = 0  # raised by every schema change: an attempt's pin holds only while it stands
+        self.who_column = 0  # raised when another writer drops and re-adds ``who``: older rows read it as null
+        self.columns = ["id", "who"]
         self.snaps: dict[int, Snap] = {}
         self.head: int | None = None
         self.sinks: dict[str, SinkRecord] = {}
@@ -133,12 +135,12 @@ class TableModel:
         at = self.head if snapshot_id is None else snapshot_id
         if at is None:
             return Counter()
-        return Counter({(row[0], row[1] if row[2] == self.schema_epoch else None): n
+        return Counter({(row[0], row[1] if row[2] == self.who_column else None): n
                         for row, n in self.snaps[at].rows.items()})
 
     def rewritten_rows(self) -> Counter[Row]:
         """The head's rows as a rewrite writes them again: what a reader sees, under the current schema."""
-        return Counter({(source_id, who, self.schema_epoch): n for (source_id, who), n in self.visible_rows().items()})
+        return Counter({(source_id, who, self.who_column): n for (source_id, who), n in self.visible_rows().items()})
 
     def land(self, snapshot_id: int, parent: int | None, timestamp_ms: int, writer: Claim | None, kind: str,
              frontier: int | None, rows: Counter[Row]) -> Snap:
@@ -168,6 +170,14 @@ class TableModel:
     def change_columns(self) -> None:
         """Another writer dropped and re-added a column: rows written before read it as null."""
         self.schema_epoch += 1
+        self.who_column += 1
+        self.columns.remove("who")
+        self.columns.append("who")
+
+    def add_column(self, name: str) -> None:
+        """A sink's fence evolved the schema (an optional column added with the claim, atomically)."""
+        self.schema_epoch += 1
+        self.columns.append(name)
 
     # -- predictions -----------------------------------------------------------------------------------
 
