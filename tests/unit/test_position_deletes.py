@@ -1,4 +1,4 @@
-"""Position deletes without a catalog: deletion-vector blobs and Puffin files.
+"""Position deletes without a catalog: deletion-vector blobs, Puffin files, position delete files and DV files.
 
 Byte-compared with Apache Iceberg's own binary test resources (tests/unit/resources/iceberg/README.md).
 """
@@ -11,14 +11,21 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.typedef import Record
 
+from spark_app import iceberg_internals
 from spark_app.position_deletes.deletion_vector import (
     MAGIC,
     MAX_POSITION,
     DeletionVector,
     DeletionVectorError,
 )
+from spark_app.position_deletes.dv_files import read_deletion_vector, write_deletion_vectors
+from spark_app.position_deletes.plan import DeleteTarget, PositionDeletePlan
+from spark_app.position_deletes.position_files import write_position_delete_file
 from spark_app.position_deletes.puffin import (
     Blob,
     BlobMetadata,
@@ -219,3 +226,86 @@ def test_what_is_not_a_puffin_file_or_is_compressed_is_refused() -> None:
     blob = footer.blobs[0]
     with pytest.raises(PuffinError, match="compressed with zstd"):
         read_blob(io.BytesIO(data), type(blob)(**{**blob.__dict__, "compression_codec": "zstd"}))
+
+
+# -- position delete files (v2) and deletion-vector files (v3) -----------------------------------------
+
+
+def plan(tmp_path: Path, format_version: int) -> PositionDeletePlan:
+    return PositionDeletePlan((tmp_path / "t").as_uri(), {}, {}, format_version)
+
+
+def data_file(tmp_path: Path, name: str, day: int, spec_id: int = 0) -> DataFile:
+    result = iceberg_internals.full_data_file(
+        content=DataFileContent.DATA, file_path=(tmp_path / "t" / "data" / name).as_uri(),
+        file_format=FileFormat.PARQUET, partition=Record(day), record_count=10, file_size_in_bytes=100)
+    result.spec_id = spec_id
+    return result
+
+
+def test_a_position_delete_file_holds_sorted_rows_with_field_ids_and_its_datafile(tmp_path: Path) -> None:
+    b, a = data_file(tmp_path, "b.parquet", 7), data_file(tmp_path, "a.parquet", 7)
+    targets = [DeleteTarget(b, DeletionVector([9, 0, KEY + 1])), DeleteTarget(a, DeletionVector([5, 2]))]
+    delete_file = write_position_delete_file(plan(tmp_path, 2), targets, "isync-test")
+    assert delete_file.file_path.startswith((tmp_path / "t" / "data" / "isync-test-posdel-").as_uri())
+    parquet = pq.ParquetFile(delete_file.file_path.removeprefix("file://"))
+    rows = parquet.read()
+    assert rows.to_pydict() == {"file_path": [a.file_path] * 2 + [b.file_path] * 3, "pos": [2, 5, 0, 9, KEY + 1]}
+    assert [(f.name, f.type, f.nullable, f.metadata[b"PARQUET:field_id"]) for f in rows.schema] == [
+        ("file_path", pa.string(), False, b"2147483546"), ("pos", pa.int64(), False, b"2147483545")]
+    assert (delete_file.content, delete_file.file_format, delete_file.record_count, delete_file.partition,
+            delete_file.spec_id) == (DataFileContent.POSITION_DELETES, FileFormat.PARQUET, 5, Record(7), 0)
+    assert delete_file.file_size_in_bytes == Path(delete_file.file_path.removeprefix("file://")).stat().st_size
+    assert iceberg_internals.referenced_data_file(delete_file) is None  # two data files
+    # Full bounds on file_path (no truncation): readers can tell which data files the file references.
+    assert delete_file.lower_bounds[2147483546] == a.file_path.encode()
+    assert delete_file.upper_bounds[2147483546] == b.file_path.encode()
+    assert delete_file.upper_bounds[2147483545] == (KEY + 1).to_bytes(8, "little")
+    one = write_position_delete_file(plan(tmp_path, 2), [DeleteTarget(a, DeletionVector([1]))], "isync-test")
+    assert iceberg_internals.referenced_data_file(one) == a.file_path
+
+
+def test_position_delete_files_are_refused_where_the_spec_forbids_them(tmp_path: Path) -> None:
+    a, other_day = data_file(tmp_path, "a.parquet", 7), data_file(tmp_path, "c.parquet", 8)
+    with pytest.raises(ValueError, match="one file per partition"):
+        write_position_delete_file(plan(tmp_path, 2), [DeleteTarget(a, DeletionVector([1])),
+                                                       DeleteTarget(other_day, DeletionVector([1]))], "p")
+    with pytest.raises(ValueError, match="format-version 2 tables only"):
+        write_position_delete_file(plan(tmp_path, 3), [DeleteTarget(a, DeletionVector([1]))], "p")
+    with pytest.raises(ValueError, match="at least one deleted position"):
+        write_position_delete_file(plan(tmp_path, 2), [DeleteTarget(a, DeletionVector())], "p")
+    with pytest.raises(ValueError, match="deletion vectors need a format-version 3"):
+        write_deletion_vectors(plan(tmp_path, 2), [DeleteTarget(a, DeletionVector([1]))], "p")
+
+
+def test_deletion_vector_files_point_at_their_blobs(tmp_path: Path) -> None:
+    a, b = data_file(tmp_path, "a.parquet", 7), data_file(tmp_path, "b.parquet", 8, spec_id=1)
+    vectors = {a.file_path: DeletionVector([3, 4]), b.file_path: DeletionVector([0, KEY + 7, 2 * KEY])}
+    dvs = write_deletion_vectors(plan(tmp_path, 3), [DeleteTarget(b, vectors[b.file_path]),
+                                                     DeleteTarget(a, vectors[a.file_path])], "isync-test")
+    path = dvs[0].file_path
+    assert path.endswith(".puffin") and {dv.file_path for dv in dvs} == {path}
+    local = Path(path.removeprefix("file://"))
+    data = local.read_bytes()
+    footer = read_footer(io.BytesIO(data), len(data))
+    assert [b.properties["referenced-data-file"] for b in footer.blobs] == [a.file_path, b.file_path]
+    assert footer.properties["created-by"].startswith("IcebergSync ")
+    for dv, blob, source in zip(dvs, footer.blobs, (a, b), strict=True):
+        assert (dv.content, dv.file_format, dv.file_size_in_bytes) == (
+            DataFileContent.POSITION_DELETES, FileFormat.PUFFIN, len(data))
+        assert (dv.partition, dv.spec_id) == (source.partition, source.spec_id)
+        assert iceberg_internals.referenced_data_file(dv) == source.file_path
+        assert (iceberg_internals.content_offset(dv), iceberg_internals.content_size_in_bytes(dv)) == (
+            blob.offset, blob.length)
+        assert dv.record_count == int(blob.properties["cardinality"]) == vectors[source.file_path].cardinality
+        assert iceberg_internals.is_deletion_vector(dv)
+        assert read_deletion_vector(plan(tmp_path, 3).io(), dv) == vectors[source.file_path]
+    corrupted = bytearray(data)
+    corrupted[iceberg_internals.content_offset(dvs[1]) + 20] ^= 0x01  # type: ignore[operator]
+    local.write_bytes(bytes(corrupted))
+    with pytest.raises(DeletionVectorError, match="CRC"):
+        read_deletion_vector(plan(tmp_path, 3).io(), dvs[1])
+    assert read_deletion_vector(plan(tmp_path, 3).io(), dvs[0]) == vectors[a.file_path]
+    with pytest.raises(ValueError, match="one deletion vector per data file"):
+        write_deletion_vectors(plan(tmp_path, 3), [DeleteTarget(a, DeletionVector([1])),
+                                                   DeleteTarget(a, DeletionVector([2]))], "p")
