@@ -370,7 +370,7 @@ def test_row_delta_commits_v3_snapshots_with_row_lineage(tmp_path: Path) -> None
     table, data_files = _v3_table_with_rows(tmp_path)
     first, second = table.metadata.snapshots
     assert (first.first_row_id, first.added_rows, second.first_row_id, second.added_rows) == (0, 3, 3, 2)
-    assert table.metadata.next_row_id == 5 and table.metadata.format_version == 3
+    assert iceberg_internals.next_row_id(table.metadata) == 5 and table.metadata.format_version == 3
     manifests = iceberg_internals.manifest_files(table.io, second)
     assert sorted(iceberg_internals.manifest_first_row_id(m) for m in manifests) == [0, 3]  # the first one is kept
     with AvroFile[Any](table.io.new_input(manifests[0].manifest_path)) as avro:
