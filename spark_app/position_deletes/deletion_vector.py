@@ -52,8 +52,10 @@ class DeletionVector:
 
     def update(self, positions: Iterable[int] | np.ndarray | pa.Array) -> DeletionVector:
         """Add ``positions`` (any iterable of ints; a numpy or Arrow integer array is added without a Python loop)."""
-        values = np.asarray(positions.to_numpy(zero_copy_only=False) if isinstance(positions, pa.Array | pa.ChunkedArray)
-                            else positions if isinstance(positions, np.ndarray) else list(positions))
+        if isinstance(positions, pa.Array):
+            values = positions.to_numpy(zero_copy_only=False)
+        else:
+            values = positions if isinstance(positions, np.ndarray) else np.asarray(list(positions))
         if values.size == 0:
             return self
         if values.dtype.kind not in "iu":
