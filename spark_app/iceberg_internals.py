@@ -5,18 +5,42 @@ without its retry-and-rebase loop, the id of the snapshot a transaction will add
 partition value to its stored form, column statistics from a Parquet footer, data locations for
 a partition path, adding a partition spec without making it the default, and committing delete
 files (pyiceberg 0.12 writes no delete manifests: :class:`RowDelta` adds data files and equality
-delete files in one snapshot, as Iceberg's ``RowDelta`` does). The committer and the writer call only this module for them, and
-tests/unit/test_iceberg_internals.py fails loudly, naming the call, when an upgrade changes one.
+deletes, position delete files or deletion vectors in one snapshot and removes the DVs they
+replace, as Iceberg's ``RowDelta`` does). The committer and the writer call only this module for
+them, and tests/unit/test_iceberg_internals.py fails loudly, naming the call, when an upgrade
+changes one.
+
+Format version 3 (deletion vectors) needs more than pyiceberg 0.12 does; what is worked around here:
+
+- Table metadata: ``TableMetadataV3.model_dump_json`` raises ``NotImplementedError``, so no catalog
+  that writes metadata itself (SqlCatalog) can create or commit a v3 table. Importing this module
+  replaces it with pyiceberg's own v2 serialization plus the required ``next-row-id`` (0 for a new
+  table, which pyiceberg leaves unset): :func:`next_row_id`.
+- Manifests and manifest lists: pyiceberg writes v1/v2 only. :class:`_ManifestWriter` writes v2 and
+  v3 manifests (v2 with ``referenced_data_file``, as Java's ``V2Metadata``); for v3 the producers
+  write the manifest list themselves (:class:`_ManifestListWriterV3`, assigning data manifests their
+  ``first_row_id``) and set the snapshot's ``first-row-id`` and ``added-rows`` (pyiceberg sets no
+  ``added-rows``, and then loses the table's ``next-row-id``).
+- Reading: pyiceberg reads manifests and manifest lists with the v2 fields, dropping
+  ``referenced_data_file``, ``content_offset``, ``content_size_in_bytes`` and ``first_row_id``;
+  :func:`manifest_files` and :func:`manifest_entries` read every field, and carried or rewritten
+  manifests keep them.
+- DataFile: pyiceberg's record has no properties for the v3 fields; :func:`full_data_file` builds
+  one with them and :func:`referenced_data_file`, :func:`content_offset`, … read them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.parquet as pq
+from pyiceberg.avro.codecs import AvroCompressionCodec
+from pyiceberg.avro.file import AvroFile, AvroOutputFile
 from pyiceberg.catalog import Catalog
+from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.io.pyarrow import (
     DataFileStatistics,
     compute_statistics_plan,
@@ -24,29 +48,47 @@ from pyiceberg.io.pyarrow import (
     parquet_path_to_id_mapping,
 )
 from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
+    MANIFEST_ENTRY_SCHEMAS,
+    MANIFEST_LIST_FILE_SCHEMAS,
     DataFile,
     DataFileContent,
+    FileFormat,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    ManifestListWriterV2,
+    ManifestWriter,
     ManifestWriterV2,
+    PartitionFieldSummary,
+    _inherit_from_manifest,
+    data_file_with_partition,
+    manifest_entry_schema_with_data_file,
 )
 from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
 from pyiceberg.table import CommitTableResponse, Table, Transaction
 from pyiceberg.table.locations import LocationProvider
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.refs import MAIN_BRANCH
+from pyiceberg.table.metadata import TableMetadata, TableMetadataV3
+from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.update import (
     AddPartitionSpecUpdate,
     AddSnapshotUpdate,
     AssertLastAssignedPartitionId,
     AssertRefSnapshotId,
+    SetSnapshotRefUpdate,
     TableRequirement,
+    UpdatesAndRequirements,
 )
-from pyiceberg.table.update.snapshot import ExpireSnapshots, _FastAppendFiles, _SnapshotProducer
+from pyiceberg.table.update.snapshot import (
+    ExpireSnapshots,
+    _FastAppendFiles,
+    _new_manifest_list_file_name,
+    _SnapshotProducer,
+)
+from pyiceberg.typedef import IcebergBaseModel, TableVersion
 from pyiceberg.types import IcebergType, IntegerType, ListType, NestedField, StructType
 
 
@@ -130,88 +172,384 @@ def add_unpartitioned_spec(transaction: Transaction) -> int:
     return spec_id
 
 
-# -- delete files -----------------------------------------------------------------------------------
+# -- content files with every field of the v3 schema -------------------------------------------------
+
+_FULL_FILE_TYPE = DATA_FILE_TYPE[3]
+_FILE_FIELD = {field.name: position for position, field in enumerate(_FULL_FILE_TYPE.fields)}
+_V3_ONLY_FILE_FIELD_IDS = frozenset({142, 144, 145})  # first_row_id, content_offset, content_size_in_bytes
+_FULL_LIST_SCHEMA = MANIFEST_LIST_FILE_SCHEMAS[3]
+_MANIFEST_FIRST_ROW_ID = next(i for i, f in enumerate(_FULL_LIST_SCHEMA.fields) if f.name == "first_row_id")
+
+
+def full_data_file(**arguments: Any) -> DataFile:
+    """A DataFile with every field of the v3 schema (``referenced_data_file``, ``content_offset``, …).
+
+    pyiceberg 0.12 builds and reads DataFiles with the v2 fields only unless told otherwise; the v3
+    fields follow the v2 ones, so a v2 record is a prefix of a full one.
+    """
+    return DataFile.from_args(_table_format_version=3, **arguments)
+
+
+def _full(data_file: DataFile) -> DataFile:
+    """``data_file`` with every field of the v3 schema (a v2 record padded with nulls), keeping its spec id."""
+    missing = len(_FULL_FILE_TYPE.fields) - len(data_file)
+    if missing == 0:
+        return data_file
+    full = DataFile(*(data_file[i] for i in range(len(data_file))), *([None] * missing))
+    if hasattr(data_file, "_spec_id"):
+        full.spec_id = data_file.spec_id
+    return full
+
+
+def _file_field(data_file: DataFile, name: str) -> Any:
+    position = _FILE_FIELD[name]
+    return data_file[position] if position < len(data_file) else None
+
+
+def referenced_data_file(delete_file: DataFile) -> str | None:
+    """The one data file a position delete file or DV references (None: any)."""
+    return _file_field(delete_file, "referenced_data_file")
+
+
+def content_offset(delete_file: DataFile) -> int | None:
+    """Where a DV's blob starts in its Puffin file."""
+    return _file_field(delete_file, "content_offset")
+
+
+def content_size_in_bytes(delete_file: DataFile) -> int | None:
+    """The length of a DV's blob."""
+    return _file_field(delete_file, "content_size_in_bytes")
+
+
+def first_row_id(data_file: DataFile) -> int | None:
+    """The row id of a v3 data file's first row (inherited from its manifest when read)."""
+    return _file_field(data_file, "first_row_id")
+
+
+def is_deletion_vector(delete_file: DataFile) -> bool:
+    return delete_file.content == DataFileContent.POSITION_DELETES and delete_file.file_format == FileFormat.PUFFIN
+
+
+def file_key(content_file: DataFile) -> tuple[str, int | None]:
+    """What tells content files apart: the DVs in one Puffin file share its path, not their offset."""
+    return content_file.file_path, content_offset(content_file)
+
+
+# -- manifests and manifest lists, read and written with every field -------------------------------
+
+
+def manifest_files(io: FileIO, snapshot: Snapshot) -> list[ManifestFile]:
+    """The manifests of ``snapshot``, with ``first_row_id`` (``Snapshot.manifests`` reads the v2 fields only)."""
+    with AvroFile[ManifestFile](io.new_input(snapshot.manifest_list), _FULL_LIST_SCHEMA,
+                                read_types={-1: ManifestFile, 508: PartitionFieldSummary},
+                                read_enums={517: ManifestContent}) as reader:
+        return list(reader)
+
+
+def manifest_first_row_id(manifest: ManifestFile) -> int | None:
+    return manifest[_MANIFEST_FIRST_ROW_ID] if len(manifest) > _MANIFEST_FIRST_ROW_ID else None
+
+
+def manifest_entries(io: FileIO, manifest: ManifestFile, discard_deleted: bool = True) -> list[ManifestEntry]:
+    """The entries of ``manifest`` with every field of the v3 schema and what they inherit from it.
+
+    Sequence numbers, snapshot id and spec id as pyiceberg's ``fetch_manifest_entry`` inherits them
+    (which drops the v3 fields); a data file without a ``first_row_id`` gets the manifest's plus the
+    record counts of the live data files before it that had none (spec, "First Row ID Inheritance").
+    """
+    with AvroFile[ManifestEntry](io.new_input(manifest.manifest_path), MANIFEST_ENTRY_SCHEMAS[3],
+                                 read_types={-1: ManifestEntry, 2: DataFile},
+                                 read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
+        entries = [_inherit_from_manifest(entry, manifest) for entry in reader]
+    next_row_id = manifest_first_row_id(manifest)
+    if next_row_id is not None:
+        for entry in entries:
+            if entry.status != ManifestEntryStatus.DELETED and first_row_id(entry.data_file) is None:
+                entry.data_file[_FILE_FIELD["first_row_id"]] = next_row_id
+                next_row_id += entry.data_file.record_count
+    return [entry for entry in entries if not discard_deleted or entry.status != ManifestEntryStatus.DELETED]
 
 
 EQUALITY_IDS_FIELD_ID = 135
 
 
-def _equality_ids_as_int(schema: Schema) -> Schema:
-    """The manifest entry schema with ``data_file.equality_ids`` as ``list<int>``, as the Iceberg spec has it.
+def _manifest_file_type(partition_type: StructType, format_version: int) -> StructType:
+    """The ``data_file`` struct a manifest is written with.
 
-    pyiceberg 0.12 declares it ``list<long>``; Iceberg's Java reader then fails on the manifest
-    (``ClassCastException: Long cannot be cast to Integer`` in ``BaseFile``). Avro encodes int and
-    long alike, so only the declared type changes.
+    Format 3: every field; format 2: the v2 fields plus ``referenced_data_file``, as Java's
+    ``V2Metadata`` has it (pyiceberg 0.12 leaves it out). ``equality_ids`` is ``list<int>`` as in the
+    Iceberg spec: pyiceberg declares ``list<long>`` and Iceberg's Java reader then fails on the
+    manifest (``ClassCastException: Long cannot be cast to Integer`` in ``BaseFile``); Avro encodes
+    int and long alike, so only the declared type changes.
     """
     fields = []
-    for entry_field in schema.fields:
-        if entry_field.name == "data_file" and isinstance(entry_field.field_type, StructType):
-            inner = [
-                NestedField(f.field_id, f.name, ListType(f.field_type.element_id, IntegerType(), element_required=True),
-                            required=f.required, doc=f.doc)
-                if f.field_id == EQUALITY_IDS_FIELD_ID and isinstance(f.field_type, ListType) else f
-                for f in entry_field.field_type.fields
-            ]
-            entry_field = NestedField(entry_field.field_id, entry_field.name, StructType(*inner),
-                                      required=entry_field.required, doc=entry_field.doc)
-        fields.append(entry_field)
-    return Schema(*fields)
+    for field in data_file_with_partition(partition_type, 3).fields:
+        if format_version < 3 and field.field_id in _V3_ONLY_FILE_FIELD_IDS:
+            continue
+        if field.field_id == EQUALITY_IDS_FIELD_ID and isinstance(field.field_type, ListType):
+            field = NestedField(field.field_id, field.name,
+                                ListType(field.field_type.element_id, IntegerType(), element_required=True),
+                                required=field.required, doc=field.doc)
+        fields.append(field)
+    return StructType(*fields)
 
 
-class _DeleteManifestWriter(ManifestWriterV2):
-    """A format-v2 manifest of delete files (pyiceberg 0.12 writes data manifests only)."""
+class _ManifestWriter(ManifestWriterV2):
+    """A manifest of data or delete files of a format-version 2 or 3 table (pyiceberg 0.12 writes v2 data manifests only)."""
+
+    def __init__(self, spec: PartitionSpec, schema: Schema, output_file: OutputFile, snapshot_id: int,
+                 compression: AvroCompressionCodec, format_version: TableVersion, content: ManifestContent):
+        super().__init__(spec, schema, output_file, snapshot_id, compression)
+        self._format_version: TableVersion = format_version
+        self._content = content
 
     def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
+        return self._content
 
-    def _with_partition(self, format_version: Any) -> Schema:
-        return _equality_ids_as_int(super()._with_partition(format_version))
+    @property
+    def version(self) -> TableVersion:
+        return self._format_version
 
     @property
     def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
+        return {**super()._meta, "content": "deletes" if self._content == ManifestContent.DELETES else "data"}
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        partition_type = self._spec.partition_type(self._schema)
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=manifest_entry_schema_with_data_file(self.version, _manifest_file_type(partition_type, self.version)),
+            record_schema=manifest_entry_schema_with_data_file(3, _manifest_file_type(partition_type, 3)),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+    def prepare_entry(self, entry: ManifestEntry) -> ManifestEntry:
+        entry = super().prepare_entry(entry)
+        entry.data_file = _full(entry.data_file)
+        return entry
 
 
-class RowDelta(_FastAppendFiles):
-    """One snapshot adding data files and delete files, like Iceberg's ``RowDelta``.
+class _ManifestListWriterV3(ManifestListWriterV2):
+    """A format-version 3 manifest list: a data manifest without ``first_row_id`` gets the next free row id.
 
-    Data files go into one data manifest under the default spec, delete files into one delete
-    manifest under their (unpartitioned) spec; the snapshot's operation is Iceberg's for a row
-    delta: ``append`` for data files alone, ``delete`` for delete files alone, ``overwrite`` for
-    both. Use it as a context manager, like pyiceberg's snapshot producers.
+    As Java's ``ManifestListWriter.V3Writer``: the first such manifest gets the snapshot's
+    ``first-row-id``, each next one the previous plus its added and existing row counts;
+    :attr:`next_row_id` ends one past the last id assigned (the snapshot's ``added-rows`` is the
+    difference). Existing manifests keep theirs, delete manifests have none.
+    """
+
+    def __init__(self, output_file: OutputFile, snapshot_id: int, parent_snapshot_id: int | None, sequence_number: int,
+                 first_row_id: int, compression: AvroCompressionCodec):
+        super().__init__(output_file, snapshot_id, parent_snapshot_id, sequence_number, compression)
+        self._format_version = 3
+        self._meta = {**self._meta, "first-row-id": str(first_row_id), "format-version": "3"}
+        self.next_row_id = first_row_id
+
+    def __enter__(self) -> _ManifestListWriterV3:
+        self._writer = AvroOutputFile[ManifestFile](output_file=self._output_file, record_schema=_FULL_LIST_SCHEMA,
+                                                    file_schema=_FULL_LIST_SCHEMA, schema_name="manifest_file",
+                                                    metadata=self._meta)
+        self._writer.__enter__()
+        return self
+
+    def prepare_manifest(self, manifest_file: ManifestFile) -> ManifestFile:
+        prepared = super().prepare_manifest(manifest_file)
+        full = ManifestFile(*(prepared[i] for i in range(len(prepared))),
+                            *([None] * (len(_FULL_LIST_SCHEMA.fields) - len(prepared))))
+        if full.content == ManifestContent.DATA and manifest_first_row_id(full) is None:
+            full[_MANIFEST_FIRST_ROW_ID] = self.next_row_id
+            self.next_row_id += (full.added_rows_count or 0) + (full.existing_rows_count or 0)
+        return full
+
+
+# -- format-version 3 table metadata ------------------------------------------------------------------
+
+
+def next_row_id(metadata: TableMetadata) -> int:
+    """A format-version 3 table's ``next-row-id``: the first row id its next snapshot assigns.
+
+    pyiceberg 0.12 leaves it None in a new table's metadata, where the spec's initial value is 0.
+    It also sets it to None when it adds a snapshot without ``added-rows`` (its own producers do):
+    with row ids assigned already that is an error, never a silent restart at 0.
+    """
+    value = getattr(metadata, "next_row_id", None)
+    if value is not None:
+        return value
+    if any(snapshot.first_row_id is not None for snapshot in metadata.snapshots):
+        raise ValueError("the table's next-row-id was lost though its snapshots assigned row ids")
+    return 0
+
+
+_pyiceberg_v3_metadata_json = TableMetadataV3.model_dump_json  # raises NotImplementedError in pyiceberg 0.12
+
+
+def _v3_metadata_json(self: TableMetadataV3, exclude_none: bool = True, exclude: Any | None = None,
+                      by_alias: bool = True, **kwargs: Any) -> str:
+    """Format-version 3 table metadata as JSON: as pyiceberg writes v2, with the spec's required ``next-row-id``."""
+    complete = self.model_copy(update={"next_row_id": next_row_id(self)})
+    return IcebergBaseModel.model_dump_json(complete, exclude_none=exclude_none, exclude=exclude, by_alias=by_alias,
+                                            **kwargs)
+
+
+TableMetadataV3.model_dump_json = _v3_metadata_json  # type: ignore[method-assign]
+
+
+# -- snapshot producers -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Carried:
+    """The parent snapshot's manifests as the new snapshot keeps them, with what reading them found."""
+
+    manifests: list[ManifestFile]
+    removed: list[DataFile]  # files now written DELETED
+    live: list[DataFile]  # the other live files of the manifests that were read
+
+
+class _RowLevelProducer(_SnapshotProducer[Any]):
+    """A snapshot producer for format-version 2 and 3 tables.
+
+    Its manifests keep every field of a content file (see :class:`_ManifestWriter`); for format 3
+    it writes the manifest list itself and sets the snapshot's ``first-row-id`` and ``added-rows``
+    (row lineage), which pyiceberg 0.12 does not.
+    """
+
+    def _deleted_entries(self) -> list[ManifestEntry]:
+        return []  # removed entries are written DELETED inside the rewritten manifests
+
+    def _manifest_writer(self, spec: PartitionSpec, content: ManifestContent) -> _ManifestWriter:
+        return _ManifestWriter(spec, self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression,
+                               self._transaction.table_metadata.format_version, content)
+
+    def new_manifest_writer(self, spec: PartitionSpec) -> ManifestWriter:
+        return self._manifest_writer(spec, ManifestContent.DATA)
+
+    def _carry_manifests(self, removes: Callable[[DataFile], bool], reads: Callable[[ManifestFile], bool]) -> _Carried:
+        """The parent's manifests for the new snapshot: those ``reads`` selects are read, and rewritten when they hold
+        a live file that ``removes`` selects (its entry DELETED, the others EXISTING, sequence numbers kept); the
+        others are kept as they are (manifests left with no live file are dropped)."""
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
+            if self._parent_snapshot_id is not None else None
+        carried = _Carried([], [], [])
+        for manifest in manifest_files(self._io, parent) if parent is not None else []:
+            entries = manifest_entries(self._io, manifest) if reads(manifest) else []
+            hits = [e for e in entries if removes(e.data_file)]
+            carried.live.extend(e.data_file for e in entries if not removes(e.data_file))
+            if not hits:
+                if manifest.has_added_files() or manifest.has_existing_files():
+                    carried.manifests.append(manifest)
+                continue
+            with self._manifest_writer(self.spec(manifest.partition_spec_id), manifest.content) as writer:
+                for entry in entries:
+                    if removes(entry.data_file):
+                        carried.removed.append(entry.data_file)
+                        writer.delete(entry)
+                    else:
+                        writer.existing(entry)
+            carried.manifests.append(writer.to_manifest_file())
+        return carried
+
+    def _commit(self) -> UpdatesAndRequirements:
+        metadata = self._transaction.table_metadata
+        if metadata.format_version < 3:
+            return super()._commit()
+        manifests = self._manifests()
+        sequence_number = metadata.next_sequence_number()
+        summary = self._summary(self.snapshot_properties)
+        list_path = self._transaction._table.location_provider().new_metadata_location(
+            _new_manifest_list_file_name(snapshot_id=self._snapshot_id, attempt=0, commit_uuid=self.commit_uuid))
+        self._written_manifest_lists.append(list_path)
+        first_row = next_row_id(metadata)
+        with _ManifestListWriterV3(self._io.new_output(list_path), self._snapshot_id, self._parent_snapshot_id,
+                                   sequence_number, first_row, self._compression) as writer:
+            writer.add_manifests(manifests)
+        snapshot = Snapshot(snapshot_id=self._snapshot_id, parent_snapshot_id=self._parent_snapshot_id,
+                            manifest_list=list_path, sequence_number=sequence_number, summary=summary,
+                            schema_id=metadata.current_schema_id, first_row_id=first_row,
+                            added_rows=writer.next_row_id - first_row)  # type: ignore[call-arg]
+        head = metadata.refs[MAIN_BRANCH].snapshot_id if MAIN_BRANCH in metadata.refs else None
+        return ((AddSnapshotUpdate(snapshot=snapshot),
+                 SetSnapshotRefUpdate(snapshot_id=self._snapshot_id, parent_snapshot_id=self._parent_snapshot_id,
+                                      ref_name=MAIN_BRANCH, type=SnapshotRefType.BRANCH)),  # type: ignore[call-arg]
+                (AssertRefSnapshotId(snapshot_id=head, ref=MAIN_BRANCH),))  # type: ignore[call-arg]
+
+
+def _count_dvs_apart(summary: Summary, added: Sequence[DataFile], removed: Sequence[DataFile]) -> Summary:
+    """``summary`` with DVs counted as ``added-dvs``/``removed-dvs`` instead of position delete files, as Java does."""
+    properties = dict(summary.additional_properties)
+    for prefix, files in (("added", added), ("removed", removed)):
+        dvs = sum(1 for f in files if is_deletion_vector(f))
+        if dvs:
+            key = f"{prefix}-position-delete-files"
+            left = int(properties.pop(key, "0")) - dvs
+            if left:
+                properties[key] = str(left)
+            properties[f"{prefix}-dvs"] = str(dvs)
+    return Summary(summary.operation, **properties)
+
+
+class RowDelta(_RowLevelProducer):
+    """One snapshot adding data and delete files and removing delete files, like Iceberg's ``RowDelta``.
+
+    Data files go into one data manifest under the default spec, added delete files into one delete
+    manifest per spec; a removed delete file (the DV a new DV replaces) is written DELETED in a
+    rewritten copy of its manifest. The snapshot's operation is Iceberg's for a row delta:
+    ``append`` for data files alone, ``delete`` for delete files alone, ``overwrite`` for both.
+    Position deletes are position delete files in a format-version 2 table and deletion vectors in
+    a format-version 3 one; the commit is refused when a data file would be left with two DVs or
+    when a file to remove is not live in the parent snapshot. Use it as a context manager, like
+    pyiceberg's snapshot producers.
     """
 
     def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str]):
         super().__init__(operation=Operation.APPEND, transaction=transaction, io=transaction._table.io,
                          branch=MAIN_BRANCH, snapshot_properties=snapshot_properties)
         self._added_delete_files: list[DataFile] = []
+        self._removed_delete_files: list[DataFile] = []
 
     def add_delete_file(self, delete_file: DataFile) -> RowDelta:
-        if delete_file.content != DataFileContent.EQUALITY_DELETES:
-            raise ValueError(f"not an equality delete file: {delete_file.file_path} ({delete_file.content})")
+        _check_delete_file(delete_file, self._transaction.table_metadata.format_version)
         self._added_delete_files.append(delete_file)
         return self
 
-    def _commit(self) -> Any:
-        if self._added_delete_files:
-            metadata = self._transaction.table_metadata
-            if metadata.format_version != 2:
-                raise ValueError(f"delete files need an Iceberg format-version 2 table (this one is {metadata.format_version})")
+    def remove_delete_file(self, delete_file: DataFile) -> RowDelta:
+        if delete_file.content == DataFileContent.DATA:
+            raise ValueError(f"not a delete file: {delete_file.file_path}")
+        self._removed_delete_files.append(delete_file)
+        return self
+
+    def _commit(self) -> UpdatesAndRequirements:
+        if self._added_delete_files or self._removed_delete_files:
+            version = self._transaction.table_metadata.format_version
+            if version < 2:
+                raise ValueError(f"delete files need an Iceberg format-version 2 or 3 table (this one is {version})")
             self._operation = Operation.OVERWRITE if self._added_data_files else Operation.DELETE
         return super()._commit()
 
+    def _existing_manifests(self) -> list[ManifestFile]:
+        removed = {file_key(f) for f in self._removed_delete_files}
+        added_dvs = Counter(referenced_data_file(f) for f in self._added_delete_files if is_deletion_vector(f))
+        carried = self._carry_manifests(lambda f: file_key(f) in removed,
+                                        lambda m: m.content == ManifestContent.DELETES and bool(removed or added_dvs))
+        missing = removed - {file_key(f) for f in carried.removed}
+        if missing:
+            raise ValueError(f"delete files to remove are not live in the parent snapshot: {sorted(missing)[:3]}")
+        live_dvs = {referenced_data_file(f) for f in carried.live if is_deletion_vector(f)}
+        twice = sorted(str(path) for path, count in added_dvs.items() if count > 1 or path in live_dvs)
+        if twice:
+            raise ValueError(f"data files would have two deletion vectors: {twice[:3]} (the spec allows one; "
+                             "remove the live one in the same commit, its positions merged into the new one)")
+        return carried.manifests
+
     def _manifests(self) -> list[ManifestFile]:
         manifests = super()._manifests()
-        if not self._added_delete_files:
-            return manifests
         by_spec: dict[int, list[DataFile]] = {}
         for delete_file in self._added_delete_files:
             by_spec.setdefault(delete_file.spec_id, []).append(delete_file)
         delete_manifests = []
         for spec_id, files in sorted(by_spec.items()):
-            writer = _DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(),
-                                           self._snapshot_id, self._compression)
-            with writer:
+            with self._manifest_writer(self.spec(spec_id), ManifestContent.DELETES) as writer:
                 for delete_file in files:
                     writer.add(ManifestEntry.from_args(
                         status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, sequence_number=None,
@@ -221,24 +559,48 @@ class RowDelta(_FastAppendFiles):
         return [*manifests, *delete_manifests]
 
     def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 (pyiceberg's signature)
-        # pyiceberg's summary counts delete files by their content (added-equality-deletes, …).
-        data_files = self._added_data_files
+        # pyiceberg's summary counts added and removed files by their content (added-equality-deletes, …);
+        # removed files go in as a list: the DVs of one Puffin file share its path, a set would merge them.
+        data_files, deleted = self._added_data_files, self._deleted_data_files
         self._added_data_files = [*data_files, *self._added_delete_files]
+        self._deleted_data_files = self._removed_delete_files  # type: ignore[assignment]
         try:
-            return super()._summary(snapshot_properties)
+            summary = super()._summary(snapshot_properties)
         finally:
-            self._added_data_files = data_files
+            self._added_data_files, self._deleted_data_files = data_files, deleted
+        return _count_dvs_apart(summary, self._added_delete_files, self._removed_delete_files)
 
 
-def row_delta(transaction: Transaction, snapshot_properties: dict[str, str],
-              data_files: Sequence[DataFile], delete_files: Sequence[DataFile]) -> int:
-    """Stage one snapshot with ``data_files`` and ``delete_files`` on ``transaction``; return its id."""
+def _check_delete_file(delete_file: DataFile, format_version: int) -> None:
+    """Refuse what a table of ``format_version`` must not take: position delete files in v3, DVs in v2."""
+    if delete_file.content == DataFileContent.EQUALITY_DELETES:
+        return
+    if delete_file.content != DataFileContent.POSITION_DELETES:
+        raise ValueError(f"not a delete file: {delete_file.file_path} ({delete_file.content})")
+    if not is_deletion_vector(delete_file):
+        if format_version >= 3:
+            raise ValueError(f"a format-version 3 table takes deletion vectors, not position delete files: "
+                             f"{delete_file.file_path}")
+        return
+    if format_version < 3:
+        raise ValueError(f"deletion vectors need a format-version 3 table: {delete_file.file_path}")
+    if None in (referenced_data_file(delete_file), content_offset(delete_file), content_size_in_bytes(delete_file)):
+        raise ValueError(f"a deletion vector needs referenced_data_file, content_offset and content_size_in_bytes: "
+                         f"{delete_file.file_path}")
+
+
+def row_delta(transaction: Transaction, snapshot_properties: dict[str, str], data_files: Sequence[DataFile],
+              delete_files: Sequence[DataFile], removed_delete_files: Sequence[DataFile] = ()) -> int:
+    """Stage one snapshot with ``data_files`` and ``delete_files`` added and ``removed_delete_files`` removed on
+    ``transaction``; return its id."""
     delta = RowDelta(transaction, snapshot_properties)
     with delta:
         for data_file in data_files:
             delta.append_data_file(data_file)
         for delete_file in delete_files:
             delta.add_delete_file(delete_file)
+        for delete_file in removed_delete_files:
+            delta.remove_delete_file(delete_file)
         snapshot_id = delta.snapshot_id
     return snapshot_id
 
@@ -266,16 +628,16 @@ class LiveFile:
 def live_files(table: Table, snapshot: Snapshot) -> list[LiveFile]:
     """Every data and delete file live in ``snapshot`` (entries ADDED or EXISTING), with their sequence numbers."""
     files = []
-    for manifest in snapshot.manifests(table.io):
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+    for manifest in manifest_files(table.io, snapshot):
+        for entry in manifest_entries(table.io, manifest):
             sequence_number = entry.sequence_number
-            if sequence_number is None:  # inherited by fetch_manifest_entry; never None on a committed snapshot
+            if sequence_number is None:  # inherited by manifest_entries; never None on a committed snapshot
                 raise ValueError(f"manifest entry of {entry.data_file.file_path} has no sequence number")
             files.append(LiveFile(entry.data_file, sequence_number, manifest.manifest_path))
     return files
 
 
-class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
+class RewriteFiles(_RowLevelProducer):
     """One ``replace`` snapshot removing data and delete files and adding data files, like Iceberg's ``RewriteFiles``.
 
     The added data files get the explicit data sequence number ``data_sequence_number`` (Iceberg's
@@ -283,13 +645,17 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
     from), so every equality delete committed after that snapshot still applies to them; their file
     sequence number is the new snapshot's. Manifests holding a removed file are rewritten with that
     entry ``DELETED`` and the others ``EXISTING`` (sequence numbers kept); other manifests are kept
-    as they are. Raises ``ValueError`` when a file to remove is not live in the parent snapshot.
+    as they are. Raises ``ValueError`` when a file to remove is not live in the parent snapshot, and
+    for a format-version 3 table (a rewrite there must keep row lineage and drop the DVs of removed
+    data files: not supported yet).
     """
 
     def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[str],
                  added: Sequence[DataFile], data_sequence_number: int):
         super().__init__(operation=Operation.REPLACE, transaction=transaction, io=transaction._table.io,
                          branch=MAIN_BRANCH, snapshot_properties=snapshot_properties)
+        if transaction.table_metadata.format_version >= 3:
+            raise ValueError("rewriting files of a format-version 3 table is not supported")
         self._removed_paths = set(removed)
         self._data_sequence_number = data_sequence_number
         for data_file in added:
@@ -297,43 +663,15 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
                 raise ValueError(f"only data files can be added by a rewrite: {data_file.file_path}")
             self._added_data_files.append(data_file)
 
-    def _deleted_entries(self) -> list[ManifestEntry]:
-        return []  # removed entries are written DELETED inside the rewritten manifests
-
     def _existing_manifests(self) -> list[ManifestFile]:
-        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
-            if self._parent_snapshot_id is not None else None
-        if parent is None:
+        if self._parent_snapshot_id is None:
             raise ValueError("a rewrite needs a parent snapshot")
-        kept: list[ManifestFile] = []
-        found: set[str] = set()
-        for manifest in parent.manifests(io=self._io):
-            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
-            hits = [e for e in entries if e.data_file.file_path in self._removed_paths]
-            if not hits:
-                if manifest.has_added_files() or manifest.has_existing_files():
-                    kept.append(manifest)
-                continue
-            spec = self.spec(manifest.partition_spec_id)
-            if manifest.content == ManifestContent.DELETES:
-                writer: ManifestWriterV2 = _DeleteManifestWriter(spec, self.schema(), self.new_manifest_output(),
-                                                                 self._snapshot_id, self._compression)
-            else:
-                writer = ManifestWriterV2(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
-                                          self._compression)
-            with writer:
-                for entry in entries:
-                    if entry.data_file.file_path in self._removed_paths:
-                        found.add(entry.data_file.file_path)
-                        self._deleted_data_files.add(entry.data_file)
-                        writer.delete(entry)
-                    else:
-                        writer.existing(entry)
-            kept.append(writer.to_manifest_file())
-        missing = self._removed_paths - found
+        carried = self._carry_manifests(lambda f: f.file_path in self._removed_paths, lambda m: True)
+        self._deleted_data_files.update(carried.removed)
+        missing = self._removed_paths - {f.file_path for f in carried.removed}
         if missing:
-            raise ValueError(f"files to rewrite are not live in snapshot {parent.snapshot_id}: {sorted(missing)[:5]}")
-        return kept
+            raise ValueError(f"files to rewrite are not live in snapshot {self._parent_snapshot_id}: {sorted(missing)[:5]}")
+        return carried.manifests
 
     def _manifests(self) -> list[ManifestFile]:
         existing = self._existing_manifests()
