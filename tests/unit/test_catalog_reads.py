@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import pytest
 from icebergsync_operator.catalog_reads import CatalogReads
-from icebergsync_operator.liveness import ReconcileWatch
 from icebergsync_operator.settings import OperatorSettings
 from icebergsync_operator.status_update import TableObservation
 
@@ -105,13 +104,3 @@ def test_an_error_of_the_read_itself_reaches_the_reconcile() -> None:
 
     with pytest.raises(RuntimeError, match="a bug"):
         asyncio.run(CatalogReads(FAST).read(("team-a", "trips"), URI, broken))
-
-
-def test_the_liveness_watch_names_reconciles_running_longer_than_the_bound() -> None:
-    watch = ReconcileWatch(stuck_after=300)
-    start = time.monotonic()
-    with watch.track("team-a", "trips"), watch.track("team-b", "orders"):
-        assert watch.stuck(start + 10) == []
-        assert watch.report(start + 10)["reconciling"] == 2
-        assert watch.stuck(start + 301) == ["team-a/trips", "team-b/orders"]
-    assert watch.stuck(start + 1000) == [] and watch.report() == {"reconciling": 0, "longestSeconds": 0.0}
