@@ -39,8 +39,11 @@ ALLOWED_PROPERTIES = frozenset({
     "s3.endpoint", "s3.region", "s3.access-key-id", "s3.secret-access-key", "s3.session-token",
     "s3.path-style-access", "s3.force-virtual-addressing", "prefix",
 })
-# Properties naming an endpoint the operator would connect to (parsed, checked and canonicalised).
+# Properties naming an endpoint the operator would connect to (parsed and canonicalised). The first two
+# are requested at or below their own path and are allow-checked up front; S3 requests name a bucket
+# and key below ``s3.endpoint`` (an allow-list entry may name the bucket), so each is checked as sent.
 ENDPOINT_PROPERTIES = ("uri", "oauth2-server-uri", "s3.endpoint")
+CHECKED_UP_FRONT = ("uri", "oauth2-server-uri")
 
 
 class CatalogAccessError(Exception):
@@ -88,14 +91,15 @@ def allowed_only(properties: Mapping[str, str]) -> dict[str, str]:
 
 
 def checked_endpoints(properties: Mapping[str, str], allow_list: tuple[str, ...]) -> dict[str, str]:
-    """``properties`` with each endpoint parsed, allowed, and replaced by its canonical URL."""
+    """``properties`` with each endpoint parsed, allowed (see ``CHECKED_UP_FRONT``), and replaced by its canonical URL."""
     result = dict(properties)
     for key in ENDPOINT_PROPERTIES:
         if key not in properties:
             continue
         try:
             endpoint = parse_endpoint(properties[key])
-            check_endpoint(endpoint, allow_list)
+            if key in CHECKED_UP_FRONT:
+                check_endpoint(endpoint, allow_list)
         except (EndpointError, CatalogAccessError) as error:
             raise CatalogAccessError(f"catalog {key} {error}") from None
         result[key] = endpoint.url

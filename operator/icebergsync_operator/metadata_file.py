@@ -1,8 +1,8 @@
 """Reading a table's metadata file (for a SQL catalog, which stores only its location), capped in size.
 
-Local files are read only if they are regular files (a FIFO or device would block or never end);
-S3 objects through pyiceberg's FileIO with the allow-listed S3 properties, in chunks, checking the
-deadline between them. A ``.gz.metadata.json`` file is decompressed with the same cap.
+A local file is read only if it is a regular file (a FIFO or device would block or never end); an
+S3 object through ``s3_read`` on the read's bounded session. A ``.gz.metadata.json`` file is
+decompressed with the same cap.
 """
 
 from __future__ import annotations
@@ -13,21 +13,15 @@ from collections.abc import Mapping
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
-from pyiceberg.io import load_file_io
+import requests
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from icebergsync_operator.bounded_http import CHUNK, CappedBody
 from icebergsync_operator.catalog_access import CatalogAccessError
 from icebergsync_operator.deadline import Deadline
+from icebergsync_operator.s3_read import get_object
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
-
-
-def _read(stream: BinaryIO, deadline: Deadline, body: CappedBody) -> bytes:
-    while chunk := stream.read(CHUNK):
-        deadline.remaining()
-        body.feed(chunk)
-    return bytes(body.data)
 
 
 def _open_local(path: str) -> BinaryIO:
@@ -38,21 +32,27 @@ def _open_local(path: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _open(location: str, s3_properties: Mapping[str, str], deadline: Deadline) -> BinaryIO:
-    parts = urlsplit(location)
-    if parts.scheme in ("", "file"):
-        return _open_local(unquote(parts.path) if parts.scheme else location)
-    if parts.scheme in S3_SCHEMES:
-        timeout = str(deadline.remaining())
-        io = load_file_io({**s3_properties, "s3.connect-timeout": timeout, "s3.request-timeout": timeout}, location)
-        return io.new_input(location).open()  # type: ignore[return-value]
-    raise CatalogAccessError(f"table metadata at {parts.scheme}:// locations is not read by the operator")
+def _read_local(path: str, deadline: Deadline, limit: int) -> bytes:
+    body = CappedBody("", limit)
+    with _open_local(path) as stream:
+        while chunk := stream.read(CHUNK):
+            deadline.remaining()
+            body.feed(chunk)
+    return bytes(body.data)
 
 
-def read_metadata_file(location: str, s3_properties: Mapping[str, str], deadline: Deadline,
-                       limit: int) -> TableMetadata:
+def read_metadata_file(location: str, s3_properties: Mapping[str, str], session: requests.Session,
+                       deadline: Deadline, limit: int) -> TableMetadata:
     """Parse the metadata file at ``location`` (local path, ``file://`` or ``s3://``)."""
-    encoding = "gzip" if location.endswith(".gz.metadata.json") else ""
-    with _open(location, s3_properties, deadline) as stream:
-        data = _read(stream, deadline, CappedBody(encoding, limit))
+    parts = urlsplit(location)
+    if parts.scheme in S3_SCHEMES:
+        data = get_object(session, location, s3_properties)
+    elif parts.scheme in ("", "file"):
+        data = _read_local(unquote(parts.path) if parts.scheme else location, deadline, limit)
+    else:
+        raise CatalogAccessError(f"table metadata at {parts.scheme}:// locations is not read by the operator")
+    if location.endswith(".gz.metadata.json"):
+        body = CappedBody("gzip", limit)
+        body.feed(data)
+        data = bytes(body.data)
     return TableMetadataUtil.parse_raw(data.decode())

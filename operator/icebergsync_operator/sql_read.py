@@ -1,7 +1,7 @@
 """Reading a table's metadata from a tenant's SQL catalog: one read-only query, then the metadata file.
 
 The operator does not use pyiceberg's ``SqlCatalog`` (it creates the catalog's tables on open and
-reads the metadata file with an unbounded FileIO). It connects with a URL built from the parsed
+reads the metadata file with an unbounded FileIO that signs with the operator's own cloud identity). It connects with a URL built from the parsed
 URI (``endpoints.parse_sql_uri``), with libpq's connect timeout, a statement timeout, TCP keepalives
 and a TCP user timeout; once connected, the ``Deadline`` watches the connection's socket, so a
 server that authenticates and then goes silent is cut at the deadline like an HTTP one.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
-from urllib.parse import urlsplit
 
 from pyiceberg.catalog import Catalog as PyIcebergCatalog
 from pyiceberg.catalog.sql import IcebergTables
@@ -23,10 +23,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
 from icebergsync import spec as model
-from icebergsync_operator.catalog_access import CatalogAccessError, check_endpoint, checked_endpoints
+from icebergsync_operator.bounded_http import bounded_session
+from icebergsync_operator.catalog_access import check_endpoint, checked_endpoints
 from icebergsync_operator.deadline import Deadline
 from icebergsync_operator.endpoints import parse_sql_uri
-from icebergsync_operator.metadata_file import S3_SCHEMES, read_metadata_file
+from icebergsync_operator.metadata_file import read_metadata_file
 from icebergsync_operator.settings import OperatorSettings
 
 
@@ -80,7 +81,6 @@ def read_sql_metadata(catalog: model.Catalog, properties: Mapping[str, str], tab
         engine.dispose()
     s3 = checked_endpoints({key: value for key, value in properties.items() if key.startswith("s3.")},
                            settings.allowed_catalog_uris)
-    if settings.allowed_catalog_uris and "s3.endpoint" not in s3 and urlsplit(location).scheme in S3_SCHEMES:
-        raise CatalogAccessError("the table's metadata is on S3 and the catalog sets no s3.endpoint: with "
-                                 "--allowed-catalog-uris the operator reads S3 only at an allowed s3.endpoint")
-    return read_metadata_file(location, s3, deadline, settings.catalog_max_bytes)
+    session = bounded_session(deadline, partial(check_endpoint, allow_list=settings.allowed_catalog_uris),
+                              settings.catalog_max_bytes)
+    return read_metadata_file(location, s3, session, deadline, settings.catalog_max_bytes)

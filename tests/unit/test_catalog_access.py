@@ -11,12 +11,14 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
 import pyarrow as pa
 import pytest
+import requests
 from icebergsync_operator.bounded_http import RefusedResponse
 from icebergsync_operator.catalog_access import (
     CatalogAccessError,
@@ -29,6 +31,7 @@ from icebergsync_operator.deadline import Deadline
 from icebergsync_operator.kube import KubeApi
 from icebergsync_operator.metadata_file import read_metadata_file
 from icebergsync_operator.rest_read import GuardedRestCatalog
+from icebergsync_operator.s3_read import object_endpoint, signed_headers
 from icebergsync_operator.settings import OperatorSettings, parse_settings
 from icebergsync_operator.sql_read import postgres_url
 from icebergsync_operator.table import observe_table
@@ -355,13 +358,28 @@ def test_a_metadata_file_must_be_a_regular_file_and_fit_the_cap(tmp_path: Path) 
     os.mkfifo(fifo)
     bomb = tmp_path / "v2.gz.metadata.json"
     bomb.write_bytes(gzip_bomb(16 * 1024**2))
-    with Deadline(5) as deadline:
+    with Deadline(5) as deadline, requests.Session() as unused:
         with pytest.raises(CatalogAccessError, match="is not a regular file"):
-            in_thread(lambda: read_metadata_file(str(fifo), {}, deadline, 1024**2))
+            in_thread(lambda: read_metadata_file(str(fifo), {}, unused, deadline, 1024**2))
         with pytest.raises(RefusedResponse, match="larger than 1048576 bytes"):
-            read_metadata_file(f"file://{bomb}", {}, deadline, 1024**2)
+            read_metadata_file(f"file://{bomb}", {}, unused, deadline, 1024**2)
         with pytest.raises(CatalogAccessError, match="hdfs:// locations is not read"):
-            read_metadata_file("hdfs://namenode/t/v1.metadata.json", {}, deadline, 1024**2)
+            read_metadata_file("hdfs://namenode/t/v1.metadata.json", {}, unused, deadline, 1024**2)
+
+
+def test_an_s3_object_is_read_path_style_at_the_parsed_endpoint_and_signed_only_with_the_tenants_keys() -> None:
+    server, path = object_endpoint("s3://lake/wh/db/t/metadata/00001 x.metadata.json",
+                                   {"s3.endpoint": "http://MinIO.internal:9000/"})
+    assert (server.url, path) == ("http://minio.internal:9000", "/lake/wh/db/t/metadata/00001%20x.metadata.json")
+    assert object_endpoint("s3a://lake/k", {"s3.region": "eu-west-1"})[0].url == "https://s3.eu-west-1.amazonaws.com"
+    now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    assert signed_headers(server, path, {}, now) == {}  # no keys of the tenant's: anonymous
+    signed = signed_headers(server, path, {"s3.access-key-id": "AKID", "s3.secret-access-key": "s",
+                                           "s3.session-token": "t", "s3.region": "eu-west-1"}, now)
+    assert signed["x-amz-date"] == "20260501T120000Z" and signed["x-amz-security-token"] == "t"
+    assert signed["Authorization"].startswith(
+        "AWS4-HMAC-SHA256 Credential=AKID/20260501/eu-west-1/s3/aws4_request, "
+        "SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, Signature=")
 
 
 def test_catalog_settings_from_flags_and_environment() -> None:
