@@ -15,6 +15,7 @@ from icebergsync.units import parse_duration, parse_size
 from icebergsync_operator.endpoints import EndpointError, parse_allow_list
 
 DEFAULT_IMAGE = "ghcr.io/icebergsync/icebergsync:0.1.0"
+RECONCILE_MARGIN = 60.0  #: seconds a reconcile may take beyond its catalog read before liveness counts it stuck
 DEFAULT_SPARK_VERSION = "4.0.1"
 # spark.conf keys a tenant may never set: they would mount volumes or host paths, swap the pod
 # template, the image, the namespace or the service account, or hand out API credentials.
@@ -165,8 +166,9 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         raise SystemExit("--backoff-base must be > 0 and --backoff-cap at least --backoff-base")
     if args.catalog_timeout <= 0 or args.catalog_max_bytes <= 0 or args.max_stuck_catalog_reads < 1:
         raise SystemExit("--catalog-timeout and --catalog-max-bytes must be > 0, --max-stuck-catalog-reads at least 1")
-    if args.reconcile_stuck_after <= args.catalog_timeout:
-        raise SystemExit("--reconcile-stuck-after must be longer than --catalog-timeout")
+    if args.reconcile_stuck_after < args.catalog_timeout + RECONCILE_MARGIN:
+        raise SystemExit(f"--reconcile-stuck-after must be at least --catalog-timeout + {RECONCILE_MARGIN:g}s: a "
+                         "reconcile waiting on a tenant's catalog must never fail the liveness probe")
     try:
         parse_allow_list(args.allowed_catalog_uris)
     except EndpointError as error:

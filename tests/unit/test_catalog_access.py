@@ -385,11 +385,11 @@ def test_an_s3_object_is_read_path_style_at_the_parsed_endpoint_and_signed_only_
 def test_catalog_settings_from_flags_and_environment() -> None:
     settings, _ = parse_settings(["--catalog-timeout", "3s", "--catalog-max-bytes", "8Mi"],
                                  {"ICEBERGSYNC_ALLOWED_CATALOG_URIS": "https://a/, https://b/",
-                                  "ICEBERGSYNC_MAX_STUCK_CATALOG_READS": "2", "ICEBERGSYNC_RECONCILE_STUCK_AFTER": "1m"})
+                                  "ICEBERGSYNC_MAX_STUCK_CATALOG_READS": "2", "ICEBERGSYNC_RECONCILE_STUCK_AFTER": "2m"})
     assert (settings.catalog_timeout, settings.catalog_max_bytes, settings.allowed_catalog_uris) == (
         3.0, 8 * 1024**2, ("https://a/", "https://b/"))
-    assert (settings.max_stuck_catalog_reads, settings.reconcile_stuck_after) == (2, 60.0)
-    for refused in (["--catalog-timeout", "0"], ["--catalog-timeout", "5m", "--reconcile-stuck-after", "1m"],
+    assert (settings.max_stuck_catalog_reads, settings.reconcile_stuck_after) == (2, 120.0)
+    for refused in (["--catalog-timeout", "0"], ["--catalog-timeout", "30s", "--reconcile-stuck-after", "1m"],
                     ["--max-stuck-catalog-reads", "0"], ["--allowed-catalog-uris", "http://a\\@b/"]):
         with pytest.raises(SystemExit):
             parse_settings(refused, {})
