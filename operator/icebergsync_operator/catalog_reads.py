@@ -41,6 +41,8 @@ class _Flight:
 
 
 def _settle(done: asyncio.Future[TableObservation], outcome: TableObservation | Exception) -> None:
+    if done.cancelled():  # the reconcile itself was cancelled (the operator stops)
+        return
     if isinstance(outcome, Exception):
         done.set_exception(outcome)
     else:
