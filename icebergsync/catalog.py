@@ -9,12 +9,10 @@ see icebergsync_operator.catalog_access).
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlencode
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
@@ -67,21 +65,15 @@ def resolve_env(properties: dict[str, str], field_path: str) -> dict[str, str]:
     return resolved
 
 
-def sql_connection_uri(uri: str, connect_timeout: float | None = None) -> str:
+def sql_connection_uri(uri: str) -> str:
     """The SQLAlchemy URI of a ``sql`` catalog: PostgreSQL through the psycopg2 driver in the image.
 
-    ``postgresql://`` and ``postgres://`` become ``postgresql+psycopg2://``; with ``connect_timeout``
-    a PostgreSQL connection also gives up connecting, and each statement, after that many seconds.
+    ``postgresql://`` and ``postgres://`` become ``postgresql+psycopg2://``; other URIs are kept.
     """
     scheme, separator, rest = uri.partition("://")
     if scheme not in ("postgresql", "postgres", "postgresql+psycopg2"):
         return uri
-    mapped = f"postgresql+psycopg2{separator}{rest}"
-    if connect_timeout is None:
-        return mapped
-    seconds = max(1, math.ceil(connect_timeout))
-    query = urlencode({"connect_timeout": seconds, "options": f"-c statement_timeout={seconds * 1000}"})
-    return f"{mapped}{'&' if '?' in mapped else '?'}{query}"
+    return f"postgresql+psycopg2{separator}{rest}"
 
 
 def _local_uri(path: str) -> str:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.table.metadata import TableMetadata
 
 from icebergsync import protocol
 
@@ -39,10 +40,14 @@ class SinkState:
 
 def read_sink_state(catalog: Catalog, table_name: str, sink_id: str, now: float | None = None) -> SinkState:
     """Read the table's head and describe the newest commit of ``sink_id`` on main."""
-    table = catalog.load_table(table_name)
-    progress = protocol.read_progress(table.metadata, sink_id)
+    return sink_state(catalog.load_table(table_name).metadata, table_name, sink_id, now)
+
+
+def sink_state(metadata: TableMetadata, table_name: str, sink_id: str, now: float | None = None) -> SinkState:
+    """Describe the newest commit of ``sink_id`` on the main branch of a table's metadata."""
+    progress = protocol.read_progress(metadata, sink_id)
     last = progress.last_commit
-    head = table.metadata.current_snapshot()
+    head = metadata.current_snapshot()
     total = head.summary.additional_properties.get("total-records") if head and head.summary else None
     now = time.time() if now is None else now
     return SinkState(

@@ -1,4 +1,8 @@
-"""Thin kopf handlers: each one names a sync and calls ``lifecycle``; nothing else happens here."""
+"""Thin kopf handlers: each one names a sync and awaits ``lifecycle``; nothing else happens here.
+
+They are coroutines: a sync handler would hold a thread of kopf's shared executor while its
+sync's catalog is read, and a few tarpit catalogs would hold them all.
+"""
 
 from __future__ import annotations
 
@@ -50,18 +54,27 @@ def register(registry: kopf.OperatorRegistry, context: OperatorContext) -> None:
     @kopf.on.resume(*SYNCS, id="reconcile", registry=registry)
     @kopf.on.create(*SYNCS, id="reconcile", registry=registry)
     @kopf.on.update(*SYNCS, id="reconcile", field="spec", registry=registry)
-    def on_sync_change(namespace: str | None, name: str, **_: Any) -> None:
-        reconcile_sync(context, _namespaced(namespace), name)
+    async def on_sync_change(namespace: str | None, name: str, **_: Any) -> None:
+        await reconcile_sync(context, _namespaced(namespace), name)
 
     @kopf.timer(*SYNCS, id="refresh", interval=context.settings.timer_interval, registry=registry)
-    def on_timer(namespace: str | None, name: str, **_: Any) -> None:
-        reconcile_sync(context, _namespaced(namespace), name)
+    async def on_timer(namespace: str | None, name: str, **_: Any) -> None:
+        await reconcile_sync(context, _namespaced(namespace), name)
 
     @kopf.on.event(*APPLICATIONS, labels={MANAGED_BY_LABEL: MANAGED_BY, SYNC_LABEL: kopf.PRESENT},
                    id="application-changed", registry=registry)
-    def on_application_event(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
-        reconcile_sync(context, _namespaced(namespace), labels[SYNC_LABEL])
+    async def on_application_event(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
+        await reconcile_sync(context, _namespaced(namespace), labels[SYNC_LABEL])
 
     @kopf.on.delete(*SYNCS, id="finalize", registry=registry)
-    def on_sync_delete(namespace: str | None, name: str, **_: Any) -> None:
-        finalize_sync(context, _namespaced(namespace), name)
+    async def on_sync_delete(namespace: str | None, name: str, **_: Any) -> None:
+        await finalize_sync(context, _namespaced(namespace), name)
+
+    @kopf.on.probe(id="reconciles", registry=registry)
+    async def reconciles(**_: Any) -> dict[str, object]:
+        """Fail liveness (HTTP 500) while a reconcile has run longer than --reconcile-stuck-after."""
+        stuck = context.watch.stuck()
+        if stuck:
+            raise kopf.PermanentError(f"reconciles running longer than {context.settings.reconcile_stuck_after:g}s: "
+                                      f"{', '.join(stuck)}")
+        return context.watch.report()

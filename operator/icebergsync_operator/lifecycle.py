@@ -1,17 +1,21 @@
 """One reconcile of one sync: observe (API + table), decide (pure), act (launch, delete, events, status).
 
-Every handler calls ``reconcile_sync``; it re-reads everything, so it is safe to call for any reason
+Every handler awaits ``reconcile_sync``; it re-reads everything, so it is safe to call for any reason
 and any number of times. A per-sync lock keeps two handlers of this process from acting on the
 same sync at once; peering keeps other replicas out (see docs/operator.md).
+
+The reconcile runs on kopf's event loop: the Kubernetes API calls (a trusted, quick server) in
+asyncio's executor, the catalog read (a tenant's server) in a thread of its own with a deadline
+(``catalog_reads``), so no tenant's catalog can hold a thread that another sync needs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -20,9 +24,11 @@ from icebergsync.errors import SpecError
 from icebergsync.spec import IcebergSync, parse_spec
 from icebergsync_operator import metrics
 from icebergsync_operator.applications import parse_application
+from icebergsync_operator.catalog_reads import CatalogReads
 from icebergsync_operator.cleanup import delete_applications, delete_everything
 from icebergsync_operator.kube import KubeApi
 from icebergsync_operator.launch import launch
+from icebergsync_operator.liveness import ReconcileWatch
 from icebergsync_operator.policy import policy_problems
 from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.render import spec_document
@@ -37,36 +43,61 @@ DEFAULT_COMMIT_INTERVAL = 30.0
 
 @dataclass
 class OperatorContext:
-    """What the handlers share: the API, the settings and one lock per sync."""
+    """What the handlers share: the API, the settings, the catalog reads, the liveness watch, a lock per sync."""
 
     api: KubeApi
     settings: OperatorSettings
-    _locks: defaultdict[tuple[str, str], threading.Lock] = field(default_factory=lambda: defaultdict(threading.Lock))
-    _guard: threading.Lock = field(default_factory=threading.Lock)
+    catalog_reads: CatalogReads = field(init=False)
+    watch: ReconcileWatch = field(init=False)
+    _locks: defaultdict[tuple[str, str], asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
 
-    @contextmanager
-    def lock(self, namespace: str, name: str) -> Iterator[None]:
-        with self._guard:
-            lock = self._locks[(namespace, name)]
-        with lock:
+    def __post_init__(self) -> None:
+        self.catalog_reads = CatalogReads(self.settings)
+        self.watch = ReconcileWatch(self.settings.reconcile_stuck_after)
+
+    @asynccontextmanager
+    async def lock(self, namespace: str, name: str) -> AsyncIterator[None]:
+        async with self._locks[(namespace, name)]:
             yield
 
 
-def observe(context: OperatorContext, body: Mapping[str, Any], now: datetime) -> tuple[Observation, IcebergSync | None]:
-    """Everything ``decide`` needs, plus the parsed spec (None when it is invalid)."""
+@dataclass(frozen=True)
+class Reading:
+    """The sync as stored, its parsed spec (None when invalid) and what is wrong with it."""
+
+    body: Mapping[str, Any]
+    sync: IcebergSync | None
+    spec_problems: tuple[str, ...]
+    policy_problems: tuple[str, ...]
+
+    @property
+    def table_readable(self) -> bool:
+        """Whether the table is read: never for an invalid, refused or suspended spec."""
+        return self.sync is not None and not self.sync.spec.suspend and not self.policy_problems
+
+
+def read_spec(context: OperatorContext, body: Mapping[str, Any]) -> Reading:
+    """Parse the stored spec and check it against the operator's policy (pure)."""
     metadata = body["metadata"]
-    namespace, name = metadata["namespace"], metadata["name"]
-    raw_spec = body.get("spec") or {}
     try:
-        sync: IcebergSync | None = parse_spec(spec_document(name, namespace, raw_spec))
+        sync: IcebergSync | None = parse_spec(spec_document(metadata["name"], metadata["namespace"],
+                                                            body.get("spec") or {}))
         problems: tuple[str, ...] = ()
     except SpecError as error:
         sync, problems = None, tuple(error.problems)
-    applications = [parse_application(app) for app in context.api.list_applications(namespace, name)]
     refused = policy_problems(sync, context.settings) if sync is not None else ()
-    readable = sync is not None and not sync.spec.suspend and not refused
-    table = observe_table(context.api, sync, context.settings) if sync is not None and readable else TableObservation()
-    observation = Observation(
+    return Reading(body, sync, problems, refused)
+
+
+def observe(context: OperatorContext, reading: Reading, table: TableObservation,
+            now: datetime) -> Observation:
+    """Everything ``decide`` needs: the reading, the sync's applications (listed now) and the table."""
+    body, sync, problems, refused = reading.body, reading.sync, reading.spec_problems, reading.policy_problems
+    metadata = body["metadata"]
+    namespace, name = metadata["namespace"], metadata["name"]
+    raw_spec = body.get("spec") or {}
+    applications = [parse_application(app) for app in context.api.list_applications(namespace, name)]
+    return Observation(
         name=name,
         namespace=namespace,
         generation=int(metadata.get("generation") or 1),
@@ -83,7 +114,6 @@ def observe(context: OperatorContext, body: Mapping[str, Any], now: datetime) ->
         source_exhausted=bool(sync and table.sink and sync.spec.source.exhausted(table.sink.frontier)),
         policy_problems=refused,
     )
-    return observation, sync
 
 
 def act(context: OperatorContext, body: Mapping[str, Any], sync: IcebergSync | None, decision: Decision) -> None:
@@ -113,27 +143,41 @@ def act(context: OperatorContext, body: Mapping[str, Any], sync: IcebergSync | N
         metrics.SINK_VERSION.labels(namespace, name).set(status.sink_version)
 
 
-def reconcile_sync(context: OperatorContext, namespace: str, name: str) -> Decision | None:
+async def read_table(context: OperatorContext, reading: Reading) -> TableObservation:
+    """The table's view, read in a thread of its own within the catalog deadline (nothing when not readable)."""
+    sync = reading.sync
+    if sync is None or not reading.table_readable:
+        return TableObservation()
+    key = (sync.metadata.namespace, sync.metadata.name)
+    return await context.catalog_reads.read(key, sync.spec.table.catalog.uri,
+                                            lambda: observe_table(context.api, sync, context.settings))
+
+
+async def reconcile_sync(context: OperatorContext, namespace: str, name: str) -> Decision | None:
     """Observe, decide and act for one sync; None when it is gone or being deleted."""
-    with context.lock(namespace, name):
-        try:
-            body = context.api.get_sync(namespace, name)
-            if body is None or body["metadata"].get("deletionTimestamp"):
-                return None
-            observation, sync = observe(context, body, datetime.now(UTC))
-            decision = decide(observation, context.settings)
-            act(context, body, sync, decision)
-        except Exception:
-            metrics.RECONCILES.labels("error").inc()
-            raise
-        metrics.RECONCILES.labels("ok").inc()
-        return decision
+    async with context.lock(namespace, name):
+        with context.watch.track(namespace, name):
+            try:
+                body = await asyncio.to_thread(context.api.get_sync, namespace, name)
+                if body is None or body["metadata"].get("deletionTimestamp"):
+                    return None
+                reading = read_spec(context, body)
+                table = await read_table(context, reading)
+                observation = await asyncio.to_thread(observe, context, reading, table, datetime.now(UTC))
+                decision = decide(observation, context.settings)
+                await asyncio.to_thread(act, context, body, reading.sync, decision)
+            except Exception:
+                metrics.RECONCILES.labels("error").inc()
+                raise
+            metrics.RECONCILES.labels("ok").inc()
+            return decision
 
 
-def finalize_sync(context: OperatorContext, namespace: str, name: str) -> list[str]:
+async def finalize_sync(context: OperatorContext, namespace: str, name: str) -> list[str]:
     """Delete every application of a sync being deleted; the table and its data stay."""
-    with context.lock(namespace, name):
-        deleted = delete_everything(context.api, namespace, name)
+    async with context.lock(namespace, name):
+        deleted = await asyncio.to_thread(delete_everything, context.api, namespace, name)
         metrics.forget_sync(namespace, name)
+        context.catalog_reads.forget((namespace, name))
         log.info("%s/%s deleted: removed applications %s; the table is kept", namespace, name, deleted or "none")
         return deleted

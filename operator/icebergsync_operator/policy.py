@@ -1,7 +1,8 @@
 """The admin's policy on what a tenant may ask the Spark pods for (pure).
 
 ``spec.spark.image``, ``spec.spark.serviceAccount`` and ``spec.spark.conf`` go into the
-SparkApplication, and the operator itself connects to ``spec.table.catalog.uri``;
+SparkApplication, and the operator itself connects to ``spec.table.catalog.uri`` (parsed by
+``endpoints``: an ambiguous URI is refused even when every endpoint is allowed);
 ``policy_problems`` lists each one the operator's settings do not allow, so a refused spec is
 never rendered nor its catalog contacted. Conf keys are matched with shell-style patterns (``fnmatch``).
 """
@@ -36,7 +37,7 @@ def policy_problems(sync: IcebergSync, settings: OperatorSettings) -> tuple[str,
         elif settings.allowed_spark_conf and not _matches(key, settings.allowed_spark_conf):
             problems.append(f"spec.spark.conf: {key!r} is not among the allowed keys "
                             f"({', '.join(settings.allowed_spark_conf)})")
-    endpoint = endpoint_problem(sync.spec.table.catalog.uri, settings.allowed_catalog_uris)
+    endpoint = endpoint_problem(sync.spec.table.catalog, settings.allowed_catalog_uris)
     if endpoint:
         problems.append(f"spec.table.catalog.uri: {endpoint}")
     return tuple(problems)

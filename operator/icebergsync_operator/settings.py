@@ -11,9 +11,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from icebergsync.units import parse_duration
+from icebergsync.units import parse_duration, parse_size
+from icebergsync_operator.endpoints import EndpointError, parse_allow_list
 
 DEFAULT_IMAGE = "ghcr.io/icebergsync/icebergsync:0.1.0"
+RECONCILE_MARGIN = 60.0  #: seconds a reconcile may take beyond its catalog read before liveness counts it stuck
 DEFAULT_SPARK_VERSION = "4.0.1"
 # spark.conf keys a tenant may never set: they would mount volumes or host paths, swap the pod
 # template, the image, the namespace or the service account, or hand out API credentials.
@@ -44,8 +46,11 @@ class OperatorSettings:
     standalone: bool = False  #: no peering: only for a single replica or development
     create_peering: bool = True  #: create missing peering objects at once; False: first wait for the chart's
     priority: int | None = None  #: peering priority; unset: older replicas outrank newer ones
-    catalog_timeout: float = 10.0  #: seconds each catalog or FileIO call of the operator may take
-    allowed_catalog_uris: tuple[str, ...] = ()  #: URI prefixes the operator may connect to; empty: any
+    catalog_timeout: float = 10.0  #: seconds one catalog read (every connection, request and file of it) may take
+    catalog_max_bytes: int = 32 * 1024**2  #: largest catalog answer or metadata file, after decompression
+    max_stuck_catalog_reads: int = 4  #: abandoned catalog reads a namespace may have before no new one starts
+    reconcile_stuck_after: float = 300.0  #: a reconcile running this long fails the liveness probe
+    allowed_catalog_uris: tuple[str, ...] = ()  #: endpoints (and paths under them) the operator may connect to; empty: any
     allowed_images: tuple[str, ...] = ()  #: prefixes spec.spark.image must start with; empty: any
     allowed_service_accounts: tuple[str, ...] = ()  #: names spec.spark.serviceAccount may take; empty: any
     denied_spark_conf: tuple[str, ...] = DEFAULT_DENIED_SPARK_CONF  #: spec.spark.conf key patterns refused
@@ -75,6 +80,13 @@ def _seconds(text: str) -> float:
             return parse_duration(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _bytes(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _list(text: str) -> tuple[str, ...]:
@@ -118,10 +130,20 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     priority = env("PRIORITY", "")
     add("--priority", type=int, default=int(str(priority)) if str(priority).strip() else None)
     add("--catalog-timeout", type=_seconds, default=_seconds(str(env("CATALOG_TIMEOUT", defaults.catalog_timeout))),
-        help="timeout of each catalog and FileIO call the operator makes to read status")
+        help="total time of one catalog read of the operator: every connection, token exchange, request, "
+             "query and metadata file of it")
+    add("--catalog-max-bytes", type=_bytes, default=_bytes(str(env("CATALOG_MAX_BYTES", defaults.catalog_max_bytes))),
+        help="largest catalog answer or metadata file the operator reads, after decompression (default 32Mi)")
+    add("--max-stuck-catalog-reads", type=int,
+        default=int(str(env("MAX_STUCK_CATALOG_READS", defaults.max_stuck_catalog_reads))),
+        help="catalog reads of one namespace left running past their deadline before no new one starts there")
+    add("--reconcile-stuck-after", type=_seconds,
+        default=_seconds(str(env("RECONCILE_STUCK_AFTER", defaults.reconcile_stuck_after))),
+        help="a reconcile still running after this long makes the liveness probe fail (default 5m)")
     add("--allowed-catalog-uris", type=_list, default=_list(str(env("ALLOWED_CATALOG_URIS", ""))),
-        help="comma-separated URI prefixes of the catalogs (and their OAuth2 and S3 endpoints) the operator "
-             "may connect to (default: any)")
+        help="comma-separated endpoints (scheme://host[:port][/path]) of the catalogs and their OAuth2 and S3 "
+             "endpoints the operator may connect to, each allowing that host and port and paths under it "
+             "(default: any)")
     add("--allowed-images", type=_list, default=_list(str(env("ALLOWED_IMAGES", ""))),
         help="comma-separated prefixes spec.spark.image must start with (default: any)")
     add("--allowed-service-accounts", type=_list, default=_list(str(env("ALLOWED_SERVICE_ACCOUNTS", ""))),
@@ -142,8 +164,15 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
     args = build_parser(os.environ if environ is None else environ).parse_args(argv)
     if args.backoff_base <= 0 or args.backoff_cap < args.backoff_base:
         raise SystemExit("--backoff-base must be > 0 and --backoff-cap at least --backoff-base")
-    if args.catalog_timeout <= 0:
-        raise SystemExit("--catalog-timeout must be > 0")
+    if args.catalog_timeout <= 0 or args.catalog_max_bytes <= 0 or args.max_stuck_catalog_reads < 1:
+        raise SystemExit("--catalog-timeout and --catalog-max-bytes must be > 0, --max-stuck-catalog-reads at least 1")
+    if args.reconcile_stuck_after < args.catalog_timeout + RECONCILE_MARGIN:
+        raise SystemExit(f"--reconcile-stuck-after must be at least --catalog-timeout + {RECONCILE_MARGIN:g}s: a "
+                         "reconcile waiting on a tenant's catalog must never fail the liveness probe")
+    try:
+        parse_allow_list(args.allowed_catalog_uris)
+    except EndpointError as error:
+        raise SystemExit(f"--allowed-catalog-uris: {error}") from None
     if args.timer_interval <= 0 or args.stall_after_failures < 1:
         raise SystemExit("--timer-interval must be > 0 and --stall-after-failures at least 1")
     settings = OperatorSettings(
@@ -164,6 +193,9 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         create_peering=args.create_peering,
         priority=args.priority,
         catalog_timeout=args.catalog_timeout,
+        catalog_max_bytes=args.catalog_max_bytes,
+        max_stuck_catalog_reads=args.max_stuck_catalog_reads,
+        reconcile_stuck_after=args.reconcile_stuck_after,
         allowed_catalog_uris=args.allowed_catalog_uris,
         allowed_images=args.allowed_images,
         allowed_service_accounts=args.allowed_service_accounts,

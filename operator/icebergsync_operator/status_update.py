@@ -30,6 +30,7 @@ class TableObservation:
 
     sink: SinkState | None = None  #: None when the table does not exist yet or could not be read
     error: str | None = None  #: set when the catalog or table could not be read
+    timed_out: bool = False  #: the read ran out of time (it is retried after a backoff)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""Read what the table says about a sink, with the catalog's Secret read (into memory) from the sync's namespace."""
+"""Read what the table says about a sink, with the catalog's Secret read (into memory) from the sync's namespace.
+
+One read is one ``Deadline`` (``--catalog-timeout``): the catalog's answers, token exchange, query
+and metadata file all fit in it, or the read ends with "catalog at … did not answer within Ns".
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,23 @@ import logging
 
 from kubernetes.client.rest import ApiException
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.table.metadata import TableMetadata
 
-from icebergsync.sink_state import read_sink_state
+from icebergsync.sink_state import sink_state
 from icebergsync.spec import IcebergSync
-from icebergsync_operator.catalog_access import CatalogAccessError, describe_failure, open_guarded
+from icebergsync_operator.catalog_access import (
+    CatalogAccessError,
+    CatalogTimeout,
+    describe_failure,
+    is_timeout,
+    operator_properties,
+    timed_out,
+)
+from icebergsync_operator.deadline import Deadline
 from icebergsync_operator.kube import KubeApi, UnreadableSecretError
+from icebergsync_operator.rest_read import read_rest_metadata
 from icebergsync_operator.settings import OperatorSettings
+from icebergsync_operator.sql_read import read_sql_metadata
 from icebergsync_operator.status_update import TableObservation
 
 log = logging.getLogger(__name__)
@@ -31,17 +46,33 @@ def _secret_values(api: KubeApi, sync: IcebergSync) -> dict[str, str]:
         raise CatalogAccessError(str(error)) from None
 
 
+def read_metadata(sync: IcebergSync, secret_values: dict[str, str], settings: OperatorSettings) -> TableMetadata:
+    """The table's metadata within one deadline; ``CatalogAccessError`` (safe message) on any failure.
+
+    pyiceberg's "no such table/namespace" errors pass through (the first job creates the table).
+    """
+    catalog = sync.spec.table.catalog
+    properties = operator_properties(catalog, secret_values)
+    read = read_rest_metadata if catalog.type == "rest" else read_sql_metadata
+    with Deadline(settings.catalog_timeout) as deadline:
+        try:
+            return read(catalog, properties, sync.spec.table.name, deadline, settings)
+        except (NoSuchTableError, NoSuchNamespaceError, CatalogAccessError):
+            raise
+        except Exception as error:  # a catalog, driver or FileIO error of any library: describe it safely
+            log.warning("reading table %s for %s failed: %s", sync.spec.table.name, sync.sink_id,
+                        type(error).__name__)
+            if deadline.expired or is_timeout(error):
+                raise CatalogTimeout(timed_out(catalog.uri, settings.catalog_timeout)) from error
+            raise CatalogAccessError(describe_failure(error, catalog.uri, settings.catalog_timeout)) from error
+
+
 def observe_table(api: KubeApi, sync: IcebergSync, settings: OperatorSettings) -> TableObservation:
     """The sink's state from the table; a missing table is no error (the first job creates it)."""
-    catalog = sync.spec.table.catalog
     try:
-        opened = open_guarded(catalog, _secret_values(api, sync), settings.catalog_timeout,
-                              settings.allowed_catalog_uris)
-        return TableObservation(sink=read_sink_state(opened, sync.spec.table.name, sync.sink_id))
+        metadata = read_metadata(sync, _secret_values(api, sync), settings)
+        return TableObservation(sink=sink_state(metadata, sync.spec.table.name, sync.sink_id))
     except (NoSuchTableError, NoSuchNamespaceError):
         return TableObservation()
     except CatalogAccessError as error:
-        return TableObservation(error=str(error))
-    except Exception as error:  # a catalog or FileIO error of any library: report it safely, keep reconciling
-        log.warning("reading table %s for %s failed: %s", sync.spec.table.name, sync.sink_id, type(error).__name__)
-        return TableObservation(error=describe_failure(error, catalog.uri, settings.catalog_timeout))
+        return TableObservation(error=str(error), timed_out=isinstance(error, CatalogTimeout))

@@ -128,9 +128,9 @@ def _free_port() -> int:
 
 @dataclass
 class OperatorProcess:
-    """``icebergsync-operator`` in a subprocess, watching one namespace, with its own ports and log."""
+    """``icebergsync-operator`` in a subprocess, watching the given namespaces, with its own ports and log."""
 
-    namespace: str
+    namespaces: str  #: comma-separated
     env: dict[str, str]
     log_path: Path
     extra_args: tuple[str, ...] = ()
@@ -140,7 +140,7 @@ class OperatorProcess:
 
     def start(self) -> OperatorProcess:
         args = ["timeout", "--kill-after=10", str(OPERATOR_MAX_SECONDS), sys.executable, "-m",
-                "icebergsync_operator.main", "--namespaces", self.namespace, "--metrics-address", "127.0.0.1",
+                "icebergsync_operator.main", "--namespaces", self.namespaces, "--metrics-address", "127.0.0.1",
                 "--metrics-port", str(self.metrics_port),
                 "--liveness-endpoint", f"http://127.0.0.1:{self.health_port}/healthz", *self.extra_args]
         with open(self.log_path, "ab") as out:
@@ -153,11 +153,17 @@ class OperatorProcess:
         assert self.process is not None
         if self.process.poll() is not None:
             pytest.fail(f"operator exited with {self.process.returncode}:\n{self.log()[-3000:]}")
+        return self.liveness() == 200
+
+    def liveness(self) -> int | None:
+        """The HTTP status of the liveness endpoint; None when it does not answer."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, ConnectionError):
-            return False
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            return int(error.code)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return None
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -211,17 +217,26 @@ def kube(operator_crds: KubeCluster) -> Iterator[Kube]:
 
 
 @pytest.fixture
+def other_kube(kube: Kube) -> Kube:
+    """A second fresh namespace (never deleted either), on the same client."""
+    namespace = f"e2e-{uuid.uuid4().hex[:8]}"
+    kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    return Kube(kube.api_client, namespace)
+
+
+@pytest.fixture
 def start_operator(operator_crds: KubeCluster, kube: Kube, tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
-    """Start operators watching the test's namespace; every one is stopped after the test.
+    """Start operators watching the test's namespace (and ``watch``); every one is stopped after the test.
 
     Defaults are fast: a 1 s timer and a 1 s backoff base (capped at 2 s).
     """
     started: list[OperatorProcess] = []
     env = {**operator_crds.env, "PYTHONUNBUFFERED": "1"}
 
-    def start(*args: str) -> OperatorProcess:
+    def start(*args: str, watch: tuple[str, ...] = ()) -> OperatorProcess:
         defaults = ("--timer-interval", "1", "--backoff-base", "1", "--backoff-cap", "2", "--stall-threshold", "120")
-        operator = OperatorProcess(kube.namespace, env, tmp_path / f"operator-{len(started)}.log", (*defaults, *args))
+        operator = OperatorProcess(",".join((kube.namespace, *watch)), env, tmp_path / f"operator-{len(started)}.log",
+                                   (*defaults, *args))
         started.append(operator)
         return operator.start()
 

@@ -19,13 +19,15 @@ from pathlib import Path
 import psycopg2
 import pyarrow as pa
 import pytest
-from icebergsync_operator.catalog_access import CatalogAccessError, open_guarded
+from icebergsync_operator.catalog_access import CatalogAccessError
+from icebergsync_operator.settings import OperatorSettings
+from icebergsync_operator.table import read_metadata
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 from icebergsync.catalog import ensure_table, open_catalog
-from icebergsync.sink_state import read_sink_state
-from icebergsync.spec import Catalog
+from icebergsync.sink_state import sink_state
+from icebergsync.spec import Catalog, IcebergSync, parse_spec
 
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
 SERVER_MAX_SECONDS = 600
@@ -86,6 +88,13 @@ def postgres_uri() -> Iterator[str]:
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 
 
+def sync_on(catalog: Catalog) -> IcebergSync:
+    return parse_spec({"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync",
+                       "metadata": {"name": "trips", "namespace": "data"},
+                       "spec": {"source": {"generator": {}},
+                                "table": {"name": "db.trips", "catalog": catalog.model_dump(by_alias=True, exclude_none=True)}}})
+
+
 def test_the_job_and_the_operator_use_a_sql_catalog_on_postgres(postgres_uri: str, tmp_path: Path) -> None:
     catalog = Catalog(type="sql", uri=postgres_uri, warehouse=str(tmp_path / "warehouse"))
     table = ensure_table(open_catalog(catalog), "db.trips", SCHEMA, [], {})
@@ -93,8 +102,8 @@ def test_the_job_and_the_operator_use_a_sql_catalog_on_postgres(postgres_uri: st
 
     reread = open_catalog(catalog).load_table("db.trips")
     assert sorted(reread.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
-    operator_view = open_guarded(catalog, {}, timeout=5, allowed_prefixes=())
-    state = read_sink_state(operator_view, "db.trips", "data/trips")
+    metadata = read_metadata(sync_on(catalog), {}, OperatorSettings(catalog_timeout=5))
+    state = sink_state(metadata, "db.trips", "data/trips")
     assert state.total_records == 3
     assert state.snapshot_id is None  # no snapshot of this sink: the append was not a sink commit
 
@@ -102,6 +111,7 @@ def test_the_job_and_the_operator_use_a_sql_catalog_on_postgres(postgres_uri: st
 def test_a_postgres_that_is_down_is_reported_without_the_password(tmp_path: Path) -> None:
     down = f"postgresql://icebergsync:{PASSWORD}@127.0.0.1:{_free_port()}/postgres"
     with pytest.raises(CatalogAccessError) as refused:
-        open_guarded(Catalog(type="sql", uri=down, warehouse=str(tmp_path)), {}, timeout=2, allowed_prefixes=())
+        read_metadata(sync_on(Catalog(type="sql", uri=down, warehouse=str(tmp_path))), {},
+                      OperatorSettings(catalog_timeout=2))
     assert PASSWORD not in str(refused.value)
     assert "failed (OperationalError)" in str(refused.value)

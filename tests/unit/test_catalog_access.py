@@ -1,34 +1,46 @@
 """The operator's guarded catalog access, against real local sockets and HTTP servers: allow-listed
-and unexpanded properties, endpoint allow-list, timeouts on a catalog that never answers, and
-status messages without remote bodies."""
+and unexpanded properties, endpoint allow-list, one deadline per read against a tarpit, a slow drip,
+an OAuth2 token tarpit and a silent PostgreSQL, a size cap against a gzip bomb, refused redirects,
+and status messages without remote bodies."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
+import pyarrow as pa
 import pytest
+import requests
+from icebergsync_operator.bounded_http import RefusedResponse
 from icebergsync_operator.catalog_access import (
     CatalogAccessError,
     describe_failure,
     endpoint_problem,
-    open_guarded,
     operator_properties,
     redact,
 )
+from icebergsync_operator.deadline import Deadline
 from icebergsync_operator.kube import KubeApi
+from icebergsync_operator.metadata_file import read_metadata_file
+from icebergsync_operator.rest_read import GuardedRestCatalog
+from icebergsync_operator.s3_read import object_endpoint, signed_headers
 from icebergsync_operator.settings import OperatorSettings, parse_settings
+from icebergsync_operator.sql_read import postgres_url
 from icebergsync_operator.table import observe_table
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
 
-from icebergsync.catalog import catalog_properties, sql_connection_uri
+from icebergsync.catalog import catalog_properties, ensure_table, open_catalog, sql_connection_uri
 from icebergsync.spec import Catalog, IcebergSync, parse_spec
+from tests.hostile_servers import Listener, drip, gzip_bomb, respond, silent_postgres
 
 REMOTE_SECRET = "remote-body-4f1c"  # what a tenant's server puts in its error bodies
 
@@ -87,33 +99,6 @@ def catalog_server() -> Iterator[CatalogServer]:
     server.stop()
 
 
-@pytest.fixture
-def silent_server() -> Iterator[str]:
-    """A socket that accepts connections and never answers."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                accepted.append(listener.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join(timeout=5)
-    for connection in accepted:
-        connection.close()
-    listener.close()
-
-
 class SecretsOf(KubeApi):
     """A KubeApi holding Secrets in memory (observe_table only reads Secrets)."""
 
@@ -132,20 +117,128 @@ def sync_for(catalog: dict[str, Any]) -> IcebergSync:
 
 def in_thread(call: Any, limit: float = 60.0) -> Any:
     """Run ``call`` in a thread; fail if it has not returned within ``limit`` seconds (it would hang a worker)."""
-    result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(limit)
     assert not thread.is_alive(), "the catalog call did not return: it would block an operator worker"
-    return result[0]
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    return outcome[0]
 
 
-def test_a_catalog_that_accepts_and_never_answers_does_not_block(silent_server: str) -> None:
-    settings = OperatorSettings(catalog_timeout=1.0)
-    observation = in_thread(lambda: observe_table(SecretsOf({}), sync_for({"type": "rest", "uri": silent_server}),
-                                                  settings))
+def observe_within(catalog: dict[str, Any], settings: OperatorSettings, secrets: dict[str, str] | None = None,
+                   limit: float = 30.0) -> Any:
+    """``observe_table`` for a sync on ``catalog``, failing the test unless it returns within ``limit`` s."""
+    api = SecretsOf({("team-a", "creds"): secrets or {}})
+    spec = {**catalog, "secretRef": {"name": "creds"}} if secrets else catalog
+    return in_thread(lambda: observe_table(api, sync_for(spec), settings), limit)
+
+
+# --- one deadline per read, against servers that never finish -----------------------------
+
+
+def test_a_catalog_that_accepts_and_never_answers_does_not_block() -> None:
+    with Listener() as tarpit:
+        observation = observe_within({"type": "rest", "uri": tarpit.url}, OperatorSettings(catalog_timeout=1.0))
     assert observation.sink is None
-    assert observation.error == f"catalog at {silent_server} did not answer within 1s"
+    assert observation.error == f"catalog at {tarpit.url} did not answer within 1s"
+    assert observation.timed_out
+
+
+def test_a_slow_drip_that_resets_every_socket_timeout_still_ends_at_the_deadline() -> None:
+    with Listener(drip) as dripping:
+        observation = observe_within({"type": "rest", "uri": dripping.url}, OperatorSettings(catalog_timeout=2.0))
+    assert observation.error == f"catalog at {dripping.url} did not answer within 2s"
+
+
+def test_an_oauth2_token_exchange_at_a_tarpit_ends_at_the_deadline() -> None:
+    """pyiceberg posts for the token while it builds its session: the bounded transport is already there."""
+    with Listener() as tarpit:
+        observation = observe_within({"type": "rest", "uri": tarpit.url}, OperatorSettings(catalog_timeout=1.0),
+                                     secrets={"credential": "client:secret"})
+        assert tarpit.connections == 1  # the token POST, which never got an answer
+    assert observation.error == f"catalog at {tarpit.url} did not answer within 1s"
+
+
+def test_an_oauth2_token_endpoint_elsewhere_at_a_tarpit_ends_at_the_deadline(catalog_server: CatalogServer) -> None:
+    with Listener() as tarpit:
+        observation = observe_within({"type": "rest", "uri": catalog_server.uri}, OperatorSettings(catalog_timeout=1.0),
+                                     secrets={"credential": "client:secret", "oauth2-server-uri": f"{tarpit.url}/token"})
+        assert tarpit.connections == 1
+    assert observation.error == f"catalog at {catalog_server.uri} did not answer within 1s"
+    assert catalog_server.requests == []  # the token comes first: nothing reached the catalog
+
+
+def test_a_postgres_that_goes_silent_after_authenticating_ends_at_the_deadline() -> None:
+    with Listener(silent_postgres) as postgres:
+        uri = f"postgresql://sync:hunter2@127.0.0.1:{postgres.port}/catalog"
+        observation = observe_within({"type": "sql", "uri": uri, "warehouse": "/nonexistent"},
+                                     OperatorSettings(catalog_timeout=2.0))
+        assert postgres.connections >= 1
+    assert observation.error == f"catalog at postgresql://127.0.0.1:{postgres.port}/catalog did not answer within 2s"
+    assert "hunter2" not in observation.error
+
+
+# --- size cap, redirects, and the URI a client is given ------------------------------------
+
+
+def test_a_gzip_bomb_stops_at_the_size_cap() -> None:
+    bomb = respond("200 OK", {"Content-Type": "application/json", "Content-Encoding": "gzip"},
+                   gzip_bomb(64 * 1024**2))
+    with Listener(bomb) as server:
+        observation = observe_within({"type": "rest", "uri": server.url},
+                                     OperatorSettings(catalog_timeout=10.0, catalog_max_bytes=1024**2))
+    assert observation.error == f"catalog at {server.url} sent a response larger than 1048576 bytes"
+
+
+def test_a_plain_body_above_the_cap_is_refused_before_it_is_read() -> None:
+    big = respond("200 OK", {"Content-Type": "application/json"}, b" " * (2 * 1024**2))
+    with Listener(big) as server:
+        observation = observe_within({"type": "rest", "uri": server.url},
+                                     OperatorSettings(catalog_timeout=10.0, catalog_max_bytes=1024**2))
+    assert observation.error == f"catalog at {server.url} sent a response larger than 1048576 bytes"
+
+
+def test_a_redirect_to_another_host_is_refused_and_never_followed() -> None:
+    with Listener() as elsewhere:
+        redirect = respond("302 Found", {"Location": f"{elsewhere.url}/v1/config"})
+        with Listener(redirect) as server:
+            observation = observe_within({"type": "rest", "uri": server.url}, OperatorSettings(catalog_timeout=5.0))
+        assert elsewhere.connections == 0
+    assert observation.error == (f"catalog at {server.url} answered with a redirect (HTTP 302), which the operator "
+                                 "does not follow")
+
+
+def test_a_backslash_at_uri_never_reaches_the_host_an_http_client_would_pick() -> None:
+    """``http://127.0.0.1:P\\@catalog.internal/`` is catalog.internal to one parser, 127.0.0.1 to another."""
+    with Listener() as attacker:
+        uri = f"http://127.0.0.1:{attacker.port}\\@catalog.internal/"
+        for allow in ((), ("http://catalog.internal/",)):
+            observation = observe_within({"type": "rest", "uri": uri}, OperatorSettings(allowed_catalog_uris=allow))
+            assert observation.error == f"catalog uri {uri!r} contains a backslash"
+        assert endpoint_problem(Catalog(type="rest", uri=uri), ("http://catalog.internal/",)) == (
+            f"{uri!r} contains a backslash")
+        userinfo = f"http://127.0.0.1:{attacker.port}@catalog.internal/"
+        observation = observe_within({"type": "rest", "uri": userinfo}, OperatorSettings())
+        assert observation.error is not None and "has user information" in observation.error
+        assert attacker.connections == 0
+
+
+def test_a_catalog_uri_is_connected_to_as_parsed(catalog_server: CatalogServer) -> None:
+    """Upper case, a trailing dot, a default-less port and a trailing slash reach the same server."""
+    port = catalog_server.uri.rsplit(":", 1)[1]
+    observation = observe_within({"type": "rest", "uri": f"HTTP://127.0.0.1:{port}/"},
+                                 OperatorSettings(allowed_catalog_uris=(catalog_server.uri,)))
+    assert observation.error == f"catalog at HTTP://127.0.0.1:{port}/ returned HTTP 500"
+    assert catalog_server.requests[0][0].startswith("/v1/config")
 
 
 def test_error_bodies_of_the_tenants_server_never_reach_status(catalog_server: CatalogServer) -> None:
@@ -164,7 +257,7 @@ def test_env_references_are_never_expanded_nor_sent(catalog_server: CatalogServe
     assert catalog_server.requests, "the operator did talk to the catalog"
     sent = json.dumps(catalog_server.requests)
     assert "operator-credential-7731" not in sent
-    properties = operator_properties(sync.spec.table.catalog, {}, 5, ())
+    properties = operator_properties(sync.spec.table.catalog, {})
     assert "token" not in properties and "scope" not in properties
     # The job expands them, from its own environment.
     assert catalog_properties(sync.spec.table.catalog, {})["token"] == "operator-credential-7731"
@@ -175,28 +268,32 @@ def test_only_allow_listed_properties_pass_from_spec_and_secret() -> None:
                       properties={"py-io-impl": "os.system", "header.X-Forward": "evil", "scope": "catalog"})
     secret = {"token": "t0k", "py-catalog-impl": "builtins.exec", "s3.secret-access-key": "k",
               "ssl": "x", "s3.endpoint": "http://minio:9000"}
-    properties = operator_properties(catalog, secret, 3, ())
-    assert properties == {"uri": "http://catalog:8181", "warehouse": "s3://lake", "scope": "catalog", "token": "t0k",
-                          "s3.secret-access-key": "k", "s3.endpoint": "http://minio:9000",
-                          "s3.connect-timeout": "3", "s3.request-timeout": "3"}
+    properties = operator_properties(catalog, secret)
+    assert properties == {"warehouse": "s3://lake", "scope": "catalog", "token": "t0k",
+                          "s3.secret-access-key": "k", "s3.endpoint": "http://minio:9000"}
 
 
 def test_the_servers_config_cannot_widen_properties_or_move_the_endpoint(catalog_server: CatalogServer) -> None:
     catalog_server.overrides = {"py-io-impl": "os.system", "prefix": "wh"}
-    opened = open_guarded(Catalog(type="rest", uri=catalog_server.uri), {}, 5, ())
+    with Deadline(5) as deadline:
+        opened = GuardedRestCatalog("c", deadline, OperatorSettings(), uri=catalog_server.uri)
     assert "py-io-impl" not in opened.properties
     assert opened.properties["prefix"] == "wh"
 
     catalog_server.overrides = {"uri": "http://169.254.169.254/latest"}
-    with pytest.raises(CatalogAccessError, match=re.escape("169.254.169.254/latest is not among the endpoints")):
-        open_guarded(Catalog(type="rest", uri=catalog_server.uri), {}, 5, (catalog_server.uri,))
+    with Deadline(5) as deadline, pytest.raises(
+            CatalogAccessError, match=re.escape("catalog uri http://169.254.169.254/latest is not among the endpoints")):
+        GuardedRestCatalog("c", deadline, OperatorSettings(allowed_catalog_uris=(catalog_server.uri,)),
+                           uri=catalog_server.uri)
 
 
 def test_endpoints_outside_the_allow_list_are_refused_before_connecting(catalog_server: CatalogServer) -> None:
     allowed = ("https://catalog.internal/",)
-    assert endpoint_problem("https://catalog.internal/api", allowed) is None
-    assert endpoint_problem("http://anything", ()) is None
-    assert "not among the endpoints" in str(endpoint_problem("https://catalog.internal.evil/", allowed))
+    assert endpoint_problem(Catalog(type="rest", uri="https://catalog.internal/api"), allowed) is None
+    assert endpoint_problem(Catalog(type="rest", uri="http://anything"), ()) is None
+    assert "not among the endpoints" in str(endpoint_problem(Catalog(type="rest", uri="https://catalog.internal.evil/"),
+                                                             allowed))
+    assert "not among the endpoints" in str(endpoint_problem(Catalog(uri="sqlite:////tmp/c.db"), allowed))
     sync = sync_for({"type": "rest", "uri": catalog_server.uri})
     observation = observe_table(SecretsOf({}), sync, OperatorSettings(allowed_catalog_uris=allowed))
     assert observation.error is not None and "not among the endpoints" in observation.error
@@ -223,12 +320,23 @@ def test_failure_descriptions_carry_no_remote_text_and_no_uri_credentials() -> N
     assert message == "reading the catalog at postgresql://db.internal:5432/catalog failed (RuntimeError)"
 
 
-def test_a_sql_catalog_on_postgres_uses_the_psycopg2_driver_with_timeouts() -> None:
+def test_a_sql_catalog_on_postgres_uses_the_psycopg2_driver() -> None:
     assert sql_connection_uri("postgresql://u:p@db:5432/cat") == "postgresql+psycopg2://u:p@db:5432/cat"
     assert sql_connection_uri("postgres://db/cat") == "postgresql+psycopg2://db/cat"
-    assert sql_connection_uri("sqlite:////tmp/c.db", connect_timeout=3) == "sqlite:////tmp/c.db"
-    assert sql_connection_uri("postgresql://db/cat?sslmode=require", connect_timeout=2.5) == (
-        "postgresql+psycopg2://db/cat?sslmode=require&connect_timeout=3&options=-c+statement_timeout%3D3000")
+    assert sql_connection_uri("sqlite:////tmp/c.db") == "sqlite:////tmp/c.db"
+
+
+def test_the_operator_connects_to_postgres_with_a_url_built_from_the_parse_and_its_time_limits() -> None:
+    with Deadline(2.5) as deadline:
+        url = postgres_url("postgresql://u:p%40ss@DB.internal:6543/cat?sslmode=require", deadline,
+                           ("postgresql://db.internal:6543",))
+    assert (url.drivername, url.username, url.password, url.host, url.port, url.database) == (
+        "postgresql+psycopg2", "u", "p@ss", "db.internal", 6543, "cat")
+    assert dict(url.query) == {"sslmode": "require", "connect_timeout": "3", "options": "-c statement_timeout=3000",
+                               "keepalives": "1", "keepalives_idle": "1", "keepalives_interval": "1",
+                               "keepalives_count": "3", "tcp_user_timeout": "3000"}
+    with Deadline(2) as deadline, pytest.raises(CatalogAccessError, match="is not among the endpoints"):
+        postgres_url("postgresql://u:p@db.internal/cat", deadline, ("postgresql://other.internal",))
 
 
 def test_a_local_sql_catalog_still_reads(tmp_path: Path) -> None:
@@ -237,11 +345,53 @@ def test_a_local_sql_catalog_still_reads(tmp_path: Path) -> None:
     observation = observe_table(SecretsOf({}), sync, OperatorSettings())
     assert (observation.sink, observation.error) == (None, None)  # no table yet: not an error
 
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    table = ensure_table(open_catalog(sync.spec.table.catalog), "db.trips", schema, [], {})
+    table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
+    observation = observe_table(SecretsOf({}), sync, OperatorSettings())
+    assert observation.error is None and observation.sink is not None
+    assert (observation.sink.total_records, observation.sink.snapshot_id) == (3, None)  # not a commit of this sink
+
+
+def test_a_metadata_file_must_be_a_regular_file_and_fit_the_cap(tmp_path: Path) -> None:
+    fifo = tmp_path / "v1.metadata.json"
+    os.mkfifo(fifo)
+    bomb = tmp_path / "v2.gz.metadata.json"
+    bomb.write_bytes(gzip_bomb(16 * 1024**2))
+    with Deadline(5) as deadline, requests.Session() as unused:
+        with pytest.raises(CatalogAccessError, match="is not a regular file"):
+            in_thread(lambda: read_metadata_file(str(fifo), {}, unused, deadline, 1024**2))
+        with pytest.raises(RefusedResponse, match="larger than 1048576 bytes"):
+            read_metadata_file(f"file://{bomb}", {}, unused, deadline, 1024**2)
+        with pytest.raises(CatalogAccessError, match="hdfs:// locations is not read"):
+            read_metadata_file("hdfs://namenode/t/v1.metadata.json", {}, unused, deadline, 1024**2)
+
+
+def test_an_s3_object_is_read_path_style_at_the_parsed_endpoint_and_signed_only_with_the_tenants_keys() -> None:
+    server, path = object_endpoint("s3://lake/wh/db/t/metadata/00001 x.metadata.json",
+                                   {"s3.endpoint": "http://MinIO.internal:9000/"})
+    assert (server.url, path) == ("http://minio.internal:9000", "/lake/wh/db/t/metadata/00001%20x.metadata.json")
+    assert object_endpoint("s3a://lake/k", {"s3.region": "eu-west-1"})[0].url == "https://s3.eu-west-1.amazonaws.com"
+    now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    assert signed_headers(server, path, {}, now) == {}  # no keys of the tenant's: anonymous
+    signed = signed_headers(server, path, {"s3.access-key-id": "AKID", "s3.secret-access-key": "s",
+                                           "s3.session-token": "t", "s3.region": "eu-west-1"}, now)
+    assert signed["x-amz-date"] == "20260501T120000Z" and signed["x-amz-security-token"] == "t"
+    assert signed["Authorization"].startswith(
+        "AWS4-HMAC-SHA256 Credential=AKID/20260501/eu-west-1/s3/aws4_request, "
+        "SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, Signature=")
+
 
 def test_catalog_settings_from_flags_and_environment() -> None:
-    settings, _ = parse_settings(["--catalog-timeout", "3s"],
-                                 {"ICEBERGSYNC_ALLOWED_CATALOG_URIS": "https://a/, https://b/"})
-    assert (settings.catalog_timeout, settings.allowed_catalog_uris) == (3.0, ("https://a/", "https://b/"))
-    with pytest.raises(SystemExit):
-        parse_settings(["--catalog-timeout", "0"], {})
-    assert cast(OperatorSettings, parse_settings([], {})[0]).catalog_timeout == 10.0
+    settings, _ = parse_settings(["--catalog-timeout", "3s", "--catalog-max-bytes", "8Mi"],
+                                 {"ICEBERGSYNC_ALLOWED_CATALOG_URIS": "https://a/, https://b/",
+                                  "ICEBERGSYNC_MAX_STUCK_CATALOG_READS": "2", "ICEBERGSYNC_RECONCILE_STUCK_AFTER": "2m"})
+    assert (settings.catalog_timeout, settings.catalog_max_bytes, settings.allowed_catalog_uris) == (
+        3.0, 8 * 1024**2, ("https://a/", "https://b/"))
+    assert (settings.max_stuck_catalog_reads, settings.reconcile_stuck_after) == (2, 120.0)
+    for refused in (["--catalog-timeout", "0"], ["--catalog-timeout", "30s", "--reconcile-stuck-after", "1m"],
+                    ["--max-stuck-catalog-reads", "0"], ["--allowed-catalog-uris", "http://a\\@b/"]):
+        with pytest.raises(SystemExit):
+            parse_settings(refused, {})
+    defaults = cast(OperatorSettings, parse_settings([], {})[0])
+    assert (defaults.catalog_timeout, defaults.catalog_max_bytes) == (10.0, 32 * 1024**2)

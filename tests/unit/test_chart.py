@@ -354,10 +354,13 @@ def test_a_cluster_wide_operator_reads_no_secrets_unless_told(helm_binary: Path,
 
 
 def test_catalog_access_settings_reach_the_operator(helm_binary: Path, tmp_path: Path) -> None:
-    docs = render(helm_binary, tmp_path, {"operator": {"catalogTimeout": "4s",
-                                                       "allowedCatalogUris": ["https://a/", "https://b/"]}})
+    docs = render(helm_binary, tmp_path, {"operator": {
+        "catalogTimeout": "4s", "catalogMaxBytes": "1Mi", "maxStuckCatalogReads": 2, "reconcileStuckAfter": "2m",
+        "allowedCatalogUris": ["https://a/", "https://b/"]}})
     settings, _ = settings_from(docs)
     assert (settings.catalog_timeout, settings.allowed_catalog_uris) == (4.0, ("https://a/", "https://b/"))
+    assert (settings.catalog_max_bytes, settings.max_stuck_catalog_reads, settings.reconcile_stuck_after) == (
+        1024**2, 2, 120.0)
     default, _ = settings_from(render(helm_binary, tmp_path))
     assert (default.catalog_timeout, default.allowed_catalog_uris) == (10.0, ())
 

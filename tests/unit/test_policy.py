@@ -78,3 +78,17 @@ def test_policy_settings_from_flags_and_environment() -> None:
     assert settings.denied_spark_conf == ()
     assert settings.allowed_spark_conf == ("spark.sql.*",)
     assert parse_settings([], {})[0].denied_spark_conf == DEFAULT_DENIED_SPARK_CONF
+
+
+def test_an_ambiguous_catalog_uri_is_refused_even_when_every_endpoint_is_allowed() -> None:
+    uri = "http://127.0.0.1:8181\\@catalog.internal/"
+    for settings in (OperatorSettings(), OperatorSettings(allowed_catalog_uris=("http://catalog.internal/",))):
+        assert policy_problems(sync_with({}, uri), settings) == (f"spec.table.catalog.uri: {uri!r} contains a backslash",)
+
+
+def test_catalog_endpoints_are_matched_on_host_port_and_path_segments_not_string_prefixes() -> None:
+    settings = OperatorSettings(allowed_catalog_uris=("https://catalog.internal/api",))
+    assert policy_problems(sync_with({}, "HTTPS://Catalog.Internal:443/api/v1"), settings) == ()
+    for uri in ("https://catalog.internal/apiv2", "https://catalog.internal.evil/api", "https://catalog.internal:8443/api"):
+        [problem] = policy_problems(sync_with({}, uri), settings)
+        assert problem.startswith(f"spec.table.catalog.uri: {uri} is not among the endpoints")

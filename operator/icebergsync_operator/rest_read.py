@@ -1,0 +1,77 @@
+"""Reading a table's metadata from a tenant's REST catalog, on the bounded transport."""
+
+from __future__ import annotations
+
+import requests
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.rest.auth import AuthManagerAdapter
+from pyiceberg.io import FileIO, InputFile, OutputFile
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.typedef import EMPTY_DICT, Properties
+
+from icebergsync import spec as model
+from icebergsync_operator.bounded_http import bounded_session
+from icebergsync_operator.catalog_access import (
+    CatalogAccessError,
+    allowed_only,
+    check_endpoint,
+    checked_endpoints,
+)
+from icebergsync_operator.deadline import Deadline
+from icebergsync_operator.endpoints import Endpoint
+from icebergsync_operator.settings import OperatorSettings
+
+
+class _NoFiles(FileIO):
+    """A REST table's metadata comes in the catalog's answer: the operator opens no file of it."""
+
+    def new_input(self, location: str) -> InputFile:
+        raise CatalogAccessError("the operator reads no table files of a REST catalog")
+
+    def new_output(self, location: str) -> OutputFile:
+        raise CatalogAccessError("the operator writes no files")
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        raise CatalogAccessError("the operator deletes no files")
+
+
+class GuardedRestCatalog(RestCatalog):
+    """A REST catalog on a bounded session, whose server config cannot widen its properties.
+
+    ``_create_session`` builds the session itself so the ``BoundedAdapter`` is mounted before the
+    OAuth2 token exchange (pyiceberg's own runs it first). It supports what ``ALLOWED_PROPERTIES``
+    can ask for: a bearer ``token`` or OAuth2 client ``credential`` (with scope, audience, resource,
+    oauth2-server-uri); no custom auth managers, SigV4, TLS files or extra headers.
+    """
+
+    def __init__(self, name: str, deadline: Deadline, settings: OperatorSettings, **properties: str):
+        self._deadline = deadline
+        self._settings = settings
+        super().__init__(name, **properties)
+
+    def _check(self, endpoint: Endpoint) -> None:
+        check_endpoint(endpoint, self._settings.allowed_catalog_uris)
+
+    def _create_session(self) -> requests.Session:
+        session = bounded_session(self._deadline, self._check, self._settings.catalog_max_bytes)
+        self._config_headers(session)
+        self._auth_manager = self._create_legacy_oauth2_auth_manager(session)
+        session.auth = AuthManagerAdapter(self._auth_manager)
+        return session
+
+    def _fetch_config(self) -> None:
+        super()._fetch_config()
+        properties = checked_endpoints({**allowed_only(self.properties), "uri": self.uri},
+                                       self._settings.allowed_catalog_uris)
+        self.properties, self.uri = properties, properties["uri"]
+
+    def _load_file_io(self, properties: Properties = EMPTY_DICT, location: str | None = None) -> FileIO:
+        return _NoFiles()
+
+
+def read_rest_metadata(catalog: model.Catalog, properties: dict[str, str], table_name: str,
+                       deadline: Deadline, settings: OperatorSettings) -> TableMetadata:
+    """The table's metadata as the REST catalog answers it (config, token exchange, load table)."""
+    opened = GuardedRestCatalog(catalog.name, deadline, settings,
+                                **checked_endpoints({**properties, "uri": catalog.uri}, settings.allowed_catalog_uris))
+    return opened.load_table(table_name).metadata
