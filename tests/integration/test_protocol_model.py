@@ -12,7 +12,8 @@ do), killed after any of their commits; kills before a commit, right after the
 main commit, between the main and the dead-letter commit, after the dead-letter commit; network
 faults (a conflict, a request lost before it landed, an answer lost after it landed); interleavings
 between a sink's fence check and its commit (another writer's append or compaction, the other sink's
-commit, expiry, a newer attempt's fence, an upgrade, a schema change, a rollback) and a newer fence
+commit, expiry, a newer attempt's fence, an upgrade, a schema change, a rollback, a rollback whose
+left-behind snapshots then expire) and a newer fence
 between a sink's main and dead-letter commits; another writer's appends, compaction, expiry (one
 snapshot, everything older than the head, the snapshots a rollback left behind), rollbacks of main,
 schema changes and the tables dropped and recreated; a sink's own expiry and compaction (a
@@ -44,10 +45,11 @@ import tempfile
 import time
 import types
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pytest
@@ -91,28 +93,33 @@ from tests.integration.protocol_model.world import (
 )
 
 pytestmark = pytest.mark.slow
+T = TypeVar("T")
 EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_EXAMPLES", "40"))
 STEPS = int(os.environ.get("ICEBERGSYNC_MODEL_STEPS", "30"))
 
 # Actions and their weights: triggers dominate; what breaks every sink's pin (schema change, recreation) is rare.
 ACTIONS = (["trigger"] * 20 + ["launch"] * 6 + ["foreign_append"] * 2 + ["foreign_compaction"] * 2
            + ["rollback"] * 3 + ["expire_one"] * 2 + ["expire_older_than_head"] + ["expire_rolled_back"] * 2
-           + ["sink_expiry"] * 2 + ["sink_compaction"] * 2 + ["column_change"] + ["recreate"])
+           + ["sink_expiry"] * 3 + ["sink_compaction"] * 2 + ["column_change"] + ["recreate"])
 INTERLEAVINGS = ("foreign-append", "foreign-compaction", "foreign-expiry", "other-sink-commit", "newer-attempt",
-                 "upgrade", "column-change", "rollback")
+                 "upgrade", "column-change", "rollback", "rollback-and-expiry")
 KILLS = ("die-before-commit", "die-after-main-commit", "die-between-commits", "die-after-dead-letter-commit")
 DISTURBANCES = ((None,) * 10 + KILLS + FAULTS + INTERLEAVINGS + ("newer-fence-between-commits",))
-# What a run must have exercised to count as a judgement (counts from STATS; the suite's run meets them).
+# What a run must have exercised to count as a judgement (counts from STATS; the suite's run meets them with room).
 COVERAGE = {
-    **{f"trigger:{outcome}": 1 for outcome in ("committed", "fenced", "rolled-back", "table-changed", "killed")},
-    **{f"launch:{outcome}": 1 for outcome in ("resume", "fenced", "conflict", "killed")},
-    **{f"disturbance:{kind}": 1 for kind in (*KILLS, *FAULTS, *INTERLEAVINGS, "newer-fence-between-commits")},
-    "trigger:committed-after-rollback": 10,
-    "trigger:committed-by-second-sink": 10,
-    "sink_expiry:committed": 3, "sink_compaction:committed": 3, "expire_rolled_back:expired": 3,
-    "reset_stopped_sink:reset": 1, "launch:schema-evolved": 3,
+    **{f"trigger:{outcome}": 5 for outcome in ("committed", "fenced", "rolled-back", "table-changed", "killed")},
+    **{f"launch:{outcome}": 3 for outcome in ("resume", "fenced", "killed")},
+    "disturbances:kills": 20, "disturbances:faults": 10, "disturbances:interleavings": 30,
+    "disturbance:newer-fence-between-commits": 3,
+    "trigger:committed-after-rollback": 20, "trigger:committed-by-second-sink": 20, "launch:schema-evolved": 5,
+    "sink_expiry:committed": 5, "sink_compaction:committed": 3, "expire_rolled_back:expired": 3,
 }
 STATS: Counter[str] = Counter()
+
+
+def pick(choices: Sequence[T]) -> st.SearchStrategy[T]:
+    """One of ``choices``, each position equally likely (repeat an entry to weight it)."""
+    return st.integers(0, len(choices) - 1).map(choices.__getitem__)
 
 
 def count(key: str) -> None:
@@ -167,7 +174,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def step(self, data: st.DataObject) -> None:
-        action = data.draw(st.sampled_from(ACTIONS), label="action")
+        action = data.draw(pick(ACTIONS), label="action")
         count(f"action:{action}")
         getattr(self, action)(data)
 
@@ -197,12 +204,12 @@ class ProtocolModel(RuleBasedStateMachine):
     # -- sinks -----------------------------------------------------------------------------------------
 
     def launch(self, data: st.DataObject) -> None:
-        sink = data.draw(st.sampled_from(["ns/a", "ns/b"]), label="sink")
-        mode = data.draw(st.sampled_from(["restart", "restart", "upgrade", "upgrade", "stale"]), label="mode")
-        kill = data.draw(st.sampled_from([None, None, None, 1, 2]), label="kill after commits")
+        sink = data.draw(pick(["ns/a", "ns/b"]), label="sink")
+        mode = data.draw(pick(["restart", "restart", "upgrade", "upgrade", "stale"]), label="mode")
+        kill = data.draw(pick([None, None, None, 1, 2]), label="kill after commits")
         top = self.top_version[sink]
         version = {"restart": max(top, 1), "upgrade": top + 1, "stale": max(top - 1, 1)}[mode]
-        if data.draw(st.sampled_from([True, True, False]), label="reset the sink first if it is stopped"):
+        if data.draw(pick([True, True, False]), label="reset the sink first if it is stopped"):
             self._reset_if_stopped(sink)
         evolve = mode != "restart" and data.draw(st.booleans(), label="the new version adds a column")
         self._launch(sink, version, kill, f"{sink[-1]}_v{version}" if evolve else None)
@@ -268,13 +275,15 @@ class ProtocolModel(RuleBasedStateMachine):
                 return
             which = data.draw(st.integers(0, len(self.processes) - 1), label="attempt")
             rows = data.draw(st.integers(1, 30), label="rows")
-            disturbance = data.draw(st.sampled_from(DISTURBANCES), label="disturbance")
+            disturbance = data.draw(pick(DISTURBANCES), label="disturbance")
             self._trigger(self.processes[which], rows, disturbance)
 
     def _trigger(self, process: SinkProcess, rows: int, disturbance: str | None) -> None:
         """One trigger of ``process``: stage the next ``rows`` records, commit, maybe be disturbed on the way."""
         if disturbance:
             count(f"disturbance:{disturbance}")
+            family = "kills" if disturbance in KILLS else "faults" if disturbance in FAULTS else "interleavings"
+            STATS[f"disturbances:{family}"] += 1
         claim, base, start = process.claim, process.base, process.model.next_id
         local = range(start, start + rows)
         good = [base + i for i in local if not is_bad(i)]
@@ -395,16 +404,19 @@ class ProtocolModel(RuleBasedStateMachine):
             self._launch(process.claim.sink, self.top_version[process.claim.sink] + 1)
         elif kind == "column-change":
             self._column_change()
-        elif kind == "rollback":
+        elif kind in ("rollback", "rollback-and-expiry"):  # one snapshot back; then, maybe, what it left expires
             reachable = list(self.model.reachable())
             if len(reachable) > 1:
                 self._rollback_to(reachable[1].id)
+                if kind == "rollback-and-expiry":
+                    self._expire_rolled_back()
 
     # -- a sink's own upkeep, under its fence ----------------------------------------------------------
 
-    def _draw_attempt(self, data: st.DataObject) -> SinkProcess:
-        """A running attempt, most often the newest (the one that owns its sink, unless something changed)."""
-        which = data.draw(st.sampled_from([-1, -1, 0, 1, 2]), label="attempt")
+    def _draw_attempt(self, data: st.DataObject, newest_first: bool = True) -> SinkProcess:
+        """A running attempt: most often the newest (the one that owns its sink, unless something changed), or,
+        not ``newest_first``, as often the oldest (the likeliest to have been superseded)."""
+        which = data.draw(pick([-1, -1, 0, 1, 2] if newest_first else [0, 0, -1, 1, 2]), label="attempt")
         return self.processes[which if which < len(self.processes) else -1]
 
     def _upkeep_outcome(self, action: str, run: Callable[[], object]) -> str:
@@ -426,15 +438,30 @@ class ProtocolModel(RuleBasedStateMachine):
         """Built-in expiry (spark_app/maintenance.py) by any running attempt: everything but the newest ``retain``."""
         if not self.processes or self.model.limit_applies():
             return
-        process = self._draw_attempt(data)
+        process = self._draw_attempt(data, newest_first=False)
         retain = data.draw(st.integers(1, 3), label="retain")
-        expected = self.model.commit_outcome(process.model)
-        expected_gone = self.model.expirable(retain, process.model.last) if expected == "committed" else set()
+        interleaving = data.draw(pick([None, None, "newer-attempt", "foreign-append"]),
+                                 label="interleaving")
+
+        def prediction() -> tuple[str, set[int]]:
+            expected = self.model.commit_outcome(process.model)
+            return expected, self.model.expirable(retain, process.model.last) if expected == "committed" else set()
+
+        expected, expected_gone = prediction()
+
+        def interleave() -> None:  # between the expiry's fence check and its commit: it re-checks and recomputes
+            nonlocal expected, expected_gone
+            assert interleaving is not None
+            self._interleave(interleaving, process)
+            expected, expected_gone = prediction()
+
         before = {s.id for s in self.model.present()}
         settings_ = Maintenance(expire_snapshots=ExpireSnapshots(older_than="0s", retain_last=retain))
         maintainer = Maintainer(settings_, process.committer, process.catalog, TABLE, 1 << 20)  # type: ignore[arg-type]
+        process.catalog.before_next_commit = interleave if interleaving else None
         outcome = self._upkeep_outcome("sink_expiry", lambda: maintainer.expire_snapshots(
             now_ms=int(time.time() * 1000) + 1000))
+        process.catalog.before_next_commit = None
         assert outcome == expected, f"{process.claim}: expected {expected}, got {outcome}"
         gone = before - {s.snapshot_id for s in self.catalog.load_table(TABLE).metadata.snapshots}
         assert gone == expected_gone, f"{process.claim} expired {sorted(gone)}, expected {sorted(expected_gone)}"
@@ -447,7 +474,7 @@ class ProtocolModel(RuleBasedStateMachine):
         if not self.processes:
             return
         process = self._draw_attempt(data)
-        interleaving = data.draw(st.sampled_from([None, None, None, "foreign-append", "foreign-compaction"]),
+        interleaving = data.draw(pick([None, None, None, "foreign-append", "foreign-compaction"]),
                                  label="interleaving")
         table = self.catalog.load_table(TABLE)
         planned = table.metadata.current_snapshot()
@@ -565,6 +592,9 @@ class ProtocolModel(RuleBasedStateMachine):
         self._settle()
 
     def expire_rolled_back(self, data: st.DataObject) -> None:
+        self._expire_rolled_back()
+
+    def _expire_rolled_back(self) -> None:
         """Another writer expires what a rollback left off main (the usual clean-up after a rollback)."""
         off_main = {s.id for s in self.model.present() if not self.model.on_main(s.id)}
         if off_main:
