@@ -170,29 +170,32 @@ def ensure_table(catalog: Catalog, identifier: str, schema: Schema, partition_by
     return table
 
 
-KEYED_FORMAT_VERSION = 2
+KEYED_FORMAT_VERSION = 2  # what a new keyed table is, unless spec.table.properties asks for 3 (deletion vectors)
+KEYED_FORMAT_VERSIONS = ("2", "3")
 
 
 def _keyed(identifier: str, schema: Schema, properties: dict[str, str], key: Sequence[str]) -> tuple[Schema, dict[str, str]]:
-    """The schema (with the key as identifier fields) and properties (format-version 2) of a new keyed table."""
+    """The schema (with the key as identifier fields) and properties (format-version 2 unless 3 is asked for) of a
+    new keyed table."""
     version = properties.get("format-version", str(KEYED_FORMAT_VERSION))
-    if version != str(KEYED_FORMAT_VERSION):
+    if version not in KEYED_FORMAT_VERSIONS:
         raise IncompatibleSchemaError(
             f"table {identifier}: spec.table.properties sets format-version {version}, but a keyed table (spec.table.key) "
-            f"is format-version {KEYED_FORMAT_VERSION} (its equality deletes need it)"
+            f"is format-version 2 (position delete files) or 3 (deletion vectors)"
         )
     ids = [schema.find_field(name).field_id for name in key]
     keyed = Schema(*schema.fields, schema_id=schema.schema_id, identifier_field_ids=ids)
-    return keyed, {**properties, "format-version": str(KEYED_FORMAT_VERSION)}
+    return keyed, {**properties, "format-version": version}
 
 
 def check_keyed_table(identifier: str, table: Table, key: Sequence[str]) -> None:
-    """Raise ``IncompatibleSchemaError`` unless ``table`` is format-version 2 with ``key`` as its identifier fields."""
+    """Raise ``IncompatibleSchemaError`` unless ``table`` is format-version 2 or 3 with ``key`` as its identifier
+    fields."""
     version = table.metadata.format_version
-    if version != KEYED_FORMAT_VERSION:
+    if str(version) not in KEYED_FORMAT_VERSIONS:
         raise IncompatibleSchemaError(
             f"table {identifier} is Iceberg format-version {version}; a keyed table (spec.table.key) must be "
-            f"format-version {KEYED_FORMAT_VERSION}: upgrade it (e.g. Spark: ALTER TABLE ... SET TBLPROPERTIES "
+            f"format-version 2 or 3: upgrade it (e.g. Spark: ALTER TABLE ... SET TBLPROPERTIES "
             "('format-version'='2')) or sync into a new table"
         )
     found = sorted(table.schema().identifier_field_names())

@@ -56,7 +56,8 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": CHANGES_NEED_FILES_OR_KAFKA_MESSAGE,
         },
         {
-            "rule": "!has(self.maintenance) || !has(self.maintenance.rewriteDeletes) || has(self.changes)",
+            "rule": "!has(self.maintenance) || !has(self.maintenance.rewriteDeletes) || (has(self.changes) "
+                    "&& has(self.changes.deletes) && self.changes.deletes == 'equality')",
             "fieldPath": ".maintenance.rewriteDeletes",
             "message": REWRITE_DELETES_NEED_CHANGES_MESSAGE,
         },

@@ -228,9 +228,19 @@ class Changes(Model):
         "wrapped in {schema, payload}); upsert: each record is the whole new row, __deleted true deletes its "
         "key, a Kafka tombstone deletes the message key's row. See docs/connectors.md.",
     )
+    deletes: Literal["position", "equality"] = Field(
+        default="position",
+        description="How a trigger removes the older row of each key it touches. position (the default): the "
+        "rows are located in the table at commit time and deleted by position (position delete files on "
+        "format-version 2 tables, deletion vectors on 3), which every Iceberg reader reads at full speed. "
+        "equality: one equality delete file of the touched keys, cheaper to write and costlier to read "
+        "(every reader pays for it on every scan until maintenance rewrites it away; some engines cannot "
+        "read it at all). See docs/dataplane.md.",
+    )
 
 
-REWRITE_DELETES_NEED_CHANGES_MESSAGE = "maintenance.rewriteDeletes needs changes: only keyed syncs write delete files"
+REWRITE_DELETES_NEED_CHANGES_MESSAGE = ("maintenance.rewriteDeletes needs changes with deletes: equality: it rewrites "
+                                        "equality deletes away (position deletes are read at full speed as they are)")
 REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE = "set at most one of every and afterCommits"
 DEFAULT_REWRITE_AFTER_COMMITS = 10
 
@@ -477,7 +487,8 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
                             "a key column cannot be float or double")
         if name in (spec.table.key or [])[:index]:
             problems.append(f"spec.table.key[{index}]: column {name!r} is listed twice")
-    if spec.maintenance is not None and spec.maintenance.rewrite_deletes is not None and spec.changes is None:
+    if spec.maintenance is not None and spec.maintenance.rewrite_deletes is not None \
+            and (spec.changes is None or spec.changes.deletes != "equality"):
         problems.append(f"spec.maintenance.rewriteDeletes: {REWRITE_DELETES_NEED_CHANGES_MESSAGE}")
     if spec.event_time_column and spec.event_time_column not in columns:
         problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is not in the schema")

@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TypeVar
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
@@ -50,6 +51,8 @@ from spark_app.iceberg_internals import (
     rewrite_files,
     row_delta,
 )
+from spark_app.position_deletes.locate import locate_rows
+from spark_app.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
 
 log = logging.getLogger("icebergsync.committer")
 
@@ -158,12 +161,16 @@ class TriggerOutput:
     """What one trigger staged, to be committed in one snapshot.
 
     ``delete_files`` are equality delete files of a keyed table (spark_app/deletes.py), committed in
-    the same snapshot as ``data_files``.
+    the same snapshot as ``data_files``. ``touched_keys`` (the key columns) are the keys a keyed
+    trigger touched whose older rows it deletes by position: they are located on the head the commit
+    swaps against, and the position deletes (format 2) or deletion vectors (format 3) written then
+    (spark_app/position_deletes/) join the same snapshot.
     """
 
     data_files: list[DataFile] = field(default_factory=list)
     dead_letter_files: list[DataFile] = field(default_factory=list)
     delete_files: list[DataFile] = field(default_factory=list)
+    touched_keys: pa.Table | None = None
     records: int = 0
     dead_letters: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
@@ -238,7 +245,8 @@ class SinkCommitter:
     def _transaction(
         self, table: Table, kind: str, frontier: Frontier | None, files: list[DataFile],
         schema_changes: list[SchemaChange] | None = None, checkpoint_extra: Mapping[str, object] | None = None,
-        delete_files: list[DataFile] | None = None, **properties: object,
+        delete_files: list[DataFile] | None = None, removed_delete_files: list[DataFile] | None = None,
+        **properties: object,
     ) -> tuple[Transaction, int]:
         transaction = Transaction(table)
         if kind == protocol.KIND_FENCE and table.schema().identifier_field_ids:
@@ -258,9 +266,9 @@ class SinkCommitter:
         summary = protocol.snapshot_properties(
             self.writer, kind, frontier, source=self.source, **properties  # type: ignore[arg-type]
         )
-        if delete_files:
-            _check_delete_specs(table, delete_files)
-            snapshot_id = row_delta(transaction, summary, files, delete_files)
+        if delete_files or table.metadata.format_version >= 3:  # pyiceberg's own append writes no v3 manifests
+            _check_delete_specs(table, delete_files or [])
+            snapshot_id = row_delta(transaction, summary, files, delete_files or [], removed_delete_files or ())
         else:
             with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
                 for data_file in files:
@@ -419,21 +427,28 @@ class SinkCommitter:
         started = time.monotonic()
         max_event_time = output.max_event_time
         dead_letter_paths = [f.file_path for f in output.dead_letter_files]
+        located: dict[int, list[DataFile]] = {}  # the position deletes written for each attempted snapshot
 
         def build(table: Table) -> tuple[Transaction, int]:
-            return self._transaction(
+            deletes = self._position_deletes(table, output.touched_keys)
+            transaction, snapshot_id = self._transaction(
                 table, protocol.KIND_DATA, frontier, output.data_files,
                 checkpoint_extra=_pending_extra(dead_letter_paths if self._dead_letter_identifier else []),
-                delete_files=output.delete_files,
+                delete_files=output.delete_files + deletes.added, removed_delete_files=deletes.removed,
                 records=output.records, dead_letters=output.dead_letters, dead_letter_files=dead_letter_paths,
                 max_event_time=max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
             )
+            located[snapshot_id] = deletes.added
+            return transaction, snapshot_id
 
         try:
             snapshot, _ = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot), build)
         except (FencedError, ProgressConflictError, TableChangedError):
             self.discard(output)  # certainly not committed: the check refused before the commit was sent
+            self._delete_files([f for files in located.values() for f in files])
             raise
+        self._delete_files([f for snapshot_id, files in located.items() if snapshot_id != snapshot.snapshot_id
+                            for f in files])  # written for rounds that did not land
         self.last_snapshot = snapshot
         self.frontier = frontier
         self._pending_dead_letter_paths = dead_letter_paths if self._dead_letter_identifier else []
@@ -574,6 +589,22 @@ class SinkCommitter:
             with contextlib.suppress(FileNotFoundError):
                 io.delete(path)
 
+    def _position_deletes(self, table: Table, touched_keys: pa.Table | None) -> PositionDeleteDelta:
+        """The position deletes (or deletion vectors) of the rows ``touched_keys`` hold on ``table``'s head."""
+        snapshot = table.current_snapshot()
+        if touched_keys is None or touched_keys.num_rows == 0 or snapshot is None:
+            return PositionDeleteDelta()
+        located = locate_rows(table, snapshot, touched_keys)
+        return stage_position_deletes(table, located, f"{attempt_file_prefix(self.writer)}-posdel-{snapshot.snapshot_id}")
+
+    def _delete_files(self, files: list[DataFile]) -> None:
+        if not files:
+            return
+        io = self._catalog.load_table(self._identifier).io
+        for data_file in files:
+            with contextlib.suppress(FileNotFoundError):
+                io.delete(data_file.file_path)
+
 
 class MaintenanceConflictError(IcebergSyncError):
     """Main moved while a rewrite was planned: nothing was committed, plan again later."""
@@ -593,6 +624,8 @@ def _check_delete_specs(table: Table, delete_files: list[DataFile]) -> None:
     rows in other partitions (a row that moved partition would survive its delete)."""
     specs = table.metadata.specs()
     for delete_file in delete_files:
+        if delete_file.content != DataFileContent.EQUALITY_DELETES:
+            continue  # a position delete names its data file: it lives in that file's partition
         spec = specs.get(delete_file.spec_id)
         if spec is None or spec.fields:
             raise IcebergSyncError(

@@ -1,6 +1,7 @@
 """Equality delete files for keyed tables: the keys a trigger touches, applied to every partition.
 
-Each trigger of a keyed sync commits, in ONE snapshot, the winning upserts as data files and every
+With ``changes.deletes: equality`` (the default is position deletes: spark_app/position_deletes/),
+each trigger of a keyed sync commits, in ONE snapshot, the winning upserts as data files and every
 key it touches as an *equality delete* on the key columns (docs/dataplane.md). An equality delete
 removes the rows with its key from data files of strictly lower sequence number, so the trigger's
 own new rows survive while every older version of the key goes. It applies to data files of any
@@ -29,6 +30,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.typedef import Record
 
+from icebergsync.errors import IncompatibleSchemaError
 from spark_app.iceberg_internals import footer_statistics, new_data_location, unpartitioned_spec_id
 
 
@@ -55,19 +57,28 @@ class DeletePlan:
         return schema_to_pyarrow(self.key_schema(), include_field_ids=True)
 
 
-def delete_plan(table: Table) -> DeletePlan:
-    """The delete plan of a keyed table (its identifier fields are the key); raises when it cannot take deletes."""
-    metadata = table.metadata
+def table_key(table: Table) -> tuple[str, ...]:
+    """A keyed table's key: its identifier fields, in the schema's order; raises when it has none."""
     schema = table.schema()
-    key = tuple(schema.identifier_field_names())
+    key = schema.identifier_field_names()
     if not key:
         raise ValueError(f"table {table.name()} has no identifier fields: it is not keyed")
+    return tuple(field.name for field in schema.fields if field.name in key)
+
+
+def delete_plan(table: Table) -> DeletePlan:
+    """The equality delete plan of a keyed table (its identifier fields are the key); raises when it cannot take
+    equality deletes."""
+    metadata = table.metadata
+    schema = table.schema()
+    ordered = table_key(table)
     if metadata.format_version != 2:
-        raise ValueError(f"table {table.name()} is format-version {metadata.format_version}: delete files need 2")
+        raise IncompatibleSchemaError(
+            f"table {table.name()} is format-version {metadata.format_version}: changes.deletes: equality writes equality "
+            "delete files for format-version 2 tables only; use changes.deletes: position (deletion vectors on 3)")
     spec_id = unpartitioned_spec_id(metadata)
     if spec_id is None:
         raise ValueError(f"table {table.name()} has no unpartitioned spec for its equality deletes (the fence adds one)")
-    ordered = tuple(field.name for field in schema.fields if field.name in key)
     return DeletePlan(metadata.location, dict(metadata.properties), schema, ordered, spec_id, dict(table.io.properties))
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
@@ -32,7 +33,7 @@ from icebergsync.schema import iceberg_schema, plan_evolution
 from icebergsync.spec import IcebergSync, effective_columns
 from spark_app.committer import Commit, SinkCommitter, TriggerOutput, attempt_file_prefix
 from spark_app.deadletter import DEAD_LETTER_SCHEMA, Rejection
-from spark_app.deletes import delete_plan
+from spark_app.deletes import delete_plan, table_key
 from spark_app.faults import crash_point
 from spark_app.maintenance import Maintainer
 from spark_app.merge import merge_small_files
@@ -73,6 +74,9 @@ class Staged:
         output = TriggerOutput(source_lag=written.pending.lag, source_notes=written.source_notes)
         newest_event: int | None = None
         rejection: Rejection | None = None
+        touched = [pa.ipc.open_stream(r.touched_keys).read_all() for r in results if r.touched_keys is not None]
+        if touched:
+            output.touched_keys = pa.concat_tables(touched)
         for result in results:
             if result.rejection is not None:
                 rejection = result.rejection if rejection is None else rejection.adding(result.rejection)
@@ -271,7 +275,8 @@ class SyncJob:
             writer_memory_bytes=WRITER_MEMORY_BYTES,
             required_columns=tuple(f.name for f in table.schema().fields if f.required),
             event_time_column=self.spec.event_time_column,
-            deletes=delete_plan(table) if self.spec.changes else None,
+            key=table_key(table) if self.spec.changes else None,
+            deletes=delete_plan(table) if self.spec.changes and self.spec.changes.deletes == "equality" else None,
         )
 
     def _stage(self, source: Source, frontier: Frontier, pending: Pending, plan: WritePlan) -> Written:

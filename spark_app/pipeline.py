@@ -112,9 +112,9 @@ def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader,
     context = spark.sparkContext
     tasks = max(1, min(len(units), context.defaultParallelism))
     rdd = context.parallelize(units, tasks)
-    if plan.deletes is not None:
+    if plan.key is not None:
         tasks = context.defaultParallelism  # every change of a key meets the others in one task
-        keyed = rdd.mapPartitions(_route_function(reader, KeyRouter(plan.deletes.key, tasks))).partitionBy(
+        keyed = rdd.mapPartitions(_route_function(reader, KeyRouter(plan.key, tasks))).partitionBy(
             tasks, lambda bucket: max(0, bucket))
         payloads = keyed.mapPartitions(_stage_changes_function(plan)).collect()
     else:
@@ -148,17 +148,21 @@ def _route_function(reader: UnitReader, router: KeyRouter) -> Callable[[Iterable
 
 
 def stage_changes(plan: WritePlan, tables: list[pa.Table], task_id: str) -> TaskResult:
-    """Write one key bucket of a trigger's changes: dead letters, the winning upserts, and one equality
-    delete file of every key the bucket touches (so each key's older row goes, wherever it lives)."""
-    assert plan.deletes is not None
+    """Write one key bucket of a trigger's changes: dead letters, the winning upserts, and every key the bucket
+    touches, so that each key's older row goes, wherever it lives: returned to the driver, which deletes
+    those rows by position at commit time, or (``changes.deletes: equality``) as one equality delete file."""
+    assert plan.key is not None
     changes = pa.concat_tables(tables, promote_options="permissive") if tables else None
     if changes is None or changes.num_rows == 0:
         return TaskResult()
     errors = changes.column(ERROR_COLUMN)
     bad = changes.filter(pc.is_valid(errors)).drop_columns([OP_COLUMN, ORDER_COLUMN])
-    upserts, deleted = collapse(changes, plan.deletes.key)
+    upserts, deleted = collapse(changes, plan.key)
     result = stage_partition(plan, iter(bad.to_batches() + upserts.to_batches()), task_id)
     if result.rejection is not None:
+        return result
+    if plan.deletes is None:
+        result.touched_keys = _ipc(deleted) if deleted.num_rows else None
         return result
     try:
         delete_file = write_equality_deletes(plan.deletes, deleted, f"{plan.file_prefix}-{task_id}")

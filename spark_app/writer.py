@@ -76,7 +76,8 @@ class WritePlan:
     writer_memory_bytes: int
     required_columns: tuple[str, ...]
     event_time_column: str | None
-    deletes: DeletePlan | None = None  # a keyed sync's equality deletes (spark_app/deletes.py)
+    key: tuple[str, ...] | None = None  # a keyed sync's key: changes are routed and collapsed by it
+    deletes: DeletePlan | None = None  # with changes.deletes: equality, its equality deletes (spark_app/deletes.py)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class TaskResult:
     max_event_time_us: int | None = None
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     rejection: Rejection | None = None  # set instead of writing anything when there is no dead-letter table
+    touched_keys: bytes | None = None  # keyed, position deletes: the keys (Arrow IPC) whose older rows go
     unit_stats: UnitStats = field(default_factory=UnitStats)
 
 

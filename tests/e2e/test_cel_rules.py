@@ -22,7 +22,7 @@ KEYED_SCHEMA = [{"name": "id", "type": "long", "required": True}]
 FILES = {"files": {"path": "/data"}}
 KAFKA = {"kafka": {"bootstrapServers": "k:9092", "topic": "t"}}
 KEYED = {"source": FILES, "schema": KEYED_SCHEMA, "table": {"name": "db.trips", "key": ["id"]},
-         "changes": {"format": "debezium"}}
+         "changes": {"format": "debezium", "deletes": "equality"}}
 
 # Spec fields over a valid generator spec, each near a CEL rule: on both sides of it.
 CASES: dict[str, dict[str, Any]] = {
@@ -61,6 +61,8 @@ CASES: dict[str, dict[str, Any]] = {
     "rewriteDeletes of a keyed sync": {**KEYED, "maintenance": {"rewriteDeletes": {"afterCommits": 5}}},
     "rewriteDeletes every 10m": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "10m", "minDeleteFiles": 4}}},
     "rewriteDeletes without changes": {"maintenance": {"rewriteDeletes": {}}},
+    "rewriteDeletes with position deletes": {**KEYED, "changes": {"format": "debezium"},
+                                             "maintenance": {"rewriteDeletes": {}}},
     "rewriteDeletes every and afterCommits": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "1m",
                                                                                            "afterCommits": 3}}},
     "rewriteDeletes every 0s": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "0s"}}},

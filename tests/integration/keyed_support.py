@@ -261,8 +261,17 @@ def prefix_model(stream: ChangeStream, covered: Callable[[int, Emitted], bool]) 
     return model_of(record for index, record in enumerate(stream.emitted) if covered(index, record))
 
 
+def pyiceberg_rows(table: Table) -> dict[int, Row]:
+    """The table as pyiceberg's reader reads it (position deletes and deletion vectors applied)."""
+    rows = table.scan(selected_fields=("id", "name", "updated_at")).to_arrow()
+    ids = rows.column("id").to_pylist()
+    assert len(ids) == len(set(ids)), "a key is in the table twice"
+    micros = rows.column("updated_at").cast("int64").to_pylist()
+    return dict(zip(ids, zip(rows.column("name").to_pylist(), micros, strict=True), strict=True))
+
+
 def spark_rows(spark: SparkSession, table: Table) -> dict[int, Row]:
-    """The table as Apache Iceberg's Spark runtime reads it (equality deletes applied)."""
+    """The table as Apache Iceberg's Spark runtime reads it (every kind of delete applied)."""
     frame = spark.read.format("iceberg").load(table.metadata_location)
     rows = frame.selectExpr("id", "name", "unix_micros(updated_at) AS micros").collect()
     assert len(rows) == len({row["id"] for row in rows}), "a key is in the table twice"

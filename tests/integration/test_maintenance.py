@@ -340,7 +340,7 @@ def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Pa
     stream = WideStream("debezium", random.Random("maintenance-crash"))
     models = write_change_files(inbox, stream, 3, 500)
     document = sync_document(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
-                             table={"key": ["id"], "partitionBy": ["day(updated_at)"]}, changes={"format": "debezium"},
+                             table={"key": ["id"], "partitionBy": ["day(updated_at)"]}, changes={"format": "debezium", "deletes": "equality"},
                              deadLetter={"table": "sales.orders_dlq"},
                              maintenance={"rewriteDeletes": {"afterCommits": 1},
                                           "expireSnapshots": {"olderThan": "0s", "retainLast": 1, "every": "1ms"}})

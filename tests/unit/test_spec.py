@@ -146,6 +146,11 @@ def test_changes_by_key_as_issue_13_shapes_them() -> None:
     assert spec.table.key == ["id"] and spec.changes is not None and spec.changes.format == "debezium"
     assert spec.keyed
     assert parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "upsert"})).spec.changes.format == "upsert"  # type: ignore[union-attr]
+    assert spec.changes.deletes == "position", "the older row of a key is deleted by position unless asked"
+    equality = parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "upsert", "deletes": "equality"})).spec
+    assert equality.changes is not None and equality.changes.deletes == "equality"
+    assert any(p.startswith("spec.changes.deletes") for p in problems_of(
+        cdc_spec({"key": ["id"]}, changes={"format": "upsert", "deletes": "dv"})))
     assert not parse_spec(VALID).spec.keyed
 
 
@@ -187,14 +192,14 @@ def test_maintenance_is_off_unless_declared_and_has_small_defaults() -> None:
     from icebergsync.spec import DEFAULT_REWRITE_AFTER_COMMITS
 
     assert parse_spec(VALID).spec.maintenance is None
-    keyed = parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "debezium"},
+    keyed = parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "debezium", "deletes": "equality"},
                                 maintenance={"rewriteDeletes": {}, "expireSnapshots": {}})).spec.maintenance
     assert keyed is not None and keyed.rewrite_deletes is not None and keyed.expire_snapshots is not None
     rewrite, expire = keyed.rewrite_deletes, keyed.expire_snapshots
     assert rewrite.min_delete_files == 1 and not rewrite.due(DEFAULT_REWRITE_AFTER_COMMITS - 1, 1e9)
     assert rewrite.due(DEFAULT_REWRITE_AFTER_COMMITS, 0)
     assert (expire.older_than_seconds, expire.retain_last, expire.every_seconds) == (3600, 10, 600)
-    timed = parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "upsert"},
+    timed = parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "upsert", "deletes": "equality"},
                                 maintenance={"rewriteDeletes": {"every": "10m"}})).spec.maintenance
     assert timed is not None and timed.rewrite_deletes is not None
     assert not timed.rewrite_deletes.due(1000, 599) and timed.rewrite_deletes.due(0, 600)
@@ -207,10 +212,13 @@ def test_maintenance_problems_are_refused_at_their_path() -> None:
     assert problems_of(with_spec(maintenance={"rewriteDeletes": {}})) == [
         f"spec.maintenance.rewriteDeletes: {REWRITE_DELETES_NEED_CHANGES_MESSAGE}"]
     keyed = {"key": ["id"]}
-    assert problems_of(cdc_spec(keyed, changes={"format": "debezium"},
+    assert problems_of(cdc_spec(keyed, changes={"format": "debezium"}, maintenance={"rewriteDeletes": {}})) == [
+        f"spec.maintenance.rewriteDeletes: {REWRITE_DELETES_NEED_CHANGES_MESSAGE}"], "position deletes need no rewrite"
+    equality = {"format": "debezium", "deletes": "equality"}
+    assert problems_of(cdc_spec(keyed, changes=equality,
                                 maintenance={"rewriteDeletes": {"every": "1m", "afterCommits": 2}})) == [
         f"spec.maintenance.rewriteDeletes: {REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE}"]
-    assert problems_of(cdc_spec(keyed, changes={"format": "debezium"}, maintenance={"rewriteDeletes": {"every": "0s"}})) \
+    assert problems_of(cdc_spec(keyed, changes=equality, maintenance={"rewriteDeletes": {"every": "0s"}})) \
         == ["spec.maintenance.rewriteDeletes: every must be greater than zero"]
     for bad, path in [({"rewriteDeletes": {"afterCommits": 0}}, "spec.maintenance.rewriteDeletes.afterCommits"),
                       ({"rewriteDeletes": {"minDeleteFiles": 0}}, "spec.maintenance.rewriteDeletes.minDeleteFiles"),
