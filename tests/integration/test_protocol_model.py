@@ -16,7 +16,8 @@ commit, expiry, a newer attempt's fence, an upgrade, a schema change, a rollback
 left-behind snapshots then expire) and a newer fence
 between a sink's main and dead-letter commits; another writer's appends, compaction, expiry (one
 snapshot, everything older than the head, the snapshots a rollback left behind), rollbacks of main,
-schema changes and the tables dropped and recreated; a sink's own expiry and compaction (a
+schema changes and the tables dropped and recreated; a rollback that undoes an upgrade, and a
+pod of the version before it restarting; a sink's own expiry and compaction (a
 maintenance commit) under its fence; an operator starting a sink over (removing its checkpoint)
 after a rollback past all its commits stopped it.
 
@@ -94,13 +95,14 @@ from tests.integration.protocol_model.world import (
 
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
-EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_EXAMPLES", "60"))
 STEPS = int(os.environ.get("ICEBERGSYNC_MODEL_STEPS", "30"))
 
 # Actions and their weights: triggers dominate; what breaks every sink's pin (schema change, recreation) is rare.
 ACTIONS = (["trigger"] * 20 + ["launch"] * 6 + ["foreign_append"] * 2 + ["foreign_compaction"] * 2
-           + ["rollback"] * 3 + ["expire_one"] * 2 + ["expire_older_than_head"] + ["expire_rolled_back"] * 2
-           + ["sink_expiry"] * 3 + ["sink_compaction"] * 2 + ["column_change"] + ["recreate"])
+           + ["rollback"] * 3 + ["expire_one"] * 3 + ["expire_older_than_head"] * 2 + ["expire_rolled_back"] * 2
+           + ["sink_expiry"] * 3 + ["sink_compaction"] * 2 + ["rollback_below_an_upgrade"] + ["column_change"]
+           + ["recreate"])
 INTERLEAVINGS = ("foreign-append", "foreign-compaction", "foreign-expiry", "other-sink-commit", "newer-attempt",
                  "upgrade", "column-change", "rollback", "rollback-and-expiry")
 KILLS = ("die-before-commit", "die-after-main-commit", "die-between-commits", "die-after-dead-letter-commit")
@@ -205,7 +207,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def launch(self, data: st.DataObject) -> None:
         sink = data.draw(pick(["ns/a", "ns/b"]), label="sink")
-        mode = data.draw(pick(["restart", "restart", "upgrade", "upgrade", "stale"]), label="mode")
+        mode = data.draw(pick(["restart", "restart", "upgrade", "upgrade", "stale", "stale"]), label="mode")
         kill = data.draw(pick([None, None, None, 1, 2]), label="kill after commits")
         top = self.top_version[sink]
         version = {"restart": max(top, 1), "upgrade": top + 1, "stale": max(top - 1, 1)}[mode]
@@ -553,6 +555,19 @@ class ProtocolModel(RuleBasedStateMachine):
         ancestors = [snap.id for snap in self.model.reachable()][1:]
         if ancestors:
             self._rollback_to(ancestors[data.draw(st.integers(0, len(ancestors) - 1), label="ancestor")])
+
+    def rollback_below_an_upgrade(self, data: st.DataObject) -> None:
+        """Another writer rolls main back to just before a sink's newest version claimed it (undoing an upgrade),
+        and a pod of the previous version, still around, restarts: the newest version's claim still stands."""
+        sink = data.draw(pick(sorted(SINKS)), label="sink")
+        top = self.top_version[sink]
+        reachable = list(self.model.reachable())
+        claims = [i for i, snap in enumerate(reachable) if snap.writer and snap.writer.sink == sink
+                  and snap.writer.version == top]
+        if top < 2 or not claims or claims[-1] + 1 >= len(reachable):
+            return
+        self._rollback_to(reachable[claims[-1] + 1].id)
+        self._launch(sink, top - 1)
 
     def _rollback_to(self, target: int) -> None:
         self.catalog.load_table(TABLE).manage_snapshots().rollback_to_snapshot(target).commit()
