@@ -7,9 +7,11 @@ updates that move the row to another ``day(updated_at)`` partition and deletes â
 by batch (one batch = one trigger of the sync) to two tables with the same schema and partitioning,
 in one local[2] Spark session:
 
-* IcebergSync: the job (spark_app.job.SyncJob, in process) on the files source, one change file per
-  trigger (``maxFilesPerTrigger: 1``): decode, collapse per key, data files plus one equality delete
-  file per task, one atomic snapshot per trigger.
+* IcebergSync, twice: the job (spark_app.job.SyncJob, in process) on the files source, one change file
+  per trigger (``maxFilesPerTrigger: 1``): decode, collapse per key, data files, and the older row of
+  each touched key deleted in the same atomic snapshot: by position (``changes.deletes: position``,
+  the default: rows located on the head at commit time, position delete files), and by equality
+  delete files (``changes.deletes: equality``).
 * MERGE INTO: Apache Iceberg's Spark runtime with its SQL extensions, table properties
   ``write.merge.mode``/``write.update.mode``/``write.delete.mode`` = ``merge-on-read``; per batch
   the change file is read with ``spark.read.json``, reduced to the last change per key (by the
@@ -20,6 +22,7 @@ Figures: changes per second over the whole stream (wall time from the first batc
 commit; IcebergSync includes its fence), then the read time of each table afterwards (a full scan
 with Spark: every column of every live row, median of 3), and the files each table holds. Both
 tables are checked equal to the stream's model (key -> row) first. Writes docs/benchmarks/cdc.md.
+``--deletes`` runs the sync in one layout only.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ def table_files(summary: dict[str, str]) -> dict[str, int]:
         ("rows in data files", "total-records"))}
 
 
-def run_sync(spark: Any, workdir: Path, inbox: Path, last: str) -> tuple[float, str, dict[str, int]]:
+def run_sync(spark: Any, workdir: Path, inbox: Path, last: str, deletes: str) -> tuple[float, str, dict[str, int]]:
     from icebergsync import protocol
     from icebergsync.catalog import open_catalog
     from icebergsync.spec import parse_spec
@@ -142,10 +145,10 @@ def run_sync(spark: Any, workdir: Path, inbox: Path, last: str) -> tuple[float, 
         "spec": {
             "source": {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}},
             "schema": SCHEMA,
-            "table": {"catalog": {"type": "sql", "uri": f"sqlite:///{workdir}/catalog.db",
-                                  "warehouse": str(workdir / "sync-warehouse")},
+            "table": {"catalog": {"type": "sql", "uri": f"sqlite:///{workdir}/catalog-{deletes}.db",
+                                  "warehouse": str(workdir / f"sync-warehouse-{deletes}")},
                       "name": "shop.customers", "key": ["id"], "partitionBy": ["day(updated_at)"]},
-            "changes": {"format": "debezium"},
+            "changes": {"format": "debezium", "deletes": deletes},
             "commit": {"interval": "500ms", "pollInterval": "100ms", "targetFileSize": "64Mi"},
         },
     }
@@ -218,7 +221,8 @@ def run_merge(spark: Any, files: list[Path]) -> tuple[float, list[float], dict[s
 
 
 def render(results: dict[str, Any]) -> str:
-    sync, merge = results["sync"], results["merge"]
+    runs = [(f"IcebergSync, {deletes} deletes", results["sync"][deletes]) for deletes in results["sync"]]
+    runs.append(("Spark MERGE INTO (merge-on-read)", results["merge"]))
     lines = [
         "# Keyed sync vs Spark MERGE INTO (merge-on-read)",
         "",
@@ -226,24 +230,26 @@ def render(results: dict[str, Any]) -> str:
         f"Debezium change stream: a snapshot of {results['keys']:,} keys, then {results['changes']:,} changes "
         f"in batches of {results['batch']:,}",
         "(60% updates that move the row to another day partition, 20% deletes, 20% inserts/re-inserts),",
-        f"applied batch by batch to two tables partitioned by `day(updated_at)`, in one local[{CORES}] Spark session.",
-        "Both tables were checked equal to the stream's model before the reads were timed.",
+        f"applied batch by batch to tables partitioned by `day(updated_at)`, in one local[{CORES}] Spark session.",
+        "Every table was checked equal to the stream's model before the reads were timed.",
         "",
         f"Run: {results['date']}; load average before {results['load_before']}, after {results['load_after']} "
         f"on {results['machine']['nproc']} cores (a shared machine: figures are noisy).",
         "",
-        "| | IcebergSync keyed sync | Spark MERGE INTO (merge-on-read) |",
-        "| --- | --- | --- |",
-        f"| wall time, all batches | {sync['seconds']:.1f} s | {merge['seconds']:.1f} s |",
-        f"| changes per second (incl. snapshot rows) | {sync['per_second']:,.0f} | {merge['per_second']:,.0f} |",
-        f"| full scan afterwards (median of 3) | {sync['scan_seconds']:.2f} s | {merge['scan_seconds']:.2f} s |",
+        "| | " + " | ".join(name for name, _ in runs) + " |",
+        "| --- |" + " --- |" * len(runs),
+        "| wall time, all batches | " + " | ".join(f"{run['seconds']:.1f} s" for _, run in runs) + " |",
+        "| changes per second (incl. snapshot rows) | " + " | ".join(f"{run['per_second']:,.0f}" for _, run in runs)
+        + " |",
+        "| full scan afterwards (median of 3) | " + " | ".join(f"{run['scan_seconds']:.2f} s" for _, run in runs)
+        + " |",
     ]
     for name in ("data files", "delete files", "equality deletes", "position deletes", "rows in data files"):
-        lines.append(f"| {name} | {sync['files'].get(name, 0):,} | {merge['files'].get(name, 0):,} |")
+        lines.append(f"| {name} | " + " | ".join(f"{run['files'].get(name, 0):,}" for _, run in runs) + " |")
     lines += [
-        f"| live rows | {results['live_rows']:,} | {results['live_rows']:,} |",
+        "| live rows | " + " | ".join(f"{results['live_rows']:,}" for _ in runs) + " |",
         "",
-        "MERGE INTO per batch (s): " + ", ".join(f"{s:.1f}" for s in merge["per_batch"]),
+        "MERGE INTO per batch (s): " + ", ".join(f"{s:.1f}" for s in results["merge"]["per_batch"]),
         "",
         "Machine: " + ", ".join(f"{k} {v}" for k, v in results["machine"].items()),
         "",
@@ -258,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--deletes", choices=["position", "equality"], nargs="*", default=["position", "equality"],
+                        help="the sync's delete layouts to run (default: both)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-cdc-"))
@@ -278,27 +286,31 @@ def main(argv: list[str] | None = None) -> int:
         "spark.sql.catalog.bench.warehouse": (workdir / "merge-warehouse").as_uri(),
     })
     load_before = " ".join(f"{x:.1f}" for x in load_average())
-    sync_seconds, location, sync_files = run_sync(spark, workdir, inbox, files[-1].name)
-    print(f"[cdc] IcebergSync: {total:,} changes in {sync_seconds:.1f} s", flush=True)
+    syncs: dict[str, dict[str, Any]] = {}
+    for deletes in args.deletes:
+        seconds, location, sync_files = run_sync(spark, workdir, inbox, files[-1].name, deletes)
+        print(f"[cdc] IcebergSync ({deletes} deletes): {total:,} changes in {seconds:.1f} s", flush=True)
+
+        def sync_frame(location: str = location) -> Any:
+            return spark.read.format("iceberg").load(location)
+
+        assert table_rows(spark, sync_frame()) == model, f"IcebergSync's table ({deletes}) differs from the model"
+        syncs[deletes] = {"seconds": seconds, "per_second": total / seconds, "scan_seconds": scan_seconds(sync_frame),
+                          "files": sync_files}
     merge_seconds, per_batch, merge_files = run_merge(spark, files)
     print(f"[cdc] MERGE INTO: {total:,} changes in {merge_seconds:.1f} s", flush=True)
-
-    def sync_frame() -> Any:
-        return spark.read.format("iceberg").load(location)
 
     def merge_frame() -> Any:
         return spark.table("bench.shop.customers")
 
-    assert table_rows(spark, sync_frame()) == model, "IcebergSync's table differs from the model"
     assert table_rows(spark, merge_frame()) == model, "MERGE INTO's table differs from the model"
-    sync_scan, merge_scan = scan_seconds(sync_frame), scan_seconds(merge_frame)
+    merge_scan = scan_seconds(merge_frame)
     results = {
         "keys": args.keys, "changes": args.changes, "batch": args.batch, "live_rows": len(model),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load_before": load_before, "load_after": " ".join(f"{x:.1f}" for x in load_average()),
         "machine": machine(),
-        "sync": {"seconds": sync_seconds, "per_second": total / sync_seconds, "scan_seconds": sync_scan,
-                 "files": sync_files},
+        "sync": syncs,
         "merge": {"seconds": merge_seconds, "per_second": total / merge_seconds, "scan_seconds": merge_scan,
                   "files": merge_files, "per_batch": per_batch},
     }
