@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +33,7 @@ from pyiceberg.typedef import Record
 
 from icebergsync.errors import IncompatibleSchemaError
 from spark_app.iceberg_internals import footer_statistics, new_data_location, unpartitioned_spec_id
+from spark_app.position_deletes.plan import write_new_file
 
 
 @dataclass(frozen=True)
@@ -102,18 +104,14 @@ def write_equality_deletes(plan: DeletePlan, keys: pa.Table, name_prefix: str) -
     io = load_file_io(plan.io_properties, plan.location)
     name = f"{name_prefix}-eqdel-{uuid.uuid4().hex[:12]}.parquet"
     path = new_data_location(load_location_provider(plan.location, plan.properties), name, None)
-    stream = io.new_output(path).create(overwrite=False)
-    try:
+
+    def write(stream: Any) -> pq.FileMetaData:
         writer = pq.ParquetWriter(stream, schema=target, compression="zstd")
         writer.write_table(table)
         writer.close()
-        metadata = writer.writer.metadata
-        size = stream.tell()
-        stream.close()
-    except BaseException:
-        stream.close()
-        io.delete(path)
-        raise
+        return writer.writer.metadata
+
+    metadata, size = write_new_file(io, path, write)
     statistics = footer_statistics(plan.key_schema(), plan.properties, metadata)
     delete_file = DataFile.from_args(
         content=DataFileContent.EQUALITY_DELETES, file_path=path, file_format=FileFormat.PARQUET, partition=Record(),

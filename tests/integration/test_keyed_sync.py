@@ -83,16 +83,8 @@ def test_each_delete_layout_reads_as_the_model_in_spark_and_pyiceberg(
 @pytest.mark.parametrize("fmt", ["debezium", "upsert"])
 def test_change_files_end_in_the_model_of_the_stream(tmp_path: Path, spark: SparkSession, fmt: str) -> None:
     inbox = tmp_path / "inbox"
-    inbox.mkdir()
     stream = ChangeStream(fmt, random.Random(f"files-{fmt}"))
-    for number in range(6):
-        values, keys = stream.records(700)
-        lines = []
-        for value, key in zip(values, keys, strict=True):
-            if value is None and key is not None:  # an upsert-format delete by message key has no file form
-                value = json.dumps({**json.loads(key), "__deleted": True}).encode()
-            lines.append((value or b"null").decode())
-        (inbox / f"{number:04d}.json").write_text("\n".join(lines) + "\n")
+    write_change_files(inbox, stream, 6, 700)
     sync = make_sync(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 2}}, schema=SCHEMA,
                      table={"key": ["id"], "partitionBy": ["day(updated_at)"]}, changes={"format": fmt},
                      deadLetter={"table": "sales.orders_dlq"})
