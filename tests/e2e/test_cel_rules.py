@@ -67,6 +67,14 @@ CASES: dict[str, dict[str, Any]] = {
     "expireSnapshots defaults": {"maintenance": {"expireSnapshots": {}}},
     "expireSnapshots older than 0s": {"maintenance": {"expireSnapshots": {"olderThan": "0s", "retainLast": 1}}},
     "expireSnapshots every 0ms": {"maintenance": {"expireSnapshots": {"every": "0ms"}}},
+    "maintenance parts off": {"maintenance": {"compaction": {"enabled": False}, "rewriteDeletes": {"enabled": False},
+                                              "expireSnapshots": {"enabled": False},
+                                              "removeOrphans": {"enabled": False}}},
+    "compaction tuned": {"maintenance": {"compaction": {"smallFilePercent": 50, "minInputFiles": 2},
+                                         "maxBytesPerRun": "256Mi", "maxFilesPerRun": 50}},
+    "maxBytesPerRun 0Mi": {"maintenance": {"maxBytesPerRun": "0Mi"}},
+    "removeOrphans every 0s": {"maintenance": {"removeOrphans": {"every": "0s"}}},
+    "removeOrphans older than 0s": {"maintenance": {"removeOrphans": {"olderThan": "0s"}}},
 }
 
 
