@@ -1,9 +1,10 @@
 """Which files one upkeep run rewrites, planned on the live files of one main snapshot (no I/O here).
 
 - **Compaction**: per partition (spec and value), a data file below ``compaction.smallFilePercent``
-  of the target size is small; once ``compaction.minInputFiles`` of them have piled up, they are
-  packed first-fit decreasing into groups of at most the target size, each written again as one
-  file (a group of one small file is left alone).
+  of the target size is small; once ``compaction.minInputFiles`` of them have piled up, or when
+  files of the partition are rewritten for their deletes anyway, they are packed first-fit
+  decreasing into groups of at most the target size, each written again as one file (a group of one
+  small file is left alone).
 - **Deletes**: a data file is due when at least ``rewriteDeletes.minDeleteFiles`` of the sink's
   equality delete files apply to it, or position deletes remove at least
   ``rewriteDeletes.deletedRowsPercent`` of its rows; it is written again without those rows
@@ -145,8 +146,8 @@ def _candidate_bins(data: Sequence[LiveFile], due: set[str], pinned: set[str], t
     for files in by_partition.values():
         limit = thresholds.small_file_bytes
         small = {f.path for f in files if limit is not None and _size(f) < limit}
-        if len(small) < thresholds.min_input_files:
-            small = set()
+        if len(small) < thresholds.min_input_files and not any(f.path in due for f in files):
+            small = set()  # not enough to be worth a rewrite of their own; they join one that happens anyway
         chosen = [f for f in files if f.path in due or f.path in small]
         for packed in first_fit_decreasing(chosen, _size, thresholds.target_file_bytes, _path):
             for start in range(0, len(packed), thresholds.max_files):

@@ -90,6 +90,14 @@ def test_files_an_equality_delete_applies_to_are_due_and_each_group_applies_ever
     assert plan(files, min_delete_files=None) is None  # rewriting deletes off (or held back by its spacing)
 
 
+def test_a_partition_rewritten_for_its_deletes_takes_its_small_files_along() -> None:
+    files = [data("old", 300, sequence=1), data("new", 200, sequence=3), data("other-day", 200, day=2, sequence=3),
+             delete("e", 3)]
+    result = plan(files)
+    assert groups(result) == [["new", "old"]]  # "new" is not due (nor are 5 small), but joins the rewrite of day 1
+    assert plan(files, small_file_bytes=None) is not None and groups(plan(files, small_file_bytes=None)) == [["old"]]
+
+
 def test_compaction_applies_the_deletes_even_when_deletes_are_not_due() -> None:
     files = [data(f"s{i}", 100, sequence=1) for i in range(5)] + [delete("e", 2)]
     result = plan(files, min_delete_files=None)
