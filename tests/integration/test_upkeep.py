@@ -11,6 +11,7 @@ duplicates nothing; each part turns off on its own.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -318,3 +319,93 @@ def clock() -> Callable[[], float]:
     """A clock on which every ``every`` of maintenance has passed since the maintainer was made."""
     readings = iter([0.0])
     return lambda: next(readings, 1e9)
+
+
+def test_figures_full_scans_against_a_freshly_written_copy(tmp_path: Path, spark: SparkSession) -> None:
+    """Prints (never asserts) what docs/operations.md reports: along a keyed change stream (issue 21's shape,
+    ``ICEBERGSYNC_FIGURES_CHANGES`` changes over a tenth as many keys in 40 triggers) committed and maintained as
+    the job does, Spark's full scan of the table against one of a freshly written copy of its live rows: right
+    after a trigger's commit (before its upkeep) and after the upkeep; and at the end without upkeep. Then an append
+    sync of the generator's rows in 40 small triggers, with the most small files it leaves. Asserts the rows."""
+    from pyiceberg.partitioning import PartitionSpec
+
+    from tests.integration.keyed_support import ChangeStream
+
+    changes = int(os.environ.get("ICEBERGSYNC_FIGURES_CHANGES", "20000"))
+    catalog = open_catalog(tmp_path)
+
+    def scan_seconds(table: Table, columns: str = "id, name, updated_at") -> float:
+        timings = []
+        for _ in range(3):
+            started = time.perf_counter()
+            spark.read.format("iceberg").load(table.metadata_location).selectExpr(f"sum(hash({columns}))").collect()
+            timings.append(time.perf_counter() - started)
+        return min(timings)
+
+    def copy_of(table: Table, number: int) -> Table:
+        rows = spark.read.format("iceberg").load(table.metadata_location).toArrow()
+        copy = catalog.create_table(f"{table.name()[0]}.copy{number}", table.schema(),
+                                    partition_spec=table.spec() if table.spec().fields else PartitionSpec())
+        copy.append(rows.cast(copy.schema().as_arrow()))
+        return catalog.load_table(f"{table.name()[0]}.copy{number}")
+
+    def shape(table: Table) -> str:
+        contents = [f.data_file.content for f in iceberg_internals.live_files(table, table.current_snapshot())]  # type: ignore[arg-type]
+        return (f"{contents.count(DataFileContent.DATA)} data files, "
+                f"{len(contents) - contents.count(DataFileContent.DATA)} delete files")
+
+    copies = 0
+    for upkeep in (True, False):
+        name = keyed_table(catalog)
+        stream = ChangeStream("debezium", random.Random("figures-upkeep"), max_keys=max(100, changes // 10))
+        triggers = Triggers(catalog, name, stream)
+        committer = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+        committer.start([])
+        parts = {} if upkeep else {part: {"enabled": False} for part in ("compaction", "rewriteDeletes")}
+        maintainer = Maintainer(settings(**parts), committer, catalog, name, 512 * 1024 * 1024)
+        for number in range(1, 41):
+            triggers.commit(committer, changes // 40)
+            samples = []
+            if (upkeep and number % 10 == 0) or number == 40:
+                table = catalog.load_table(name)
+                copies += 1
+                fresh = scan_seconds(copy_of(table, copies))
+                samples.append(("after the commit", table, fresh))
+            maintainer.after_commit()
+            if upkeep and number % 10 == 0:
+                samples.append(("after its upkeep", catalog.load_table(name), fresh))
+            for moment, table, fresh in samples:
+                seconds = scan_seconds(table)
+                print(f"\nfigures ({'upkeep on' if upkeep else 'upkeep off'}) trigger {number} {moment}: "
+                      f"{shape(table)}, {len(stream.model)} live rows; full scan {seconds * 1000:.0f} ms, fresh copy "
+                      f"{fresh * 1000:.0f} ms ({seconds / fresh:.2f}x)")
+        assert spark_rows(spark, catalog.load_table(name)) == stream.model
+        if upkeep:
+            print(f"\nfigures: upkeep of {changes} changes in 40 triggers: {maintainer.totals}")
+
+    # An append sync of the generator's rows, 40 triggers of 2,500 rows, with the default target size.
+    from icebergsync.catalog import ensure_table
+    from icebergsync.schema import iceberg_schema
+    from icebergsync.spec import GENERATOR_COLUMNS
+    from spark_app.sources.generator import generate_arrow
+
+    table = ensure_table(catalog, "gen.trips", iceberg_schema(list(GENERATOR_COLUMNS)), [], {})
+    committer = SinkCommitter(catalog, "gen.trips", Writer("gen", 1, "attempt1"))
+    committer.start([])
+    maintainer = Maintainer(settings(), committer, catalog, "gen.trips", 512 * 1024 * 1024)
+    for number in range(1, 41):
+        table = catalog.load_table("gen.trips")
+        rows = generate_arrow((number - 1) * 2_500, number * 2_500)
+        output = TriggerOutput(data_files=stage_rows(table, committer.writer, rows.to_pydict()), records=rows.num_rows)
+        committer.commit(output, {"next_id": number * 2_500})
+        maintainer.after_commit()
+        if number % 10 in (4, 5):  # the most small files a partition holds, and right after they were compacted
+            table = catalog.load_table("gen.trips")
+            frame = spark.read.format("iceberg").load(table.metadata_location)
+            copies += 1
+            copy = catalog.create_table(f"gen.copy{copies}", table.schema())
+            copy.append(frame.toArrow().cast(copy.schema().as_arrow()))
+            seconds, fresh = scan_seconds(table, "*"), scan_seconds(catalog.load_table(f"gen.copy{copies}"), "*")
+            print(f"\nfigures (append, upkeep on) trigger {number}: {shape(table)}, {number * 2_500} rows; full scan "
+                  f"{seconds * 1000:.0f} ms, fresh copy {fresh * 1000:.0f} ms ({seconds / fresh:.2f}x)")
+    assert spark_ids(spark, catalog.load_table("gen.trips")) == list(range(100_000))
