@@ -132,8 +132,6 @@ class Maintainer:
         self._references = PositionReferences()
         self._format_refused = False
         self.totals = UpkeepTotals()
-        self.rewrites: list[RewriteResult] = []
-        self.expiries: list[ExpiryResult] = []
 
     def after_commit(self) -> None:
         """Called by the job loop after each data commit: run what the table's state (and ``every``) makes due.
@@ -226,7 +224,6 @@ class Maintainer:
             sum(len(m.deletes) for m in plan.merges), len(plan.merges), sum(o.rows_read for o in groups),
             sum(o.rows_written for o in groups), sum(f.data_file.file_size_in_bytes for f in plan.rewritten),
             sum(f.file_size_in_bytes for f in data), plan.deferred, on_spark, seconds)
-        self.rewrites.append(result)
         totals = self.totals
         totals.data_files_rewritten += result.rewritten_files
         totals.data_files_written += result.added_files
@@ -253,7 +250,6 @@ class Maintainer:
         expired = self.committer.expire_snapshots(now_ms - int(settings.older_than_seconds * 1000), settings.retain_last)
         deleted = delete_unreferenced(self.catalog.load_table(self.identifier), expired) if expired else 0
         result = ExpiryResult(len(expired), deleted, time.monotonic() - started)
-        self.expiries.append(result)
         self.totals.snapshots_expired += len(expired)
         self.totals.seconds += result.seconds
         if expired:

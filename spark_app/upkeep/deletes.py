@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +48,8 @@ class PositionReferences:
 
     def of(self, io: FileIO, deletes: Iterable[LiveFile]) -> dict[str, dict[str, int]]:
         """The references of ``deletes`` (all of a snapshot's live ones: others are forgotten)."""
-        known = {d.path: self._known.get(d.path) or position_references(io, d.data_file) for d in deletes}
+        known = {d.path: self._known[d.path] if d.path in self._known else position_references(io, d.data_file)
+                 for d in deletes}
         self._known = known
         return known
 
@@ -69,15 +70,19 @@ def deleted_positions(io: FileIO, deletes: Sequence[LiveFile], data: Sequence[Li
     return {path: np.unique(np.concatenate(parts)) for path, parts in found.items()}
 
 
-def equality_keys(io: FileIO, deletes: Sequence[LiveFile], key: Sequence[str], target: pa.Schema) -> pa.Table:
-    """The keys of ``deletes`` (cast to the table's key types), each with its delete's data sequence number."""
+def equality_keys(io: FileIO, deletes: Sequence[LiveFile], key: Sequence[str], target: pa.Schema,
+                  read: MutableMapping[str, pa.Table]) -> pa.Table:
+    """The keys of ``deletes`` (cast to the table's key types), each with its delete's data sequence number;
+    ``read`` keeps each delete file's keys for the next group that needs them."""
     key_schema = pa.schema([target.field(name).remove_metadata() for name in key])
     parts = []
     for delete in deletes:
-        keys = _read(io, delete.path, list(key))
-        columns = [keys.column(name).cast(key_schema.field(name).type) for name in key]
-        sequence = pa.array([delete.data_sequence_number] * keys.num_rows, pa.int64())
-        parts.append(pa.Table.from_arrays([*columns, sequence], names=[*key, SEQUENCE_COLUMN]))
+        if delete.path not in read:
+            keys = _read(io, delete.path, list(key))
+            columns = [keys.column(name).cast(key_schema.field(name).type) for name in key]
+            sequence = pa.array([delete.data_sequence_number] * keys.num_rows, pa.int64())
+            read[delete.path] = pa.Table.from_arrays([*columns, sequence], names=[*key, SEQUENCE_COLUMN])
+        parts.append(read[delete.path])
     if not parts:
         return pa.Table.from_arrays([pa.array([], f.type) for f in key_schema] + [pa.array([], pa.int64())],
                                     names=[*key, SEQUENCE_COLUMN])

@@ -81,7 +81,8 @@ class RewriteContext:
 
 @dataclass
 class Outcome:
-    """What one piece of work (a group or a merge, by its index in the plan's work) came to."""
+    """What one piece of work (a group or a merge, by its index in the plan's work) came to: its files or its
+    error, and for a group the rows its files hold and the rows written (the deleted ones dropped)."""
 
     index: int
     files: list[DataFile] = field(default_factory=list)
@@ -122,7 +123,8 @@ def _has_current_columns(io: FileIO, files: Iterable[LiveFile], target: pa.Schem
     return True
 
 
-def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: str, index: int) -> Outcome:
+def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: str, index: int,
+                   keys_read: dict[str, pa.Table]) -> Outcome:
     io = context.io()
     plan = context.table_plan(group.spec_id)
     target = plan.arrow_schema()
@@ -132,7 +134,8 @@ def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: st
                                   context.target_file_bytes)
         return Outcome(index, files, rows, rows)
     key = context.key
-    keys = ApplicableKeys(equality_keys(io, group.equality_deletes, key, target), key) if group.equality_deletes else None
+    keys = ApplicableKeys(equality_keys(io, group.equality_deletes, key, target, keys_read), key) \
+        if group.equality_deletes else None
     positions = deleted_positions(io, group.position_deletes, group.files) if group.position_deletes else {}
     writer = RollingParquetWriter(plan, io, group.files[0].data_file.partition, name_prefix, context.target_file_bytes,
                                   compression_options(plan.properties))
@@ -162,17 +165,17 @@ def _merge_positions(context: RewriteContext, work: PositionMerge, name_prefix: 
     positions = deleted_positions(io, work.deletes, work.targets)
     targets = [DeleteTarget(f.data_file, DeletionVector(positions[f.path])) for f in work.targets if f.path in positions]
     plan = PositionDeletePlan(context.location, context.properties, context.io_properties, context.format_version)
-    written = write_position_delete_file(plan, targets, name_prefix)
-    return Outcome(index, [written], sum(d.data_file.record_count for d in work.deletes), written.record_count)
+    return Outcome(index, [write_position_delete_file(plan, targets, name_prefix)])
 
 
 def run_items(context: RewriteContext, items: Iterable[_Item], name_prefix: str) -> list[Outcome]:
     """Do each piece of work on its own; one that fails reports its error (having deleted what it wrote)."""
     outcomes = []
+    keys_read: dict[str, pa.Table] = {}  # equality delete files' keys, read once for every group
     for item in items:
         try:
             if isinstance(item.work, RewriteGroup):
-                outcomes.append(_rewrite_group(context, item.work, name_prefix, item.index))
+                outcomes.append(_rewrite_group(context, item.work, name_prefix, item.index, keys_read))
             else:
                 outcomes.append(_merge_positions(context, item.work, name_prefix, item.index))
         except Exception as error:  # reported to the driver, which commits nothing of the run
