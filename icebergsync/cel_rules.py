@@ -13,7 +13,6 @@ from icebergsync.spec import (
     CHANGES_NEED_KEY_MESSAGE,
     EXACTLY_ONE_SOURCE_MESSAGE,
     MIN_TARGET_FILE_BYTES,
-    REWRITE_DELETES_NEED_CHANGES_MESSAGE,
     REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE,
     SOURCE_KINDS,
     ZERO_WIDTH_PATTERN,
@@ -30,8 +29,17 @@ def _cel_string(text: str) -> str:
 _SIZE_UNIT_MAP = "{" + ", ".join(f"{_cel_string(unit)}: {float(factor)}" for unit, factor in SIZE_UNITS.items()) + "}"
 _SIZE_NUMBER = _cel_string(r"^[0-9]+(\.[0-9]+)?")
 _SIZE_UNIT = _cel_string("[A-Za-z]*$")
-_TARGET_FILE_BYTES = (f"double(self.targetFileSize.find({_SIZE_NUMBER})) * "
-                      f"{_SIZE_UNIT_MAP}[self.targetFileSize.find({_SIZE_UNIT})]")
+
+
+def _size_bytes(field: str) -> str:
+    """CEL for the bytes of the size string ``self.<field>``."""
+    return f"double(self.{field}.find({_SIZE_NUMBER})) * {_SIZE_UNIT_MAP}[self.{field}.find({_SIZE_UNIT})]"
+
+
+def _positive_duration(field: str) -> dict[str, str]:
+    return {"rule": f"!has(self.{field}) || duration(self.{field}) > duration('0s')", "fieldPath": f".{field}",
+            "message": f"{field} must be greater than zero"}
+
 
 CEL_RULES: dict[str, list[dict[str, str]]] = {
     "spec": [
@@ -55,11 +63,12 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".changes",
             "message": CHANGES_NEED_FILES_OR_KAFKA_MESSAGE,
         },
+    ],
+    "spec.maintenance": [
         {
-            "rule": "!has(self.maintenance) || !has(self.maintenance.rewriteDeletes) || (has(self.changes) "
-                    "&& has(self.changes.deletes) && self.changes.deletes == 'equality')",
-            "fieldPath": ".maintenance.rewriteDeletes",
-            "message": REWRITE_DELETES_NEED_CHANGES_MESSAGE,
+            "rule": f"!has(self.maxBytesPerRun) || {_size_bytes('maxBytesPerRun')} > 0.0",
+            "fieldPath": ".maxBytesPerRun",
+            "message": "maxBytesPerRun must be greater than zero",
         },
     ],
     "spec.maintenance.rewriteDeletes": [
@@ -67,19 +76,10 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "rule": "!(has(self.every) && has(self.afterCommits))",
             "message": REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE,
         },
-        {
-            "rule": "!has(self.every) || duration(self.every) > duration('0s')",
-            "fieldPath": ".every",
-            "message": "every must be greater than zero",
-        },
+        _positive_duration("every"),
     ],
-    "spec.maintenance.expireSnapshots": [
-        {
-            "rule": "!has(self.every) || duration(self.every) > duration('0s')",
-            "fieldPath": ".every",
-            "message": "every must be greater than zero",
-        },
-    ],
+    "spec.maintenance.expireSnapshots": [_positive_duration("every")],
+    "spec.maintenance.removeOrphans": [_positive_duration("every")],
     "spec.source": [
         {
             "rule": " + ".join(f"(has(self.{kind}) ? 1 : 0)" for kind in SOURCE_KINDS) + " == 1",
@@ -93,18 +93,10 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         }
     ],
     "spec.commit": [
+        _positive_duration("interval"),
+        _positive_duration("pollInterval"),
         {
-            "rule": "!has(self.interval) || duration(self.interval) > duration('0s')",
-            "fieldPath": ".interval",
-            "message": "interval must be greater than zero",
-        },
-        {
-            "rule": "!has(self.pollInterval) || duration(self.pollInterval) > duration('0s')",
-            "fieldPath": ".pollInterval",
-            "message": "pollInterval must be greater than zero",
-        },
-        {
-            "rule": f"!has(self.targetFileSize) || {_TARGET_FILE_BYTES} >= {float(MIN_TARGET_FILE_BYTES)}",
+            "rule": f"!has(self.targetFileSize) || {_size_bytes('targetFileSize')} >= {float(MIN_TARGET_FILE_BYTES)}",
             "fieldPath": ".targetFileSize",
             "message": "targetFileSize must be at least 1Ki",
         },

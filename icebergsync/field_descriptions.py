@@ -48,12 +48,14 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.commit.interval": ("Longest time between commits while records arrive, e.g. 30s, 5m, 1h30m (a backlog that fills a "
                              "trigger to maxStagedSize or the source's per-trigger cap commits at once)."),
     "spec.commit.targetFileSize": "Target size of data files, e.g. 512Mi.",
-    "spec.maintenance": "Table maintenance the job runs between triggers, under its fence; off unless declared. "
+    "spec.maintenance": "Table upkeep the job runs between triggers, under its fence, when the table's state calls "
+    "for it: compaction, rewriting deletes, snapshot expiry and orphan removal, each on unless its enabled is false. "
     "See docs/operations.md, Maintenance.",
-    "spec.maintenance.rewriteDeletes": "Keyed syncs (needs changes): rewrite the data files equality deletes apply "
-    "to without the deleted rows, and drop the delete files, in one snapshot.",
-    "spec.maintenance.expireSnapshots": "Expire old snapshots and delete the files only they referenced; the "
-    "sink's checkpoint keeps recovery working.",
+    "spec.maintenance.compaction.enabled": "Compact small data files.",
+    "spec.maintenance.rewriteDeletes.enabled": "Rewrite data files deletes apply to, and merge position delete files.",
+    "spec.maintenance.expireSnapshots.enabled": "Expire old snapshots.",
+    "spec.maintenance.removeOrphans.enabled": "Delete earlier attempts' unreferenced staged files periodically "
+    "(a new attempt always deletes them once at start-up).",
     "spec.deadLetter": "Where records that cannot be decoded go.",
     "spec.deadLetter.table": "Dead-letter table (namespace.table); must differ from table.name.",
     "spec.spark": "How the Spark job runs.",

@@ -239,44 +239,64 @@ class Changes(Model):
     )
 
 
-REWRITE_DELETES_NEED_CHANGES_MESSAGE = ("maintenance.rewriteDeletes needs changes with deletes: equality: it rewrites "
-                                        "equality deletes away (position deletes are read at full speed as they are)")
 REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE = "set at most one of every and afterCommits"
-DEFAULT_REWRITE_AFTER_COMMITS = 10
+DEFAULT_MAX_REWRITE_BYTES = "1Gi"  # as commit.maxStagedSize's default: a run writes at most about one full trigger
+
+
+class Compaction(Model):
+    """Rewrite each partition's small data files into files of commit.targetFileSize, deletes applied."""
+
+    enabled: bool = True
+    small_file_percent: int = Field(
+        default=75, ge=1, le=100,
+        description="A data file smaller than this percentage of commit.targetFileSize is small.",
+    )
+    min_input_files: int = Field(
+        default=5, ge=2, description="Compact a partition once it holds at least this many small data files.",
+    )
 
 
 class RewriteDeletes(Model):
-    """Rewrite the data files equality deletes apply to, dropping the deleted rows and then the delete files."""
+    """Rewrite the data files deletes apply to without the deleted rows, dropping those deletes; merge each data
+    file's position delete files into one."""
 
-    every: Duration | None = Field(
-        default=None, description="Run when this long has passed since the last run (checked after each commit), "
-        "e.g. 10m. At most one of every and afterCommits; neither means afterCommits: 10.",
+    enabled: bool = True
+    min_delete_files: int = Field(
+        default=1, ge=1, description="Rewrite a data file once at least this many equality delete files apply to it.",
     )
-    after_commits: int | None = Field(default=None, ge=1, description="Run after this many data commits.")
-    min_delete_files: int = Field(default=1, ge=1, description="Run only when the table holds at least this many "
-                                  "delete files.")
+    deleted_rows_percent: int = Field(
+        default=20, ge=1, le=100,
+        description="Rewrite a data file once position deletes remove at least this percentage of its rows.",
+    )
+    every: Duration | None = Field(
+        default=None, description="At most one run per this long, e.g. 10m (the table's state decides when one is "
+        "due). At most one of every and afterCommits.",
+    )
+    after_commits: int | None = Field(default=None, ge=1, description="At most one run per this many data commits.")
 
     @model_validator(mode="after")
-    def _one_schedule(self) -> RewriteDeletes:
+    def _one_spacing(self) -> RewriteDeletes:
         if self.every is not None and self.after_commits is not None:
             raise ValueError(REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE)
         if self.every is not None and parse_duration(self.every) <= 0:
             raise ValueError("every must be greater than zero")
         return self
 
-    def due(self, commits: int, seconds: float) -> bool:
-        """Whether a run is due ``commits`` data commits and ``seconds`` after the last one."""
+    def allowed(self, commits: int, seconds: float) -> bool:
+        """Whether a run may rewrite deletes ``commits`` data commits and ``seconds`` after the last one that did."""
         if self.every is not None:
             return seconds >= parse_duration(self.every)
-        return commits >= (self.after_commits or DEFAULT_REWRITE_AFTER_COMMITS)
+        return self.after_commits is None or commits >= self.after_commits
 
 
 class ExpireSnapshots(Model):
     """Expire old snapshots (and delete the files only they referenced), under the sink's fence."""
 
+    enabled: bool = True
     older_than: Duration = Field(default="1h", description="Expire snapshots older than this, e.g. 1h.")
     retain_last: int = Field(default=10, ge=1, description="Always keep this many of main's newest snapshots.")
-    every: Duration = Field(default="10m", description="How often expiry runs (checked after each commit).")
+    every: Duration = Field(default="10m", description="How often the table is checked for snapshots to expire "
+                            "(after a commit).")
 
     @model_validator(mode="after")
     def _positive(self) -> ExpireSnapshots:
@@ -293,11 +313,51 @@ class ExpireSnapshots(Model):
         return parse_duration(self.every)
 
 
-class Maintenance(Model):
-    """Table maintenance the job runs between triggers, under its fence (docs/operations.md)."""
+class RemoveOrphans(Model):
+    """Delete the files earlier attempts of this sink staged and no snapshot references."""
 
-    rewrite_deletes: RewriteDeletes | None = None
-    expire_snapshots: ExpireSnapshots | None = None
+    enabled: bool = True
+    older_than: Duration = Field(default="1h", description="Only files older than this (a safety age), e.g. 1h.")
+    every: Duration = Field(default="1h", description="How often the table's data directory is listed for them "
+                            "(after a commit; also once at start-up, without the age limit).")
+
+    @model_validator(mode="after")
+    def _positive(self) -> RemoveOrphans:
+        if self.every_seconds <= 0:
+            raise ValueError("every must be greater than zero")
+        return self
+
+    @property
+    def older_than_seconds(self) -> float:
+        return parse_duration(self.older_than)
+
+    @property
+    def every_seconds(self) -> float:
+        return parse_duration(self.every)
+
+
+class Maintenance(Model):
+    """Table maintenance the job runs between triggers, under its fence; every part is on unless turned off
+    (docs/operations.md)."""
+
+    compaction: Compaction = Field(default_factory=Compaction)
+    rewrite_deletes: RewriteDeletes = Field(default_factory=RewriteDeletes)
+    expire_snapshots: ExpireSnapshots = Field(default_factory=ExpireSnapshots)
+    remove_orphans: RemoveOrphans = Field(default_factory=RemoveOrphans)
+    max_bytes_per_run: Size = Field(
+        default=DEFAULT_MAX_REWRITE_BYTES, description="At most this many bytes of data files rewritten per run.",
+    )
+    max_files_per_run: int = Field(default=1000, ge=1, description="At most this many data files rewritten per run.")
+
+    @model_validator(mode="after")
+    def _positive(self) -> Maintenance:
+        if self.max_rewrite_bytes <= 0:
+            raise ValueError("maxBytesPerRun must be greater than zero")
+        return self
+
+    @property
+    def max_rewrite_bytes(self) -> int:
+        return parse_size(self.max_bytes_per_run)
 
 
 class DeadLetter(Model):
@@ -335,7 +395,7 @@ class IcebergSyncSpec(Model):
     changes: Changes | None = None
     commit: Commit = Field(default_factory=Commit)
     dead_letter: DeadLetter | None = None
-    maintenance: Maintenance | None = None
+    maintenance: Maintenance = Field(default_factory=Maintenance)
     spark: Spark = Field(default_factory=Spark)
     suspend: bool = False
 
@@ -487,9 +547,6 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
                             "a key column cannot be float or double")
         if name in (spec.table.key or [])[:index]:
             problems.append(f"spec.table.key[{index}]: column {name!r} is listed twice")
-    if spec.maintenance is not None and spec.maintenance.rewrite_deletes is not None \
-            and (spec.changes is None or spec.changes.deletes != "equality"):
-        problems.append(f"spec.maintenance.rewriteDeletes: {REWRITE_DELETES_NEED_CHANGES_MESSAGE}")
     if spec.event_time_column and spec.event_time_column not in columns:
         problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is not in the schema")
     return problems

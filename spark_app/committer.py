@@ -290,6 +290,10 @@ class SinkCommitter:
         return progress
 
     @property
+    def dead_letter_identifier(self) -> str | None:
+        return self._dead_letter_identifier
+
+    @property
     def last_snapshot_id(self) -> int | None:
         """The main-table snapshot of this writer's newest commit (its fence, before any data)."""
         return self.last_snapshot.snapshot_id if self.last_snapshot else None
@@ -549,19 +553,21 @@ class SinkCommitter:
 
     # -- cleanup ----------------------------------------------------------------------------------
 
-    def cleanup_orphans(self, table: Table) -> list[str]:
+    def cleanup_orphans(self, table: Table, older_than_ms: int | None = None) -> list[str]:
         """Delete staged files of earlier attempts of this sink that no snapshot references.
 
         Only files of lower versions, or of the same version by another attempt written before this
-        attempt's fence, are candidates: a newer writer's staged files are never touched.
+        attempt's fence, are candidates: a newer writer's staged files are never touched. With
+        ``older_than_ms`` (epoch ms) only files written before it are (the periodic removal's safety age).
         """
         assert self.fence_time_ms is not None
         fence_time = datetime.fromtimestamp(self.fence_time_ms / 1000, tz=UTC)
+        before = datetime.fromtimestamp(older_than_ms / 1000, tz=UTC) if older_than_ms is not None else None
         prefix = sink_file_prefix(self.writer.sink_id)
         candidates = []
         for stored in list_files(f"{table.metadata.location}/data", table.io.properties):
             owner = _parse_file_owner(stored.uri.rsplit("/", 1)[-1], prefix)
-            if owner is None:
+            if owner is None or (before is not None and (stored.mtime is None or stored.mtime >= before)):
                 continue
             version, attempt = owner
             older = version < self.writer.version

@@ -3,7 +3,8 @@
 pyiceberg has no public API for these: committing a transaction with requirements of our own and
 without its retry-and-rebase loop, the id of the snapshot a transaction will add, converting a
 partition value to its stored form, column statistics from a Parquet footer, data locations for
-a partition path, adding a partition spec without making it the default, and committing delete
+a partition path, adding a partition spec without making it the default, reading a data file's rows
+in a table's schema without the positions deleted from it, and committing delete
 files (pyiceberg 0.12 writes no delete manifests: :class:`RowDelta` adds data files and equality
 deletes, position delete files or deletion vectors in one snapshot and removes the DVs they
 replace, as Iceberg's ``RowDelta`` does). The committer and the writer call only this module for
@@ -32,17 +33,20 @@ Format version 3 (deletion vectors) needs more than pyiceberg 0.12 does; what is
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.avro.file import AvroFile, AvroOutputFile
 from pyiceberg.catalog import Catalog
+from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.io.pyarrow import (
     DataFileStatistics,
+    _task_to_record_batches,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
@@ -68,9 +72,10 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
-from pyiceberg.table import CommitTableResponse, Table, Transaction
+from pyiceberg.table import CommitTableResponse, FileScanTask, Table, Transaction
 from pyiceberg.table.locations import LocationProvider
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV3
+from pyiceberg.table.name_mapping import NameMapping
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.update import (
@@ -89,7 +94,7 @@ from pyiceberg.table.update.snapshot import (
     _SnapshotProducer,
 )
 from pyiceberg.typedef import IcebergBaseModel, TableVersion
-from pyiceberg.types import IcebergType, IntegerType, ListType, NestedField, StructType
+from pyiceberg.types import IcebergType, IntegerType, ListType, MapType, NestedField, StructType
 
 
 def commit_transaction(catalog: Catalog, table: Table, transaction: Transaction,
@@ -450,6 +455,38 @@ class _RowLevelProducer(_SnapshotProducer[Any]):
             carried.manifests.append(writer.to_manifest_file())
         return carried
 
+    def _added_manifests(self, files: Sequence[DataFile], content: ManifestContent,
+                         sequence_number: int | None) -> list[ManifestFile]:
+        """One manifest per spec with ``files`` ADDED, with an explicit data ``sequence_number`` (None: the
+        new snapshot's, inherited)."""
+        by_spec: dict[int, list[DataFile]] = {}
+        for content_file in files:
+            by_spec.setdefault(content_file.spec_id, []).append(content_file)
+        manifests = []
+        for spec_id, spec_files in sorted(by_spec.items()):
+            with self._manifest_writer(self.spec(spec_id), content) as writer:
+                for content_file in spec_files:
+                    writer.add(ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, sequence_number=sequence_number,
+                        file_sequence_number=None, data_file=content_file,
+                    ))
+            manifests.append(writer.to_manifest_file())
+        return manifests
+
+    def _summary_counting(self, snapshot_properties: dict[str, str], added_deletes: Sequence[DataFile],
+                          removed: Sequence[DataFile]) -> Summary:
+        """pyiceberg's summary, which counts files by their content, with ``added_deletes`` counted as added and
+        ``removed`` (data and delete files) as removed; DVs counted apart."""
+        # Removed files go in as a list: the DVs of one Puffin file share its path, a set would merge them.
+        data_files, deleted = self._added_data_files, self._deleted_data_files
+        self._added_data_files = [*data_files, *added_deletes]
+        self._deleted_data_files = removed  # type: ignore[assignment]
+        try:
+            summary = _SnapshotProducer._summary(self, snapshot_properties)
+        finally:
+            self._added_data_files, self._deleted_data_files = data_files, deleted
+        return _count_dvs_apart(summary, added_deletes, removed)
+
     def _commit(self) -> UpdatesAndRequirements:
         metadata = self._transaction.table_metadata
         if metadata.format_version < 3:
@@ -544,31 +581,10 @@ class RowDelta(_RowLevelProducer):
 
     def _manifests(self) -> list[ManifestFile]:
         manifests = super()._manifests()
-        by_spec: dict[int, list[DataFile]] = {}
-        for delete_file in self._added_delete_files:
-            by_spec.setdefault(delete_file.spec_id, []).append(delete_file)
-        delete_manifests = []
-        for spec_id, files in sorted(by_spec.items()):
-            with self._manifest_writer(self.spec(spec_id), ManifestContent.DELETES) as writer:
-                for delete_file in files:
-                    writer.add(ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, sequence_number=None,
-                        file_sequence_number=None, data_file=delete_file,
-                    ))
-            delete_manifests.append(writer.to_manifest_file())
-        return [*manifests, *delete_manifests]
+        return [*manifests, *self._added_manifests(self._added_delete_files, ManifestContent.DELETES, None)]
 
     def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 (pyiceberg's signature)
-        # pyiceberg's summary counts added and removed files by their content (added-equality-deletes, …);
-        # removed files go in as a list: the DVs of one Puffin file share its path, a set would merge them.
-        data_files, deleted = self._added_data_files, self._deleted_data_files
-        self._added_data_files = [*data_files, *self._added_delete_files]
-        self._deleted_data_files = self._removed_delete_files  # type: ignore[assignment]
-        try:
-            summary = super()._summary(snapshot_properties)
-        finally:
-            self._added_data_files, self._deleted_data_files = data_files, deleted
-        return _count_dvs_apart(summary, self._added_delete_files, self._removed_delete_files)
+        return self._summary_counting(snapshot_properties, self._added_delete_files, self._removed_delete_files)
 
 
 def _check_delete_file(delete_file: DataFile, format_version: int) -> None:
@@ -625,43 +641,79 @@ class LiveFile:
         return self.data_file.file_path
 
 
-def live_files(table: Table, snapshot: Snapshot) -> list[LiveFile]:
-    """Every data and delete file live in ``snapshot`` (entries ADDED or EXISTING), with their sequence numbers."""
+def live_files(table: Table, snapshot: Snapshot,
+               cache: MutableMapping[str, list[LiveFile]] | None = None) -> list[LiveFile]:
+    """Every data and delete file live in ``snapshot`` (entries ADDED or EXISTING), with their sequence numbers.
+
+    ``cache`` (manifest path -> its live files) saves reading a manifest again: a manifest never changes.
+    """
     files = []
     for manifest in manifest_files(table.io, snapshot):
+        if cache is not None and manifest.manifest_path in cache:
+            files.extend(cache[manifest.manifest_path])
+            continue
+        read = []
         for entry in manifest_entries(table.io, manifest):
             sequence_number = entry.sequence_number
             if sequence_number is None:  # inherited by manifest_entries; never None on a committed snapshot
                 raise ValueError(f"manifest entry of {entry.data_file.file_path} has no sequence number")
-            files.append(LiveFile(entry.data_file, sequence_number, manifest.manifest_path))
+            read.append(LiveFile(entry.data_file, sequence_number, manifest.manifest_path))
+        if cache is not None:
+            cache[manifest.manifest_path] = read
+        files.extend(read)
     return files
 
 
-class RewriteFiles(_RowLevelProducer):
-    """One ``replace`` snapshot removing data and delete files and adding data files, like Iceberg's ``RewriteFiles``.
+def read_data_file(io: FileIO, data_file: DataFile, schema: Schema, spec: PartitionSpec, format_version: TableVersion,
+                   name_mapping: NameMapping | None, deleted_positions: pa.Array | None) -> Iterator[pa.RecordBatch]:
+    """The rows of ``data_file`` in ``schema`` (columns matched by field id, missing ones null, types promoted,
+    as Iceberg readers project a file), without the rows at ``deleted_positions``; batch by batch.
 
-    The added data files get the explicit data sequence number ``data_sequence_number`` (Iceberg's
+    pyiceberg's own per-file reader (``_task_to_record_batches``), without its scan around it, which
+    reads a whole file into memory before yielding any of it.
+    """
+    projected = {field_id for field_id in schema.field_ids
+                 if not isinstance(schema.find_type(field_id), (MapType, ListType))}
+    deletes = [pa.chunked_array([deleted_positions])] if deleted_positions is not None and len(deleted_positions) else None
+    yield from _task_to_record_batches(io, FileScanTask(data_file), AlwaysTrue(), schema, schema, projected, deletes,
+                                       True, name_mapping, spec, format_version)
+
+
+class RewriteFiles(_RowLevelProducer):
+    """One ``replace`` snapshot removing data and delete files and adding data and position delete files, like
+    Iceberg's ``RewriteFiles``.
+
+    The added files get the explicit data sequence number ``data_sequence_number`` (Iceberg's
     ``RewriteFiles.dataSequenceNumber``: the sequence number of the snapshot the rewrite planned
-    from), so every equality delete committed after that snapshot still applies to them; their file
-    sequence number is the new snapshot's. Manifests holding a removed file are rewritten with that
-    entry ``DELETED`` and the others ``EXISTING`` (sequence numbers kept); other manifests are kept
-    as they are. Raises ``ValueError`` when a file to remove is not live in the parent snapshot, and
-    for a format-version 3 table (a rewrite there must keep row lineage and drop the DVs of removed
-    data files: not supported yet).
+    from), so every equality delete committed after that snapshot still applies to the added data
+    files, and an added position delete file applies to the data files it names as the ones it
+    replaces did; their file sequence number is the new snapshot's. Manifests holding a removed file
+    are rewritten with that entry ``DELETED`` and the others ``EXISTING`` (sequence numbers kept);
+    other manifests are kept as they are. Raises ``ValueError`` when a file to remove is not live in
+    the parent snapshot, when an added file is an equality delete file, and for a format-version 3
+    table (a rewrite there must keep row lineage and drop the DVs of removed data files: not
+    supported yet).
     """
 
     def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[str],
                  added: Sequence[DataFile], data_sequence_number: int):
         super().__init__(operation=Operation.REPLACE, transaction=transaction, io=transaction._table.io,
                          branch=MAIN_BRANCH, snapshot_properties=snapshot_properties)
-        if transaction.table_metadata.format_version >= 3:
+        version = transaction.table_metadata.format_version
+        if version >= 3:
             raise ValueError("rewriting files of a format-version 3 table is not supported")
         self._removed_paths = set(removed)
         self._data_sequence_number = data_sequence_number
-        for data_file in added:
-            if data_file.content != DataFileContent.DATA:
-                raise ValueError(f"only data files can be added by a rewrite: {data_file.file_path}")
-            self._added_data_files.append(data_file)
+        self._added_delete_files: list[DataFile] = []
+        for content_file in added:
+            if content_file.content == DataFileContent.DATA:
+                self._added_data_files.append(content_file)
+            elif content_file.content == DataFileContent.POSITION_DELETES:
+                _check_delete_file(content_file, version)
+                self._added_delete_files.append(content_file)
+            else:
+                raise ValueError(f"a rewrite adds data and position delete files, not {content_file.file_path} "
+                                 f"({content_file.content})")
 
     def _existing_manifests(self) -> list[ManifestFile]:
         if self._parent_snapshot_id is None:
@@ -675,25 +727,16 @@ class RewriteFiles(_RowLevelProducer):
 
     def _manifests(self) -> list[ManifestFile]:
         existing = self._existing_manifests()
-        by_spec: dict[int, list[DataFile]] = {}
-        for data_file in self._added_data_files:
-            by_spec.setdefault(data_file.spec_id, []).append(data_file)
-        added = []
-        for spec_id, files in sorted(by_spec.items()):
-            with self.new_manifest_writer(self.spec(spec_id)) as writer:
-                for data_file in files:
-                    writer.add(ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
-                        sequence_number=self._data_sequence_number, file_sequence_number=None, data_file=data_file,
-                    ))
-            added.append(writer.to_manifest_file())
-        return [*added, *existing]
+        return [*self._added_manifests(self._added_data_files, ManifestContent.DATA, self._data_sequence_number),
+                *self._added_manifests(self._added_delete_files, ManifestContent.DELETES, self._data_sequence_number),
+                *existing]
 
     def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 (pyiceberg's signature)
         # pyiceberg totals the summary only for append, overwrite and delete; the counts of a replace are the same.
         self._operation = Operation.OVERWRITE
         try:
-            summary = super()._summary(snapshot_properties)
+            summary = self._summary_counting(snapshot_properties, self._added_delete_files,
+                                             list(self._deleted_data_files))
         finally:
             self._operation = Operation.REPLACE
         return Summary(Operation.REPLACE, **summary.additional_properties)

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,7 +35,7 @@ from spark_app.committer import Commit, SinkCommitter, TriggerOutput, attempt_fi
 from spark_app.deadletter import DEAD_LETTER_SCHEMA, Rejection
 from spark_app.deletes import delete_plan, table_key
 from spark_app.faults import crash_point
-from spark_app.maintenance import Maintainer
+from spark_app.maintenance import Maintainer, UpkeepTotals
 from spark_app.merge import merge_small_files
 from spark_app.pipeline import run_transform, run_units
 from spark_app.sources.base import Pending, SessionProvider, Source
@@ -104,6 +104,7 @@ class RunSummary:
     dead_letters: int = 0
     frontier: Frontier | None = None
     exit_status: int = EXIT_OK
+    upkeep: UpkeepTotals = field(default_factory=UpkeepTotals)  # what maintenance did (spark_app/maintenance.py)
 
 
 def table_plan(table: Table) -> TablePlan:
@@ -178,7 +179,8 @@ class SyncJob:
         summary.frontier = frontier
         plan = self._write_plan(table, dead)
         maintainer = Maintainer(self.spec.maintenance, committer, self.catalog, self.spec.table.name,
-                                self.spec.commit.target_file_bytes)
+                                self.spec.commit.target_file_bytes, lambda: self.spark)
+        summary.upkeep = maintainer.totals
         last_commit = time.monotonic()
         commit_settings = self.spec.commit
         ahead: Future[Written] | None = None  # the next trigger, written while this one merges and commits

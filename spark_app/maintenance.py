@@ -1,29 +1,32 @@
-"""Built-in table maintenance, run by the sink's driver between triggers, under the sink's fence.
+"""Built-in table maintenance, run by the sink's driver after its commits, under the sink's fence.
 
-Two jobs (``spec.maintenance``, docs/operations.md "Maintenance"):
+Four parts (``spec.maintenance``, every one on unless its ``enabled`` is false; docs/operations.md
+"Maintenance"), each scheduled by the table's state, checked after every data commit:
 
-- **rewriteDeletes** (keyed tables): every data file to which an equality delete file applies
-  (delete sequence number > the file's data sequence number) is read with pyarrow, the rows whose
-  key an applicable delete names are dropped, and the rest is written again with the rolling
-  writer (same partition, target file size; files of one partition are merged). ONE ``replace``
-  snapshot of kind ``maintenance`` removes the rewritten data files and the delete files that no
-  longer apply to any remaining data file, and adds the replacements with the **data sequence
-  number of the snapshot the rewrite was planned on** (Iceberg's ``RewriteFiles`` with
-  ``use-starting-sequence-number``): a delete committed later still applies to them, one
-  committed at or before it has been applied by the rewrite. It carries the sink's frontier and
-  checkpoint unchanged and goes through the committer's fenced compare-and-swap, so a fenced sink
-  never lands it and it never races the sink's own commits (the loop runs it between triggers).
-  Once converged the table has no delete files, and pyiceberg's reader reads it.
-- **expireSnapshots**: snapshots older than ``olderThan`` beyond the newest ``retainLast`` of main
-  are expired through the same fenced compare-and-swap; then the files only they referenced
-  (data, delete and manifest files, manifest lists) are deleted. Recovery does not need them: the
-  checkpoint table property survives expiry (docs/protocol.md, "Recovery").
+- **compaction** and **rewriteDeletes**: the current main snapshot's live files (manifests read once
+  each and cached, position delete files once each) are planned by :mod:`spark_app.upkeep.plan`:
+  piled-up small data files, data files deletes apply to, data files with several position delete
+  files. The plan's files are written by :mod:`spark_app.upkeep.rewrite` (the driver, or Spark tasks
+  when it is large) and committed as ONE ``replace`` snapshot of kind maintenance: it removes the
+  rewritten data files, the position delete files merged and the delete files that no longer apply
+  to any remaining data file, and adds the replacements with the **data sequence number of the
+  snapshot the run was planned on** (Iceberg's ``RewriteFiles`` with
+  ``use-starting-sequence-number``): a delete committed later still applies to them, one committed
+  at or before it has been applied by the rewrite. It carries the sink's frontier and checkpoint
+  unchanged and goes through the committer's fenced compare-and-swap, so a fenced sink never lands
+  it, and it is dropped (and planned again after the next commit) when main moved meanwhile.
+- **expireSnapshots**: every ``every``, snapshots older than ``olderThan`` beyond the newest
+  ``retainLast`` of main are expired through the same fenced compare-and-swap (when there are any);
+  then the files only they referenced (data, delete and manifest files, manifest lists) are deleted.
+  Recovery does not need them: the checkpoint table property survives expiry (docs/protocol.md).
+- **removeOrphans**: every ``every``, the files earlier attempts of the sink staged that no snapshot
+  references and that are older than ``olderThan`` are deleted (as each attempt does once at start-up).
+
+One run's cost is bounded by ``maxBytesPerRun`` and ``maxFilesPerRun``; each run logs one line and
+adds to :class:`UpkeepTotals` (the job's run summary).
 
 Crash points (spark_app/faults.py): ``maintenance-staged`` (replacements written, not committed) and
 ``maintenance-committed`` (right after the maintenance commit).
-
-The rewrite runs in the driver (pyarrow, one batch of one file at a time, the live delete keys held in memory): it suits
-tables up to a few GiB between runs; docs/operations.md gives the measured cost.
 """
 
 from __future__ import annotations
@@ -34,14 +37,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
-from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
+from pyspark.sql import SparkSession
 
 from icebergsync.errors import CommitStateUnknownError, IcebergSyncError
 from icebergsync.spec import Maintenance
@@ -49,35 +49,51 @@ from icebergsync.storage import normalize
 from spark_app.committer import MaintenanceConflictError, SinkCommitter, attempt_file_prefix
 from spark_app.faults import crash_point
 from spark_app.iceberg_internals import LiveFile, live_files
-from spark_app.writer import PartitionedWriter, TablePlan, conform
+from spark_app.upkeep.deletes import PositionReferences
+from spark_app.upkeep.plan import Thresholds, UpkeepPlan, plan_upkeep
+from spark_app.upkeep.rewrite import Outcome, RewriteContext, delete_written, run_plan
 
 log = logging.getLogger("icebergsync.maintenance")
 
-REWRITE_MEMORY_BYTES = 256 * 1024 * 1024
-REWRITE_BATCH_ROWS = 64 * 1024  # a data file is read a batch at a time
-SEQUENCE_COLUMN = "__isync_delete_sequence"
 
+@dataclass
+class UpkeepTotals:
+    """What this attempt's maintenance did, added up (the job's run summary)."""
 
-@dataclass(frozen=True)
-class RewritePlan:
-    """What one rewrite does, planned on one main snapshot."""
-
-    snapshot: Snapshot  # the replacements get its sequence number as their data sequence number
-    data: list[LiveFile]  # data files some equality delete applies to: rewritten
-    deletes: list[LiveFile]  # every live equality delete file (read to apply them)
-    removable: list[LiveFile]  # delete files applying to no data file that remains: removed
+    runs: int = 0
+    data_files_rewritten: int = 0
+    data_files_written: int = 0
+    bytes_rewritten: int = 0
+    bytes_written: int = 0
+    rows_dropped: int = 0
+    delete_files_removed: int = 0
+    snapshots_expired: int = 0
+    orphans_removed: int = 0
+    seconds: float = 0.0
 
 
 @dataclass
 class RewriteResult:
+    """One committed run of compaction and rewriteDeletes."""
+
     snapshot_id: int
-    rewritten_files: int
-    removed_delete_files: int
+    compacted_files: int  # data files rewritten for being small
+    files_due_to_deletes: int  # data files rewritten for the deletes applying to them
     added_files: int
+    removed_delete_files: int
+    merged_position_files: int  # position delete files merged into added_delete_files
+    added_delete_files: int
     rows_read: int
     rows_written: int
     bytes_read: int
+    bytes_written: int
+    deferred_groups: int
+    spark: bool
     seconds: float
+
+    @property
+    def rewritten_files(self) -> int:
+        return self.compacted_files + self.files_due_to_deletes
 
 
 @dataclass
@@ -87,156 +103,53 @@ class ExpiryResult:
     seconds: float
 
 
-def plan_rewrite(table: Table) -> RewritePlan | None:
-    """The rewrite of ``table``'s main head, or None when no equality delete file is live.
-
-    A delete file is removable when no data file that stays has a data sequence number below its
-    own (it applies to none of them); the replacements do not count, their data sequence number
-    is the planned snapshot's, at or above every live delete's. Only the sink's kind of delete is
-    handled (equality deletes on the key under an unpartitioned spec): position deletes, partitioned
-    equality deletes or deletes on other columns (another writer's) make it raise ``ValueError``.
-    """
-    snapshot = table.metadata.current_snapshot()
-    if snapshot is None:
-        return None
-    files = live_files(table, snapshot)
-    if any(f.data_file.content == DataFileContent.POSITION_DELETES for f in files):
-        raise ValueError(f"table {table.name()} has position delete files: rewriteDeletes handles equality "
-                         "deletes only; nothing was rewritten")
-    deletes = [f for f in files if f.data_file.content == DataFileContent.EQUALITY_DELETES]
-    schema = table.schema()
-    key_ids = sorted(schema.identifier_field_ids)
-    specs = table.metadata.specs()
-    for delete in deletes:
-        # Another writer's deletes (partitioned, or on other columns) have other rules: refused, not misapplied.
-        if specs[delete.data_file.spec_id].fields or sorted(delete.data_file.equality_ids or []) != key_ids:
-            raise ValueError(f"delete file {delete.path} is not a global equality delete on the key {key_ids} (spec "
-                             f"{delete.data_file.spec_id}, equality ids {delete.data_file.equality_ids}): rewriteDeletes "
-                             "handles the sink's own deletes only; nothing was rewritten")
-    if not deletes:
-        return None
-    newest = max(d.data_sequence_number for d in deletes)
-    data = [f for f in files if f.data_file.content == DataFileContent.DATA]
-    rewritten = [f for f in data if f.data_sequence_number < newest]
-    staying = [f.data_sequence_number for f in data if f.data_sequence_number >= newest]
-    lowest_staying = min(staying, default=None)
-    removable = [d for d in deletes if lowest_staying is None or lowest_staying >= d.data_sequence_number]
-    return RewritePlan(snapshot, rewritten, deletes, removable)
-
-
-def _read_parquet(table: Table, path: str, columns: list[str] | None = None) -> pa.Table:
-    with table.io.new_input(path).open() as stream:
-        return pq.read_table(stream, columns=columns)
-
-
-def _delete_keys(table: Table, deletes: list[LiveFile], key: list[str], target: pa.Schema) -> pa.Table:
-    """Every live delete's keys (cast to the table's key types), with the delete's sequence number."""
-    key_schema = pa.schema([target.field(name).remove_metadata() for name in key])
-    parts = []
-    for delete in deletes:
-        keys = _read_parquet(table, delete.path, key)
-        columns = [keys.column(name).cast(key_schema.field(name).type) for name in key]
-        sequence = pa.array([delete.data_sequence_number] * keys.num_rows, pa.int64())
-        parts.append(pa.Table.from_arrays([*columns, sequence], names=[*key, SEQUENCE_COLUMN]))
-    if not parts:
-        return pa.Table.from_arrays([pa.array([], f.type) for f in key_schema] + [pa.array([], pa.int64())],
-                                    names=[*key, SEQUENCE_COLUMN])
-    return pa.concat_tables(parts)
-
-
-def _table_plan(table: Table, spec_id: int) -> TablePlan:
-    return TablePlan(table.metadata.location, dict(table.metadata.properties), table.schema(),
-                     table.metadata.specs()[spec_id], dict(table.io.properties))
-
-
-def rewrite_data_files(table: Table, plan: RewritePlan, name_prefix: str, target_file_bytes: int
-                       ) -> tuple[list[DataFile], int, int, int]:
-    """Write ``plan.data`` again without the rows its applicable deletes remove.
-
-    Returns the replacement files (same partition spec and partition as the rows' originals; files
-    of one partition are merged up to the target size), rows read, rows written and bytes read. On
-    failure every replacement written so far is deleted.
-    """
-    key = list(table.schema().identifier_field_names())
-    ordered_key = [f.name for f in table.schema().fields if f.name in key]
-    target = table.schema().as_arrow()
-    deletes = _delete_keys(table, plan.deletes, ordered_key, target)
-    applicable_cache: dict[int, pa.Table] = {}
-    writers: dict[int, PartitionedWriter] = {}
-    rows_read = rows_written = bytes_read = 0
-    try:
-        for data in sorted(plan.data, key=lambda f: (f.data_file.spec_id, f.path)):
-            spec_id = data.data_file.spec_id
-            if spec_id not in writers:
-                writers[spec_id] = PartitionedWriter(_table_plan(table, spec_id), f"{name_prefix}-s{spec_id}",
-                                                     target_file_bytes, REWRITE_MEMORY_BYTES)
-            writer = writers[spec_id]
-            arrow_schema = _table_plan(table, spec_id).arrow_schema()
-            sequence = data.data_sequence_number
-            if sequence not in applicable_cache:
-                later = deletes.filter(pc.greater(deletes.column(SEQUENCE_COLUMN), sequence))
-                applicable_cache[sequence] = later.select(ordered_key).group_by(ordered_key).aggregate([])
-            applicable = applicable_cache[sequence]
-            bytes_read += data.data_file.file_size_in_bytes
-            with table.io.new_input(data.path).open() as stream:
-                for batch in pq.ParquetFile(stream).iter_batches(batch_size=REWRITE_BATCH_ROWS):
-                    rows = pa.Table.from_batches([batch])
-                    rows_read += rows.num_rows
-                    if applicable.num_rows:
-                        keys = [rows.column(k).cast(applicable.schema.field(k).type) for k in ordered_key]
-                        keep = pa.Table.from_arrays([*keys, pa.array(np.arange(rows.num_rows, dtype=np.int64))],
-                                                    names=[*ordered_key, "__isync_row"])
-                        survivors = keep.join(applicable, keys=ordered_key, join_type="left anti").column("__isync_row")
-                        rows = rows.take(pc.take(survivors, pc.sort_indices(survivors)))  # in file order
-                    for conformed in (conform(b, arrow_schema) for b in rows.to_batches()):
-                        rows_written += conformed.num_rows
-                        writer.write(conformed)
-        added = [data_file for writer in writers.values() for data_file in writer.finish()]
-    except BaseException:
-        for writer in writers.values():
-            with contextlib.suppress(Exception):
-                writer.abort()
-        raise
-    return added, rows_read, rows_written, bytes_read
+def thresholds(settings: Maintenance, target_file_bytes: int, rewrite_deletes: bool = True) -> Thresholds:
+    """What the planner applies of ``settings``; ``rewrite_deletes`` False holds deletes back this run (spacing)."""
+    compaction, deletes = settings.compaction, settings.rewrite_deletes
+    return Thresholds(target_file_bytes,
+                      target_file_bytes * compaction.small_file_percent // 100 if compaction.enabled else None,
+                      compaction.min_input_files,
+                      deletes.min_delete_files if deletes.enabled and rewrite_deletes else None,
+                      deletes.deleted_rows_percent / 100, settings.max_rewrite_bytes, settings.max_files_per_run)
 
 
 class Maintainer:
-    """Runs ``spec.maintenance`` between the sink's triggers; does nothing when it is not declared."""
+    """Runs ``spec.maintenance`` between the sink's triggers (:meth:`after_commit`)."""
 
-    def __init__(self, settings: Maintenance | None, committer: SinkCommitter, catalog: Catalog, identifier: str,
-                 target_file_bytes: int, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, settings: Maintenance, committer: SinkCommitter, catalog: Catalog, identifier: str,
+                 target_file_bytes: int, spark: Callable[[], SparkSession] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.settings = settings
         self.committer = committer
         self.catalog = catalog
         self.identifier = identifier
         self.target_file_bytes = target_file_bytes
+        self._spark = spark
         self._clock = clock
-        self._commits_since_rewrite = 0
-        self._last_rewrite = clock()
-        self._last_expiry = clock()
-        self._runs = 0
-        self.rewrites: list[RewriteResult] = []
-        self.expiries: list[ExpiryResult] = []
+        self._commits_since_deletes = 0
+        self._last_deletes = self._last_expiry = self._last_orphans = clock()
+        self._manifests: dict[str, list[LiveFile]] = {}
+        self._references = PositionReferences()
+        self._format_refused = False
+        self.totals = UpkeepTotals()
 
     def after_commit(self) -> None:
-        """Called by the job loop after each data commit: run what is due.
+        """Called by the job loop after each data commit: run what the table's state (and ``every``) makes due.
 
-        A fenced writer stops here as in a commit (``FencedError``); a rewrite that found main moved
-        (another writer committed while it was planned) is dropped and retried when next due; any
-        other failure of maintenance is logged and retried when next due, never stopping the sync.
+        A fenced writer stops here as in a commit (``FencedError``); a run that found main moved
+        (another writer committed while it was planned) is dropped and planned again after the next
+        commit; any other failure of maintenance is logged and retried then, never stopping the sync.
         """
-        if self.settings is None:
-            return
-        self._commits_since_rewrite += 1
-        rewrite = self.settings.rewrite_deletes
-        if rewrite is not None and rewrite.due(self._commits_since_rewrite, self._clock() - self._last_rewrite):
-            self._commits_since_rewrite = 0
-            self._last_rewrite = self._clock()
-            self._guarded("rewriteDeletes", self.rewrite_deletes)
-        expire = self.settings.expire_snapshots
-        if expire is not None and self._clock() - self._last_expiry >= expire.every_seconds:
+        self._commits_since_deletes += 1
+        if self.settings.compaction.enabled or self.settings.rewrite_deletes.enabled:
+            self._guarded("rewrite", self.rewrite)
+        expire, orphans = self.settings.expire_snapshots, self.settings.remove_orphans
+        if expire.enabled and self._clock() - self._last_expiry >= expire.every_seconds:
             self._last_expiry = self._clock()
             self._guarded("expireSnapshots", self.expire_snapshots)
+        if orphans.enabled and self._clock() - self._last_orphans >= orphans.every_seconds:
+            self._last_orphans = self._clock()
+            self._guarded("removeOrphans", self.remove_orphans)
 
     def _guarded(self, what: str, run: Callable[[], object]) -> None:
         try:
@@ -246,64 +159,115 @@ class Maintainer:
         except IcebergSyncError:
             raise  # fenced, table changed, rolled back, unknown outcome: as for a data commit
         except Exception:
-            log.exception("%s: maintenance %s failed; the sync goes on and retries when it is next due",
+            log.exception("%s: maintenance %s failed; the sync goes on and retries it after a later commit",
                           self.committer.writer.sink_id, what)
 
-    def rewrite_deletes(self) -> RewriteResult | None:
-        """Rewrite the data files equality deletes apply to and drop those deletes, in ONE fenced snapshot.
+    def plan(self, table: Table) -> UpkeepPlan | None:
+        """What compaction and rewriteDeletes would do now on ``table``'s main head (None: nothing is due)."""
+        snapshot = table.metadata.current_snapshot()
+        if snapshot is None:
+            return None
+        if table.metadata.format_version >= 3:
+            if not self._format_refused:
+                self._format_refused = True
+                log.warning("%s: compaction and rewriteDeletes do not rewrite format-version 3 tables yet (%s); "
+                            "expiry and orphan removal still run", self.committer.writer.sink_id, self.identifier)
+            return None
+        files = live_files(table, snapshot, self._manifests)
+        live_manifests = {f.manifest_path for f in files}
+        self._manifests = {path: entries for path, entries in self._manifests.items() if path in live_manifests}
+        references = self._references.of(
+            table.io, (f for f in files if f.data_file.content == DataFileContent.POSITION_DELETES))
+        deletes = self.settings.rewrite_deletes.allowed(self._commits_since_deletes, self._clock() - self._last_deletes)
+        return plan_upkeep(snapshot, files, thresholds(self.settings, self.target_file_bytes, deletes),
+                           sorted(table.schema().identifier_field_ids), table.metadata.specs(), references)
 
-        None when the table holds fewer live delete files than ``minDeleteFiles`` (1 when not configured).
-        """
+    def rewrite(self) -> RewriteResult | None:
+        """Plan on main's head and, when something is due, write it and commit it as ONE fenced snapshot."""
         started = time.monotonic()
-        minimum = self.settings.rewrite_deletes.min_delete_files \
-            if self.settings is not None and self.settings.rewrite_deletes is not None else 1
         table = self.catalog.load_table(self.identifier)
-        head = table.metadata.current_snapshot()
-        summary = head.summary.additional_properties if head is not None and head.summary is not None else {}
-        if "total-delete-files" in summary and int(summary["total-delete-files"]) < minimum:
+        plan = self.plan(table)
+        if plan is None:
             return None
-        plan = plan_rewrite(table)
-        if plan is None or len(plan.deletes) < minimum:
-            return None
-        self._runs += 1
-        prefix = f"{attempt_file_prefix(self.committer.writer)}-maint{self._runs:04d}-{int(time.time() * 1000)}"
-        added, rows_read, rows_written, bytes_read = rewrite_data_files(table, plan, prefix, self.target_file_bytes)
+        self.totals.runs += 1
+        prefix = f"{attempt_file_prefix(self.committer.writer)}-maint{self.totals.runs:04d}"
+        outcomes, on_spark = run_plan(self._spark, RewriteContext.of(table, self.target_file_bytes), plan, prefix)
+        failed = [outcome.error for outcome in outcomes if outcome.error is not None]
+        if failed:
+            delete_written(table.io, outcomes)
+            raise RuntimeError(f"{len(failed)} of {len(outcomes)} rewrite(s) failed, nothing was committed: {failed[0]}")
         crash_point("maintenance-staged")
-        removed = [f.path for f in plan.data] + [f.path for f in plan.removable]
+        added = [written for outcome in outcomes for written in outcome.files]
+        merged = [d for merge in plan.merges for d in merge.deletes]
+        removed = list(dict.fromkeys([*(f.path for f in plan.rewritten), *(d.path for d in merged),
+                                      *(d.path for d in plan.removable)]))
         try:
             commit = self.committer.commit_maintenance(plan.snapshot, removed, added)
         except CommitStateUnknownError:
             raise  # it may have landed: keep the replacements (orphan cleanup deletes them if it did not)
         except BaseException:
-            for data_file in added:  # certainly not committed: refused before it was sent
-                with contextlib.suppress(FileNotFoundError):
-                    table.io.delete(data_file.file_path)
+            delete_written(table.io, outcomes)  # certainly not committed: refused before it was sent
             raise
         crash_point("maintenance-committed")
-        result = RewriteResult(commit.snapshot.snapshot_id, len(plan.data), len(plan.removable), len(added),
-                               rows_read, rows_written, bytes_read, time.monotonic() - started)
-        self.rewrites.append(result)
-        log.info("maintenance sink=%s version=%d snapshot=%d rewrote %d data file(s) (%d rows, %d bytes) into %d, "
-                 "dropped %d row(s) and %d delete file(s) in %.1fs", self.committer.writer.sink_id,
-                 self.committer.writer.version, result.snapshot_id, result.rewritten_files, rows_read, bytes_read,
-                 result.added_files, rows_read - rows_written, result.removed_delete_files, result.seconds)
+        if any(group.due_to_deletes for group in plan.groups) or plan.merges:
+            self._commits_since_deletes, self._last_deletes = 0, self._clock()
+        return self._record(plan, outcomes, commit.snapshot.snapshot_id, on_spark, time.monotonic() - started)
+
+    def _record(self, plan: UpkeepPlan, outcomes: list[Outcome], snapshot_id: int, on_spark: bool,
+                seconds: float) -> RewriteResult:
+        """The result of a committed run, added to the totals and logged in one line."""
+        groups = [o for o in outcomes if o.index < len(plan.groups)]
+        data = [f for o in groups for f in o.files]
+        compacted = sum(len(g.files) for g in plan.groups if not g.due_to_deletes)
+        result = RewriteResult(
+            snapshot_id, compacted, len(plan.rewritten) - compacted, len(data), len(plan.removable),
+            sum(len(m.deletes) for m in plan.merges), len(plan.merges), sum(o.rows_read for o in groups),
+            sum(o.rows_written for o in groups), sum(f.data_file.file_size_in_bytes for f in plan.rewritten),
+            sum(f.file_size_in_bytes for f in data), plan.deferred, on_spark, seconds)
+        totals = self.totals
+        totals.data_files_rewritten += result.rewritten_files
+        totals.data_files_written += result.added_files
+        totals.bytes_rewritten += result.bytes_read
+        totals.bytes_written += result.bytes_written
+        totals.rows_dropped += result.rows_read - result.rows_written
+        totals.delete_files_removed += result.removed_delete_files + result.merged_position_files
+        totals.seconds += seconds
+        log.info("maintenance sink=%s version=%d snapshot=%d rewrote %d data file(s) (%d small, %d for deletes; "
+                 "%d bytes) into %d (%d bytes), dropped %d row(s), removed %d delete file(s), merged %d position "
+                 "delete file(s) into %d, left %d group(s) for a later run; %.1fs in %s", self.committer.writer.sink_id,
+                 self.committer.writer.version, snapshot_id, result.rewritten_files, result.compacted_files,
+                 result.files_due_to_deletes, result.bytes_read, result.added_files, result.bytes_written,
+                 result.rows_read - result.rows_written, result.removed_delete_files, result.merged_position_files,
+                 result.added_delete_files, result.deferred_groups, seconds,
+                 "Spark tasks" if result.spark else "the driver")
         return result
 
     def expire_snapshots(self, now_ms: int | None = None) -> ExpiryResult:
-        """Expire old snapshots under the fence, then delete the files only they referenced."""
+        """Expire old snapshots under the fence (when there are any), then delete the files only they referenced."""
         started = time.monotonic()
-        assert self.settings is not None and self.settings.expire_snapshots is not None
         settings = self.settings.expire_snapshots
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         expired = self.committer.expire_snapshots(now_ms - int(settings.older_than_seconds * 1000), settings.retain_last)
         deleted = delete_unreferenced(self.catalog.load_table(self.identifier), expired) if expired else 0
         result = ExpiryResult(len(expired), deleted, time.monotonic() - started)
-        self.expiries.append(result)
+        self.totals.snapshots_expired += len(expired)
+        self.totals.seconds += result.seconds
         if expired:
             log.info("maintenance sink=%s version=%d expired %d snapshot(s) and deleted %d file(s) only they "
                      "referenced in %.1fs", self.committer.writer.sink_id, self.committer.writer.version,
                      len(expired), deleted, result.seconds)
         return result
+
+    def remove_orphans(self, now_ms: int | None = None) -> list[str]:
+        """Delete earlier attempts' staged files that no snapshot references and are older than ``olderThan``."""
+        started = time.monotonic()
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        older_than_ms = now_ms - int(self.settings.remove_orphans.older_than_seconds * 1000)
+        removed = [path for identifier in filter(None, (self.identifier, self.committer.dead_letter_identifier))
+                   for path in self.committer.cleanup_orphans(self.catalog.load_table(identifier), older_than_ms)]
+        self.totals.orphans_removed += len(removed)
+        self.totals.seconds += time.monotonic() - started
+        return removed
 
 
 def _references(table: Table, snapshots: list[Snapshot], live_only: bool) -> dict[str, str]:

@@ -20,6 +20,7 @@ import logging
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -73,6 +74,32 @@ class MergeGroup:
         return sum(f.file_size_in_bytes for f in self.files)
 
 
+class Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+T = TypeVar("T")
+S = TypeVar("S", bound=Sized)
+
+
+def first_fit_decreasing(items: Iterable[T], size: Callable[[T], int], capacity: int,
+                         name: Callable[[T], str]) -> list[list[T]]:
+    """``items`` packed into bins of at most ``capacity`` (an item larger than it gets a bin of its own): the
+    largest first (ties by ``name``), each into the first bin it fits."""
+    bins: list[list[T]] = []
+    loads: list[int] = []
+    for item in sorted(items, key=lambda i: (-size(i), name(i))):
+        fitting = next((index for index, load in enumerate(loads) if load + size(item) <= capacity), None)
+        if fitting is None:
+            bins.append([item])
+            loads.append(size(item))
+        else:
+            bins[fitting].append(item)
+            loads[fitting] += size(item)
+    return bins
+
+
 def plan_merges(files: Iterable[DataFile], target_file_bytes: int) -> list[MergeGroup]:
     """Groups of two or more small files of one partition, each group at most ``target_file_bytes``.
 
@@ -85,21 +112,14 @@ def plan_merges(files: Iterable[DataFile], target_file_bytes: int) -> list[Merge
             by_partition.setdefault(data_file.partition, []).append(data_file)
     groups: list[MergeGroup] = []
     for small in by_partition.values():
-        bins: list[list[DataFile]] = []
-        for data_file in sorted(small, key=lambda f: (-f.file_size_in_bytes, f.file_path)):
-            fitting = next((b for b in bins if sum(f.file_size_in_bytes for f in b) + data_file.file_size_in_bytes
-                            <= target_file_bytes), None)
-            if fitting is None:
-                bins.append([data_file])
-            else:
-                fitting.append(data_file)
+        bins = first_fit_decreasing(small, lambda f: f.file_size_in_bytes, target_file_bytes, lambda f: f.file_path)
         groups.extend(MergeGroup(tuple(b)) for b in bins if len(b) > 1)
     return groups
 
 
-def spread(groups: list[MergeGroup], tasks: int) -> list[list[MergeGroup]]:
+def spread(groups: list[S], tasks: int) -> list[list[S]]:
     """The groups dealt to at most ``tasks`` tasks, largest first to the least loaded (balanced bytes)."""
-    assigned: list[list[MergeGroup]] = [[] for _ in range(min(tasks, len(groups)))]
+    assigned: list[list[S]] = [[] for _ in range(min(tasks, len(groups)))]
     loads = [0] * len(assigned)
     for group in sorted(groups, key=lambda g: -g.size):
         least = loads.index(min(loads))

@@ -22,7 +22,7 @@ KEYED_SCHEMA = [{"name": "id", "type": "long", "required": True}]
 FILES = {"files": {"path": "/data"}}
 KAFKA = {"kafka": {"bootstrapServers": "k:9092", "topic": "t"}}
 KEYED = {"source": FILES, "schema": KEYED_SCHEMA, "table": {"name": "db.trips", "key": ["id"]},
-         "changes": {"format": "debezium", "deletes": "equality"}}
+         "changes": {"format": "debezium"}}
 
 # Spec fields over a valid generator spec, each near a CEL rule: on both sides of it.
 CASES: dict[str, dict[str, Any]] = {
@@ -61,14 +61,22 @@ CASES: dict[str, dict[str, Any]] = {
     "rewriteDeletes of a keyed sync": {**KEYED, "maintenance": {"rewriteDeletes": {"afterCommits": 5}}},
     "rewriteDeletes every 10m": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "10m", "minDeleteFiles": 4}}},
     "rewriteDeletes without changes": {"maintenance": {"rewriteDeletes": {}}},
-    "rewriteDeletes with position deletes": {**KEYED, "changes": {"format": "debezium"},
-                                             "maintenance": {"rewriteDeletes": {}}},
+    "equality deletes": {**KEYED, "changes": {"format": "debezium", "deletes": "equality"}},
+    "deletes as vectors": {**KEYED, "changes": {"format": "debezium", "deletes": "vectors"}},
     "rewriteDeletes every and afterCommits": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "1m",
                                                                                            "afterCommits": 3}}},
     "rewriteDeletes every 0s": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "0s"}}},
     "expireSnapshots defaults": {"maintenance": {"expireSnapshots": {}}},
     "expireSnapshots older than 0s": {"maintenance": {"expireSnapshots": {"olderThan": "0s", "retainLast": 1}}},
     "expireSnapshots every 0ms": {"maintenance": {"expireSnapshots": {"every": "0ms"}}},
+    "maintenance parts off": {"maintenance": {"compaction": {"enabled": False}, "rewriteDeletes": {"enabled": False},
+                                              "expireSnapshots": {"enabled": False},
+                                              "removeOrphans": {"enabled": False}}},
+    "compaction tuned": {"maintenance": {"compaction": {"smallFilePercent": 50, "minInputFiles": 2},
+                                         "maxBytesPerRun": "256Mi", "maxFilesPerRun": 50}},
+    "maxBytesPerRun 0Mi": {"maintenance": {"maxBytesPerRun": "0Mi"}},
+    "removeOrphans every 0s": {"maintenance": {"removeOrphans": {"every": "0s"}}},
+    "removeOrphans older than 0s": {"maintenance": {"removeOrphans": {"olderThan": "0s"}}},
 }
 
 

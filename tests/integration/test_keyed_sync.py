@@ -97,7 +97,9 @@ def test_change_files_end_in_the_model_of_the_stream(tmp_path: Path, spark: Spar
     with BackgroundJob(SyncJob(sync, 1, spark)) as running:
         running.wait_until(reached, "the last file committed", timeout=300)
     table = catalog.load_table("sales.orders")
-    assert [c.kind for c in sink_commits(table, "test/orders")] == ["fence", "data", "data", "data"]
+    kinds = [c.kind for c in sink_commits(table, "test/orders")]
+    assert [kind for kind in kinds if kind != "maintenance"] == ["fence", "data", "data", "data"]
+    assert "maintenance" in kinds  # on by default: each trigger's deletes are rewritten away
     assert spark_rows(spark, table) == stream.model
     dead_letters = catalog.load_table("sales.orders_dlq").scan().to_arrow()
     assert dead_letters.num_rows == stream.dead

@@ -1,8 +1,8 @@
 """Built-in maintenance of keyed tables (spark_app/maintenance.py), read back by two independent readers.
 
 Keyed triggers (ChangeStream, as tests/integration/test_keyed_commit.py commits them) leave equality
-delete files; ``rewriteDeletes`` rewrites the data files they apply to and drops them in ONE
-fenced ``replace`` snapshot. After it Apache Iceberg's Spark reader must still show exactly the
+delete files; a run of ``rewriteDeletes`` (with compaction, as by default) rewrites the data files they
+apply to and drops them in ONE fenced ``replace`` snapshot. After it Apache Iceberg's Spark reader must still show exactly the
 model, and pyiceberg's reader (which refuses equality deletes) must read the same rows. Further
 triggers (updating and deleting keys whose rows were just rewritten) stay equal to the model, a
 fenced writer lands no maintenance, expiry keeps resume working, and kills before and after the
@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 from pyiceberg.catalog import Catalog
-from pyiceberg.manifest import DataFileContent
+from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table, Transaction
 from pyspark.sql import SparkSession
 
@@ -30,11 +30,13 @@ from icebergsync.catalog import ensure_table
 from icebergsync.errors import FencedError
 from icebergsync.protocol import Writer
 from icebergsync.schema import iceberg_schema
-from icebergsync.spec import ExpireSnapshots, Maintenance, RewriteDeletes, parse_spec
+from icebergsync.spec import ExpireSnapshots, Maintenance, parse_spec
 from icebergsync.storage import normalize
 from spark_app.committer import MaintenanceConflictError, SinkCommitter, referenced_files
 from spark_app.iceberg_internals import commit_transaction, live_files, rewrite_files
-from spark_app.maintenance import Maintainer, plan_rewrite, rewrite_data_files
+from spark_app.maintenance import Maintainer
+from spark_app.upkeep.plan import UpkeepPlan
+from spark_app.upkeep.rewrite import RewriteContext, run_plan
 from tests.integration.keyed_support import COLUMNS, KEY, ChangeStream, Row, spark_rows
 from tests.integration.sync_support import (
     catalog_of,
@@ -123,9 +125,18 @@ class Triggers:
 
 
 def maintainer(committer: SinkCommitter, catalog: Catalog, name: str, **expiry: object) -> Maintainer:
-    settings = Maintenance(rewrite_deletes=RewriteDeletes(after_commits=1),
-                           expire_snapshots=ExpireSnapshots(**expiry) if expiry else None)  # type: ignore[arg-type]
+    """The defaults, with the expiry given (none when not given)."""
+    settings = Maintenance(expire_snapshots=ExpireSnapshots(**expiry) if expiry else ExpireSnapshots(enabled=False))  # type: ignore[arg-type]
     return Maintainer(settings, committer, catalog, name, TARGET)
+
+
+def staged_rewrite(committer: SinkCommitter, catalog: Catalog, name: str) -> tuple[UpkeepPlan, list[DataFile]]:
+    """A run planned on main's head and its files written, not committed."""
+    table = catalog.load_table(name)
+    plan = maintainer(committer, catalog, name).plan(table)
+    assert plan is not None
+    outcomes, _ = run_plan(None, RewriteContext.of(table, TARGET), plan, "isync-test-rewrite")
+    return plan, [written for outcome in outcomes for written in outcome.files]
 
 
 @pytest.mark.parametrize(("catalog_kind", "stream_kind"), [("sql", "narrow"), ("sql", "wide"), ("rest", "wide")])
@@ -151,7 +162,7 @@ def test_rewrite_leaves_no_deletes_and_both_readers_see_the_model(tmp_path: Path
     assert head is not None
 
     maintenance = maintainer(v1, catalog, name)
-    result = maintenance.rewrite_deletes()
+    result = maintenance.rewrite()
     assert result is not None and result.removed_delete_files == 6 and result.rows_written < result.rows_read
     if stream_kind == "wide":
         assert result.added_files > 0 and result.rows_written > result.rows_read // 2
@@ -186,12 +197,12 @@ def test_rewrite_leaves_no_deletes_and_both_readers_see_the_model(tmp_path: Path
         for _ in range(2):
             triggers.commit(v1, 400)
             assert spark_rows(spark, catalog.load_table(name)) == triggers.stream.model
-        assert maintenance.rewrite_deletes() is not None
+        assert maintenance.rewrite() is not None
         table = catalog.load_table(name)
         assert live(table, DataFileContent.EQUALITY_DELETES) == [], f"round {round_number}"
         assert spark_rows(spark, table) == triggers.stream.model
         assert pyiceberg_rows(table) == triggers.stream.model
-    assert maintenance.rewrite_deletes() is None  # nothing to do
+    assert maintenance.rewrite() is None  # nothing to do
     assert [c.kind for c in sink_commits(catalog.load_table(name), SINK)][-1] == protocol.KIND_MAINTENANCE
 
     # A restart resumes from the maintenance snapshot's frontier and goes on.
@@ -212,17 +223,14 @@ def test_replacements_keep_the_planned_sequence_number_so_later_deletes_apply(tm
     v1.start([])
     for _ in range(4):
         triggers.commit(v1, 300)
-    planned_table = catalog.load_table(name)
-    plan = plan_rewrite(planned_table)
-    assert plan is not None and plan.data and len(plan.removable) == 4
-    added, _, rows_written, _ = rewrite_data_files(planned_table, plan, "isync-test-rewrite", TARGET)
-    assert added and rows_written > 0
+    plan, added = staged_rewrite(v1, catalog, name)
+    assert plan.rewritten and len(plan.removable) == 4 and added
     triggers.commit(v1, 300)  # updates and deletes of keys the rewrite holds, committed after S0
     assert spark_rows(spark, catalog.load_table(name)) == triggers.stream.model
 
     # The committer refuses to land a rewrite planned on a head main has moved past.
     with pytest.raises(MaintenanceConflictError):
-        v1.commit_maintenance(plan.snapshot, [f.path for f in plan.data + plan.removable], added)
+        v1.commit_maintenance(plan.snapshot, [f.path for f in plan.rewritten + list(plan.removable)], added)
 
     def land(sequence_number: int) -> list[tuple[int, str, int]]:
         """The rows Spark reads with the rewrite landed with this data sequence number (then main is set back)."""
@@ -230,7 +238,7 @@ def test_replacements_keep_the_planned_sequence_number_so_later_deletes_apply(tm
         head = table.metadata.current_snapshot_id
         assert head is not None
         transaction = Transaction(table)
-        rewrite_files(transaction, {}, [f.path for f in plan.data + plan.removable], added, sequence_number)
+        rewrite_files(transaction, {}, [f.path for f in plan.rewritten + list(plan.removable)], added, sequence_number)
         commit_transaction(catalog, table, transaction)
         frame = spark.read.format("iceberg").load(catalog.load_table(name).metadata_location)
         rows = sorted(tuple(row) for row in frame.selectExpr("id", "name", "unix_micros(updated_at)").collect())
@@ -256,7 +264,7 @@ def test_a_fenced_writer_lands_no_maintenance(tmp_path: Path, spark: SparkSessio
     head = catalog.load_table(name).metadata.current_snapshot_id
     stale = maintainer(v1, catalog, name, older_than="0s", retain_last=1)
     with pytest.raises(FencedError):
-        stale.rewrite_deletes()
+        stale.rewrite()
     with pytest.raises(FencedError):
         stale.after_commit()
     with pytest.raises(FencedError):
@@ -276,7 +284,7 @@ def test_expiry_under_the_fence_keeps_resume_and_deletes_only_dead_files(tmp_pat
     for _ in range(4):
         triggers.commit(v1, 300)
     maintenance = maintainer(v1, catalog, name, older_than="0s", retain_last=1)
-    assert maintenance.rewrite_deletes() is not None
+    assert maintenance.rewrite() is not None
     before = catalog.load_table(name)
     ever = referenced_files(before)
     expiry = maintenance.expire_snapshots(now_ms=int(time.time() * 1000) + 1000)
@@ -411,7 +419,7 @@ def test_figures_read_time_before_and_after_and_the_cost_of_a_rewrite(tmp_path: 
     deletes = len(live(table, DataFileContent.EQUALITY_DELETES))
     data_files = len(live(table, DataFileContent.DATA))
     before = read_seconds()
-    result = maintainer(v1, catalog, name).rewrite_deletes()
+    result = maintainer(v1, catalog, name).rewrite()
     assert result is not None
     after = read_seconds()
     table = catalog.load_table(name)
@@ -427,9 +435,9 @@ def test_figures_read_time_before_and_after_and_the_cost_of_a_rewrite(tmp_path: 
           f"({len(live(table, DataFileContent.DATA))} data files)")
 
 
-def test_another_writers_deletes_are_refused_not_misapplied(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """An equality delete on other columns than the key (another writer's) is not the sink's: rewriteDeletes
-    refuses the table (nothing is written) and, run by the loop, logs it and lets the sync go on."""
+def test_another_writers_deletes_pin_the_files_they_apply_to(tmp_path: Path, spark: SparkSession) -> None:
+    """An equality delete on other columns than the key (another writer's) is not the sink's: the files it
+    applies to are never rewritten and it stays; the rows it deletes stay deleted, the others readable."""
     import dataclasses
 
     import pyarrow as pa
@@ -445,18 +453,18 @@ def test_another_writers_deletes_are_refused_not_misapplied(tmp_path: Path, capl
     for _ in range(2):
         triggers.commit(v1, 200)
     table = catalog.load_table(name)
+    victim = sorted(triggers.stream.model)[0]
     by_name = dataclasses.replace(delete_plan(table), key=("name",))
-    foreign = write_equality_deletes(by_name, pa.table({"name": ["nobody"]}), "foreign")
+    foreign = write_equality_deletes(by_name, pa.table({"name": [triggers.stream.model[victim][0]]}), "foreign")
     assert foreign is not None
     transaction = Transaction(table)
     row_delta(transaction, {}, [], [foreign])
     commit_transaction(catalog, table, transaction)
-    head = catalog.load_table(name).metadata.current_snapshot_id
-    with pytest.raises(ValueError, match="not a global equality delete on the key"):
-        maintainer(v1, catalog, name).rewrite_deletes()
-    maintenance = maintainer(v1, catalog, name)
-    with caplog.at_level("ERROR", logger="icebergsync.maintenance"):
-        maintenance.after_commit()
-    assert "maintenance rewriteDeletes failed" in caplog.text
+    data_before = set(live(catalog.load_table(name), DataFileContent.DATA))
+    result = maintainer(v1, catalog, name).rewrite()  # at most drops the sink's delete that applies to nothing
     table = catalog.load_table(name)
-    assert table.metadata.current_snapshot_id == head and unreferenced_sink_files(table, SINK) == []
+    assert set(live(table, DataFileContent.DATA)) == data_before and foreign.file_path in live(
+        table, DataFileContent.EQUALITY_DELETES)
+    assert result is None or result.rewritten_files == 0
+    expected = {key: row for key, row in triggers.stream.model.items() if key != victim}
+    assert spark_rows(spark, table) == expected and unreferenced_sink_files(table, SINK) == []

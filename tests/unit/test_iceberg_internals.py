@@ -294,6 +294,46 @@ def test_rewrite_files_replaces_files_keeping_an_explicit_data_sequence_number(t
         iceberg_internals.rewrite_files(Transaction(table), {}, removed, [], 2)
 
 
+def test_read_data_file_projects_by_field_id_and_skips_deleted_positions(tmp_path: Path) -> None:
+    """pyiceberg's per-file reader: a file of an older schema reads in the current one (a renamed column by its
+    field id, an added one null), without the deleted positions, batch by batch."""
+    from pyiceberg.manifest import DataFileContent
+
+    from spark_app.writer import PartitionedWriter, TablePlan, conform
+
+    table = catalog(tmp_path).create_table("ns.t", SCHEMA)
+    plan = TablePlan(table.metadata.location, dict(table.properties), table.schema(), table.spec(), dict(table.io.properties))
+    writer = PartitionedWriter(plan, "isync-test", 1 << 30, 1 << 26)
+    writer.write(conform(pa.RecordBatch.from_pydict({"id": pa.array(range(5), pa.int64()), "who": list("abcde")}),
+                         plan.arrow_schema()))
+    (data_file,) = writer.finish()
+    with table.update_schema() as update:
+        update.rename_column("who", "name")
+        update.add_column("note", StringType())
+    table = table.catalog.load_table("ns.t")
+    assert data_file.content == DataFileContent.DATA
+    batches = iceberg_internals.read_data_file(table.io, data_file, table.schema(), table.spec(),
+                                               table.metadata.format_version, table.metadata.name_mapping(),
+                                               pa.array([0, 3], pa.int64()))
+    rows = pa.Table.from_batches(list(batches))
+    assert rows.column_names == ["id", "name", "note"]
+    assert rows.to_pydict() == {"id": [1, 2, 4], "name": ["b", "c", "e"], "note": [None, None, None]}
+
+
+def test_live_files_reads_a_cached_manifest_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = catalog(tmp_path).create_table("ns.t", SCHEMA)
+    for ids in ([1], [2]):
+        table.append(pa.table({"id": ids, "who": ["a"]}, schema=SCHEMA.as_arrow()))
+    table = table.catalog.load_table("ns.t")
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    cache: dict[str, list[iceberg_internals.LiveFile]] = {}
+    first = iceberg_internals.live_files(table, snapshot, cache)
+    assert len(first) == 2 and len(cache) == 2
+    monkeypatch.setattr(iceberg_internals, "manifest_entries", lambda *_: pytest.fail("a cached manifest was read"))
+    assert iceberg_internals.live_files(table, snapshot, cache) == first
+
+
 def test_expire_snapshots_stages_a_removal_that_asserts_the_head(tmp_path: Path) -> None:
     table, _, _ = _keyed_with_rows(tmp_path)
     oldest = table.metadata.snapshots[0].snapshot_id

@@ -188,44 +188,67 @@ def test_changes_refuse_a_transform_and_non_json_files() -> None:
     assert parse_spec(with_spec(**keyed, source={"files": {"path": "/in"}})).spec.keyed
 
 
-def test_maintenance_is_off_unless_declared_and_has_small_defaults() -> None:
-    from icebergsync.spec import DEFAULT_REWRITE_AFTER_COMMITS
+def test_maintenance_is_on_by_default_for_every_sync() -> None:
+    """A spec without a maintenance section compacts, rewrites deletes, expires snapshots and removes orphans."""
+    for document in (VALID, cdc_spec({"key": ["id"]}, changes={"format": "debezium"})):
+        maintenance = parse_spec(document).spec.maintenance
+        compaction, rewrite = maintenance.compaction, maintenance.rewrite_deletes
+        expire, orphans = maintenance.expire_snapshots, maintenance.remove_orphans
+        assert compaction.enabled and rewrite.enabled and expire.enabled and orphans.enabled
+        assert (compaction.small_file_percent, compaction.min_input_files) == (75, 5)
+        assert (rewrite.min_delete_files, rewrite.deleted_rows_percent) == (1, 20)
+        assert (expire.older_than_seconds, expire.retain_last, expire.every_seconds) == (3600, 10, 600)
+        assert (orphans.older_than_seconds, orphans.every_seconds) == (3600, 3600)
+        assert (maintenance.max_rewrite_bytes, maintenance.max_files_per_run) == (1024**3, 1000)
+    assert parse_spec(with_spec(maintenance={})).spec.maintenance == parse_spec(VALID).spec.maintenance
 
-    assert parse_spec(VALID).spec.maintenance is None
-    keyed = parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "debezium", "deletes": "equality"},
-                                maintenance={"rewriteDeletes": {}, "expireSnapshots": {}})).spec.maintenance
-    assert keyed is not None and keyed.rewrite_deletes is not None and keyed.expire_snapshots is not None
-    rewrite, expire = keyed.rewrite_deletes, keyed.expire_snapshots
-    assert rewrite.min_delete_files == 1 and not rewrite.due(DEFAULT_REWRITE_AFTER_COMMITS - 1, 1e9)
-    assert rewrite.due(DEFAULT_REWRITE_AFTER_COMMITS, 0)
-    assert (expire.older_than_seconds, expire.retain_last, expire.every_seconds) == (3600, 10, 600)
-    timed = parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "upsert", "deletes": "equality"},
-                                maintenance={"rewriteDeletes": {"every": "10m"}})).spec.maintenance
-    assert timed is not None and timed.rewrite_deletes is not None
-    assert not timed.rewrite_deletes.due(1000, 599) and timed.rewrite_deletes.due(0, 600)
+
+def test_each_part_of_maintenance_turns_off_on_its_own() -> None:
+    parts = ("compaction", "rewriteDeletes", "expireSnapshots", "removeOrphans")
+    for part in parts:
+        maintenance = parse_spec(with_spec(maintenance={part: {"enabled": False}})).spec.maintenance
+        enabled = {name: getattr(maintenance, field).enabled for name, field in zip(
+            parts, ("compaction", "rewrite_deletes", "expire_snapshots", "remove_orphans"), strict=True)}
+        assert enabled == {name: name != part for name in parts}, part
+
+
+def test_rewrite_deletes_spacing_is_an_upper_bound_on_how_often() -> None:
+    rewrite = parse_spec(with_spec()).spec.maintenance.rewrite_deletes
+    assert rewrite.allowed(0, 0)  # no spacing: the table's state alone decides
+    counted = parse_spec(with_spec(maintenance={"rewriteDeletes": {"afterCommits": 3}})).spec.maintenance
+    assert not counted.rewrite_deletes.allowed(2, 1e9) and counted.rewrite_deletes.allowed(3, 0)
+    timed = parse_spec(with_spec(maintenance={"rewriteDeletes": {"every": "10m"}})).spec.maintenance
+    assert not timed.rewrite_deletes.allowed(1000, 599) and timed.rewrite_deletes.allowed(0, 600)
     assert parse_spec(with_spec(maintenance={"expireSnapshots": {"olderThan": "0s", "retainLast": 1}})).spec.maintenance
 
 
 def test_maintenance_problems_are_refused_at_their_path() -> None:
-    from icebergsync.spec import REWRITE_DELETES_NEED_CHANGES_MESSAGE, REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE
+    from icebergsync.spec import REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE
 
-    assert problems_of(with_spec(maintenance={"rewriteDeletes": {}})) == [
-        f"spec.maintenance.rewriteDeletes: {REWRITE_DELETES_NEED_CHANGES_MESSAGE}"]
     keyed = {"key": ["id"]}
-    assert problems_of(cdc_spec(keyed, changes={"format": "debezium"}, maintenance={"rewriteDeletes": {}})) == [
-        f"spec.maintenance.rewriteDeletes: {REWRITE_DELETES_NEED_CHANGES_MESSAGE}"], "position deletes need no rewrite"
-    equality = {"format": "debezium", "deletes": "equality"}
-    assert problems_of(cdc_spec(keyed, changes=equality,
+    assert problems_of(cdc_spec(keyed, changes={"format": "debezium"},
                                 maintenance={"rewriteDeletes": {"every": "1m", "afterCommits": 2}})) == [
         f"spec.maintenance.rewriteDeletes: {REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE}"]
-    assert problems_of(cdc_spec(keyed, changes=equality, maintenance={"rewriteDeletes": {"every": "0s"}})) \
+    assert problems_of(cdc_spec(keyed, changes={"format": "debezium"}, maintenance={"rewriteDeletes": {"every": "0s"}})) \
         == ["spec.maintenance.rewriteDeletes: every must be greater than zero"]
     for bad, path in [({"rewriteDeletes": {"afterCommits": 0}}, "spec.maintenance.rewriteDeletes.afterCommits"),
                       ({"rewriteDeletes": {"minDeleteFiles": 0}}, "spec.maintenance.rewriteDeletes.minDeleteFiles"),
+                      ({"rewriteDeletes": {"deletedRowsPercent": 101}},
+                       "spec.maintenance.rewriteDeletes.deletedRowsPercent"),
+                      ({"compaction": {"smallFilePercent": 0}}, "spec.maintenance.compaction.smallFilePercent"),
+                      ({"compaction": {"minInputFiles": 1}}, "spec.maintenance.compaction.minInputFiles"),
+                      ({"compaction": {"enabled": "sometimes"}}, "spec.maintenance.compaction.enabled"),
+                      ({"maxFilesPerRun": 0}, "spec.maintenance.maxFilesPerRun"),
+                      ({"maxBytesPerRun": "lots"}, "spec.maintenance.maxBytesPerRun"),
+                      ({"removeOrphans": {"olderThan": "later"}}, "spec.maintenance.removeOrphans.olderThan"),
                       ({"expireSnapshots": {"retainLast": 0}}, "spec.maintenance.expireSnapshots.retainLast"),
                       ({"expireSnapshots": {"olderThan": "soon"}}, "spec.maintenance.expireSnapshots.olderThan"),
                       ({"vacuum": {}}, "spec.maintenance.vacuum")]:
         assert any(p.startswith(path) for p in problems_of(cdc_spec(keyed, changes={"format": "debezium"},
                                                                     maintenance=bad))), bad
+    assert problems_of(with_spec(maintenance={"maxBytesPerRun": "0Mi"})) == [
+        "spec.maintenance: maxBytesPerRun must be greater than zero"]
+    assert problems_of(with_spec(maintenance={"removeOrphans": {"every": "0s"}})) == [
+        "spec.maintenance.removeOrphans: every must be greater than zero"]
     assert problems_of(with_spec(maintenance={"expireSnapshots": {"every": "0ms"}})) == [
         "spec.maintenance.expireSnapshots: every must be greater than zero"]

@@ -1,0 +1,235 @@
+"""Which files one upkeep run rewrites, planned on the live files of one main snapshot (no I/O here).
+
+- **Compaction**: per partition (spec and value), a data file below ``compaction.smallFilePercent``
+  of the target size is small; once ``compaction.minInputFiles`` of them have piled up, or when
+  files of the partition are rewritten for their deletes anyway, they are packed first-fit
+  decreasing into groups of at most the target size, each written again as one file (a group of one
+  small file is left alone).
+- **Deletes**: a data file is due when at least ``rewriteDeletes.minDeleteFiles`` of the sink's
+  equality delete files apply to it, or position deletes remove at least
+  ``rewriteDeletes.deletedRowsPercent`` of its rows; it is written again without those rows
+  (packed with its partition's other candidates). A partition where a data file that stays has two
+  or more position delete files gets its position delete files merged into one.
+- Whatever made a file a candidate, every delete that applies to it is applied when it is written
+  again: the replacement takes the planned snapshot's data sequence number, to which those deletes
+  no longer apply. The delete files that apply to no data file that stays are removed.
+- **Never touched**: data files another writer's equality deletes apply to (partitioned ones, or on
+  other columns than the key), and those deletes.
+- **Bounds**: groups are taken in order, those due for deletes first (oldest data first, so that
+  deletes can go), then those of the partitions with most small files, while they fit
+  ``maxBytesPerRun`` and ``maxFilesPerRun`` (a group never holds more files than that); the first
+  group is always taken, so that every run makes progress.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.manifest import DataFileContent
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.table.snapshots import Snapshot
+
+from spark_app.iceberg_internals import LiveFile
+from spark_app.merge import first_fit_decreasing
+
+PartitionKey = tuple[int, Any]  # (spec id, partition value): files of two specs are never one partition
+
+
+def partition_of(live: LiveFile) -> PartitionKey:
+    return live.data_file.spec_id, live.data_file.partition
+
+
+def _size(live: LiveFile) -> int:
+    return live.data_file.file_size_in_bytes
+
+
+def _path(live: LiveFile) -> str:
+    return live.path
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``spec.maintenance`` as the planner applies it (sizes in bytes); None turns a part off."""
+
+    target_file_bytes: int
+    small_file_bytes: int | None
+    min_input_files: int
+    min_delete_files: int | None
+    deleted_rows_share: float
+    max_bytes: int
+    max_files: int
+
+
+@dataclass(frozen=True)
+class RewriteGroup:
+    """Data files of one partition written again together, with every delete file that applies to one of them."""
+
+    files: tuple[LiveFile, ...]
+    equality_deletes: tuple[LiveFile, ...]
+    position_deletes: tuple[LiveFile, ...]
+    due_to_deletes: bool  # else compacted for being small
+
+    @property
+    def size(self) -> int:
+        return sum(map(_size, self.files))
+
+    @property
+    def spec_id(self) -> int:
+        return self.files[0].data_file.spec_id
+
+
+@dataclass(frozen=True)
+class PositionMerge:
+    """A partition's position delete files that still apply, replaced by one file holding their positions in
+    ``targets`` (the data files of the partition they apply to, none of them rewritten)."""
+
+    deletes: tuple[LiveFile, ...]
+    targets: tuple[LiveFile, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(map(_size, self.deletes))
+
+
+@dataclass(frozen=True)
+class UpkeepPlan:
+    """One run: planned on ``snapshot``, its rewrites, position delete merges and delete files that go."""
+
+    snapshot: Snapshot
+    groups: tuple[RewriteGroup, ...]
+    merges: tuple[PositionMerge, ...]
+    removable: tuple[LiveFile, ...]  # delete files applying to no data file that stays: removed, nothing written
+    deferred: int = 0  # candidate groups the bounds left for a later run
+
+    @property
+    def rewritten(self) -> list[LiveFile]:
+        return [f for group in self.groups for f in group.files]
+
+
+def _ours(delete: LiveFile, key_ids: list[int], specs: Mapping[int, PartitionSpec]) -> bool:
+    """The sink's kind of equality delete: on the key, under an unpartitioned spec (it applies to every partition)."""
+    return bool(key_ids) and not specs[delete.data_file.spec_id].fields \
+        and sorted(delete.data_file.equality_ids or []) == key_ids
+
+
+def _applies(delete: LiveFile, data: LiveFile, specs: Mapping[int, PartitionSpec]) -> bool:
+    """Whether an equality delete applies to a data file (by sequence number and partition, whatever it names)."""
+    return delete.data_sequence_number > data.data_sequence_number and (
+        not specs[delete.data_file.spec_id].fields or partition_of(delete) == partition_of(data))
+
+
+def _position_deletes_by_data_file(data: Sequence[LiveFile], positions: Sequence[LiveFile],
+                                   references: Mapping[str, Mapping[str, int]]) -> dict[str, list[LiveFile]]:
+    """Data file path -> the position delete files that apply to it (same partition, sequence number at least
+    the file's, naming its path)."""
+    by_path = {f.path: f for f in data}
+    applying: dict[str, list[LiveFile]] = {}
+    for delete in positions:
+        for path in references[delete.path]:
+            target = by_path.get(path)
+            if target is not None and partition_of(target) == partition_of(delete) \
+                    and delete.data_sequence_number >= target.data_sequence_number:
+                applying.setdefault(path, []).append(delete)
+    return applying
+
+
+def _candidate_bins(data: Sequence[LiveFile], due: set[str], pinned: set[str], thresholds: Thresholds) -> list[list[LiveFile]]:
+    """Per partition, the files due for deletes and (once enough have piled up) the small ones, packed."""
+    by_partition: dict[PartitionKey, list[LiveFile]] = {}
+    for live in data:
+        if live.path not in pinned:
+            by_partition.setdefault(partition_of(live), []).append(live)
+    bins: list[list[LiveFile]] = []
+    for files in by_partition.values():
+        limit = thresholds.small_file_bytes
+        small = {f.path for f in files if limit is not None and _size(f) < limit}
+        if len(small) < thresholds.min_input_files and not any(f.path in due for f in files):
+            small = set()  # not enough to be worth a rewrite of their own; they join one that happens anyway
+        chosen = [f for f in files if f.path in due or f.path in small]
+        for packed in first_fit_decreasing(chosen, _size, thresholds.target_file_bytes, _path):
+            for start in range(0, len(packed), thresholds.max_files):
+                part = packed[start:start + thresholds.max_files]
+                if len(part) > 1 or part[0].path in due:
+                    bins.append(part)
+    return bins
+
+
+def _bounded(bins: list[list[LiveFile]], due: set[str], thresholds: Thresholds) -> tuple[list[list[LiveFile]], int]:
+    """The bins one run takes (in priority order, within the bounds; the first always) and how many it leaves."""
+    def priority(files: list[LiveFile]) -> tuple[int, int, str]:
+        if any(f.path in due for f in files):
+            return 0, min(f.data_sequence_number for f in files), min(map(_path, files))
+        return 1, -len(files), min(map(_path, files))
+
+    taken: list[list[LiveFile]] = []
+    size = count = 0
+    for files in sorted(bins, key=priority):
+        grown = size + sum(map(_size, files))
+        if taken and (grown > thresholds.max_bytes or count + len(files) > thresholds.max_files):
+            continue
+        taken.append(files)
+        size, count = grown, count + len(files)
+    return taken, len(bins) - len(taken)
+
+
+def plan_upkeep(snapshot: Snapshot, files: Sequence[LiveFile], thresholds: Thresholds, key_ids: Sequence[int],
+                specs: Mapping[int, PartitionSpec], references: Mapping[str, Mapping[str, int]]) -> UpkeepPlan | None:
+    """The run due on ``snapshot`` whose live files are ``files``, or None when nothing is due.
+
+    ``key_ids`` are the table's identifier field ids, ``specs`` its partition specs by id, and
+    ``references`` maps each live position delete file's path to the data file paths it names and how
+    many positions it deletes in each.
+    """
+    data = [f for f in files if f.data_file.content == DataFileContent.DATA]
+    positions = [f for f in files if f.data_file.content == DataFileContent.POSITION_DELETES]
+    equality = [f for f in files if f.data_file.content == DataFileContent.EQUALITY_DELETES]
+    keys = sorted(key_ids)
+    ours = [d for d in equality if _ours(d, keys, specs)]
+    foreign = [d for d in equality if not _ours(d, keys, specs)]
+    our_sequences = sorted(d.data_sequence_number for d in ours)
+    by_data_file = _position_deletes_by_data_file(data, positions, references)
+
+    pinned = {f.path for f in data if any(_applies(d, f, specs) for d in foreign)}
+    due: set[str] = set()
+    if thresholds.min_delete_files is not None:
+        for live in data:
+            equality_files = len(our_sequences) - bisect.bisect_right(our_sequences, live.data_sequence_number)
+            deleted = sum(references[d.path][live.path] for d in by_data_file.get(live.path, []))
+            rows = live.data_file.record_count
+            if live.path not in pinned and (equality_files >= thresholds.min_delete_files
+                                            or (rows > 0 and deleted >= thresholds.deleted_rows_share * rows)):
+                due.add(live.path)
+    taken, deferred = _bounded(_candidate_bins(data, due, pinned, thresholds), due, thresholds)
+
+    groups = []
+    for bin_files in taken:
+        oldest = min(f.data_sequence_number for f in bin_files)
+        named = {d.path: d for f in bin_files for d in by_data_file.get(f.path, [])}
+        groups.append(RewriteGroup(tuple(sorted(bin_files, key=_path)),
+                                   tuple(d for d in ours if d.data_sequence_number > oldest),
+                                   tuple(named[path] for path in sorted(named)),
+                                   any(f.path in due for f in bin_files)))
+    rewritten = {f.path for group in groups for f in group.files}
+    staying = [f for f in data if f.path not in rewritten]
+    lowest_staying = min((f.data_sequence_number for f in staying), default=None)
+    removable = [d for d in ours if lowest_staying is None or lowest_staying >= d.data_sequence_number]
+
+    still_applying = _position_deletes_by_data_file(staying, positions, references)
+    live_positions: dict[PartitionKey, dict[str, LiveFile]] = {}
+    for deletes_of_file in still_applying.values():
+        for delete in deletes_of_file:
+            live_positions.setdefault(partition_of(delete), {})[delete.path] = delete
+    removable += [d for d in positions if d.path not in live_positions.get(partition_of(d), {})]
+    merges = []
+    if thresholds.min_delete_files is not None:
+        for partition, deletes in sorted(live_positions.items(), key=lambda item: min(item[1])):
+            targets = [f for f in staying if partition_of(f) == partition and f.path in still_applying]
+            if max(len(still_applying[f.path]) for f in targets) > 1:
+                merges.append(PositionMerge(tuple(deletes[path] for path in sorted(deletes)),
+                                            tuple(sorted(targets, key=_path))))
+    if not groups and not merges and not removable:
+        return None
+    return UpkeepPlan(snapshot, tuple(groups), tuple(merges), tuple(removable), deferred)
