@@ -601,7 +601,7 @@ class SinkCommitter:
         if touched_keys is None or touched_keys.num_rows == 0 or snapshot is None:
             return PositionDeleteDelta()
         located = locate_rows(table, snapshot, touched_keys)
-        return stage_position_deletes(table, located, f"{attempt_file_prefix(self.writer)}-posdel-{snapshot.snapshot_id}")
+        return stage_position_deletes(table, located, f"{attempt_file_prefix(self.writer)}-{snapshot.snapshot_id}")
 
     def _delete_files(self, files: list[DataFile]) -> None:
         if not files:

@@ -104,14 +104,16 @@ def test_an_append_sync_of_many_small_triggers_ends_with_few_files_near_the_targ
     assert unreferenced_sink_files(table, "test/orders") == []  # replaced files live on in the older snapshots
 
 
-def test_a_keyed_sync_ends_with_compacted_files_no_deletes_and_the_model(tmp_path: Path, spark: SparkSession) -> None:
+def test_a_keyed_sync_with_equality_deletes_ends_with_compacted_files_no_deletes_and_the_model(
+        tmp_path: Path, spark: SparkSession) -> None:
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     stream = WideStream("debezium", random.Random("upkeep-keyed"))
     files = 8
     write_change_files(inbox, stream, files, 600)
     sync = make_sync(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
-                     table={"key": ["id"], "partitionBy": ["day(updated_at)"]}, changes={"format": "debezium"})
+                     table={"key": ["id"], "partitionBy": ["day(updated_at)"]},
+                     changes={"format": "debezium", "deletes": "equality"})
     catalog = catalog_of(sync)
     last = {"after": f"{files - 1:04d}.json"}
 
