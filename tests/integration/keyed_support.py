@@ -1,5 +1,6 @@
-"""Helpers for the keyed-table tests: a random change stream with its reference model, and the table
-as Apache Iceberg's own Spark runtime reads it.
+"""Helpers for the keyed-table tests: a random change stream with its reference model, a keyed sync of
+it through the job, and the table as each reader reads it (Apache Iceberg's own Spark runtime,
+pyiceberg, chdb).
 
 :class:`ChangeStream` writes Debezium change events or upsert-format rows (inserts, updates that move
 a row to another day, deletes, re-inserts, key changes, tombstones and broken records) and keeps the
@@ -13,17 +14,26 @@ old key and its tombstone in the old key's partition, a create of the new key in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from icebergsync.spec import Column
+from icebergsync.storage import normalize
+from spark_app.iceberg_internals import is_deletion_vector, live_files
+from spark_app.job import SyncJob
+from tests.integration.sync_support import BackgroundJob, catalog_of, make_sync, sink_commits
 
 COLUMNS = [Column(name="id", type="long", required=True), Column(name="name", type="string"),
            Column(name="updated_at", type="timestamptz")]
@@ -276,3 +286,90 @@ def spark_rows(spark: SparkSession, table: Table) -> dict[int, Row]:
     rows = frame.selectExpr("id", "name", "unix_micros(updated_at) AS micros").collect()
     assert len(rows) == len({row["id"] for row in rows}), "a key is in the table twice"
     return {row["id"]: (row["name"], row["micros"]) for row in rows}
+
+
+def write_change_files(inbox: Path, stream: ChangeStream, files: int, per_file: int) -> None:
+    """The stream's next changes as JSON change files (an upsert-format delete by message key as ``__deleted``)."""
+    inbox.mkdir(exist_ok=True)
+    for number in range(files):
+        values, keys = stream.records(per_file)
+        lines = []
+        for value, key in zip(values, keys, strict=True):
+            if value is None and key is not None:  # an upsert-format delete by message key has no file form
+                value = json.dumps({**json.loads(key), "__deleted": True}).encode()
+            lines.append((value or b"null").decode())
+        (inbox / f"{number:04d}.json").write_text("\n".join(lines) + "\n")
+
+
+def sync_change_files(directory: Path, spark: SparkSession, stream: ChangeStream, *, deletes: str,
+                      format_version: str, partitioned: bool = True) -> Table:
+    """The stream's next 3,000 changes (five Debezium change files of 600) synced by the job, one file a
+    trigger, into ``sales.orders`` under ``directory``: keyed by id, partitioned by ``day(updated_at)``
+    unless ``partitioned`` is false, the older rows deleted as ``deletes`` says (``position`` or
+    ``equality``), upkeep's rewrites off so that the head holds the deletes as the triggers wrote them.
+    Returns the table once the last file is committed."""
+    write_change_files(directory / "inbox", stream, 5, 600)
+    table: dict[str, Any] = {"key": KEY, "properties": {"format-version": format_version}}
+    if partitioned:
+        table["partitionBy"] = ["day(updated_at)"]
+    sync = make_sync(directory, {"files": {"path": str(directory / "inbox"), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
+                     table=table, changes={"format": "debezium", "deletes": deletes},
+                     deadLetter={"table": "sales.orders_dlq"},
+                     maintenance={"compaction": {"enabled": False}, "rewriteDeletes": {"enabled": False}})
+    catalog = catalog_of(sync)
+
+    def reached() -> bool:
+        commits = sink_commits(catalog.load_table("sales.orders"), "test/orders")
+        return bool(commits) and commits[-1].frontier == {"after": "0004.json"}
+
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(reached, "the last file committed", timeout=300)
+    return catalog.load_table("sales.orders")
+
+
+def delete_contents(table: Table) -> Counter[str]:
+    """The kinds of delete files live in the table's head: equality, position, deletion-vector."""
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    kinds: Counter[str] = Counter()
+    for live in live_files(table, snapshot):
+        if live.data_file.content == DataFileContent.EQUALITY_DELETES:
+            kinds["equality"] += 1
+        elif live.data_file.content == DataFileContent.POSITION_DELETES:
+            kinds["deletion-vector" if is_deletion_vector(live.data_file) else "position"] += 1
+    return kinds
+
+
+def sql_string(text: str) -> str:
+    """``text`` as a ClickHouse string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def chdb_scan(table: Table) -> pa.Table:
+    """Every row chdb (ClickHouse in process) returns for the table, duplicates included, as columns id,
+    name and micros (updated_at in µs). It reads through the ``icebergLocal`` table function pinned to
+    the table's current metadata file (``iceberg_metadata_file_path``, relative to the table's
+    location), not to whichever metadata file of the directory looks newest. Raises ``chdb.ChdbError``
+    for a table it cannot read.
+
+    chdb reads local files only below its working directory (its user files path is ``.``, whatever
+    ``user_files_path`` says; elsewhere: ``PATH_ACCESS_DENIED``), so the query runs from the table's
+    location; the job's threads have stopped by the time a test reads."""
+    import chdb  # imported here: only the tests that read with chdb load its engine (a 530 MB library)
+
+    location = normalize(table.metadata.location).rstrip("/")
+    metadata = normalize(table.metadata_location)
+    assert metadata.startswith(location + "/"), (metadata, location)
+    query = (f"SELECT id, name, toUnixTimestamp64Micro(updated_at) AS micros FROM icebergLocal({sql_string(location)}, "
+             f"SETTINGS iceberg_metadata_file_path = {sql_string(metadata[len(location) + 1:])})")
+    with contextlib.chdir(location):
+        return chdb.query(query, "ArrowTable")
+
+
+def chdb_rows(table: Table) -> dict[int, Row]:
+    """The table as chdb reads it (see :func:`chdb_scan`), in the shape of :func:`spark_rows`."""
+    rows = chdb_scan(table)
+    ids = rows.column("id").to_pylist()
+    assert len(ids) == len(set(ids)), "a key is in the table twice"
+    return dict(zip(ids, zip(rows.column("name").to_pylist(), rows.column("micros").to_pylist(), strict=True),
+                    strict=True))

@@ -6,44 +6,22 @@ from __future__ import annotations
 
 import json
 import random
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from pyiceberg.manifest import DataFileContent
-from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from spark_app.iceberg_internals import is_deletion_vector, live_files, referenced_data_file
 from spark_app.job import SyncJob
-from tests.integration.keyed_support import SCHEMA, ChangeStream, pyiceberg_rows, spark_rows
+from tests.integration.keyed_support import (
+    SCHEMA,
+    ChangeStream,
+    delete_contents,
+    pyiceberg_rows,
+    spark_rows,
+    sync_change_files,
+)
 from tests.integration.sync_support import BackgroundJob, catalog_of, make_sync, sink_commits
-
-
-def write_change_files(inbox: Path, stream: ChangeStream, files: int, per_file: int) -> None:
-    """The stream's next changes as JSON change files (an upsert-format delete by message key as ``__deleted``)."""
-    inbox.mkdir(exist_ok=True)
-    for number in range(files):
-        values, keys = stream.records(per_file)
-        lines = []
-        for value, key in zip(values, keys, strict=True):
-            if value is None and key is not None:  # an upsert-format delete by message key has no file form
-                value = json.dumps({**json.loads(key), "__deleted": True}).encode()
-            lines.append((value or b"null").decode())
-        (inbox / f"{number:04d}.json").write_text("\n".join(lines) + "\n")
-
-
-def delete_contents(table: Table) -> Counter[str]:
-    """The kinds of delete files live in the table's head: equality, position, deletion-vector."""
-    snapshot = table.current_snapshot()
-    assert snapshot is not None
-    kinds: Counter[str] = Counter()
-    for live in live_files(table, snapshot):
-        if live.data_file.content == DataFileContent.EQUALITY_DELETES:
-            kinds["equality"] += 1
-        elif live.data_file.content == DataFileContent.POSITION_DELETES:
-            kinds["deletion-vector" if is_deletion_vector(live.data_file) else "position"] += 1
-    return kinds
 
 
 @pytest.mark.parametrize(("deletes", "format_version", "layout"), [
@@ -53,21 +31,7 @@ def test_each_delete_layout_reads_as_the_model_in_spark_and_pyiceberg(
     """Updates that move rows between day partitions, deletes and re-inserts: the older row of each key goes
     in the layout asked for, in the same snapshot as its new row, and both readers see exactly the model."""
     stream = ChangeStream("debezium", random.Random(f"layout-{layout}"))
-    write_change_files(tmp_path / "inbox", stream, 5, 600)
-    sync = make_sync(tmp_path, {"files": {"path": str(tmp_path / "inbox"), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
-                     table={"key": ["id"], "partitionBy": ["day(updated_at)"],
-                            "properties": {"format-version": format_version}},
-                     changes={"format": "debezium", "deletes": deletes}, deadLetter={"table": "sales.orders_dlq"},
-                     maintenance={"compaction": {"enabled": False}, "rewriteDeletes": {"enabled": False}})
-    catalog = catalog_of(sync)  # upkeep off: the head holds the deletes as the triggers wrote them
-
-    def reached() -> bool:
-        commits = sink_commits(catalog.load_table("sales.orders"), "test/orders")
-        return bool(commits) and commits[-1].frontier == {"after": "0004.json"}
-
-    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
-        running.wait_until(reached, "the last file committed", timeout=300)
-    table = catalog.load_table("sales.orders")
+    table = sync_change_files(tmp_path, spark, stream, deletes=deletes, format_version=format_version)
     assert table.metadata.format_version == int(format_version)
     kinds = delete_contents(table)
     assert set(kinds) == {layout}, kinds
