@@ -20,6 +20,7 @@ from tests.integration.keyed_support import (
     pyiceberg_rows,
     spark_rows,
     sync_change_files,
+    write_change_files,
 )
 from tests.integration.sync_support import BackgroundJob, catalog_of, make_sync, sink_commits
 
