@@ -165,6 +165,19 @@ def test_every_copied_context_file_exists_and_is_not_ignored() -> None:
         assert not dockerignore_allows(path), path
 
 
+def test_every_python_package_of_the_tree_is_installed_into_the_image() -> None:
+    """The image installs the project non-editable: a package missing from pyproject's list is missing there."""
+    setuptools = pyproject()["tool"]["setuptools"]  # type: ignore[index]
+    listed = set(setuptools["packages"])
+    found = set()
+    for name, directory in setuptools["package-dir"].items():
+        root = REPO_ROOT / directory
+        for init in root.rglob("__init__.py"):
+            relative = init.parent.relative_to(root)
+            found.add(".".join([name, *relative.parts]))
+    assert found == listed, f"not listed: {sorted(found - listed)}; listed but absent: {sorted(listed - found)}"
+
+
 def test_every_stage_starts_from_the_base_argument_or_an_earlier_stage() -> None:
     global_args = [i.args for i in instructions() if i.stage < 0]
     assert global_args == ["BASE_IMAGE=debian:bookworm-slim"], "users build from the public Debian base"
