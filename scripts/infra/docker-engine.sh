@@ -51,7 +51,7 @@ start_watchdog() { # (re)arm the TTL: the watchdog stops the engine once the dea
       [[ -f "$1" ]] || exit 0
       (( $(date +%s) < $(cat "$1") )) && continue
       exec bash "$2" stop
-    done' watchdog "$DEADLINE_FILE" "$SELF" >/dev/null 2>&1 </dev/null 9>&- &
+    done' watchdog "$DEADLINE_FILE" "$SELF" >/dev/null 2>&1 </dev/null 7>&- 9>&- &
   echo $! >"$WATCHDOG_PIDFILE"
 }
 
