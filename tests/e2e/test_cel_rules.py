@@ -62,7 +62,6 @@ CASES: dict[str, dict[str, Any]] = {
     "rewriteDeletes every 10m": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "10m", "minDeleteFiles": 4}}},
     "rewriteDeletes without changes": {"maintenance": {"rewriteDeletes": {}}},
     "equality deletes": {**KEYED, "changes": {"format": "debezium", "deletes": "equality"}},
-    "deletes as vectors": {**KEYED, "changes": {"format": "debezium", "deletes": "vectors"}},
     "rewriteDeletes every and afterCommits": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "1m",
                                                                                            "afterCommits": 3}}},
     "rewriteDeletes every 0s": {**KEYED, "maintenance": {"rewriteDeletes": {"every": "0s"}}},
