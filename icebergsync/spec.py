@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import (
@@ -289,7 +289,29 @@ class RewriteDeletes(Model):
         return self.after_commits is None or commits >= self.after_commits
 
 
-class ExpireSnapshots(Model):
+class _Periodic(Model):
+    """A part of maintenance that looks at the table every ``every``, for what is older than ``older_than``."""
+
+    if TYPE_CHECKING:  # declared by each part, with its own defaults and place in the schema
+        older_than: Duration
+        every: Duration
+
+    @model_validator(mode="after")
+    def _positive(self) -> Self:
+        if self.every_seconds <= 0:
+            raise ValueError("every must be greater than zero")
+        return self
+
+    @property
+    def older_than_seconds(self) -> float:
+        return parse_duration(self.older_than)
+
+    @property
+    def every_seconds(self) -> float:
+        return parse_duration(self.every)
+
+
+class ExpireSnapshots(_Periodic):
     """Expire old snapshots (and delete the files only they referenced), under the sink's fence."""
 
     enabled: bool = True
@@ -298,42 +320,14 @@ class ExpireSnapshots(Model):
     every: Duration = Field(default="10m", description="How often the table is checked for snapshots to expire "
                             "(after a commit).")
 
-    @model_validator(mode="after")
-    def _positive(self) -> ExpireSnapshots:
-        if self.every_seconds <= 0:
-            raise ValueError("every must be greater than zero")
-        return self
 
-    @property
-    def older_than_seconds(self) -> float:
-        return parse_duration(self.older_than)
-
-    @property
-    def every_seconds(self) -> float:
-        return parse_duration(self.every)
-
-
-class RemoveOrphans(Model):
+class RemoveOrphans(_Periodic):
     """Delete the files earlier attempts of this sink staged and no snapshot references."""
 
     enabled: bool = True
     older_than: Duration = Field(default="1h", description="Only files older than this (a safety age), e.g. 1h.")
     every: Duration = Field(default="1h", description="How often the table's data directory is listed for them "
                             "(after a commit; also once at start-up, without the age limit).")
-
-    @model_validator(mode="after")
-    def _positive(self) -> RemoveOrphans:
-        if self.every_seconds <= 0:
-            raise ValueError("every must be greater than zero")
-        return self
-
-    @property
-    def older_than_seconds(self) -> float:
-        return parse_duration(self.older_than)
-
-    @property
-    def every_seconds(self) -> float:
-        return parse_duration(self.every)
 
 
 class Maintenance(Model):
