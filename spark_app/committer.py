@@ -51,7 +51,8 @@ from spark_app.iceberg_internals import (
     rewrite_files,
     row_delta,
 )
-from spark_app.position_deletes.locate import locate_rows
+from spark_app.key_index.file_keys import FileKeysCache
+from spark_app.key_index.locate import LocateStats, locate_rows
 from spark_app.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
 
 log = logging.getLogger("icebergsync.committer")
@@ -203,6 +204,7 @@ class SinkCommitter:
         self.pins: dict[str, TablePin] = {}
         self.frontier: Frontier | None = None  # the frontier of this writer's newest commit
         self._pending_dead_letter_paths: list[str] = []  # of the newest main commit, until its dead-letter commit
+        self._file_keys = FileKeysCache()  # the key index's data file summaries, kept across triggers
 
     # -- compare-and-swap -------------------------------------------------------------------------
 
@@ -600,7 +602,15 @@ class SinkCommitter:
         snapshot = table.current_snapshot()
         if touched_keys is None or touched_keys.num_rows == 0 or snapshot is None:
             return PositionDeleteDelta()
-        located = locate_rows(table, snapshot, touched_keys)
+        started, stats = time.monotonic(), LocateStats()
+        located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats)
+        log.info("%s: located %d key(s) in %.2fs: %d of %d file(s) past bounds, %d of %d row group(s) read "
+                 "(%d skipped by statistics, %d by Bloom filters), %d rows read, %d file(s) with deletes",
+                 self.writer.sink_id, touched_keys.num_rows, time.monotonic() - started,
+                 stats.files - stats.files_skipped_by_bounds, stats.files,
+                 stats.row_groups - stats.row_groups_skipped_by_statistics - stats.row_groups_skipped_by_bloom,
+                 stats.row_groups, stats.row_groups_skipped_by_statistics, stats.row_groups_skipped_by_bloom,
+                 stats.rows_read, len(located))
         return stage_position_deletes(table, located, f"{attempt_file_prefix(self.writer)}-{snapshot.snapshot_id}")
 
     def _delete_files(self, files: list[DataFile]) -> None:

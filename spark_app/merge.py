@@ -154,7 +154,7 @@ def _rewritten_piece(plan: TablePlan, io: FileIO, files: list[DataFile]) -> Piec
     """The rows of ``files`` written again as one row group of an in-memory Parquet file."""
     rows = pa.Table.from_batches(list(_read_rows(io, files, plan.arrow_schema())), schema=plan.arrow_schema())
     sink = pa.BufferOutputStream()
-    writer = parquet_writer(sink, rows.schema, rows, compression_options(plan.properties))
+    writer = parquet_writer(sink, plan, rows, compression_options(plan.properties))
     writer.write_table(rows, row_group_size=max(1, rows.num_rows))
     writer.close()
     content = sink.getvalue()

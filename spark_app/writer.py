@@ -33,6 +33,7 @@ from pyiceberg.typedef import Record
 from spark_app.deadletter import Rejection, count_reasons, dead_letter_rows, split_dead_letters
 from spark_app.deletes import DeletePlan
 from spark_app.iceberg_internals import footer_statistics, new_data_location, partition_value
+from spark_app.key_index import bloom_filter
 from spark_app.units import UnitStats
 
 RESULT_SCHEMA = "result binary"
@@ -214,10 +215,13 @@ def new_file_path(location_provider: LocationProvider, partition_path: str | Non
     return new_data_location(location_provider, name, partition_path)
 
 
-def parquet_writer(sink: Any, schema: pa.Schema, first_rows: pa.Table, compression: dict[str, Any]) -> pq.ParquetWriter:
-    """The Parquet writer of every staged data file: one footer layout, so staged files can be stitched."""
-    return pq.ParquetWriter(sink, schema=schema, store_decimal_as_integer=True,
-                            use_dictionary=dictionary_columns(first_rows), **compression)
+def parquet_writer(sink: Any, plan: TablePlan, first_rows: pa.Table, compression: dict[str, Any]) -> pq.ParquetWriter:
+    """The Parquet writer of every staged data file: one footer layout, so staged files can be stitched.
+    Key columns get Bloom filters sized for row groups like ``first_rows`` (spark_app/key_index/bloom_filter.py)."""
+    blooms = bloom_filter.write_options(bloom_filter.bloom_filter_columns(plan.schema, plan.properties),
+                                        first_rows.num_rows, plan.properties)
+    return pq.ParquetWriter(sink, schema=plan.arrow_schema(), store_decimal_as_integer=True,
+                            use_dictionary=dictionary_columns(first_rows), **compression, **blooms)
 
 
 class RollingParquetWriter:
@@ -295,7 +299,7 @@ class RollingParquetWriter:
         self._sequence += 1
         self._path = new_file_path(self._location_provider, self._partition_path, self._name_prefix, self._sequence)
         self._stream = self._io.new_output(self._path).create(overwrite=False)
-        self._writer = parquet_writer(self._stream, self._arrow_schema, first_rows, self._compression)
+        self._writer = parquet_writer(self._stream, self._plan, first_rows, self._compression)
         self._file_uncompressed = 0
 
     def _close(self) -> None:

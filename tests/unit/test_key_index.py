@@ -1,0 +1,138 @@
+"""The key index's building blocks: Parquet-compatible hashing probed against the Bloom filters pyarrow
+writes as the sink configures them, the columns that get filters, and the bounded summary cache."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from datetime import date, datetime, timedelta
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
+
+from spark_app.key_index import bloom_filter
+from spark_app.key_index.file_keys import FileKeys, FileKeysCache, RowGroupKeys, read_file_keys
+from spark_app.key_index.key_hash import hashable, parquet_hashes
+
+ROWS = 4_000
+START = datetime(2026, 1, 1)
+
+
+def _column(kind: str, numbers: range) -> pa.Array:
+    """Values of one key type made from ``numbers`` (distinct numbers give distinct values)."""
+    return {
+        "int16": lambda: pa.array(numbers, pa.int16()),
+        "int32": lambda: pa.array([n * 3 for n in numbers], pa.int32()),
+        "int64": lambda: pa.array([n * 1_000_003 - 2**40 for n in numbers], pa.int64()),
+        "string": lambda: pa.array([str(uuid.UUID(int=n * 7919)) for n in numbers], pa.string()),
+        "date": lambda: pa.array([date(2000, 1, 1) + timedelta(days=n) for n in numbers], pa.date32()),
+        "timestamp": lambda: pa.array([START + timedelta(microseconds=n) for n in numbers], pa.timestamp("us")),
+        "uuid": lambda: pa.array([n.to_bytes(16, "big") for n in numbers], pa.binary(16)),
+        "binary": lambda: pa.array([n.to_bytes(5, "little") for n in numbers], pa.binary()),
+    }[kind]()
+
+
+KINDS = ["int16", "int32", "int64", "string", "date", "timestamp", "uuid", "binary"]
+
+
+def parquet_file(values: pa.Array, rows_per_group: int, fpp: float = 0.01) -> bytes:
+    """A Parquet file of one key column (field id 1) with Bloom filters as the sink writes them."""
+    schema = pa.schema([pa.field("k", values.type, nullable=False, metadata={"PARQUET:field_id": "1"})])
+    sink = io.BytesIO()
+    with pq.ParquetWriter(sink, schema, **bloom_filter.write_options({"k": fpp}, rows_per_group, {})) as writer:
+        writer.write_table(pa.table({"k": values}, schema=schema), row_group_size=rows_per_group)
+    return sink.getvalue()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_written_value_is_found_by_its_row_groups_filter_and_absent_ones_rarely(kind: str) -> None:
+    assert hashable(_column(kind, range(1)).type)
+    present = _column(kind, range(ROWS))
+    summary = read_file_keys(io.BytesIO(parquet_file(present, ROWS // 2)), (1,))
+    assert [group.rows for group in summary.row_groups] == [ROWS // 2, ROWS // 2]
+    first, second = (group.bloom for group in summary.row_groups)
+    assert first is not None and second is not None
+    assert first.may_contain(parquet_hashes(present[: ROWS // 2])).all()
+    assert second.may_contain(parquet_hashes(present[ROWS // 2:])).all()
+    absent = _column(kind, range(ROWS, 2 * ROWS))
+    if kind == "int16":
+        absent = _column(kind, range(ROWS, min(2 * ROWS, 2**15)))
+    false_positives = float(np.mean(first.may_contain(parquet_hashes(absent))))
+    assert false_positives < 0.03, f"{kind}: {false_positives:.3f} of absent values pass a filter sized for 1%"
+
+
+def test_a_filter_is_capped_by_the_max_bytes_property_and_stays_correct() -> None:
+    values = _column("int64", range(ROWS))
+    options = bloom_filter.write_options({"k": 0.01}, ROWS, {bloom_filter.MAX_BYTES_PROPERTY: "1024"})
+    assert options["bloom_filter_options"]["k"]["ndv"] < ROWS
+    schema = pa.schema([pa.field("k", pa.int64(), metadata={"PARQUET:field_id": "1"})])
+    sink = io.BytesIO()
+    with pq.ParquetWriter(sink, schema, **options) as writer:
+        writer.write_table(pa.table({"k": values}, schema=schema))
+    (group,) = read_file_keys(io.BytesIO(sink.getvalue()), (1,)).row_groups
+    assert group.bloom is not None and group.bloom.nbytes <= 1024
+    assert group.bloom.may_contain(parquet_hashes(values)).all()
+
+
+def test_a_file_without_filters_or_without_the_key_column_is_summarised_without_pruning_power() -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), metadata={"PARQUET:field_id": "1"}),
+                        pa.field("v", pa.string(), metadata={"PARQUET:field_id": "2"})])
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"k": [5, 9], "v": ["a", "b"]}, schema=schema), sink)
+    (group,) = read_file_keys(io.BytesIO(sink.getvalue()), (1,)).row_groups
+    assert (group.rows, group.lower, group.upper, group.bloom) == (2, 5, 9, None)
+    assert read_file_keys(io.BytesIO(sink.getvalue()), (3,)) == FileKeys((), None, ())
+
+
+def test_a_key_column_renamed_since_the_file_was_written_is_found_by_field_id() -> None:
+    schema = pa.schema([pa.field("old_name", pa.int64(), metadata={"PARQUET:field_id": "7"})])
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"old_name": [1, 2, 3]}, schema=schema), sink)
+    summary = read_file_keys(io.BytesIO(sink.getvalue()), (7,))
+    assert summary.columns == ("old_name",) and summary.first_type == pa.int64()
+
+
+def test_key_columns_get_filters_unless_turned_off_and_iceberg_properties_add_columns() -> None:
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "email", StringType()),
+                    NestedField(3, "note", StringType()), identifier_field_ids=[1])
+    assert bloom_filter.bloom_filter_columns(schema, {}) == {"id": 0.001}
+    properties = {"write.parquet.bloom-filter-enabled.column.email": "true",
+                  "write.parquet.bloom-filter-fpp.column.email": "0.05",
+                  "write.parquet.bloom-filter-enabled.column.missing": "true"}
+    assert bloom_filter.bloom_filter_columns(schema, properties) == {"email": 0.05, "id": 0.001}
+    off = {"write.parquet.bloom-filter-enabled.column.id": "false"}
+    assert bloom_filter.bloom_filter_columns(schema, off) == {}
+    assert bloom_filter.write_options({}, 100, {}) == {}
+    assert bloom_filter.bloom_filter_columns(Schema(NestedField(1, "id", LongType())), {}) == {}
+
+
+def test_a_header_that_is_not_a_split_block_xxhash_filter_is_not_used() -> None:
+    assert bloom_filter.parse_header(b"\x00") is None  # an empty struct: no size
+    assert bloom_filter.parse_header(b"\xff\xff") is None  # not a struct
+
+
+def _summary(bloom_bytes: int) -> FileKeys:
+    bloom = bloom_filter.from_bitset(bytes(bloom_bytes))
+    return FileKeys(("k",), pa.int64(), (RowGroupKeys(10, 0, 9, bloom),))
+
+
+def test_the_cache_returns_a_summary_read_once_and_drops_the_least_recently_used_beyond_its_bytes() -> None:
+    reads: list[str] = []
+
+    def reader(path: str, size: int):  # type: ignore[no-untyped-def]
+        return lambda: reads.append(path) or _summary(size)
+
+    cache = FileKeysCache(max_bytes=3 * 1024)
+    for path in ("a", "b", "a"):
+        cache.get(path, (1,), reader(path, 1024))
+    assert reads == ["a", "b"] and (cache.hits, cache.misses) == (1, 2)
+    cache.get("c", (1,), reader("c", 1024))  # a, b, c no longer fit with their overhead: b is the oldest
+    cache.get("a", (1,), reader("a", 1024))
+    cache.get("b", (1,), reader("b", 1024))
+    assert reads == ["a", "b", "c", "b"]
+    cache.get("a", (2,), reader("a", 32))  # other key columns: another summary
+    assert reads[-1] == "a"
