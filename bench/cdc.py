@@ -1,6 +1,6 @@
 """Keyed sync (change data capture) vs Spark's MERGE INTO, merge-on-read, on the same cores.
 
-``python -m bench.cdc [--keys 20000] [--changes 100000] [--batch 10000] [--workdir DIR]``
+``python -m bench.cdc [--keys 100000] [--changes 1000000] [--batch 100000 10000] [--workdir DIR]``
 
 The same Debezium change stream — a snapshot of every key (op r), then inserts, re-inserts,
 updates that move the row to another ``day(updated_at)`` partition and deletes — is applied batch
@@ -19,10 +19,13 @@ in one local[2] Spark session:
   not d: INSERT).
 
 Figures: changes per second over the whole stream (wall time from the first batch to the last
-commit; IcebergSync includes its fence), then the read time of each table afterwards (a full scan
-with Spark: every column of every live row, median of 3), and the files each table holds. Both
-tables are checked equal to the stream's model (key -> row) first. Writes docs/benchmarks/cdc.md.
-``--deletes`` runs the sync in one layout only.
+commit; IcebergSync includes its fence and its upkeep, on by default), then the read time of each
+table afterwards (a full scan with Spark: every column of every live row, median of 3) against a
+*fresh copy* of the live rows (written once by Spark, same partitioning), the files each table
+holds and the files its commits added per batch. Every table is checked equal to the stream's model
+(key -> row) first. Each ``--batch`` size is one run of the whole stream; the page lists the issue's
+targets next to the measured ratios. Writes docs/benchmarks/cdc.md. ``--deletes`` runs the sync in
+the layouts named only.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.common import CORES, REPO, iceberg_runtime_jar, load_average, machine
+from bench.common import CORES, REPO, iceberg_session, load_average, machine
 
 START = datetime(2025, 3, 1, tzinfo=UTC)
 ZONES = [UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-7))]
@@ -122,7 +125,8 @@ def scan_seconds(frame_of: Any, repeat: int = 3) -> float:
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
-        frame_of().selectExpr("count(*)", "sum(hash(id, name, updated_at))").collect()
+        frame = frame_of()
+        frame.selectExpr("count(*)", f"sum(hash({', '.join(f'`{c}`' for c in frame.columns)}))").collect()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -134,7 +138,12 @@ def table_files(summary: dict[str, str]) -> dict[str, int]:
         ("rows in data files", "total-records"))}
 
 
-def run_sync(spark: Any, workdir: Path, inbox: Path, last: str, deletes: str) -> tuple[float, str, dict[str, int]]:
+def files_added(summaries: list[dict[str, str]]) -> int:
+    """Data and delete files the snapshots with ``summaries`` added, all of them."""
+    return sum(int(s.get("added-data-files", 0)) + int(s.get("added-delete-files", 0)) for s in summaries)
+
+
+def run_sync(spark: Any, workdir: Path, inbox: Path, last: str, deletes: str) -> tuple[float, str, dict[str, int], int]:
     from icebergsync import protocol
     from icebergsync.catalog import open_catalog
     from icebergsync.spec import parse_spec
@@ -186,10 +195,11 @@ def run_sync(spark: Any, workdir: Path, inbox: Path, last: str, deletes: str) ->
     table = catalog.load_table("shop.customers")
     snapshot = table.current_snapshot()
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
-    return elapsed, table.metadata_location, table_files(summary)
+    added = files_added([s.summary.additional_properties for s in table.snapshots() if s.summary])
+    return elapsed, table.metadata_location, table_files(summary), added
 
 
-def run_merge(spark: Any, files: list[Path]) -> tuple[float, list[float], dict[str, int]]:
+def run_merge(spark: Any, files: list[Path]) -> tuple[float, list[float], dict[str, int], int]:
     properties = ", ".join(f"'{k}'='{v}'" for k, v in MERGE_PROPERTIES.items())
     spark.sql("CREATE NAMESPACE IF NOT EXISTS bench.shop")
     spark.sql("DROP TABLE IF EXISTS bench.shop.customers")
@@ -215,53 +225,119 @@ def run_merge(spark: Any, files: list[Path]) -> tuple[float, list[float], dict[s
         """)
         per_batch.append(time.perf_counter() - batch_started)
     elapsed = time.perf_counter() - started
-    summary_row = spark.sql("SELECT summary FROM bench.shop.customers.snapshots ORDER BY committed_at DESC LIMIT 1"
-                            ).collect()[0]["summary"]
-    return elapsed, per_batch, table_files(dict(summary_row))
+    summaries = [dict(row["summary"]) for row in spark.sql(
+        "SELECT summary FROM bench.shop.customers.snapshots ORDER BY committed_at").collect()]
+    return elapsed, per_batch, table_files(summaries[-1]), files_added(summaries)
+
+
+def fresh_copy_scan_seconds(spark: Any) -> float:
+    """The full-scan time of the live rows written once by Spark (same schema and partitioning)."""
+    spark.sql("DROP TABLE IF EXISTS bench.shop.fresh")
+    spark.sql("CREATE TABLE bench.shop.fresh USING iceberg PARTITIONED BY (days(updated_at)) "
+              "TBLPROPERTIES ('format-version'='2') AS SELECT * FROM bench.shop.customers")
+    return scan_seconds(lambda: spark.table("bench.shop.fresh"))
+
+
+TARGETS = "ingest >= 2x MERGE INTO; scan <= 1.1x MERGE INTO's table and <= 1.5x a fresh copy; files per batch <= MERGE INTO's"
+
+
+def render_run(run: dict[str, Any]) -> list[str]:
+    """One batch size's table: every sync layout and MERGE INTO side by side, with the target ratios."""
+    syncs = [(f"IcebergSync, {deletes} deletes", result) for deletes, result in run["sync"].items()]
+    merge = run["merge"]
+    columns = [*syncs, ("Spark MERGE INTO (merge-on-read)", merge)]
+    batches = run["batches"]
+
+    def row(label: str, cell: Any) -> str:
+        return f"| {label} | " + " | ".join(cell(result) for _, result in columns) + " |"
+
+    lines = [
+        f"### Batches of {run['batch']:,} changes ({batches} batches)",
+        "",
+        "| | " + " | ".join(name for name, _ in columns) + " |",
+        "| --- |" + " --- |" * len(columns),
+        row("wall time, all batches", lambda r: f"{r['seconds']:.1f} s"),
+        row("changes per second (incl. snapshot rows)", lambda r: f"{r['per_second']:,.0f}"),
+        row("ingest vs MERGE INTO (target >= 2x)", lambda r: f"{r['per_second'] / merge['per_second']:.2f}x"),
+        row("full scan afterwards (median of 3)", lambda r: f"{r['scan_seconds']:.2f} s"),
+        row("scan vs MERGE INTO's table (target <= 1.1x)", lambda r: f"{r['scan_seconds'] / merge['scan_seconds']:.2f}x"),
+        row(f"scan vs a fresh copy ({run['fresh_scan_seconds']:.2f} s; target <= 1.5x)",
+            lambda r: f"{r['scan_seconds'] / run['fresh_scan_seconds']:.2f}x"),
+        row("files added per batch (target <= MERGE INTO's)", lambda r: f"{r['files_added'] / batches:.1f}"),
+    ]
+    for name in ("data files", "delete files", "equality deletes", "position deletes", "rows in data files"):
+        lines.append(row(name, lambda r, name=name: f"{r['files'].get(name, 0):,}"))
+    lines += [
+        row("live rows", lambda r: f"{run['live_rows']:,}"),
+        "",
+        f"Load average before {run['load_before']}, after {run['load_after']}. "
+        "MERGE INTO per batch (s): " + ", ".join(f"{s:.1f}" for s in merge["per_batch"]),
+        "",
+    ]
+    return lines
 
 
 def render(results: dict[str, Any]) -> str:
-    runs = [(f"IcebergSync, {deletes} deletes", results["sync"][deletes]) for deletes in results["sync"]]
-    runs.append(("Spark MERGE INTO (merge-on-read)", results["merge"]))
     lines = [
         "# Keyed sync vs Spark MERGE INTO (merge-on-read)",
         "",
         "Generated by `python -m bench.cdc` (bench/cdc.py; the method is in its docstring). The same",
-        f"Debezium change stream: a snapshot of {results['keys']:,} keys, then {results['changes']:,} changes "
-        f"in batches of {results['batch']:,}",
+        f"Debezium change stream: a snapshot of {results['keys']:,} keys, then {results['changes']:,} changes",
         "(60% updates that move the row to another day partition, 20% deletes, 20% inserts/re-inserts),",
-        f"applied batch by batch to tables partitioned by `day(updated_at)`, in one local[{CORES}] Spark session.",
-        "Every table was checked equal to the stream's model before the reads were timed.",
+        f"applied batch by batch to tables partitioned by `day(updated_at)`, in one local[{CORES}] Spark session,",
+        "once per batch size. Every table was checked equal to the stream's model before the reads were timed.",
+        f"The issue's targets: {TARGETS}.",
         "",
-        f"Run: {results['date']}; load average before {results['load_before']}, after {results['load_after']} "
-        f"on {results['machine']['nproc']} cores (a shared machine: figures are noisy).",
-        "",
-        "| | " + " | ".join(name for name, _ in runs) + " |",
-        "| --- |" + " --- |" * len(runs),
-        "| wall time, all batches | " + " | ".join(f"{run['seconds']:.1f} s" for _, run in runs) + " |",
-        "| changes per second (incl. snapshot rows) | " + " | ".join(f"{run['per_second']:,.0f}" for _, run in runs)
-        + " |",
-        "| full scan afterwards (median of 3) | " + " | ".join(f"{run['scan_seconds']:.2f} s" for _, run in runs)
-        + " |",
-    ]
-    for name in ("data files", "delete files", "equality deletes", "position deletes", "rows in data files"):
-        lines.append(f"| {name} | " + " | ".join(f"{run['files'].get(name, 0):,}" for _, run in runs) + " |")
-    lines += [
-        "| live rows | " + " | ".join(f"{results['live_rows']:,}" for _ in runs) + " |",
-        "",
-        "MERGE INTO per batch (s): " + ", ".join(f"{s:.1f}" for s in results["merge"]["per_batch"]),
-        "",
-        "Machine: " + ", ".join(f"{k} {v}" for k, v in results["machine"].items()),
+        f"Run: {results['date']} on {results['machine']['nproc']} cores of a shared machine (figures are noisy; "
+        "the ratios compare runs of one session).",
         "",
     ]
+    for run in results["runs"]:
+        lines += render_run(run)
+    lines += ["Machine: " + ", ".join(f"{k} {v}" for k, v in results["machine"].items()), ""]
     return "\n".join(lines)
+
+
+def run_stream(spark: Any, workdir: Path, keys: int, changes: int, batch: int, layouts: list[str]) -> dict[str, Any]:
+    """The whole stream in batches of ``batch``, through every sync layout and MERGE INTO, checked and read."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    inbox = workdir / "inbox"
+    inbox.mkdir(parents=True)
+    files, model = change_files(inbox, keys, changes, batch)
+    total = keys + changes
+    load_before = " ".join(f"{x:.1f}" for x in load_average())
+    syncs: dict[str, dict[str, Any]] = {}
+    for deletes in layouts:
+        seconds, location, sync_files, added = run_sync(spark, workdir, inbox, files[-1].name, deletes)
+        print(f"[cdc] batch {batch:,}: IcebergSync ({deletes} deletes): {total:,} changes in {seconds:.1f} s", flush=True)
+
+        def sync_frame(location: str = location) -> Any:
+            return spark.read.format("iceberg").load(location)
+
+        assert table_rows(spark, sync_frame()) == model, f"IcebergSync's table ({deletes}) differs from the model"
+        syncs[deletes] = {"seconds": seconds, "per_second": total / seconds, "scan_seconds": scan_seconds(sync_frame),
+                          "files": sync_files, "files_added": added}
+    merge_seconds, per_batch, merge_files, merge_added = run_merge(spark, files)
+    print(f"[cdc] batch {batch:,}: MERGE INTO: {total:,} changes in {merge_seconds:.1f} s", flush=True)
+
+    def merge_frame() -> Any:
+        return spark.table("bench.shop.customers")
+
+    assert table_rows(spark, merge_frame()) == model, "MERGE INTO's table differs from the model"
+    return {
+        "batch": batch, "batches": len(files), "live_rows": len(model), "sync": syncs,
+        "merge": {"seconds": merge_seconds, "per_second": total / merge_seconds, "scan_seconds": scan_seconds(merge_frame),
+                  "files": merge_files, "per_batch": per_batch, "files_added": merge_added},
+        "fresh_scan_seconds": fresh_copy_scan_seconds(spark),
+        "load_before": load_before, "load_after": " ".join(f"{x:.1f}" for x in load_average()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--keys", type=int, default=20_000)
-    parser.add_argument("--changes", type=int, default=100_000)
-    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, nargs="+", default=[100_000, 10_000])
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--output", type=Path, default=OUTPUT)
     parser.add_argument("--deletes", choices=["position", "equality"], nargs="*", default=["position", "equality"],
@@ -269,51 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-cdc-"))
-    shutil.rmtree(workdir, ignore_errors=True)
-    inbox = workdir / "inbox"
-    inbox.mkdir(parents=True)
-    files, model = change_files(inbox, args.keys, args.changes, args.batch)
-    total = args.keys + args.changes
 
-    from spark_app.session import build_session
-
-    spark = build_session("bench-cdc", f"local[{CORES}]", {
-        "spark.driver.maxResultSize": "0", "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraClassPath": iceberg_runtime_jar(),
-        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        "spark.sql.catalog.bench": "org.apache.iceberg.spark.SparkCatalog",
-        "spark.sql.catalog.bench.type": "hadoop",
-        "spark.sql.catalog.bench.warehouse": (workdir / "merge-warehouse").as_uri(),
-    })
-    load_before = " ".join(f"{x:.1f}" for x in load_average())
-    syncs: dict[str, dict[str, Any]] = {}
-    for deletes in args.deletes:
-        seconds, location, sync_files = run_sync(spark, workdir, inbox, files[-1].name, deletes)
-        print(f"[cdc] IcebergSync ({deletes} deletes): {total:,} changes in {seconds:.1f} s", flush=True)
-
-        def sync_frame(location: str = location) -> Any:
-            return spark.read.format("iceberg").load(location)
-
-        assert table_rows(spark, sync_frame()) == model, f"IcebergSync's table ({deletes}) differs from the model"
-        syncs[deletes] = {"seconds": seconds, "per_second": total / seconds, "scan_seconds": scan_seconds(sync_frame),
-                          "files": sync_files}
-    merge_seconds, per_batch, merge_files = run_merge(spark, files)
-    print(f"[cdc] MERGE INTO: {total:,} changes in {merge_seconds:.1f} s", flush=True)
-
-    def merge_frame() -> Any:
-        return spark.table("bench.shop.customers")
-
-    assert table_rows(spark, merge_frame()) == model, "MERGE INTO's table differs from the model"
-    merge_scan = scan_seconds(merge_frame)
-    results = {
-        "keys": args.keys, "changes": args.changes, "batch": args.batch, "live_rows": len(model),
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "load_before": load_before, "load_after": " ".join(f"{x:.1f}" for x in load_average()),
-        "machine": machine(),
-        "sync": syncs,
-        "merge": {"seconds": merge_seconds, "per_second": total / merge_seconds, "scan_seconds": merge_scan,
-                  "files": merge_files, "per_batch": per_batch},
-    }
+    spark = iceberg_session("bench-cdc", workdir / "merge-warehouse")
+    runs = [run_stream(spark, workdir / f"batch-{batch}", args.keys, args.changes, batch, args.deletes)
+            for batch in args.batch]
+    results = {"keys": args.keys, "changes": args.changes, "runs": runs,
+               "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
     spark.stop()
     text = render(results)
     print(text)

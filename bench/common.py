@@ -367,3 +367,19 @@ class Cell:
     def name(self) -> str:
         variant = f"-{self.variant}" if self.variant else ""
         return self.label or f"{self.contender}{variant}-{self.layout}-{self.rows}-{self.rows_per_trigger}"
+
+
+def iceberg_session(app_name: str, warehouse: Path) -> Any:
+    """A local Spark session with Apache Iceberg's runtime and SQL extensions, and a Hadoop catalog
+    ``bench`` at ``warehouse``: the peer and reader of the benchmarks that compare tables."""
+    from spark_app.session import build_session
+
+    return build_session(app_name, f"local[{CORES}]", {
+        "spark.driver.maxResultSize": "0", "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraClassPath": iceberg_runtime_jar(),
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "spark.sql.catalog.bench": "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.catalog.bench.type": "hadoop",
+        "spark.sql.catalog.bench.warehouse": warehouse.as_uri(),
+    })
+

@@ -142,9 +142,15 @@ def partition_spec(schema: Schema, expressions: list[str]) -> PartitionSpec:
     return PartitionSpec(*fields)
 
 
+# Properties a table the sink creates gets unless spec.table.properties sets them: a sink commits often, and
+# without these every commit's metadata file would stay forever (Iceberg's own advice for streaming writers).
+NEW_TABLE_DEFAULTS = {"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "100"}
+
+
 def ensure_table(catalog: Catalog, identifier: str, schema: Schema, partition_by: list[str], properties: dict[str, str],
                  *, key: Sequence[str] | None = None) -> Table:
-    """Load the table, creating its namespace and the table itself when missing.
+    """Load the table, creating its namespace and the table itself (with ``NEW_TABLE_DEFAULTS`` under
+    ``properties``) when missing.
 
     With ``key`` (``spec.table.key``) the table is *keyed*: created with the key columns as its
     identifier fields and format-version 2 (equality deletes need it); an existing table must be
@@ -160,9 +166,8 @@ def ensure_table(catalog: Catalog, identifier: str, schema: Schema, partition_by
         table = catalog.load_table(identifier)
     except NoSuchTableError:
         try:
-            table = catalog.create_table(
-                identifier, schema=schema, partition_spec=partition_spec(schema, partition_by), properties=properties
-            )
+            table = catalog.create_table(identifier, schema=schema, partition_spec=partition_spec(schema, partition_by),
+                                         properties={**NEW_TABLE_DEFAULTS, **properties})
         except TableAlreadyExistsError:
             table = catalog.load_table(identifier)
     if key:

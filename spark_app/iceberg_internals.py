@@ -32,6 +32,7 @@ Format version 3 (deletion vectors) needs more than pyiceberg 0.12 does; what is
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -105,7 +106,14 @@ def commit_transaction(catalog: Catalog, table: Table, transaction: Transaction,
     ``CommitFailedException`` for the caller to re-check and rebuild.
     """
     requirements = (*transaction._requirements, *extra_requirements)
-    return catalog.commit_table(table, requirements, transaction._updates)
+    response = catalog.commit_table(table, requirements, transaction._updates)
+    # As pyiceberg's own commits do: metadata files beyond write.metadata.previous-versions-max go when
+    # write.metadata.delete-after-commit.enabled is set. The commit has landed: a failed delete only leaves a file.
+    try:
+        Catalog._delete_old_metadata(table.io, table.metadata, response.metadata)
+    except Exception as exc:
+        log.warning("could not delete metadata files the commit to %s retired: %s", table.name(), exc)
+    return response
 
 
 def appended_snapshot_id(append: _FastAppendFiles | RowDelta) -> int:
@@ -179,6 +187,7 @@ def add_unpartitioned_spec(transaction: Transaction) -> int:
 
 # -- content files with every field of the v3 schema -------------------------------------------------
 
+log = logging.getLogger(__name__)
 _FULL_FILE_TYPE = DATA_FILE_TYPE[3]
 _FILE_FIELD = {field.name: position for position, field in enumerate(_FULL_FILE_TYPE.fields)}
 _V3_ONLY_FILE_FIELD_IDS = frozenset({142, 144, 145})  # first_row_id, content_offset, content_size_in_bytes

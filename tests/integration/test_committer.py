@@ -14,7 +14,7 @@ from pyiceberg.table import Table
 from icebergsync import protocol
 from icebergsync.errors import FencedError
 from icebergsync.protocol import Writer
-from icebergsync.storage import list_files
+from icebergsync.storage import list_files, normalize
 from spark_app.committer import SinkCommitter, TriggerOutput, sink_file_prefix
 from tests.integration.committer_support import (
     TABLE,
@@ -196,3 +196,24 @@ def test_stale_writers_never_land_after_a_newer_fence(tmp_path: Path) -> None:
         assert stale_after == [], f"version(s) {sorted({c.writer.version for c in stale_after})} landed after v{version}'s fence"
     newest_rows = [i for i in committed_ids(catalog) if i >= 5_000_000]
     assert len(newest_rows) == 400 and len(set(newest_rows)) == 400
+
+
+def test_a_table_the_sink_creates_keeps_a_bounded_number_of_metadata_files(tmp_path: Path) -> None:
+    from icebergsync.catalog import NEW_TABLE_DEFAULTS, ensure_table
+    from tests.integration.committer_support import SCHEMA
+
+    catalog = open_catalog(tmp_path)
+    table = ensure_table(catalog, TABLE, SCHEMA, [], {"write.metadata.previous-versions-max": "3"})
+    assert table.properties["write.metadata.delete-after-commit.enabled"] == "true"
+    assert NEW_TABLE_DEFAULTS["write.metadata.delete-after-commit.enabled"] == "true"
+    sink = committer(catalog, 1)
+    sink.start([])
+    for start in range(0, 80, 10):
+        commit_range(sink, table, start, start + 10)
+    table = catalog.load_table(TABLE)
+    metadata_files = sorted(normalize(f.uri) for f in list_files(f"{table.location()}/metadata", dict(table.io.properties))
+                            if f.uri.endswith(".metadata.json"))
+    assert len(table.metadata.metadata_log) == 3
+    assert metadata_files == sorted(normalize(uri) for uri in [
+        *(entry.metadata_file for entry in table.metadata.metadata_log), table.metadata_location])
+    assert committed_ids(catalog) == list(range(80))
