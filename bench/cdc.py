@@ -37,13 +37,22 @@ import random
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.common import CORES, REPO, iceberg_session, load_average, machine
+from bench.common import (
+    CORES,
+    REPO,
+    SyncInThread,
+    committed_through,
+    iceberg_session,
+    load_average,
+    machine,
+    publish,
+    sync_document,
+)
 
 START = datetime(2025, 3, 1, tzinfo=UTC)
 ZONES = [UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-7))]
@@ -144,54 +153,27 @@ def files_added(summaries: list[dict[str, str]]) -> int:
 
 
 def run_sync(spark: Any, workdir: Path, inbox: Path, last: str, deletes: str) -> tuple[float, str, dict[str, int], int]:
-    from icebergsync import protocol
     from icebergsync.catalog import open_catalog
-    from icebergsync.spec import parse_spec
-    from spark_app.job import SyncJob
 
-    document = {
-        "apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync", "metadata": {"name": "cdc", "namespace": "bench"},
-        "spec": {
-            "source": {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}},
-            "schema": SCHEMA,
-            "table": {"catalog": {"type": "sql", "uri": f"sqlite:///{workdir}/catalog-{deletes}.db",
-                                  "warehouse": str(workdir / f"sync-warehouse-{deletes}")},
-                      "name": "shop.customers", "key": ["id"], "partitionBy": ["day(updated_at)"]},
-            "changes": {"format": "debezium", "deletes": deletes},
-            "commit": {"interval": "500ms", "pollInterval": "100ms", "targetFileSize": "64Mi"},
-        },
-    }
-    sync = parse_spec(document)
-    catalog = open_catalog(sync.spec.table.catalog)
-    job = SyncJob(sync, 1, spark)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            job.run()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    def done() -> bool:
-        try:
-            table = catalog.load_table("shop.customers")
-        except Exception:
-            return False
-        commits = [protocol.parse_commit(s) for s in protocol.main_ancestry(table.metadata)]
-        return any(c is not None and c.frontier == {"after": last} for c in commits)
+    document = sync_document("cdc", {
+        "source": {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}},
+        "schema": SCHEMA,
+        "table": {"catalog": {"type": "sql", "uri": f"sqlite:///{workdir}/catalog-{deletes}.db",
+                              "warehouse": str(workdir / f"sync-warehouse-{deletes}")},
+                  "name": "shop.customers", "key": ["id"], "partitionBy": ["day(updated_at)"]},
+        "changes": {"format": "debezium", "deletes": deletes},
+        "commit": {"interval": "500ms", "pollInterval": "100ms", "targetFileSize": "64Mi"},
+    })
+    sync = SyncInThread(document, spark)
+    catalog = open_catalog(sync.sync.spec.table.catalog)
 
     started = time.perf_counter()
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    while not done():
-        if errors:
-            raise errors[0]
+    sync.start()
+    while not committed_through(catalog, "shop.customers", last):
+        sync.check()
         time.sleep(0.05)
     elapsed = time.perf_counter() - started
-    job.stop_requested.set()
-    thread.join(120)
-    if errors:
-        raise errors[0]
+    sync.stop(120)
     table = catalog.load_table("shop.customers")
     snapshot = table.current_snapshot()
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
@@ -352,10 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"keys": args.keys, "changes": args.changes, "runs": runs,
                "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
     spark.stop()
-    text = render(results)
-    print(text)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
+    publish(render(results), args.output)
     return 0
 
 

@@ -383,3 +383,62 @@ def iceberg_session(app_name: str, warehouse: Path) -> Any:
         "spark.sql.catalog.bench.warehouse": warehouse.as_uri(),
     })
 
+
+def sync_document(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """An IcebergSync resource named ``name`` in namespace ``bench`` with ``spec``."""
+    return {"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync",
+            "metadata": {"name": name, "namespace": "bench"}, "spec": spec}
+
+
+class SyncInThread:
+    """A sync's job (spark_app.job.SyncJob) run in process on a thread, as the benchmarks drive it."""
+
+    def __init__(self, document: dict[str, Any], spark: Any):
+        from icebergsync.spec import parse_spec
+        from spark_app.job import SyncJob
+
+        self.sync = parse_spec(document)
+        self.job = SyncJob(self.sync, 1, spark)
+        self._errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.job.run()
+        except BaseException as exc:  # raised by check()
+            self._errors.append(exc)
+
+    def start(self) -> SyncInThread:
+        self._thread.start()
+        return self
+
+    def check(self) -> None:
+        """Raise what the job raised, if it failed."""
+        if self._errors:
+            raise self._errors[0]
+
+    def stop(self, timeout: float = 300) -> None:
+        """Ask the job to stop after its trigger, wait for it and raise what it raised."""
+        self.job.stop_requested.set()
+        self._thread.join(timeout)
+        self.check()
+
+
+def committed_through(catalog: Any, table_name: str, file_name: str) -> bool:
+    """Whether a commit on main of the files-source sync into ``table_name`` has ``file_name`` as its frontier."""
+    from icebergsync import protocol
+
+    try:
+        table = catalog.load_table(table_name)
+    except Exception:  # not created yet
+        return False
+    commits = (protocol.parse_commit(s) for s in protocol.main_ancestry(table.metadata))
+    return any(c is not None and c.frontier == {"after": file_name} for c in commits)
+
+
+def publish(text: str, output: Path) -> None:
+    """Print a benchmark's page and write it to ``output``."""
+    print(text)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+

@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.cdc import SCHEMA as KEYED_SCHEMA
 from bench.cdc import change_files, scan_seconds
-from bench.common import REPO, iceberg_session, load_average, machine
+from bench.common import REPO, SyncInThread, iceberg_session, load_average, machine, publish, sync_document
 
 OUTPUT = REPO / "docs" / "benchmarks" / "longrun.md"
 TARGET_RATIO = 1.5
@@ -103,8 +103,6 @@ def sample(spark: Any, catalog_handle: Any, name: str, partition_column: str, el
 def run_mode(spark: Any, mode: str, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Run one mode's sync for ``args.minutes``, sampling every ``args.sample_minutes``."""
     from icebergsync.catalog import open_catalog
-    from icebergsync.spec import parse_spec
-    from spark_app.job import SyncJob
 
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "inbox").mkdir(parents=True)
@@ -118,38 +116,23 @@ def run_mode(spark: Any, mode: str, workdir: Path, args: argparse.Namespace) -> 
         spec, name, partition_column = keyed_spec(workdir), "shop.customers", "updated_at"
     else:
         spec, name, partition_column = append_spec(workdir, args.rows_per_second), "demo.trips", "ts"
-    sync = parse_spec({"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync",
-                       "metadata": {"name": f"longrun-{mode}", "namespace": "bench"}, "spec": spec})
-    job = SyncJob(sync, 1, spark)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            job.run()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
+    sync = SyncInThread(sync_document(f"longrun-{mode}", spec), spark)
     started = time.monotonic()
-    thread.start()
+    sync.start()
     if feeder:
         feeder.start()
-    catalog_handle = open_catalog(sync.spec.table.catalog)
+    catalog_handle = open_catalog(sync.sync.spec.table.catalog)
     samples = []
     load_before = load_average()
     for number in range(1, int(args.minutes / args.sample_minutes) + 1):
         while time.monotonic() - started < number * args.sample_minutes * 60:
-            if errors:
-                raise errors[0]
+            sync.check()
             time.sleep(1)
         samples.append(sample(spark, catalog_handle, name, partition_column, (time.monotonic() - started) / 60))
         print(f"[longrun] {mode}: {samples[-1]}", flush=True)
     if feeder:
         feeder.stop.set()
-    job.stop_requested.set()
-    thread.join(300)
-    if errors:
-        raise errors[0]
+    sync.stop()
     return {"mode": mode, "samples": samples, "load_before": load_before, "load_after": load_average()}
 
 
@@ -202,10 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [run_mode(spark, mode, workdir / mode, args) for mode in args.mode]
     results = {"runs": runs, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
     spark.stop()
-    text = render(results, args)
-    print(text)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
+    publish(render(results, args), args.output)
     return 0
 
 

@@ -29,7 +29,6 @@ import random
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,7 +38,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.cdc import SCHEMA, START
-from bench.common import REPO, iceberg_session, load_average, machine
+from bench.common import (
+    REPO,
+    SyncInThread,
+    committed_through,
+    iceberg_session,
+    load_average,
+    machine,
+    publish,
+    sync_document,
+)
 
 OUTPUT = REPO / "docs" / "benchmarks" / "scale.md"
 LOAD_BATCH_ROWS = 1_000_000
@@ -109,53 +117,29 @@ def change_file(path: Path, rows: int, changes: int, workload: str, first_new_id
 
 def run_size(spark: Any, workdir: Path, rows: int, workload: str, args: argparse.Namespace) -> list[float]:
     """Load a table of ``rows`` rows, then time ``args.triggers`` triggers of ``workload``."""
-    from icebergsync import protocol
     from icebergsync.catalog import open_catalog
-    from icebergsync.spec import parse_spec
-    from spark_app.job import SyncJob
 
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "inbox").mkdir(parents=True)
-    sync = parse_spec({"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync",
-                       "metadata": {"name": "scale", "namespace": "bench"}, "spec": spec(workdir)})
+    sync = SyncInThread(sync_document("scale", spec(workdir)), spark)
     started = time.perf_counter()
-    load_table(sync, rows)
+    load_table(sync.sync, rows)
     print(f"[scale] {workload} {rows:,}: loaded in {time.perf_counter() - started:.0f} s", flush=True)
-    catalog = open_catalog(sync.spec.table.catalog)
-    job = SyncJob(sync, 1, spark)
-    errors: list[BaseException] = []
-    thread = threading.Thread(target=lambda: _run(job, errors), daemon=True)
-    thread.start()
+    catalog = open_catalog(sync.sync.spec.table.catalog)
+    sync.start()
     rng, next_id, times = random.Random(7), rows, []
     for number in range(args.triggers):
         staged = workdir / f"{number:05d}.json.tmp"
         next_id = change_file(staged, rows, args.changes, workload, next_id, rng, 1 + number * args.changes)
         arrived = time.perf_counter()
         staged.rename(workdir / "inbox" / f"{number:05d}.json")
-        while not _committed(catalog, protocol, f"{number:05d}.json"):
-            if errors:
-                raise errors[0]
+        while not committed_through(catalog, "shop.customers", f"{number:05d}.json"):
+            sync.check()
             time.sleep(0.05)
         times.append(time.perf_counter() - arrived)
         print(f"[scale] {workload} {rows:,}: trigger {number + 1} in {times[-1]:.1f} s", flush=True)
-    job.stop_requested.set()
-    thread.join(300)
-    if errors:
-        raise errors[0]
+    sync.stop()
     return times
-
-
-def _run(job: Any, errors: list[BaseException]) -> None:
-    try:
-        job.run()
-    except BaseException as exc:  # reported by the caller
-        errors.append(exc)
-
-
-def _committed(catalog: Any, protocol: Any, name: str) -> bool:
-    table = catalog.load_table("shop.customers")
-    commits = (protocol.parse_commit(s) for s in protocol.main_ancestry(table.metadata))
-    return any(c is not None and c.frontier == {"after": name} for c in commits)
 
 
 def _warm_median(times: list[float]) -> float:
@@ -205,10 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"runs": runs, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
                "load_before": load_before, "load_after": " ".join(f"{x:.1f}" for x in load_average())}
     spark.stop()
-    text = render(results, args)
-    print(text)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
+    publish(render(results, args), args.output)
     return 0
 
 

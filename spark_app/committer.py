@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -54,6 +54,9 @@ from spark_app.iceberg_internals import (
 from spark_app.key_index.file_keys import FileKeysCache
 from spark_app.key_index.locate import LocateStats, locate_rows
 from spark_app.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("icebergsync.committer")
 
@@ -191,7 +194,8 @@ class SinkCommitter:
     """Owns every write the sink makes to the catalog."""
 
     def __init__(self, catalog: Catalog, identifier: str, writer: Writer, dead_letter_identifier: str | None = None,
-                 rebuild_data_file: Callable[[Table, str], DataFile] | None = None):
+                 rebuild_data_file: Callable[[Table, str], DataFile] | None = None,
+                 spark: Callable[[], SparkSession] | None = None):
         self._catalog = catalog
         self._identifier = identifier
         self._dead_letter_identifier = dead_letter_identifier
@@ -205,6 +209,7 @@ class SinkCommitter:
         self.frontier: Frontier | None = None  # the frontier of this writer's newest commit
         self._pending_dead_letter_paths: list[str] = []  # of the newest main commit, until its dead-letter commit
         self._file_keys = FileKeysCache()  # the key index's data file summaries, kept across triggers
+        self._spark = spark  # runs a large locate's reads as tasks (spark_app/key_index/tasks.py)
 
     # -- compare-and-swap -------------------------------------------------------------------------
 
@@ -603,14 +608,14 @@ class SinkCommitter:
         if touched_keys is None or touched_keys.num_rows == 0 or snapshot is None:
             return PositionDeleteDelta()
         started, stats = time.monotonic(), LocateStats()
-        located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats)
+        located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats, self._spark)
         log.info("%s: located %d key(s) in %.2fs: %d of %d file(s) past bounds, %d of %d row group(s) read "
-                 "(%d skipped by statistics, %d by Bloom filters), %d rows read, %d file(s) with deletes",
+                 "(%d skipped by statistics, %d by Bloom filters), %d rows read%s, %d file(s) with deletes",
                  self.writer.sink_id, touched_keys.num_rows, time.monotonic() - started,
                  stats.files - stats.files_skipped_by_bounds, stats.files,
                  stats.row_groups - stats.row_groups_skipped_by_statistics - stats.row_groups_skipped_by_bloom,
                  stats.row_groups, stats.row_groups_skipped_by_statistics, stats.row_groups_skipped_by_bloom,
-                 stats.rows_read, len(located))
+                 stats.rows_read, " by Spark tasks" if stats.in_spark_tasks else "", len(located))
         return stage_position_deletes(table, located, f"{attempt_file_prefix(self.writer)}-{snapshot.snapshot_id}")
 
     def _delete_files(self, files: list[DataFile]) -> None:

@@ -162,7 +162,8 @@ class SyncJob:
         self._warn_on_partition_change(table)
         changes = plan_evolution(table.schema(), self.columns, self.spec.table.name)
         committer = SinkCommitter(self.catalog, self.spec.table.name, self.writer,
-                                  self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file)
+                                  self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file,
+                                  lambda: self.spark)
         source = make_source(lambda: self.spark, self.spec)
         progress = committer.start(changes, source.identity(), source.check_frontier)
         crash_point("fenced")

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, DataFileContent
@@ -36,9 +35,14 @@ from pyiceberg.types import IcebergType, IntegerType, LongType, PrimitiveType, S
 from spark_app.iceberg_internals import live_files
 from spark_app.key_index.file_keys import FileKeys, FileKeysCache, RowGroupKeys, read_file_keys
 from spark_app.key_index.key_hash import hashable, parquet_hashes
+from spark_app.key_index.reads import Candidate, read_candidates
+from spark_app.key_index.tasks import read_in_tasks
 from spark_app.position_deletes.deletion_vector import DeletionVector
 
-POSITION_COLUMN = "__isync_position"
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DRIVER_LOCATE_ROWS = 2_000_000  # key rows a locate reads in the driver; more are read by Spark tasks
 _PRUNABLE = (IntegerType, LongType, StringType)  # bounds decode to the values Arrow's to_pylist gives
 
 
@@ -52,6 +56,7 @@ class LocateStats:
     row_groups_skipped_by_statistics: int = 0
     row_groups_skipped_by_bloom: int = 0
     rows_read: int = 0
+    in_spark_tasks: bool = False
 
 
 @dataclass
@@ -107,20 +112,35 @@ class _FirstKey:
 
 
 def locate_rows(table: Table, snapshot: Snapshot, keys: pa.Table, cache: FileKeysCache | None = None,
-                stats: LocateStats | None = None) -> dict[str, DeletionVector]:
+                stats: LocateStats | None = None, spark: Callable[[], SparkSession] | None = None,
+                ) -> dict[str, DeletionVector]:
     """Positions of the rows whose key is one of ``keys`` (the key columns, by name) in each live data file of
     ``snapshot``; files holding none are left out. Rows already deleted may be among them (deleting one again
-    is harmless: a reader applies deletes as a set). ``cache`` keeps file summaries between calls."""
+    is harmless: a reader applies deletes as a set). ``cache`` keeps file summaries between calls; with
+    ``spark``, reads of more than ``DRIVER_LOCATE_ROWS`` key rows run as Spark tasks (:mod:`.tasks`)."""
     if keys.num_rows == 0:
         return {}
     cache = cache if cache is not None else FileKeysCache()
     stats = stats if stats is not None else LocateStats()
+    unique_keys = keys.group_by(keys.column_names).aggregate([])
+    candidates = plan_reads(table, snapshot, keys, cache, stats)
+    stats.rows_read = sum(c.rows for c in candidates)
+    if spark is not None and stats.rows_read > DRIVER_LOCATE_ROWS:
+        stats.in_spark_tasks = True
+        found = read_in_tasks(spark(), dict(table.io.properties), table.metadata.location, candidates, unique_keys)
+    else:
+        found = read_candidates(table.io, candidates, unique_keys)
+    return {path: DeletionVector(positions) for path, positions in found if positions.size}
+
+
+def plan_reads(table: Table, snapshot: Snapshot, keys: pa.Table, cache: FileKeysCache,
+               stats: LocateStats) -> list[Candidate]:
+    """The row groups of ``snapshot``'s live data files that bounds, statistics and Bloom filters leave."""
     schema = table.schema()
     key_field_ids = tuple(schema.find_field(name).field_id for name in keys.column_names)
     first = schema.find_field(key_field_ids[0])
     first_key = _FirstKey(first.field_id, first.field_type, keys.column(0))
-    unique_keys = keys.group_by(keys.column_names).aggregate([])
-    located: dict[str, DeletionVector] = {}
+    candidates = []
     for live in live_files(table, snapshot):
         data_file = live.data_file
         if data_file.content != DataFileContent.DATA:
@@ -129,12 +149,13 @@ def locate_rows(table: Table, snapshot: Snapshot, keys: pa.Table, cache: FileKey
         if not first_key.file_may_hold(data_file):
             stats.files_skipped_by_bounds += 1
             continue
-        summary = cache.get(data_file.file_path, key_field_ids, functools.partial(_read_summary, table.io, data_file, key_field_ids))
+        summary = cache.get(data_file.file_path, key_field_ids,
+                            functools.partial(_read_summary, table.io, data_file, key_field_ids))
         groups = _candidate_row_groups(summary, first_key, stats)
-        positions = _matching_positions(table.io, data_file.file_path, summary, groups, unique_keys, stats)
-        if positions.size:
-            located[data_file.file_path] = DeletionVector(positions)
-    return located
+        if groups:
+            candidates.append(Candidate(data_file.file_path, summary.columns, tuple(groups),
+                                        sum(summary.row_groups[index].rows for index, _ in groups)))
+    return candidates
 
 
 def _read_summary(io: FileIO, data_file: DataFile, key_field_ids: tuple[int, ...]) -> FileKeys:
@@ -156,39 +177,3 @@ def _candidate_row_groups(summary: FileKeys, first_key: _FirstKey, stats: Locate
             candidates.append((index, offset))
         offset += group.rows
     return candidates
-
-
-def _matching_positions(io: FileIO, path: str, summary: FileKeys, groups: list[tuple[int, int]], keys: pa.Table,
-                        stats: LocateStats) -> np.ndarray:
-    """Row positions, in the file at ``path``, of the candidate ``groups``' rows whose key is a row of ``keys``."""
-    if not groups:
-        return np.empty(0, dtype=np.int64)
-    matches: list[np.ndarray] = []
-    with io.new_input(path).open() as stream:
-        parquet = pq.ParquetFile(stream)
-        for index, offset in groups:
-            rows = parquet.read_row_group(index, columns=list(summary.columns)).select(list(summary.columns))
-            stats.rows_read += rows.num_rows
-            found = _positions_in(rows.rename_columns(list(keys.column_names)), keys)
-            if found.size:
-                matches.append(found + offset)
-    return np.concatenate(matches) if matches else np.empty(0, dtype=np.int64)
-
-
-def _positions_in(rows: pa.Table, keys: pa.Table) -> np.ndarray:
-    """Positions within ``rows`` of the rows whose key is in ``keys`` (both with the same key columns)."""
-    conformed = _cast_like(keys, rows.schema)
-    if keys.num_columns == 1:
-        mask = pc.is_in(rows.column(0), value_set=conformed.column(0))
-        return np.flatnonzero(mask.to_numpy(zero_copy_only=False)).astype(np.int64)
-    numbered = rows.append_column(POSITION_COLUMN, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-    joined = numbered.join(conformed, keys=list(keys.column_names), join_type="left semi")
-    return np.sort(joined.column(POSITION_COLUMN).to_numpy())
-
-
-def _cast_like(keys: pa.Table, schema: pa.Schema) -> pa.Table:
-    columns: Sequence[pa.ChunkedArray] = [
-        keys.column(name) if keys.column(name).type == schema.field(name).type
-        else pc.cast(keys.column(name), schema.field(name).type) for name in keys.column_names
-    ]
-    return pa.Table.from_arrays(list(columns), names=keys.column_names)

@@ -10,13 +10,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.types import LongType, NestedField, StringType
+from pyspark.sql import SparkSession
 
 from spark_app import iceberg_internals
+from spark_app.key_index import locate
 from spark_app.key_index.file_keys import FileKeysCache
 from spark_app.key_index.locate import LocateStats, locate_rows
 from spark_app.writer import PartitionedWriter, TablePlan, conform
@@ -106,3 +109,21 @@ def test_files_of_other_writers_without_filters_and_a_renamed_key_column_are_sti
     assert result == {path: positions for path, positions in truth(table, set(touched)).items()}
     assert sum(len(p) for p in result.values()) == 20
     assert stats.rows_read == 2 * ROWS_PER_FILE  # no filter in the foreign file: read; ours holds 10
+
+
+def test_a_large_locate_reads_in_spark_tasks_and_finds_the_same_rows(tmp_path: Path, spark: SparkSession,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    table = keyed_table(tmp_path)
+    files = [random_keys(ROWS_PER_FILE) for _ in range(FILES)]
+    table = commit(table, [sink_file(table, keys, f"f{i}") for i, keys in enumerate(files)])
+    touched = [keys[i] for keys in files for i in range(0, ROWS_PER_FILE, 97)] + random_keys(5)
+    in_driver = LocateStats()
+    expected = located(table, touched, FileKeysCache(), in_driver)
+    assert expected == truth(table, set(touched)) and not in_driver.in_spark_tasks
+    monkeypatch.setattr(locate, "DRIVER_LOCATE_ROWS", ROWS_PER_FILE)  # fewer rows than the candidates hold
+    in_tasks = LocateStats()
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    result = locate_rows(table, snapshot, pa.table({"key": touched}), FileKeysCache(), in_tasks, lambda: spark)
+    assert {path: sorted(vector) for path, vector in result.items()} == expected
+    assert in_tasks.in_spark_tasks and in_tasks.rows_read == FILES * ROWS_PER_FILE
