@@ -525,3 +525,21 @@ def test_network_policy_admits_only_the_metrics_port(helm_binary: Path, tmp_path
     closed = one(render(helm_binary, tmp_path, {"metrics": {"enabled": False}}), "NetworkPolicy")
     assert closed["spec"]["ingress"] is None or closed["spec"]["ingress"] == []
     assert not of_kind(render(helm_binary, tmp_path, {"networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
+def test_network_policy_can_restrict_the_operators_egress(helm_binary: Path, tmp_path: Path) -> None:
+    """Off by default; on, only the API server, DNS and the declared catalogs (docs/security.md)."""
+    assert "egress" not in one(render(helm_binary, tmp_path), "NetworkPolicy")["spec"]
+    api_server = [{"ipBlock": {"cidr": "10.96.0.1/32"}}, {"ipBlock": {"cidr": "192.168.1.10/32"}}]
+    catalog = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "data"}},
+                       "podSelector": {"matchLabels": {"app": "rest"}}}], "ports": [{"port": 8181, "protocol": "TCP"}]}
+    policy = one(render(helm_binary, tmp_path, {"networkPolicy": {"egress": {
+        "enabled": True, "apiServer": api_server, "catalogs": [catalog]}}}), "NetworkPolicy")["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    dns = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                   "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+           "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    assert policy["egress"] == [
+        {"to": api_server, "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]},
+        dns, catalog]
+    assert "egress.apiServer" in render_error(helm_binary, tmp_path, {"networkPolicy": {"egress": {"enabled": True}}})
