@@ -125,7 +125,12 @@ def test_create_renders_the_application_configmap_and_secret_mounts(kube: Kube, 
     configmap_name = mounted_spec_configmap(app)
     assert configmap_name.startswith("orders-v1-spec-")
     for pod in (driver, executor):
-        assert pod["template"]["spec"]["volumes"] == [{"name": "icebergsync-spec", "configMap": {"name": configmap_name}}]
+        template = pod["template"]["spec"]
+        assert template["volumes"][0] == {"name": "icebergsync-spec", "configMap": {"name": configmap_name}}
+        assert [v["emptyDir"] for v in template["volumes"][1:]] == [{}, {}]  # scratch under a read-only root
+        assert template["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    assert (driver["template"]["spec"]["automountServiceAccountToken"],
+            executor["template"]["spec"]["automountServiceAccountToken"]) == (True, False)
 
     configmap = kube.configmaps()[configmap_name]
     assert configmap.immutable is True
