@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from icebergsync_operator.policy import policy_problems
@@ -140,3 +141,9 @@ def test_catalog_endpoints_are_matched_on_host_port_and_path_segments_not_string
     for uri in ("https://catalog.internal/apiv2", "https://catalog.internal.evil/api", "https://catalog.internal:8443/api"):
         [problem] = policy_problems(sync_with({}, uri), settings)
         assert problem.startswith(f"spec.table.catalog.uri: {uri} is not among the endpoints")
+
+
+def test_the_docs_name_every_default_tuning_key() -> None:
+    """docs/operator.md#policy lists the default allow-list the admin opens from."""
+    policy = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text().split("## Policy")[1]
+    assert [key for key in DEFAULT_ALLOWED_SPARK_CONF if f"`{key}`" not in policy] == []
