@@ -6,7 +6,10 @@ from icebergsync.spec import SOURCE_KINDS
 
 FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec": "Desired state: where records come from, which Iceberg table they go to and how.",
-    "spec.sinkId": "Identity of this sink in the table's snapshot properties. Defaults to <namespace>/<name>.",
+    "spec.sinkId": (
+        "Name of this sink within the sync's namespace: the sink id in the table's snapshot properties is always "
+        "<namespace>/<sinkId> (a leading '<namespace>/' of the sync's own namespace is accepted; another namespace "
+        "is refused). Defaults to the sync's name."),
     "spec.source": f"Where records come from: exactly one of {', '.join(SOURCE_KINDS)}.",
     "spec.source.generator": "Synthetic records, for demos and tests.",
     "spec.source.generator.rowsPerSecond": "Rows generated per second.",

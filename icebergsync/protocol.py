@@ -384,6 +384,16 @@ def check_resumable(progress: Progress, source: SourceIdentity | None) -> None:
         )
 
 
+def other_sink_on_top(metadata: TableMetadata, sink_id: str) -> str | None:
+    """The sink id of another sink that committed on main after ``sink_id``'s last commit (or at all,
+    when ``sink_id`` never did): the table's current writer is then someone else. None otherwise."""
+    for snapshot in main_ancestry(metadata):
+        writer = (snapshot.summary.additional_properties if snapshot.summary else {}).get(SINK_ID)
+        if writer:
+            return None if writer == sink_id else writer
+    return None
+
+
 def rolled_back_past(metadata: TableMetadata, sink_id: str, last: Snapshot) -> bool:
     """Whether main no longer holds a sink's last snapshot ``last`` (main was rolled back past it).
 

@@ -33,6 +33,7 @@ class SinkState:
     total_records: int | None
     resumed_from: str
     foreign_snapshots_on_top: int
+    other_sink: str | None = None  #: another sink that committed after this one's last commit (it writes the table now)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,4 +68,5 @@ def sink_state(metadata: TableMetadata, table_name: str, sink_id: str, now: floa
         total_records=int(total) if total is not None else None,
         resumed_from=progress.resumed_from,
         foreign_snapshots_on_top=progress.foreign_snapshots_on_top,
+        other_sink=protocol.other_sink_on_top(metadata, sink_id),
     )

@@ -380,7 +380,7 @@ class Spark(Model):
 
 
 class IcebergSyncSpec(Model):
-    sink_id: str | None = Field(default=None, min_length=1, description="Defaults to <namespace>/<name>.")
+    sink_id: str | None = Field(default=None, min_length=1, description="Defaults to the sync's name.")
     source: Source
     schema_: list[Column] = Field(default_factory=list, alias="schema")
     event_time_column: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN)
@@ -465,7 +465,22 @@ class IcebergSync(BaseModel):
 
     @property
     def sink_id(self) -> str:
-        return self.spec.sink_id or f"{self.metadata.namespace}/{self.metadata.name}"
+        return qualified_sink_id(self.metadata.namespace, self.metadata.name, self.spec.sink_id)
+
+
+def qualified_sink_id(namespace: str, name: str, sink_id: str | None) -> str:
+    """``<namespace>/<spec.sinkId or name>``: always under the sync's own namespace (a leading
+    ``<namespace>/`` of that namespace is not doubled), so no sync can claim another namespace's sink."""
+    return f"{namespace}/{(sink_id or name).removeprefix(f'{namespace}/')}"
+
+
+def _sink_id_problems(sync: IcebergSync) -> list[str]:
+    """A ``spec.sinkId`` naming another namespace (or holding a ``/`` below its own) is refused, clearly."""
+    namespace, sink_id = sync.metadata.namespace, sync.spec.sink_id
+    if sink_id is None or "/" not in sink_id.removeprefix(f"{namespace}/"):
+        return []
+    return [f"spec.sinkId: {shown(sink_id)} is not a sink of namespace {namespace}: the sink id is always "
+            f"<namespace>/<sinkId> ({namespace}/…), so give the sink's name alone, without '/'"]
 
 
 def _format_location(loc: tuple[Any, ...]) -> str:
@@ -504,7 +519,7 @@ def parse_spec(document: dict[str, Any]) -> IcebergSync:
                 message = f"{message} (got {shown(error['input'])})"
             problems.append(f"{location}: {message}")
         raise SpecError(problems) from None
-    problems = list(_semantic_problems(sync.spec))
+    problems = [*_semantic_problems(sync.spec), *_sink_id_problems(sync)]
     if problems:
         raise SpecError(problems)
     return sync

@@ -36,3 +36,14 @@ def parse_size(text: str | int) -> int:
     if not match or match.group(2) not in SIZE_UNITS:
         raise ValueError(f"{text!r} is not a size (examples: 134217728, 128Mi, 512MB, 1Gi)")
     return int(float(match.group(1)) * SIZE_UNITS[match.group(2)])
+
+
+_JVM_UNITS = {"": 1024**2, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_jvm_memory(text: str) -> int:
+    """Return bytes for Spark's memory notation (``512m``, ``2g``; no unit is MiB, as Spark reads it)."""
+    match = re.fullmatch(r"([0-9]+)([kmgtKMGT]?)", text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a memory size (examples: 512m, 2g)")
+    return int(match.group(1)) * _JVM_UNITS[match.group(2).lower()]

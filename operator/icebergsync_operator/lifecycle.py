@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from icebergsync.errors import SpecError
-from icebergsync.spec import IcebergSync, parse_spec
+from icebergsync.spec import IcebergSync, parse_spec, qualified_sink_id
 from icebergsync_operator import metrics
 from icebergsync_operator.applications import parse_application
 from icebergsync_operator.catalog_reads import CatalogReads
@@ -101,7 +101,7 @@ def observe(context: OperatorContext, reading: Reading, table: TableObservation,
         name=name,
         namespace=namespace,
         generation=int(metadata.get("generation") or 1),
-        sink_id=sync.sink_id if sync else str(raw_spec.get("sinkId") or f"{namespace}/{name}"),
+        sink_id=sync.sink_id if sync else qualified_sink_id(namespace, name, str(raw_spec.get("sinkId") or name)),
         table_name=sync.spec.table.name if sync else str((raw_spec.get("table") or {}).get("name", "")),
         suspend=bool(raw_spec.get("suspend")),
         commit_interval=sync.spec.commit.interval_seconds if sync else DEFAULT_COMMIT_INTERVAL,

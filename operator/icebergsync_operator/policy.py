@@ -1,42 +1,79 @@
 """The admin's policy on what a tenant may ask the Spark pods for (pure).
 
-``spec.spark.image``, ``spec.spark.serviceAccount`` and ``spec.spark.conf`` go into the
-SparkApplication, and the operator itself connects to ``spec.table.catalog.uri`` (parsed by
-``endpoints``: an ambiguous URI is refused even when every endpoint is allowed);
+``spec.spark.image``, ``spec.spark.serviceAccount``, ``spec.spark.conf`` and the pods' sizes go
+into the SparkApplication, and the operator itself connects to ``spec.table.catalog.uri`` (parsed
+by ``endpoints``: an ambiguous URI is refused even when every endpoint is allowed);
 ``policy_problems`` lists each one the operator's settings do not allow, so a refused spec is
-never rendered nor its catalog contacted. Conf keys are matched with shell-style patterns (``fnmatch``).
+never rendered nor its catalog contacted. Every default is closed: the operator's own image and
+service account, named tuning conf keys (shell-style patterns, ``fnmatch``), capped sizes.
 """
 
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from icebergsync.spec import IcebergSync
+from icebergsync.spec import IcebergSync, Spark
+from icebergsync.units import parse_jvm_memory
 from icebergsync_operator.catalog_access import endpoint_problem
-from icebergsync_operator.settings import OperatorSettings
+from icebergsync_operator.settings import ANY, OperatorSettings
+
+GIB = 1024**3
 
 
 def _matches(key: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatchcase(key, pattern) for pattern in patterns)
 
 
+def _allowed(value: str | None, default: str | None, allowed: tuple[str, ...], prefix: bool = False) -> bool:
+    """Unset, the operator's default, anything under ``*``, or listed (as a prefix, for images)."""
+    if not value or value == default or ANY in allowed:
+        return True
+    return value.startswith(allowed) if prefix else value in allowed
+
+
+def _besides(default: str | None, allowed: tuple[str, ...], listed: str) -> str:
+    """What is allowed, in words: the operator's default and the admin's list."""
+    parts = [f"the operator's default {default!r}"] if default else []
+    if allowed:
+        parts.append(f"{listed} {', '.join(map(repr, allowed))}")
+    return " and ".join(parts) or "none"
+
+
+def _size_problems(spark: Spark, settings: OperatorSettings) -> list[str]:
+    """Executors, cores and memory of the whole sync (driver plus every executor) against the caps."""
+    instances = spark.executor.instances
+    problems = []
+    if settings.max_executors and instances > settings.max_executors:
+        problems.append(f"spec.spark.executor.instances: {instances} is above the cap of {settings.max_executors} "
+                        "executors per sync (policy.maxExecutors)")
+    cores = spark.driver.cores + instances * spark.executor.cores
+    if settings.max_cores and cores > settings.max_cores:
+        problems.append(f"spec.spark: {cores} cores in all (driver {spark.driver.cores} + {instances} x "
+                        f"{spark.executor.cores}) is above the cap of {settings.max_cores} per sync (policy.maxCores)")
+    memory = parse_jvm_memory(spark.driver.memory) + instances * parse_jvm_memory(spark.executor.memory)
+    if settings.max_memory and memory > settings.max_memory:
+        problems.append(f"spec.spark: {memory / GIB:.1f}Gi of memory in all (driver {spark.driver.memory} + "
+                        f"{instances} x {spark.executor.memory}) is above the cap of "
+                        f"{settings.max_memory / GIB:.1f}Gi per sync (policy.maxMemory)")
+    return problems
+
+
 def policy_problems(sync: IcebergSync, settings: OperatorSettings) -> tuple[str, ...]:
     """Every field of the spec the operator's policy refuses, with why; empty when allowed."""
     spark = sync.spec.spark
     problems = []
-    if spark.image and settings.allowed_images and not spark.image.startswith(settings.allowed_images):
-        problems.append(f"spec.spark.image: {spark.image!r} is not allowed (allowed image prefixes: "
-                        f"{', '.join(settings.allowed_images)})")
+    if not _allowed(spark.image, settings.default_image, settings.allowed_images, prefix=True):
+        problems.append(f"spec.spark.image: {spark.image!r} is not allowed (allowed: "
+                        f"{_besides(settings.default_image, settings.allowed_images, 'images starting with')}; "
+                        "policy.allowedImages)")
     account = spark.service_account
-    if account and settings.allowed_service_accounts and account not in settings.allowed_service_accounts:
+    if not _allowed(account, settings.default_service_account, settings.allowed_service_accounts):
         problems.append(f"spec.spark.serviceAccount: {account!r} is not allowed (allowed: "
-                        f"{', '.join(settings.allowed_service_accounts)})")
-    for key in sorted(spark.conf):
-        if _matches(key, settings.denied_spark_conf):
-            problems.append(f"spec.spark.conf: {key!r} is denied by the operator's policy")
-        elif settings.allowed_spark_conf and not _matches(key, settings.allowed_spark_conf):
-            problems.append(f"spec.spark.conf: {key!r} is not among the allowed keys "
-                            f"({', '.join(settings.allowed_spark_conf)})")
+                        f"{_besides(settings.default_service_account, settings.allowed_service_accounts, 'the accounts')}; "
+                        "policy.allowedServiceAccounts)")
+    problems += [f"spec.spark.conf: {key!r} is not among the allowed keys (policy.allowedSparkConf)"
+                 for key in sorted(spark.conf) if not _matches(key, settings.allowed_spark_conf)]
+    problems += _size_problems(spark, settings)
     endpoint = endpoint_problem(sync.spec.table.catalog, settings.allowed_catalog_uris)
     if endpoint:
         problems.append(f"spec.table.catalog.uri: {endpoint}")

@@ -218,6 +218,8 @@ def _suspend(observation: Observation, previous: SyncStatus) -> Decision:
 def _launch(observation: Observation, previous: SyncStatus, reason: str, settings: OperatorSettings) -> Decision:
     if observation.table.error is not None:
         return _waiting_for_catalog(observation, previous, reason, settings)
+    if observation.table.sink is not None and observation.table.sink.other_sink is not None:
+        return _table_in_use(observation, previous, observation.table.sink.other_sink)
     version = next_version(observation, previous)
     name = application_name(observation.name, version)
     messages = {
@@ -255,6 +257,24 @@ def _waiting_for_catalog(observation: Observation, previous: SyncStatus, reason:
         stalled=_stalled_by_failures(previous.consecutive_failures, settings),
     )
     # observedGeneration stays: the new generation is not acted on until a version is launched for it.
+    return _finish(observation, previous, assessment, events=events, observed_generation=previous.observed_generation)
+
+
+def _table_in_use(observation: Observation, previous: SyncStatus, other_sink: str) -> Decision:
+    """A launch is due but another sink wrote the table last: never launch into it (checked again each refresh)."""
+    message = (f"not launching: table {observation.table_name} is written by sink {other_sink}, not {observation.sink_id} "
+               "(its newest IcebergSync commit); a sink never writes a table another sink writes. Point spec.table.name "
+               "at another table or stop the other writer; a sync renamed within this namespace keeps its sink "
+               "with spec.sinkId set to its former name")
+    before = condition(previous, "Stalled")
+    events = () if before is not None and before.reason == "TableInUse" else (Event(WARNING, "TableInUse", message),)
+    assessment = Assessment(
+        phase="Failed",
+        ready=Verdict(FALSE, "TableInUse", message),
+        reconciling=Verdict(FALSE, "TableInUse"),
+        stalled=Verdict(TRUE, "TableInUse", message),
+    )
+    # observedGeneration stays: the generation is not acted on until a version is launched for it.
     return _finish(observation, previous, assessment, events=events, observed_generation=previous.observed_generation)
 
 

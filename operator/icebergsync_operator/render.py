@@ -57,7 +57,12 @@ SPEC_VOLUME = "icebergsync-spec"
 # The image's `spark` user (uid 185), never root, default seccomp; no privilege escalation, no capabilities.
 POD_SECURITY_CONTEXT: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": 185, "runAsGroup": 185,
                                         "seccompProfile": {"type": "RuntimeDefault"}}
-CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                              "readOnlyRootFilesystem": True}
+# The root filesystem is read-only: an emptyDir wherever Spark, the JVM or Python write. /tmp (the JVM's
+# and Python's temp files, hsperfdata) and the image's working directory, which is also the `spark` user's
+# HOME (ivy cache, files fetched by executors, spark-warehouse). Spark's local dirs are emptyDirs Spark adds.
+SCRATCH_DIRS = {"scratch-tmp": "/tmp", "scratch-work-dir": "/opt/icebergsync/work-dir"}
 
 
 def application_name(sync_name: str, version: int) -> str:
@@ -136,18 +141,22 @@ def secret_names(sync: IcebergSync) -> list[str]:
     return sorted({ref.name for ref in refs if ref is not None})
 
 
-def pod_template(spec_configmap: str, container: str) -> dict[str, Any]:
+def pod_template(spec_configmap: str, container: str, *, api_token: bool) -> dict[str, Any]:
     """The pod template of a driver or executor: the spec ConfigMap mounted read-only at
-    ``SPEC_MOUNT_DIR`` and the security context. Spark adds image, resources, env and its own volumes."""
+    ``SPEC_MOUNT_DIR``, scratch emptyDirs, the security context, and the service-account token only
+    with ``api_token`` (the driver creates its executors; executors never call the API). Spark adds
+    image, resources, env and its own volumes."""
+    mounts = [{"name": SPEC_VOLUME, "mountPath": SPEC_MOUNT_DIR, "readOnly": True}]
+    volumes: list[dict[str, Any]] = [{"name": SPEC_VOLUME, "configMap": {"name": spec_configmap}}]
+    for name, path in SCRATCH_DIRS.items():
+        mounts.append({"name": name, "mountPath": path})
+        volumes.append({"name": name, "emptyDir": {}})
     return {
         "spec": {
+            "automountServiceAccountToken": api_token,
             "securityContext": POD_SECURITY_CONTEXT,
-            "containers": [{
-                "name": container,
-                "securityContext": CONTAINER_SECURITY_CONTEXT,
-                "volumeMounts": [{"name": SPEC_VOLUME, "mountPath": SPEC_MOUNT_DIR, "readOnly": True}],
-            }],
-            "volumes": [{"name": SPEC_VOLUME, "configMap": {"name": spec_configmap}}],
+            "containers": [{"name": container, "securityContext": CONTAINER_SECURITY_CONTEXT, "volumeMounts": mounts}],
+            "volumes": volumes,
         },
     }
 
@@ -158,7 +167,7 @@ def _pod(sync: IcebergSync, version: int, resources: Resources, spec_configmap: 
         "cores": resources.cores,
         "memory": resources.memory,
         "labels": labels(sync.metadata.name, version),
-        "template": pod_template(spec_configmap, container),
+        "template": pod_template(spec_configmap, container, api_token=container == DRIVER_CONTAINER),
     }
     secrets = [{"name": name, "path": f"{SECRETS_MOUNT_DIR}/{name}", "secretType": "Generic"}
                for name in secret_names(sync)]

@@ -17,12 +17,22 @@ from icebergsync_operator.endpoints import EndpointError, parse_allow_list
 DEFAULT_IMAGE = "ghcr.io/icebergsync/icebergsync:0.1.0"
 RECONCILE_MARGIN = 60.0  #: seconds a reconcile may take beyond its catalog read before liveness counts it stuck
 DEFAULT_SPARK_VERSION = "4.0.1"
-# spark.conf keys a tenant may never set: they would mount volumes or host paths, swap the pod
-# template, the image, the namespace or the service account, or hand out API credentials.
-DEFAULT_DENIED_SPARK_CONF = (
-    "spark.kubernetes.*volumes*", "spark.kubernetes.*podTemplate*", "spark.kubernetes.authenticate.*",
-    "spark.kubernetes.*serviceAccountName*", "spark.kubernetes.*container.image*", "spark.kubernetes.namespace",
-    "spark.kubernetes.*secrets.*", "spark.kubernetes.*secretKeyRef.*",
+ANY = "*"  #: in allowedImages or allowedServiceAccounts: any image / service account
+# spark.conf keys a tenant may set by default: tuning of memory use, parallelism, shuffle, SQL and
+# Arrow batches, timeouts. None loads code, sets a JVM or Python option, chooses an image, a volume,
+# a Secret, an identity or an endpoint, or adds pod resources outside the caps (memory overhead,
+# dynamic allocation, core requests are left to the admin to open).
+DEFAULT_ALLOWED_SPARK_CONF = (
+    "spark.memory.fraction", "spark.memory.storageFraction", "spark.driver.maxResultSize",
+    "spark.default.parallelism", "spark.sql.shuffle.partitions", "spark.sql.files.maxPartitionBytes",
+    "spark.sql.files.openCostInBytes", "spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.enabled",
+    "spark.sql.adaptive.advisoryPartitionSizeInBytes", "spark.sql.adaptive.skewJoin.enabled",
+    "spark.sql.autoBroadcastJoinThreshold", "spark.sql.broadcastTimeout", "spark.sql.session.timeZone",
+    "spark.sql.ansi.enabled", "spark.sql.caseSensitive", "spark.sql.execution.arrow.maxRecordsPerBatch",
+    "spark.shuffle.compress", "spark.shuffle.spill.compress", "spark.shuffle.file.buffer",
+    "spark.reducer.maxSizeInFlight", "spark.io.compression.codec", "spark.rdd.compress",
+    "spark.kryoserializer.buffer.max", "spark.network.timeout", "spark.executor.heartbeatInterval",
+    "spark.task.maxFailures", "spark.locality.wait", "spark.python.worker.reuse", "spark.python.worker.memory",
 )
 
 
@@ -51,10 +61,12 @@ class OperatorSettings:
     max_stuck_catalog_reads: int = 4  #: abandoned catalog reads a namespace may have before no new one starts
     reconcile_stuck_after: float = 300.0  #: a reconcile running this long fails the liveness probe
     allowed_catalog_uris: tuple[str, ...] = ()  #: endpoints (and paths under them) the operator may connect to; empty: any
-    allowed_images: tuple[str, ...] = ()  #: prefixes spec.spark.image must start with; empty: any
-    allowed_service_accounts: tuple[str, ...] = ()  #: names spec.spark.serviceAccount may take; empty: any
-    denied_spark_conf: tuple[str, ...] = DEFAULT_DENIED_SPARK_CONF  #: spec.spark.conf key patterns refused
-    allowed_spark_conf: tuple[str, ...] = ()  #: if set, every spec.spark.conf key must match one of these
+    allowed_images: tuple[str, ...] = ()  #: prefixes spec.spark.image may start with besides default_image; "*": any
+    allowed_service_accounts: tuple[str, ...] = ()  #: spec.spark.serviceAccount besides the default; "*": any
+    allowed_spark_conf: tuple[str, ...] = DEFAULT_ALLOWED_SPARK_CONF  #: patterns every spec.spark.conf key must match
+    max_executors: int = 8  #: executor instances of one sync; 0: no cap
+    max_cores: int = 16  #: cores of one sync, driver and executors together; 0: no cap
+    max_memory: int = 64 * 1024**3  #: bytes of memory of one sync, driver and executors together; 0: no cap
 
     @property
     def clusterwide(self) -> bool:
@@ -145,15 +157,21 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
              "endpoints the operator may connect to, each allowing that host and port and paths under it "
              "(default: any)")
     add("--allowed-images", type=_list, default=_list(str(env("ALLOWED_IMAGES", ""))),
-        help="comma-separated prefixes spec.spark.image must start with (default: any)")
+        help="comma-separated prefixes spec.spark.image may start with besides --default-image; * allows any "
+             "(default: only --default-image)")
     add("--allowed-service-accounts", type=_list, default=_list(str(env("ALLOWED_SERVICE_ACCOUNTS", ""))),
-        help="comma-separated service accounts spec.spark.serviceAccount may name (default: any)")
-    add("--denied-spark-conf", type=_list,
-        default=_list(str(env("DENIED_SPARK_CONF", ",".join(defaults.denied_spark_conf)))),
-        help="comma-separated patterns of spec.spark.conf keys to refuse (default: volumes, pod templates, "
-             "images, namespace, service account, authentication and secrets of spark.kubernetes.*)")
-    add("--allowed-spark-conf", type=_list, default=_list(str(env("ALLOWED_SPARK_CONF", ""))),
-        help="comma-separated patterns every spec.spark.conf key must match (default: any key not denied)")
+        help="comma-separated service accounts spec.spark.serviceAccount may name besides "
+             "--default-service-account; * allows any (default: only --default-service-account)")
+    add("--allowed-spark-conf", type=_list,
+        default=_list(str(env("ALLOWED_SPARK_CONF", ",".join(defaults.allowed_spark_conf)))),
+        help="comma-separated patterns every spec.spark.conf key must match; * allows any (default: named "
+             "tuning keys of memory, parallelism, shuffle and SQL, see docs/security.md)")
+    add("--max-executors", type=int, default=int(str(env("MAX_EXECUTORS", defaults.max_executors))),
+        help="executor instances one sync may ask for; 0: no cap (default 8)")
+    add("--max-cores", type=int, default=int(str(env("MAX_CORES", defaults.max_cores))),
+        help="cores one sync may ask for, driver and executors together; 0: no cap (default 16)")
+    add("--max-memory", type=_bytes, default=_bytes(str(env("MAX_MEMORY", defaults.max_memory))),
+        help="memory one sync may ask for, driver and executors together (e.g. 64Gi); 0: no cap (default 64Gi)")
     add("--log-level", default=env("LOG_LEVEL", "INFO"))
     return parser
 
@@ -173,6 +191,8 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         parse_allow_list(args.allowed_catalog_uris)
     except EndpointError as error:
         raise SystemExit(f"--allowed-catalog-uris: {error}") from None
+    if min(args.max_executors, args.max_cores, args.max_memory) < 0:
+        raise SystemExit("--max-executors, --max-cores and --max-memory must be >= 0 (0: no cap)")
     if args.timer_interval <= 0 or args.stall_after_failures < 1:
         raise SystemExit("--timer-interval must be > 0 and --stall-after-failures at least 1")
     settings = OperatorSettings(
@@ -199,7 +219,9 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         allowed_catalog_uris=args.allowed_catalog_uris,
         allowed_images=args.allowed_images,
         allowed_service_accounts=args.allowed_service_accounts,
-        denied_spark_conf=args.denied_spark_conf,
         allowed_spark_conf=args.allowed_spark_conf,
+        max_executors=args.max_executors,
+        max_cores=args.max_cores,
+        max_memory=args.max_memory,
     )
     return settings, args.log_level

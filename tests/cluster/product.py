@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 from tests.infra.cluster import NodeCluster
 from tests.infra.image import BUILD_TIMEOUT, IMAGE_SCRIPT, BuiltImage, run_script
 
@@ -204,12 +206,16 @@ def install_storage(
     return services
 
 
-def helm_install_operator(cluster: NodeCluster, helm: Path, image: BuiltImage, watch_namespace: str) -> None:
+def helm_install_operator(cluster: NodeCluster, helm: Path, image: BuiltImage, watch_namespace: str,
+                          extra_spark_conf: tuple[str, ...] = ()) -> None:
     """``helm install`` the chart: the operator Deployment from the built image, watching one
-    namespace, with the chart's ServiceAccount + Role for Spark drivers there."""
+    namespace, with the chart's ServiceAccount + Role for Spark drivers there, and the chart's
+    conf allow-list opened to ``extra_spark_conf`` as an admin would."""
+    chart = REPO_ROOT / "charts" / "icebergsync"
+    allowed = yaml.safe_load((chart / "values.yaml").read_text())["policy"]["allowedSparkConf"]
     installed = subprocess.run(
         [
-            str(helm), "install", "icebergsync", str(REPO_ROOT / "charts" / "icebergsync"),
+            str(helm), "install", "icebergsync", str(chart),
             "--namespace", "icebergsync-system", "--create-namespace",
             "--set", f"image.repository={image.name.rsplit(':', 1)[0]}",
             "--set", f"image.tag={image.name.rsplit(':', 1)[1]}",
@@ -217,6 +223,7 @@ def helm_install_operator(cluster: NodeCluster, helm: Path, image: BuiltImage, w
             "--set", f"watchNamespaces={{{watch_namespace}}}",
             "--set", "sparkJob.serviceAccount.create=true",
             "--set", "operator.timerInterval=5s",
+            "--set-json", f"policy.allowedSparkConf={json.dumps([*allowed, *extra_spark_conf])}",
             "--wait", "--timeout=10m",
         ],
         env=cluster.env, check=False, capture_output=True, text=True, timeout=700,

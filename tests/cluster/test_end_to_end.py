@@ -47,6 +47,18 @@ SINK_ID = f"{NAMESPACE}/{SYNC}"
 INBOX = "landing/events"
 ROWS_PER_FILE = 50
 PROGRESS_SECONDS = 900.0
+CORE_REQUESTS = ("spark.kubernetes.driver.request.cores", "spark.kubernetes.executor.request.cores")
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Run inside a Spark container: is a service-account token mounted, can the root filesystem and the
+# scratch directories be written? One line per fact, whatever the outcome. The kernel answers EROFS
+# ("Read-only file system") before checking permissions, so a read-only root is told from a directory
+# the `spark` user may not write anyway.
+POD_PROBE = (
+    f"if [ -e {TOKEN_DIR}/token ]; then echo token=yes; else echo token=no; fi; "
+    "for dir in / /opt/icebergsync /tmp /opt/icebergsync/work-dir; do "
+    "if error=$(touch $dir/.probe 2>&1); then rm -f $dir/.probe; echo $dir=writable; "
+    "else case $error in *Read-only*) echo $dir=read-only;; *) echo $dir=denied;; esac; fi; done"
+)
 
 
 @dataclass
@@ -83,6 +95,12 @@ class Deployment:
         return json.loads(self.cluster.kubectl("-n", NAMESPACE, "get", "pods", "-l", selector, "-o", "json"))[
             "items"
         ]
+
+    def probe_pod(self, pod: dict[str, Any]) -> dict[str, str]:
+        """``POD_PROBE``'s facts, from inside the pod's Spark container."""
+        out = self.cluster.kubectl("-n", NAMESPACE, "exec", pod["metadata"]["name"], "-c",
+                                   pod["spec"]["containers"][0]["name"], "--", "sh", "-c", POD_PROBE)
+        return dict(line.split("=", 1) for line in out.split())
 
     def wait_all_rows(self) -> list[int]:
         """Wait until every id written is in the table; return the table's ids (duplicates kept)."""
@@ -122,11 +140,9 @@ def sync_document(storage: StorageServices) -> dict[str, Any]:
             "spark": {
                 "driver": {"memory": "768m"},
                 "executor": {"instances": 1, "memory": "768m"},
-                # Two cores for everything on this node: request a tenth of one per pod.
-                "conf": {
-                    "spark.kubernetes.driver.request.cores": "100m",
-                    "spark.kubernetes.executor.request.cores": "100m",
-                },
+                # Two cores for everything on this node: request a tenth of one per pod (keys the
+                # admin opens: the chart's default allow-list has no pod resources).
+                "conf": {key: "100m" for key in CORE_REQUESTS},
             },
         },
     }
@@ -143,7 +159,7 @@ def deployment(
     node_cluster.import_images([saved_image(image)])
     node_cluster.kubectl("create", "namespace", NAMESPACE)
     storage = install_storage(node_cluster, NAMESPACE, image, buckets=["landing", "lake"])
-    helm_install_operator(node_cluster, tools.helm, image, NAMESPACE)
+    helm_install_operator(node_cluster, tools.helm, image, NAMESPACE, extra_spark_conf=CORE_REQUESTS)
     for crd in tools.spark_operator_crds:
         node_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd))
     controller = start_spark_operator(
@@ -193,7 +209,13 @@ def test_every_row_lands_once_and_the_status_says_running(deployment: Deployment
         )
     )
     assert application["status"]["applicationState"]["state"] == "RUNNING"
-    assert deployment.pods("spark-role=driver") and deployment.pods("spark-role=executor")
+    (driver,) = deployment.pods("spark-role=driver")
+    (executor,) = deployment.pods("spark-role=executor")
+    # Asserted from inside the running pods: the job above ran with a read-only root filesystem.
+    scratch = {"/tmp": "writable", "/opt/icebergsync/work-dir": "writable"}
+    read_only = {"/": "read-only", "/opt/icebergsync": "read-only"}
+    assert deployment.probe_pod(executor) == {"token": "no", **read_only, **scratch}
+    assert deployment.probe_pod(driver) == {"token": "yes", **read_only, **scratch}  # it creates the executors
 
 
 def test_a_deleted_driver_pod_recovers_without_duplicates(deployment: Deployment) -> None:

@@ -104,7 +104,7 @@ def test_create_renders_the_application_configmap_and_secret_mounts(kube: Kube, 
                "driver": {"cores": 2, "memory": "2g"}, "executor": {"cores": 1, "memory": "3g", "instances": 4},
                "conf": {"spark.sql.shuffle.partitions": "4"}})
     sync = kube.create_sync("orders", spec)
-    operator = start_operator()
+    operator = start_operator("--allowed-images", "example/", "--allowed-service-accounts", "spark")
 
     app = kube.wait_applications({"orders-v1"})["orders-v1"]
     assert app["metadata"]["ownerReferences"] == [{
@@ -125,7 +125,12 @@ def test_create_renders_the_application_configmap_and_secret_mounts(kube: Kube, 
     configmap_name = mounted_spec_configmap(app)
     assert configmap_name.startswith("orders-v1-spec-")
     for pod in (driver, executor):
-        assert pod["template"]["spec"]["volumes"] == [{"name": "icebergsync-spec", "configMap": {"name": configmap_name}}]
+        template = pod["template"]["spec"]
+        assert template["volumes"][0] == {"name": "icebergsync-spec", "configMap": {"name": configmap_name}}
+        assert [v["emptyDir"] for v in template["volumes"][1:]] == [{}, {}]  # scratch under a read-only root
+        assert template["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    assert (driver["template"]["spec"]["automountServiceAccountToken"],
+            executor["template"]["spec"]["automountServiceAccountToken"]) == (True, False)
 
     configmap = kube.configmaps()[configmap_name]
     assert configmap.immutable is True
@@ -189,7 +194,7 @@ def test_a_spec_outside_the_admins_policy_is_refused_with_a_condition_and_an_eve
     assert kube.condition("orders", "Stalled") == ("True", "PolicyViolation")
     stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
     assert "'cluster-admin' is not allowed" in stalled["message"]
-    assert "spark.kubernetes.driver.volumes.hostPath.root.mount.path' is denied" in stalled["message"]
+    assert "spark.kubernetes.driver.volumes.hostPath.root.mount.path' is not among the allowed keys" in stalled["message"]
     operator.wait_reconciles(2)
     assert kube.applications() == {}
     assert kube.event_reasons("orders") == ["PolicyViolation"]

@@ -78,7 +78,7 @@ def test_real_spark_operator_submits_what_the_operator_renders(
         metadata=client.V1ObjectMeta(name="catalog-creds"), string_data={"token": "s3cr3t-value"}))
     controller = spark_operator([kube.namespace])
     kube.create_sync("orders", _spec(warehouse))
-    operator = start_operator()
+    operator = start_operator("--allowed-images", IMAGE, "--allowed-service-accounts", "spark")
 
     app = _wait_state(kube, controller, "orders-v1", "SUBMITTED", timeout=SUBMIT_SECONDS)
     assert controller.alive(), controller.log_tail()

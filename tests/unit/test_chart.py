@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from icebergsync_operator.settings import (
-    DEFAULT_DENIED_SPARK_CONF,
+    DEFAULT_ALLOWED_SPARK_CONF,
     DEFAULT_IMAGE,
     DEFAULT_SPARK_VERSION,
     parse_settings,
@@ -495,16 +495,21 @@ def test_spark_driver_service_account_cluster_wide_goes_to_the_release_namespace
 
 
 def test_policy_values_reach_the_operator(helm_binary: Path, tmp_path: Path) -> None:
+    """The chart's defaults are the operator's closed defaults; each value reaches the operator."""
     default, _ = settings_from(render(helm_binary, tmp_path))
-    assert default.denied_spark_conf == DEFAULT_DENIED_SPARK_CONF
-    assert (default.allowed_images, default.allowed_service_accounts, default.allowed_spark_conf) == ((), (), ())
+    assert default.allowed_spark_conf == DEFAULT_ALLOWED_SPARK_CONF
+    assert (default.allowed_images, default.allowed_service_accounts) == ((), ())
+    assert (default.max_executors, default.max_cores, default.max_memory) == (8, 16, 64 * 1024**3)
     docs = render(helm_binary, tmp_path, {"policy": {
         "allowedImages": ["registry.example/data/"], "allowedServiceAccounts": ["icebergsync-spark"],
-        "deniedSparkConf": ["spark.kubernetes.*"], "allowedSparkConf": ["spark.sql.*"]}})
+        "allowedSparkConf": ["spark.sql.*"], "maxExecutors": 0, "maxCores": 4, "maxMemory": "8Gi"}})
     settings, _ = settings_from(docs)
     assert settings.allowed_images == ("registry.example/data/",)
     assert settings.allowed_service_accounts == ("icebergsync-spark",)
-    assert (settings.denied_spark_conf, settings.allowed_spark_conf) == (("spark.kubernetes.*",), ("spark.sql.*",))
+    assert settings.allowed_spark_conf == ("spark.sql.*",)
+    assert (settings.max_executors, settings.max_cores, settings.max_memory) == (0, 4, 8 * 1024**3)
+    closed, _ = settings_from(render(helm_binary, tmp_path, {"policy": {"allowedSparkConf": []}}))
+    assert closed.allowed_spark_conf == ()
 
 
 def test_network_policy_admits_only_the_metrics_port(helm_binary: Path, tmp_path: Path) -> None:
@@ -520,3 +525,21 @@ def test_network_policy_admits_only_the_metrics_port(helm_binary: Path, tmp_path
     closed = one(render(helm_binary, tmp_path, {"metrics": {"enabled": False}}), "NetworkPolicy")
     assert closed["spec"]["ingress"] is None or closed["spec"]["ingress"] == []
     assert not of_kind(render(helm_binary, tmp_path, {"networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
+def test_network_policy_can_restrict_the_operators_egress(helm_binary: Path, tmp_path: Path) -> None:
+    """Off by default; on, only the API server, DNS and the declared catalogs (docs/security.md)."""
+    assert "egress" not in one(render(helm_binary, tmp_path), "NetworkPolicy")["spec"]
+    api_server = [{"ipBlock": {"cidr": "10.96.0.1/32"}}, {"ipBlock": {"cidr": "192.168.1.10/32"}}]
+    catalog = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "data"}},
+                       "podSelector": {"matchLabels": {"app": "rest"}}}], "ports": [{"port": 8181, "protocol": "TCP"}]}
+    policy = one(render(helm_binary, tmp_path, {"networkPolicy": {"egress": {
+        "enabled": True, "apiServer": api_server, "catalogs": [catalog]}}}), "NetworkPolicy")["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    dns = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                   "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+           "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    assert policy["egress"] == [
+        {"to": api_server, "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]},
+        dns, catalog]
+    assert "egress.apiServer" in render_error(helm_binary, tmp_path, {"networkPolicy": {"egress": {"enabled": True}}})

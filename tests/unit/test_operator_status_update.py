@@ -371,6 +371,30 @@ def test_a_spec_the_policy_refuses_is_stalled_never_launched_and_the_running_app
     assert allowed.launch is not None and (allowed.launch.version, allowed.launch.reason) == (2, "Upgraded")
 
 
+def test_a_table_another_sink_writes_is_refused_before_any_launch_and_checked_again() -> None:
+    taken = TableObservation(sink=sink(version=None, written_by=None, other_sink="team-b/trips"))
+    observation = observe(table=taken)
+    refused = decide(observation, SETTINGS)
+    assert refused.launch is None and refused.status.phase == "Failed"
+    assert cond(refused, "Stalled") == ("True", "TableInUse") and cond(refused, "Ready") == ("False", "TableInUse")
+    assert reasons(refused) == ["TableInUse"]
+    assert "written by sink team-b/trips, not data/trips" in refused.events[0].message
+    again = decide(then(refused, observation), SETTINGS)
+    assert again.launch is None and again.events == ()  # one event, however long it lasts
+    free = decide(then(again, observation, table=TableObservation()), SETTINGS)
+    assert free.launch is not None and (free.launch.version, free.launch.reason) == (1, "Launched")
+
+
+def test_an_upgrade_into_a_table_another_sink_took_over_is_refused_and_the_running_app_kept() -> None:
+    taken = TableObservation(sink=sink(other_sink="data/rogue"))
+    observation = observe(previous=running_status(), applications=(app(1),), generation=2, table=taken)
+    refused = decide(observation, SETTINGS)
+    assert refused.launch is None and refused.delete == ()
+    assert reasons(refused) == ["TableInUse"] and refused.status.observed_generation == 1
+    upgraded = decide(then(refused, observation, table=TableObservation(sink=sink())), SETTINGS)
+    assert upgraded.launch is not None and (upgraded.launch.version, upgraded.launch.reason) == (2, "Upgraded")
+
+
 UNREACHABLE = TableObservation(error="catalog 'icebergsync' at http://rest is unreachable")
 
 

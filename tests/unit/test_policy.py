@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from icebergsync_operator.policy import policy_problems
-from icebergsync_operator.settings import DEFAULT_DENIED_SPARK_CONF, OperatorSettings, parse_settings
+from icebergsync_operator.settings import DEFAULT_ALLOWED_SPARK_CONF, OperatorSettings, parse_settings
 
 from icebergsync.spec import IcebergSync, parse_spec
 
@@ -18,47 +19,92 @@ def sync_with(spark: dict[str, Any], catalog_uri: str = "http://catalog.data:818
 
 
 STRICT = OperatorSettings(allowed_images=("registry.example/data/",), allowed_service_accounts=("icebergsync-spark",))
+# Every key issue 22 names as code execution, a token sent elsewhere or a Secret mounted, plus the pod-level
+# keys the former deny-list refused.
+ATTACKS = {
+    "spark.kubernetes.driver.master": "https://attacker.example",
+    "spark.driver.extraJavaOptions": "-javaagent:/tmp/x.jar",
+    "spark.jars": "https://attacker.example/x.jar",
+    "spark.plugins": "com.attacker.Plugin",
+    "spark.pyspark.driver.python": "/bin/sh",
+    "spark.kubernetes.driverEnv.LD_PRELOAD": "/tmp/x.so",
+    "spark.kubernetes.kerberos.tokenSecret.name": "admin-token",
+    "spark.kubernetes.driver.volumes.hostPath.root.mount.path": "/host",
+    "spark.kubernetes.driver.podTemplateFile": "/tmp/t.yaml",
+    "spark.kubernetes.authenticate.driver.serviceAccountName": "cluster-admin",
+    "spark.kubernetes.container.image": "evil:1",
+    "spark.kubernetes.namespace": "kube-system",
+    "spark.kubernetes.driver.secrets.admin-token": "/var/run/x",
+    "spark.kubernetes.executor.request.cores": "64",
+    "spark.executor.memoryOverhead": "1t",
+    "spark.dynamicAllocation.maxExecutors": "1000",
+    "spark.sql.extensions": "com.attacker.Extensions",
+    "spark.sql.catalog.evil": "com.attacker.Catalog",
+}
 
 
 def test_allowed_spec_has_no_problems() -> None:
     spec = sync_with({"image": "registry.example/data/icebergsync:1", "serviceAccount": "icebergsync-spark",
-                      "conf": {"spark.sql.shuffle.partitions": "8", "spark.executor.memoryOverhead": "512m"}})
+                      "conf": {"spark.sql.shuffle.partitions": "8", "spark.memory.fraction": "0.7"}})
     assert policy_problems(spec, STRICT) == ()
     assert policy_problems(sync_with({}), STRICT) == ()  # the operator's own defaults are always allowed
 
 
-def test_an_image_and_service_account_outside_the_allow_lists_are_refused() -> None:
-    spec = sync_with({"image": "docker.io/attacker/miner:latest", "serviceAccount": "cluster-admin"})
-    assert policy_problems(spec, STRICT) == (
-        "spec.spark.image: 'docker.io/attacker/miner:latest' is not allowed (allowed image prefixes: "
-        "registry.example/data/)",
-        "spec.spark.serviceAccount: 'cluster-admin' is not allowed (allowed: icebergsync-spark)",
+def test_by_default_only_the_operators_own_image_and_service_account_are_allowed() -> None:
+    settings = OperatorSettings(default_service_account="icebergsync-spark")
+    own = sync_with({"image": settings.default_image, "serviceAccount": "icebergsync-spark"})
+    assert policy_problems(own, settings) == ()
+    foreign = sync_with({"image": "docker.io/attacker/miner:latest", "serviceAccount": "cluster-admin"})
+    assert policy_problems(foreign, settings) == (
+        "spec.spark.image: 'docker.io/attacker/miner:latest' is not allowed (allowed: the operator's default "
+        f"{settings.default_image!r}; policy.allowedImages)",
+        "spec.spark.serviceAccount: 'cluster-admin' is not allowed (allowed: the operator's default "
+        "'icebergsync-spark'; policy.allowedServiceAccounts)",
     )
-    assert policy_problems(spec, OperatorSettings()) == ()  # empty allow-lists allow any
+    assert policy_problems(sync_with({"serviceAccount": "default"}), OperatorSettings()) == (
+        "spec.spark.serviceAccount: 'default' is not allowed (allowed: none; policy.allowedServiceAccounts)",)
 
 
-def test_dangerous_spark_conf_is_denied_by_default() -> None:
-    dangerous = {
-        "spark.kubernetes.driver.volumes.hostPath.root.mount.path": "/host",
-        "spark.kubernetes.executor.volumes.hostPath.root.options.path": "/",
-        "spark.kubernetes.driver.podTemplateFile": "/tmp/t.yaml",
-        "spark.kubernetes.authenticate.driver.serviceAccountName": "cluster-admin",
-        "spark.kubernetes.container.image": "evil:1",
-        "spark.kubernetes.executor.container.image": "evil:1",
-        "spark.kubernetes.namespace": "kube-system",
-        "spark.kubernetes.driver.secrets.admin-token": "/var/run/x",
-        "spark.kubernetes.driver.secretKeyRef.TOKEN": "admin-token:token",
-    }
-    problems = policy_problems(sync_with({"conf": {**dangerous, "spark.sql.shuffle.partitions": "4"}}),
-                               OperatorSettings())
-    assert problems == tuple(f"spec.spark.conf: {key!r} is denied by the operator's policy" for key in sorted(dangerous))
+def test_an_admin_opens_images_and_service_accounts_by_list_or_entirely() -> None:
+    foreign = sync_with({"image": "docker.io/attacker/miner:latest", "serviceAccount": "cluster-admin"})
+    assert policy_problems(foreign, STRICT) == (
+        "spec.spark.image: 'docker.io/attacker/miner:latest' is not allowed (allowed: the operator's default "
+        f"{STRICT.default_image!r} and images starting with 'registry.example/data/'; policy.allowedImages)",
+        "spec.spark.serviceAccount: 'cluster-admin' is not allowed (allowed: the accounts 'icebergsync-spark'; "
+        "policy.allowedServiceAccounts)",
+    )
+    assert policy_problems(foreign, OperatorSettings(allowed_images=("*",), allowed_service_accounts=("*",))) == ()
 
 
-def test_an_allow_list_of_conf_keys_refuses_everything_else() -> None:
+def test_every_attack_conf_key_is_refused_by_default_and_tuning_keys_pass() -> None:
+    tuning = {"spark.sql.shuffle.partitions": "4", "spark.sql.adaptive.enabled": "true",
+              "spark.memory.fraction": "0.6", "spark.network.timeout": "300s"}
+    problems = policy_problems(sync_with({"conf": {**ATTACKS, **tuning}}), OperatorSettings())
+    assert problems == tuple(f"spec.spark.conf: {key!r} is not among the allowed keys (policy.allowedSparkConf)"
+                             for key in sorted(ATTACKS))
+
+
+def test_an_admin_sets_the_conf_allow_list() -> None:
     settings = OperatorSettings(allowed_spark_conf=("spark.sql.*",))
     spec = sync_with({"conf": {"spark.sql.shuffle.partitions": "4", "spark.driver.extraJavaOptions": "-Dx=1"}})
     assert policy_problems(spec, settings) == (
-        "spec.spark.conf: 'spark.driver.extraJavaOptions' is not among the allowed keys (spark.sql.*)",)
+        "spec.spark.conf: 'spark.driver.extraJavaOptions' is not among the allowed keys (policy.allowedSparkConf)",)
+    assert policy_problems(sync_with({"conf": ATTACKS}), OperatorSettings(allowed_spark_conf=("*",))) == ()
+
+
+def test_executors_cores_and_memory_of_a_sync_are_capped() -> None:
+    settings = OperatorSettings(max_executors=4, max_cores=8, max_memory=16 * 1024**3)
+    within = {"driver": {"cores": 2, "memory": "2g"}, "executor": {"instances": 3, "cores": 2, "memory": "4g"}}
+    assert policy_problems(sync_with(within), settings) == ()
+    above = {"driver": {"cores": 1, "memory": "2048"}, "executor": {"instances": 5, "cores": 2, "memory": "3g"}}
+    assert policy_problems(sync_with(above), settings) == (
+        "spec.spark.executor.instances: 5 is above the cap of 4 executors per sync (policy.maxExecutors)",
+        "spec.spark: 11 cores in all (driver 1 + 5 x 2) is above the cap of 8 per sync (policy.maxCores)",
+        "spec.spark: 17.0Gi of memory in all (driver 2048 + 5 x 3g) is above the cap of 16.0Gi per sync "
+        "(policy.maxMemory)",
+    )
+    uncapped = OperatorSettings(max_executors=0, max_cores=0, max_memory=0)
+    assert policy_problems(sync_with({"executor": {"instances": 500, "cores": 64, "memory": "1t"}}), uncapped) == ()
 
 
 def test_a_catalog_endpoint_outside_the_allowed_uris_is_refused() -> None:
@@ -70,14 +116,17 @@ def test_a_catalog_endpoint_outside_the_allowed_uris_is_refused() -> None:
 
 
 def test_policy_settings_from_flags_and_environment() -> None:
-    settings, _ = parse_settings(["--allowed-images", "a/,b/"], {
-        "ICEBERGSYNC_ALLOWED_SERVICE_ACCOUNTS": "spark", "ICEBERGSYNC_DENIED_SPARK_CONF": "",
-        "ICEBERGSYNC_ALLOWED_SPARK_CONF": "spark.sql.*"})
+    settings, _ = parse_settings(["--allowed-images", "a/,b/", "--max-memory", "8Gi"], {
+        "ICEBERGSYNC_ALLOWED_SERVICE_ACCOUNTS": "spark", "ICEBERGSYNC_ALLOWED_SPARK_CONF": "spark.sql.*",
+        "ICEBERGSYNC_MAX_EXECUTORS": "2", "ICEBERGSYNC_MAX_CORES": "0"})
     assert settings.allowed_images == ("a/", "b/")
     assert settings.allowed_service_accounts == ("spark",)
-    assert settings.denied_spark_conf == ()
     assert settings.allowed_spark_conf == ("spark.sql.*",)
-    assert parse_settings([], {})[0].denied_spark_conf == DEFAULT_DENIED_SPARK_CONF
+    assert (settings.max_executors, settings.max_cores, settings.max_memory) == (2, 0, 8 * 1024**3)
+    default = parse_settings([], {})[0]
+    assert (default.allowed_images, default.allowed_service_accounts) == ((), ())
+    assert default.allowed_spark_conf == DEFAULT_ALLOWED_SPARK_CONF
+    assert (default.max_executors, default.max_cores, default.max_memory) == (8, 16, 64 * 1024**3)
 
 
 def test_an_ambiguous_catalog_uri_is_refused_even_when_every_endpoint_is_allowed() -> None:
@@ -92,3 +141,9 @@ def test_catalog_endpoints_are_matched_on_host_port_and_path_segments_not_string
     for uri in ("https://catalog.internal/apiv2", "https://catalog.internal.evil/api", "https://catalog.internal:8443/api"):
         [problem] = policy_problems(sync_with({}, uri), settings)
         assert problem.startswith(f"spec.table.catalog.uri: {uri} is not among the endpoints")
+
+
+def test_the_docs_name_every_default_tuning_key() -> None:
+    """docs/operator.md#policy lists the default allow-list the admin opens from."""
+    policy = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text().split("## Policy")[1]
+    assert [key for key in DEFAULT_ALLOWED_SPARK_CONF if f"`{key}`" not in policy] == []

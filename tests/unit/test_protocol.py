@@ -172,6 +172,20 @@ def test_resume_from_the_newest_own_snapshot_skipping_foreign_and_other_sinks() 
     assert progress.foreign_snapshots_on_top == 3 and progress.source == GENERATOR and progress.conflict is None
 
 
+def test_another_sink_on_top_is_the_tables_current_writer() -> None:
+    history = History()
+    assert protocol.other_sink_on_top(history.metadata(), SINK) is None  # an empty table
+    history.commit({"operation-by": "compaction"})
+    history.sink(Writer("team-b/trips", 1, "x"), 5)
+    history.commit({"operation-by": "compaction"})
+    assert protocol.other_sink_on_top(history.metadata(), SINK) == "team-b/trips"  # never committed here
+    history.sink(ME, 10)
+    history.commit({"operation-by": "compaction"})
+    assert protocol.other_sink_on_top(history.metadata(), SINK) is None  # older commits of others do not count
+    history.sink(Writer("team-b/trips", 2, "y"), 6)
+    assert protocol.other_sink_on_top(history.metadata(), SINK) == "team-b/trips"
+
+
 def test_no_record_of_the_sink_starts_from_nothing() -> None:
     history = History()
     history.commit({"operation-by": "someone"})

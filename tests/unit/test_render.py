@@ -102,10 +102,14 @@ def test_resources_service_account_and_mounts_on_driver_and_executors() -> None:
     assert "instances" not in driver
     for pod, container in ((driver, "spark-kubernetes-driver"), (executor, "spark-kubernetes-executor")):
         template = pod["template"]["spec"]
-        assert template["volumes"] == [{"name": "icebergsync-spec", "configMap": {"name": CONFIGMAP}}]
+        assert template["volumes"] == [{"name": "icebergsync-spec", "configMap": {"name": CONFIGMAP}},
+                                       {"name": "scratch-tmp", "emptyDir": {}},
+                                       {"name": "scratch-work-dir", "emptyDir": {}}]
         assert [c["name"] for c in template["containers"]] == [container]
         assert template["containers"][0]["volumeMounts"] == [
-            {"name": "icebergsync-spec", "mountPath": "/etc/icebergsync/spec", "readOnly": True}]
+            {"name": "icebergsync-spec", "mountPath": "/etc/icebergsync/spec", "readOnly": True},
+            {"name": "scratch-tmp", "mountPath": "/tmp"},
+            {"name": "scratch-work-dir", "mountPath": "/opt/icebergsync/work-dir"}]
         assert pod["secrets"] == [
             {"name": "catalog-creds", "path": "/etc/icebergsync/secrets/catalog-creds", "secretType": "Generic"},
             {"name": "kafka-creds", "path": "/etc/icebergsync/secrets/kafka-creds", "secretType": "Generic"},
@@ -126,7 +130,14 @@ def test_pods_need_no_spark_operator_webhook() -> None:
         assert template["securityContext"] == {"runAsNonRoot": True, "runAsUser": 185, "runAsGroup": 185,
                                                "seccompProfile": {"type": "RuntimeDefault"}}
         assert template["containers"][0]["securityContext"] == {
-            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
+
+
+def test_only_the_driver_mounts_a_service_account_token() -> None:
+    """The driver creates its executors through the API; executors never call it (docs/security.md)."""
+    spec = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)["spec"]
+    assert spec["driver"]["template"]["spec"]["automountServiceAccountToken"] is True
+    assert spec["executor"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
 def test_spec_image_and_service_account_override_the_settings() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from icebergsync.errors import SpecError
-from icebergsync.spec import load_spec, parse_spec
+from icebergsync.spec import load_spec, parse_spec, qualified_sink_id
 from icebergsync.units import parse_duration, parse_size
 
 VALID: dict[str, Any] = {
@@ -43,8 +43,22 @@ def test_defaults_and_sink_id() -> None:
     assert sync.spec.source.kind == "generator"
 
 
-def test_explicit_sink_id_wins() -> None:
-    assert parse_spec(with_spec(sinkId="ledger")).sink_id == "ledger"
+def test_the_sink_id_is_always_qualified_by_the_syncs_own_namespace() -> None:
+    assert parse_spec(with_spec(sinkId="ledger")).sink_id == "data/ledger"
+    assert parse_spec(with_spec(sinkId="data/ledger")).sink_id == "data/ledger"  # its own prefix is not doubled
+
+
+@pytest.mark.parametrize("sink_id", ["team-b/trips", "data/team-b/trips", "/trips"])
+def test_a_sink_id_naming_another_namespace_is_refused(sink_id: str) -> None:
+    assert problems_of(with_spec(sinkId=sink_id)) == [
+        f"spec.sinkId: {sink_id!r} is not a sink of namespace data: the sink id is always <namespace>/<sinkId> "
+        "(data/…), so give the sink's name alone, without '/'"]
+
+
+def test_an_unvalidated_foreign_sink_id_still_stays_in_its_namespace() -> None:
+    """The qualification holds by construction, not only through validation."""
+    assert qualified_sink_id("team-a", "trips", "team-b/trips") == "team-a/team-b/trips"
+    assert qualified_sink_id("team-a", "trips", None) == "team-a/trips"
 
 
 def test_exactly_one_source() -> None:

@@ -75,6 +75,9 @@ app.kubernetes.io/part-of: icebergsync
 {{- if and .Values.rbac.create (eq .Values.rbac.scope "namespaced") (not .Values.watchNamespaces) }}
 {{- fail "rbac.scope=namespaced needs watchNamespaces: an operator watching every namespace needs rbac.scope=cluster" }}
 {{- end }}
+{{- if and .Values.networkPolicy.enabled .Values.networkPolicy.egress.enabled (not .Values.networkPolicy.egress.apiServer) }}
+{{- fail "networkPolicy.egress.enabled needs networkPolicy.egress.apiServer: the operator must reach the API server" }}
+{{- end }}
 {{- end }}
 
 {{- /*
