@@ -5,8 +5,9 @@ its files' row groups (:func:`spark_app.merge.merge_group`, as the commit's merg
 files does). Any other group is read file by file in the table's current schema (columns matched by
 field id, :func:`spark_app.iceberg_internals.read_data_file`), without the rows its position and
 equality deletes remove, and written by the rolling writer into its partition at the target size.
-A merge writes one position delete file (:mod:`spark_app.position_deletes`) with the positions its
-delete files hold for the data files that stay.
+A merge writes the positions its deletes hold for the data files that stay as the table's format
+takes them (:mod:`spark_app.position_deletes`): one position delete file (format 2), one DV per data
+file in one Puffin file (format 3).
 
 Like the merge of staged files, the driver does the work itself while it is small
 (:data:`spark_app.merge.DRIVER_MERGE_BYTES` in all, :data:`spark_app.merge.DRIVER_REWRITE_BYTES`
@@ -36,6 +37,7 @@ from pyspark.sql import SparkSession
 from spark_app import merge
 from spark_app.iceberg_internals import LiveFile, read_data_file
 from spark_app.position_deletes.deletion_vector import DeletionVector
+from spark_app.position_deletes.dv_files import write_deletion_vectors
 from spark_app.position_deletes.plan import DeleteTarget, PositionDeletePlan
 from spark_app.position_deletes.position_files import write_position_delete_file
 from spark_app.upkeep.deletes import ApplicableKeys, deleted_positions, equality_keys, without_keys
@@ -165,6 +167,8 @@ def _merge_positions(context: RewriteContext, work: PositionMerge, name_prefix: 
     positions = deleted_positions(io, work.deletes, work.targets)
     targets = [DeleteTarget(f.data_file, DeletionVector(positions[f.path])) for f in work.targets if f.path in positions]
     plan = PositionDeletePlan(context.location, context.properties, context.io_properties, context.format_version)
+    if plan.format_version >= 3:
+        return Outcome(index, write_deletion_vectors(plan, targets, name_prefix))
     return Outcome(index, [write_position_delete_file(plan, targets, name_prefix)])
 
 
@@ -218,5 +222,5 @@ def delete_written(io: FileIO, outcomes: Sequence[Outcome]) -> None:
     """Delete every file the outcomes wrote (a run that is not committed)."""
     for outcome in outcomes:
         for written in outcome.files:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(FileNotFoundError):  # the DVs of one Puffin file share its path
                 io.delete(written.file_path)

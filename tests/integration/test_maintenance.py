@@ -230,7 +230,7 @@ def test_replacements_keep_the_planned_sequence_number_so_later_deletes_apply(tm
 
     # The committer refuses to land a rewrite planned on a head main has moved past.
     with pytest.raises(MaintenanceConflictError):
-        v1.commit_maintenance(plan.snapshot, [f.path for f in plan.rewritten + list(plan.removable)], added)
+        v1.commit_maintenance(plan.snapshot, [f.data_file for f in plan.rewritten + list(plan.removable)], added)
 
     def land(sequence_number: int) -> list[tuple[int, str, int]]:
         """The rows Spark reads with the rewrite landed with this data sequence number (then main is set back)."""
@@ -238,7 +238,7 @@ def test_replacements_keep_the_planned_sequence_number_so_later_deletes_apply(tm
         head = table.metadata.current_snapshot_id
         assert head is not None
         transaction = Transaction(table)
-        rewrite_files(transaction, {}, [f.path for f in plan.rewritten + list(plan.removable)], added, sequence_number)
+        rewrite_files(transaction, {}, [f.data_file for f in plan.rewritten + list(plan.removable)], added, sequence_number)
         commit_transaction(catalog, table, transaction)
         frame = spark.read.format("iceberg").load(catalog.load_table(name).metadata_location)
         rows = sorted(tuple(row) for row in frame.selectExpr("id", "name", "unix_micros(updated_at)").collect())
