@@ -5,6 +5,9 @@ its files' row groups (:func:`spark_app.merge.merge_group`, as the commit's merg
 files does). Any other group is read file by file in the table's current schema (columns matched by
 field id, :func:`spark_app.iceberg_internals.read_data_file`), without the rows its position and
 equality deletes remove, and written by the rolling writer into its partition at the target size.
+On format 3 the current columns include the row lineage columns, filled in as rows are read
+(:mod:`spark_app.upkeep.lineage`): only files an earlier rewrite wrote have them, so files the sink
+wrote are always read and written again, never copied (their rows' ids follow from their positions).
 A merge writes the positions its deletes hold for the data files that stay as the table's format
 takes them (:mod:`spark_app.position_deletes`): one position delete file (format 2), one DV per data
 file in one Puffin file (format 3).
@@ -41,6 +44,7 @@ from spark_app.position_deletes.dv_files import write_deletion_vectors
 from spark_app.position_deletes.plan import DeleteTarget, PositionDeletePlan
 from spark_app.position_deletes.position_files import write_position_delete_file
 from spark_app.upkeep.deletes import ApplicableKeys, deleted_positions, equality_keys, without_keys
+from spark_app.upkeep.lineage import Lineage, with_lineage
 from spark_app.upkeep.plan import PositionMerge, RewriteGroup, UpkeepPlan
 from spark_app.writer import RollingParquetWriter, TablePlan, compression_options, conform, task_id
 
@@ -71,8 +75,18 @@ class RewriteContext:
     def io(self) -> FileIO:
         return load_file_io(self.io_properties, self.location)
 
+    @property
+    def keeps_lineage(self) -> bool:
+        """Whether rewritten rows keep their row lineage (format 3: :mod:`spark_app.upkeep.lineage`)."""
+        return self.format_version >= 3
+
+    @property
+    def file_schema(self) -> Schema:
+        """The columns a rewrite reads and writes: the table's, and on format 3 the lineage columns."""
+        return with_lineage(self.schema) if self.keeps_lineage else self.schema
+
     def table_plan(self, spec_id: int) -> TablePlan:
-        return TablePlan(self.location, self.properties, self.schema, self.specs[spec_id], self.io_properties)
+        return TablePlan(self.location, self.properties, self.file_schema, self.specs[spec_id], self.io_properties)
 
     @property
     def key(self) -> list[str]:
@@ -146,10 +160,13 @@ def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: st
         for live in group.files:
             applicable = keys.above(live.data_sequence_number) if keys is not None else None
             deleted = positions.get(live.path)
-            for batch in read_data_file(io, live.data_file, context.schema, context.specs[group.spec_id],
+            lineage = Lineage(live, deleted) if context.keeps_lineage else None
+            for batch in read_data_file(io, live.data_file, context.file_schema, context.specs[group.spec_id],
                                         context.format_version, context.name_mapping,
                                         pa.array(deleted) if deleted is not None else None):
                 kept = pa.Table.from_batches([batch])
+                if lineage is not None:
+                    kept = lineage.fill(kept)
                 if applicable is not None:
                     kept = without_keys(kept, applicable, key)
                 for conformed in conform(kept, target).to_batches():
