@@ -212,10 +212,10 @@ def _task_function(context: RewriteContext, name_prefix: str) -> Callable[[Itera
     return run
 
 
-def in_driver(plan: UpkeepPlan) -> bool:
+def in_driver(plan: UpkeepPlan, context: RewriteContext) -> bool:
     """Whether the work is small enough for the driver (the bounds of the commit's merge of small files)."""
     total = sum(work.size for work in work_of(plan))
-    decoded = sum(group.size if group.equality_deletes or group.position_deletes
+    decoded = sum(group.size if group.equality_deletes or group.position_deletes or context.keeps_lineage
                   else merge.rewritten_bytes(merge.MergeGroup(tuple(f.data_file for f in group.files)))
                   for group in plan.groups)
     return total <= merge.DRIVER_MERGE_BYTES and decoded <= merge.DRIVER_REWRITE_BYTES
@@ -226,7 +226,7 @@ def run_plan(spark: Callable[[], SparkSession] | None, context: RewriteContext, 
     """Every piece of work's outcome, in the driver (when small, or without Spark) or as Spark tasks; and
     whether Spark ran it."""
     items = [_Item(index, work) for index, work in enumerate(work_of(plan))]
-    if spark is None or in_driver(plan):
+    if spark is None or in_driver(plan, context):
         return run_items(context, items, f"{name_prefix}-{task_id()}"), False
     session = spark()
     assignments = merge.spread(items, session.sparkContext.defaultParallelism)
