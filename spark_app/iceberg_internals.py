@@ -710,10 +710,12 @@ class RewriteFiles(_RowLevelProducer):
     :func:`file_key` (a DV by its offset: the other DVs of its Puffin file stay). Manifests holding a
     removed file are rewritten with that entry ``DELETED`` and the others ``EXISTING`` (sequence
     numbers and ``first_row_id`` kept); other manifests are kept as they are. In a format-version 3
-    table the added data files get new row ids (the manifest list assigns them) and the DV rules are
-    checked: at most one per data file, none left on a removed data file. Raises ``ValueError`` when a
-    file to remove is not live in the parent snapshot, when an added file is an equality delete file
-    or of the wrong kind for the format, and when a DV rule would be broken.
+    table the manifest list assigns the added data files a ``first_row_id`` (their rows' ids unless
+    the files hold ``_row_id`` values, as upkeep's replacements do: :mod:`spark_app.upkeep.lineage`)
+    and the DV rules are checked: at most one per data file, none left on a removed data file.
+    Raises ``ValueError`` when a file to remove is not live in the parent snapshot, when an added
+    file is an equality delete file or of the wrong kind for the format, and when a DV rule would
+    be broken.
     """
 
     def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[DataFile],
