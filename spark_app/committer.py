@@ -488,10 +488,10 @@ class SinkCommitter:
 
     # -- maintenance ------------------------------------------------------------------------------
 
-    def commit_maintenance(self, planned: Snapshot, removed: list[str], added: list[DataFile]) -> Commit:
+    def commit_maintenance(self, planned: Snapshot, removed: list[DataFile], added: list[DataFile]) -> Commit:
         """Commit a rewrite planned on the main snapshot ``planned`` as ONE ``replace`` snapshot of kind maintenance.
 
-        It removes the files ``removed`` (data and delete files), adds the data files ``added`` with the
+        It removes the files ``removed`` (data files, delete files and DVs), adds the files ``added`` with the
         data sequence number of ``planned`` (so that every delete committed after ``planned`` still
         applies to them) and carries this writer's frontier and checkpoint unchanged, through the
         same fenced compare-and-swap as a data commit. A fenced writer lands nothing

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,7 +244,10 @@ def is_deletion_vector(delete_file: DataFile) -> bool:
     return delete_file.content == DataFileContent.POSITION_DELETES and delete_file.file_format == FileFormat.PUFFIN
 
 
-def file_key(content_file: DataFile) -> tuple[str, int | None]:
+FileKey = tuple[str, int | None]
+
+
+def file_key(content_file: DataFile) -> FileKey:
     """What tells content files apart: the DVs in one Puffin file share its path, not their offset."""
     return content_file.file_path, content_offset(content_file)
 
@@ -581,11 +584,7 @@ class RowDelta(_RowLevelProducer):
         missing = removed - {file_key(f) for f in carried.removed}
         if missing:
             raise ValueError(f"delete files to remove are not live in the parent snapshot: {sorted(missing)[:3]}")
-        live_dvs = {referenced_data_file(f) for f in carried.live if is_deletion_vector(f)}
-        twice = sorted(str(path) for path, count in added_dvs.items() if count > 1 or path in live_dvs)
-        if twice:
-            raise ValueError(f"data files would have two deletion vectors: {twice[:3]} (the spec allows one; "
-                             "remove the live one in the same commit, its positions merged into the new one)")
+        _check_deletion_vectors(self._added_delete_files, carried.live)
         return carried.manifests
 
     def _manifests(self) -> list[ManifestFile]:
@@ -594,6 +593,21 @@ class RowDelta(_RowLevelProducer):
 
     def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 (pyiceberg's signature)
         return self._summary_counting(snapshot_properties, self._added_delete_files, self._removed_delete_files)
+
+
+def _check_deletion_vectors(added: Sequence[DataFile], live: Sequence[DataFile], removed_data: Collection[str] = ()) -> None:
+    """The spec's rules for a commit's DVs, given the delete files it ``added`` and the others it leaves ``live``:
+    a data file ends with at most one DV, and no DV is left on a data file it removes (``removed_data``)."""
+    added_dvs = Counter(referenced_data_file(f) for f in added if is_deletion_vector(f))
+    live_dvs = {referenced_data_file(f) for f in live if is_deletion_vector(f)}
+    twice = sorted(str(path) for path, count in added_dvs.items() if count > 1 or path in live_dvs)
+    if twice:
+        raise ValueError(f"data files would have two deletion vectors: {twice[:3]} (the spec allows one; "
+                         "remove the live one in the same commit, its positions merged into the new one)")
+    dangling = sorted(str(path) for path in (live_dvs | added_dvs.keys()) & set(removed_data))
+    if dangling:
+        raise ValueError(f"deletion vectors of removed data files are left: {dangling[:3]} (the spec has them "
+                         "removed in the same commit)")
 
 
 def _check_delete_file(delete_file: DataFile, format_version: int) -> None:
@@ -649,6 +663,11 @@ class LiveFile:
     def path(self) -> str:
         return self.data_file.file_path
 
+    @property
+    def key(self) -> FileKey:
+        """What tells it apart from the other live files (:func:`file_key`)."""
+        return file_key(self.data_file)
+
 
 def live_files(table: Table, snapshot: Snapshot,
                cache: MutableMapping[str, list[LiveFile]] | None = None) -> list[LiveFile]:
@@ -689,29 +708,32 @@ def read_data_file(io: FileIO, data_file: DataFile, schema: Schema, spec: Partit
 
 
 class RewriteFiles(_RowLevelProducer):
-    """One ``replace`` snapshot removing data and delete files and adding data and position delete files, like
-    Iceberg's ``RewriteFiles``.
+    """One ``replace`` snapshot removing data and delete files and adding data files and position delete files or
+    DVs, like Iceberg's ``RewriteFiles``.
 
     The added files get the explicit data sequence number ``data_sequence_number`` (Iceberg's
     ``RewriteFiles.dataSequenceNumber``: the sequence number of the snapshot the rewrite planned
     from), so every equality delete committed after that snapshot still applies to the added data
-    files, and an added position delete file applies to the data files it names as the ones it
-    replaces did; their file sequence number is the new snapshot's. Manifests holding a removed file
-    are rewritten with that entry ``DELETED`` and the others ``EXISTING`` (sequence numbers kept);
-    other manifests are kept as they are. Raises ``ValueError`` when a file to remove is not live in
-    the parent snapshot, when an added file is an equality delete file, and for a format-version 3
-    table (a rewrite there must keep row lineage and drop the DVs of removed data files: not
-    supported yet).
+    files, and an added position delete file or DV applies to the data files it names as the ones it
+    replaces did; their file sequence number is the new snapshot's. Files to remove are told apart by
+    :func:`file_key` (a DV by its offset: the other DVs of its Puffin file stay). Manifests holding a
+    removed file are rewritten with that entry ``DELETED`` and the others ``EXISTING`` (sequence
+    numbers and ``first_row_id`` kept); other manifests are kept as they are. In a format-version 3
+    table the manifest list assigns the added data files a ``first_row_id`` (their rows' ids unless
+    the files hold ``_row_id`` values, as upkeep's replacements do: :mod:`spark_app.upkeep.lineage`)
+    and the DV rules are checked: at most one per data file, none left on a removed data file.
+    Raises ``ValueError`` when a file to remove is not live in the parent snapshot, when an added
+    file is an equality delete file or of the wrong kind for the format, and when a DV rule would
+    be broken.
     """
 
-    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[str],
+    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[DataFile],
                  added: Sequence[DataFile], data_sequence_number: int):
         super().__init__(operation=Operation.REPLACE, transaction=transaction, io=transaction._table.io,
                          branch=MAIN_BRANCH, snapshot_properties=snapshot_properties)
         version = transaction.table_metadata.format_version
-        if version >= 3:
-            raise ValueError("rewriting files of a format-version 3 table is not supported")
-        self._removed_paths = set(removed)
+        self._removed_keys = {file_key(f) for f in removed}
+        self._removed: list[DataFile] = []  # as found live: a list, the DVs of one Puffin file share its path
         self._data_sequence_number = data_sequence_number
         self._added_delete_files: list[DataFile] = []
         for content_file in added:
@@ -727,11 +749,13 @@ class RewriteFiles(_RowLevelProducer):
     def _existing_manifests(self) -> list[ManifestFile]:
         if self._parent_snapshot_id is None:
             raise ValueError("a rewrite needs a parent snapshot")
-        carried = self._carry_manifests(lambda f: f.file_path in self._removed_paths, lambda m: True)
-        self._deleted_data_files.update(carried.removed)
-        missing = self._removed_paths - {f.file_path for f in carried.removed}
+        carried = self._carry_manifests(lambda f: file_key(f) in self._removed_keys, lambda m: True)
+        self._removed = carried.removed
+        missing = self._removed_keys - {file_key(f) for f in carried.removed}
         if missing:
             raise ValueError(f"files to rewrite are not live in snapshot {self._parent_snapshot_id}: {sorted(missing)[:5]}")
+        _check_deletion_vectors(self._added_delete_files, carried.live,
+                                {f.file_path for f in carried.removed if f.content == DataFileContent.DATA})
         return carried.manifests
 
     def _manifests(self) -> list[ManifestFile]:
@@ -744,14 +768,13 @@ class RewriteFiles(_RowLevelProducer):
         # pyiceberg totals the summary only for append, overwrite and delete; the counts of a replace are the same.
         self._operation = Operation.OVERWRITE
         try:
-            summary = self._summary_counting(snapshot_properties, self._added_delete_files,
-                                             list(self._deleted_data_files))
+            summary = self._summary_counting(snapshot_properties, self._added_delete_files, self._removed)
         finally:
             self._operation = Operation.REPLACE
         return Summary(Operation.REPLACE, **summary.additional_properties)
 
 
-def rewrite_files(transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[str],
+def rewrite_files(transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[DataFile],
                   added: Sequence[DataFile], data_sequence_number: int) -> int:
     """Stage one ``replace`` snapshot on ``transaction`` (see :class:`RewriteFiles`); return its id."""
     rewrite = RewriteFiles(transaction, snapshot_properties, removed, added, data_sequence_number)

@@ -9,7 +9,9 @@ Four parts (``spec.maintenance``, every one on unless its ``enabled`` is false; 
   files. The plan's files are written by :mod:`spark_app.upkeep.rewrite` (the driver, or Spark tasks
   when it is large) and committed as ONE ``replace`` snapshot of kind maintenance: it removes the
   rewritten data files, the position delete files merged and the delete files that no longer apply
-  to any remaining data file, and adds the replacements with the **data sequence number of the
+  to any remaining data file (on format-version 3 tables each deletion vector on its own: those of
+  rewritten data files go with them, the others of their Puffin file stay live as they are), and
+  adds the replacements with the **data sequence number of the
   snapshot the run was planned on** (Iceberg's ``RewriteFiles`` with
   ``use-starting-sequence-number``): a delete committed later still applies to them, one committed
   at or before it has been applied by the rewrite. It carries the sink's frontier and checkpoint
@@ -130,7 +132,6 @@ class Maintainer:
         self._last_deletes = self._last_expiry = self._last_orphans = clock()
         self._manifests: dict[str, list[LiveFile]] = {}
         self._references = PositionReferences()
-        self._format_refused = False
         self.totals = UpkeepTotals()
 
     def after_commit(self) -> None:
@@ -167,12 +168,6 @@ class Maintainer:
         snapshot = table.metadata.current_snapshot()
         if snapshot is None:
             return None
-        if table.metadata.format_version >= 3:
-            if not self._format_refused:
-                self._format_refused = True
-                log.warning("%s: compaction and rewriteDeletes do not rewrite format-version 3 tables yet (%s); "
-                            "expiry and orphan removal still run", self.committer.writer.sink_id, self.identifier)
-            return None
         files = live_files(table, snapshot, self._manifests)
         live_manifests = {f.manifest_path for f in files}
         self._manifests = {path: entries for path, entries in self._manifests.items() if path in live_manifests}
@@ -199,8 +194,7 @@ class Maintainer:
         crash_point("maintenance-staged")
         added = [written for outcome in outcomes for written in outcome.files]
         merged = [d for merge in plan.merges for d in merge.deletes]
-        removed = list(dict.fromkeys([*(f.path for f in plan.rewritten), *(d.path for d in merged),
-                                      *(d.path for d in plan.removable)]))
+        removed = list({f.key: f.data_file for f in [*plan.rewritten, *merged, *plan.removable]}.values())
         try:
             commit = self.committer.commit_maintenance(plan.snapshot, removed, added)
         except CommitStateUnknownError:

@@ -3,15 +3,17 @@
 - Equality deletes (the sink's: on the key, every partition): a delete applies to a data file when
   its data sequence number is greater than the file's; its keys are read with that number and a
   row goes when an applicable delete names its key.
-- Position deletes (format 2 files of ``file_path``, ``pos``): a file applies to a data file of its
-  partition whose data sequence number is at most its own, at the positions it lists for the file's
-  path. :class:`PositionReferences` says, once per delete file, which data files it names and how
-  many positions each: what the planner weighs.
+- Position deletes (format 2 files of ``file_path``, ``pos``; format 3 deletion vectors, one blob
+  of a Puffin file per data file): a delete applies to a data file of its partition whose data
+  sequence number is at most its own, at the positions it holds for the file's path.
+  :class:`PositionReferences` says, once per delete file or DV (told apart by
+  :attr:`~spark_app.iceberg_internals.LiveFile.key`), which data files it names and how many
+  positions each: what the planner weighs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +22,8 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 
-from spark_app.iceberg_internals import LiveFile, referenced_data_file
+from spark_app.iceberg_internals import FileKey, LiveFile, is_deletion_vector, referenced_data_file
+from spark_app.position_deletes.dv_files import read_deletion_vector
 
 SEQUENCE_COLUMN = "__isync_delete_sequence"
 _ROW_COLUMN = "__isync_row"
@@ -41,17 +44,27 @@ def position_references(io: FileIO, delete_file: DataFile) -> dict[str, int]:
 
 
 class PositionReferences:
-    """:func:`position_references` of each live position delete file, read once (a file never changes)."""
+    """:func:`position_references` of each live position delete file or DV, read once (a file never changes)."""
 
     def __init__(self) -> None:
-        self._known: dict[str, dict[str, int]] = {}
+        self._known: dict[FileKey, dict[str, int]] = {}
 
-    def of(self, io: FileIO, deletes: Iterable[LiveFile]) -> dict[str, dict[str, int]]:
+    def of(self, io: FileIO, deletes: Iterable[LiveFile]) -> dict[FileKey, dict[str, int]]:
         """The references of ``deletes`` (all of a snapshot's live ones: others are forgotten)."""
-        known = {d.path: self._known[d.path] if d.path in self._known else position_references(io, d.data_file)
+        known = {d.key: self._known[d.key] if d.key in self._known else position_references(io, d.data_file)
                  for d in deletes}
         self._known = known
         return known
+
+
+def _positions(io: FileIO, delete: DataFile) -> Iterator[tuple[str, np.ndarray]]:
+    """(data file path, positions) of each data file a position delete file or DV names."""
+    if is_deletion_vector(delete):
+        yield str(referenced_data_file(delete)), read_deletion_vector(io, delete).to_numpy()
+        return
+    rows = _read(io, delete.file_path, ["file_path", "pos"])
+    for path in set(rows.column("file_path").to_pylist()):
+        yield path, rows.column("pos").filter(pc.equal(rows.column("file_path"), path)).to_numpy()
 
 
 def deleted_positions(io: FileIO, deletes: Sequence[LiveFile], data: Sequence[LiveFile]) -> dict[str, np.ndarray]:
@@ -59,14 +72,12 @@ def deleted_positions(io: FileIO, deletes: Sequence[LiveFile], data: Sequence[Li
     wanted = {f.path: f for f in data}
     found: dict[str, list[np.ndarray]] = {}
     for delete in deletes:
-        rows = _read(io, delete.path, ["file_path", "pos"])
-        for path in set(rows.column("file_path").to_pylist()) & wanted.keys():
-            target = wanted[path]
-            if target.data_file.spec_id == delete.data_file.spec_id and \
+        for path, positions in _positions(io, delete.data_file):
+            target = wanted.get(path)
+            if target is not None and target.data_file.spec_id == delete.data_file.spec_id and \
                     target.data_file.partition == delete.data_file.partition and \
                     delete.data_sequence_number >= target.data_sequence_number:
-                mask = pc.equal(rows.column("file_path"), path)
-                found.setdefault(path, []).append(rows.column("pos").filter(mask).to_numpy())
+                found.setdefault(path, []).append(positions)
     return {path: np.unique(np.concatenate(parts)) for path, parts in found.items()}
 
 

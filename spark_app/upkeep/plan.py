@@ -6,13 +6,16 @@
   decreasing into groups of at most the target size, each written again as one file (a group of one
   small file is left alone).
 - **Deletes**: a data file is due when at least ``rewriteDeletes.minDeleteFiles`` of the sink's
-  equality delete files apply to it, or position deletes remove at least
-  ``rewriteDeletes.deletedRowsPercent`` of its rows; it is written again without those rows
+  equality delete files apply to it, or position deletes (files, or a format-3 deletion vector) remove
+  at least ``rewriteDeletes.deletedRowsPercent`` of its rows; it is written again without those rows
   (packed with its partition's other candidates). A partition where a data file that stays has two
-  or more position delete files gets its position delete files merged into one.
+  or more position deletes gets them merged: into one position delete file (format 2), into one DV
+  per data file (format 3).
 - Whatever made a file a candidate, every delete that applies to it is applied when it is written
   again: the replacement takes the planned snapshot's data sequence number, to which those deletes
-  no longer apply. The delete files that apply to no data file that stays are removed.
+  no longer apply. The delete files that apply to no data file that stays are removed, each DV on
+  its own (:attr:`~spark_app.iceberg_internals.LiveFile.key`): the DVs of rewritten data files go,
+  those of the other data files of the same Puffin file stay as they are.
 - **Never touched**: data files another writer's equality deletes apply to (partitioned ones, or on
   other columns than the key), and those deletes.
 - **Bounds**: groups are taken in order, those due for deletes first (oldest data first, so that
@@ -32,7 +35,7 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table.snapshots import Snapshot
 
-from spark_app.iceberg_internals import LiveFile
+from spark_app.iceberg_internals import FileKey, LiveFile
 from spark_app.merge import first_fit_decreasing
 
 PartitionKey = tuple[int, Any]  # (spec id, partition value): files of two specs are never one partition
@@ -122,13 +125,13 @@ def _applies(delete: LiveFile, data: LiveFile, specs: Mapping[int, PartitionSpec
 
 
 def _position_deletes_by_data_file(data: Sequence[LiveFile], positions: Sequence[LiveFile],
-                                   references: Mapping[str, Mapping[str, int]]) -> dict[str, list[LiveFile]]:
+                                   references: Mapping[FileKey, Mapping[str, int]]) -> dict[str, list[LiveFile]]:
     """Data file path -> the position delete files that apply to it (same partition, sequence number at least
     the file's, naming its path)."""
     by_path = {f.path: f for f in data}
     applying: dict[str, list[LiveFile]] = {}
     for delete in positions:
-        for path in references[delete.path]:
+        for path in references[delete.key]:
             target = by_path.get(path)
             if target is not None and partition_of(target) == partition_of(delete) \
                     and delete.data_sequence_number >= target.data_sequence_number:
@@ -176,12 +179,12 @@ def _bounded(bins: list[list[LiveFile]], due: set[str], thresholds: Thresholds) 
 
 
 def plan_upkeep(snapshot: Snapshot, files: Sequence[LiveFile], thresholds: Thresholds, key_ids: Sequence[int],
-                specs: Mapping[int, PartitionSpec], references: Mapping[str, Mapping[str, int]]) -> UpkeepPlan | None:
+                specs: Mapping[int, PartitionSpec], references: Mapping[FileKey, Mapping[str, int]]) -> UpkeepPlan | None:
     """The run due on ``snapshot`` whose live files are ``files``, or None when nothing is due.
 
     ``key_ids`` are the table's identifier field ids, ``specs`` its partition specs by id, and
-    ``references`` maps each live position delete file's path to the data file paths it names and how
-    many positions it deletes in each.
+    ``references`` maps each live position delete file's or DV's :attr:`~LiveFile.key` to the data file
+    paths it names and how many positions it deletes in each.
     """
     data = [f for f in files if f.data_file.content == DataFileContent.DATA]
     positions = [f for f in files if f.data_file.content == DataFileContent.POSITION_DELETES]
@@ -197,7 +200,7 @@ def plan_upkeep(snapshot: Snapshot, files: Sequence[LiveFile], thresholds: Thres
     if thresholds.min_delete_files is not None:
         for live in data:
             equality_files = len(our_sequences) - bisect.bisect_right(our_sequences, live.data_sequence_number)
-            deleted = sum(references[d.path][live.path] for d in by_data_file.get(live.path, []))
+            deleted = sum(references[d.key][live.path] for d in by_data_file.get(live.path, []))
             rows = live.data_file.record_count
             if live.path not in pinned and (equality_files >= thresholds.min_delete_files
                                             or (rows > 0 and deleted >= thresholds.deleted_rows_share * rows)):
@@ -207,10 +210,10 @@ def plan_upkeep(snapshot: Snapshot, files: Sequence[LiveFile], thresholds: Thres
     groups = []
     for bin_files in taken:
         oldest = min(f.data_sequence_number for f in bin_files)
-        named = {d.path: d for f in bin_files for d in by_data_file.get(f.path, [])}
+        named = {d.key: d for f in bin_files for d in by_data_file.get(f.path, [])}
         groups.append(RewriteGroup(tuple(sorted(bin_files, key=_path)),
                                    tuple(d for d in ours if d.data_sequence_number > oldest),
-                                   tuple(named[path] for path in sorted(named)),
+                                   tuple(named[key] for key in sorted(named)),
                                    any(f.path in due for f in bin_files)))
     rewritten = {f.path for group in groups for f in group.files}
     staying = [f for f in data if f.path not in rewritten]
@@ -218,17 +221,17 @@ def plan_upkeep(snapshot: Snapshot, files: Sequence[LiveFile], thresholds: Thres
     removable = [d for d in ours if lowest_staying is None or lowest_staying >= d.data_sequence_number]
 
     still_applying = _position_deletes_by_data_file(staying, positions, references)
-    live_positions: dict[PartitionKey, dict[str, LiveFile]] = {}
+    live_positions: dict[PartitionKey, dict[FileKey, LiveFile]] = {}
     for deletes_of_file in still_applying.values():
         for delete in deletes_of_file:
-            live_positions.setdefault(partition_of(delete), {})[delete.path] = delete
-    removable += [d for d in positions if d.path not in live_positions.get(partition_of(d), {})]
+            live_positions.setdefault(partition_of(delete), {})[delete.key] = delete
+    removable += [d for d in positions if d.key not in live_positions.get(partition_of(d), {})]
     merges = []
     if thresholds.min_delete_files is not None:
         for partition, deletes in sorted(live_positions.items(), key=lambda item: min(item[1])):
             targets = [f for f in staying if partition_of(f) == partition and f.path in still_applying]
             if max(len(still_applying[f.path]) for f in targets) > 1:
-                merges.append(PositionMerge(tuple(deletes[path] for path in sorted(deletes)),
+                merges.append(PositionMerge(tuple(deletes[key] for key in sorted(deletes)),
                                             tuple(sorted(targets, key=_path))))
     if not groups and not merges and not removable:
         return None

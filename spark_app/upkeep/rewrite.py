@@ -5,8 +5,12 @@ its files' row groups (:func:`spark_app.merge.merge_group`, as the commit's merg
 files does). Any other group is read file by file in the table's current schema (columns matched by
 field id, :func:`spark_app.iceberg_internals.read_data_file`), without the rows its position and
 equality deletes remove, and written by the rolling writer into its partition at the target size.
-A merge writes one position delete file (:mod:`spark_app.position_deletes`) with the positions its
-delete files hold for the data files that stay.
+On format 3 the current columns include the row lineage columns, filled in as rows are read
+(:mod:`spark_app.upkeep.lineage`): only files an earlier rewrite wrote have them, so files the sink
+wrote are always read and written again, never copied (their rows' ids follow from their positions).
+A merge writes the positions its deletes hold for the data files that stay as the table's format
+takes them (:mod:`spark_app.position_deletes`): one position delete file (format 2), one DV per data
+file in one Puffin file (format 3).
 
 Like the merge of staged files, the driver does the work itself while it is small
 (:data:`spark_app.merge.DRIVER_MERGE_BYTES` in all, :data:`spark_app.merge.DRIVER_REWRITE_BYTES`
@@ -36,9 +40,11 @@ from pyspark.sql import SparkSession
 from spark_app import merge
 from spark_app.iceberg_internals import LiveFile, read_data_file
 from spark_app.position_deletes.deletion_vector import DeletionVector
+from spark_app.position_deletes.dv_files import write_deletion_vectors
 from spark_app.position_deletes.plan import DeleteTarget, PositionDeletePlan
 from spark_app.position_deletes.position_files import write_position_delete_file
 from spark_app.upkeep.deletes import ApplicableKeys, deleted_positions, equality_keys, without_keys
+from spark_app.upkeep.lineage import Lineage, with_lineage
 from spark_app.upkeep.plan import PositionMerge, RewriteGroup, UpkeepPlan
 from spark_app.writer import RollingParquetWriter, TablePlan, compression_options, conform, task_id
 
@@ -69,8 +75,18 @@ class RewriteContext:
     def io(self) -> FileIO:
         return load_file_io(self.io_properties, self.location)
 
+    @property
+    def keeps_lineage(self) -> bool:
+        """Whether rewritten rows keep their row lineage (format 3: :mod:`spark_app.upkeep.lineage`)."""
+        return self.format_version >= 3
+
+    @property
+    def file_schema(self) -> Schema:
+        """The columns a rewrite reads and writes: the table's, and on format 3 the lineage columns."""
+        return with_lineage(self.schema) if self.keeps_lineage else self.schema
+
     def table_plan(self, spec_id: int) -> TablePlan:
-        return TablePlan(self.location, self.properties, self.schema, self.specs[spec_id], self.io_properties)
+        return TablePlan(self.location, self.properties, self.file_schema, self.specs[spec_id], self.io_properties)
 
     @property
     def key(self) -> list[str]:
@@ -144,10 +160,13 @@ def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: st
         for live in group.files:
             applicable = keys.above(live.data_sequence_number) if keys is not None else None
             deleted = positions.get(live.path)
-            for batch in read_data_file(io, live.data_file, context.schema, context.specs[group.spec_id],
+            lineage = Lineage(live, deleted) if context.keeps_lineage else None
+            for batch in read_data_file(io, live.data_file, context.file_schema, context.specs[group.spec_id],
                                         context.format_version, context.name_mapping,
                                         pa.array(deleted) if deleted is not None else None):
                 kept = pa.Table.from_batches([batch])
+                if lineage is not None:
+                    kept = lineage.fill(kept)
                 if applicable is not None:
                     kept = without_keys(kept, applicable, key)
                 for conformed in conform(kept, target).to_batches():
@@ -165,6 +184,8 @@ def _merge_positions(context: RewriteContext, work: PositionMerge, name_prefix: 
     positions = deleted_positions(io, work.deletes, work.targets)
     targets = [DeleteTarget(f.data_file, DeletionVector(positions[f.path])) for f in work.targets if f.path in positions]
     plan = PositionDeletePlan(context.location, context.properties, context.io_properties, context.format_version)
+    if plan.format_version >= 3:
+        return Outcome(index, write_deletion_vectors(plan, targets, name_prefix))
     return Outcome(index, [write_position_delete_file(plan, targets, name_prefix)])
 
 
@@ -191,10 +212,10 @@ def _task_function(context: RewriteContext, name_prefix: str) -> Callable[[Itera
     return run
 
 
-def in_driver(plan: UpkeepPlan) -> bool:
+def in_driver(plan: UpkeepPlan, context: RewriteContext) -> bool:
     """Whether the work is small enough for the driver (the bounds of the commit's merge of small files)."""
     total = sum(work.size for work in work_of(plan))
-    decoded = sum(group.size if group.equality_deletes or group.position_deletes
+    decoded = sum(group.size if group.equality_deletes or group.position_deletes or context.keeps_lineage
                   else merge.rewritten_bytes(merge.MergeGroup(tuple(f.data_file for f in group.files)))
                   for group in plan.groups)
     return total <= merge.DRIVER_MERGE_BYTES and decoded <= merge.DRIVER_REWRITE_BYTES
@@ -205,7 +226,7 @@ def run_plan(spark: Callable[[], SparkSession] | None, context: RewriteContext, 
     """Every piece of work's outcome, in the driver (when small, or without Spark) or as Spark tasks; and
     whether Spark ran it."""
     items = [_Item(index, work) for index, work in enumerate(work_of(plan))]
-    if spark is None or in_driver(plan):
+    if spark is None or in_driver(plan, context):
         return run_items(context, items, f"{name_prefix}-{task_id()}"), False
     session = spark()
     assignments = merge.spread(items, session.sparkContext.defaultParallelism)
@@ -218,5 +239,5 @@ def delete_written(io: FileIO, outcomes: Sequence[Outcome]) -> None:
     """Delete every file the outcomes wrote (a run that is not committed)."""
     for outcome in outcomes:
         for written in outcome.files:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(FileNotFoundError):  # the DVs of one Puffin file share its path
                 io.delete(written.file_path)

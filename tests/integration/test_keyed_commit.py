@@ -52,8 +52,9 @@ def table_plan(table: Table) -> TablePlan:
 
 
 def stage(table: Table, writer: Writer, values: list[bytes | None], keys: list[bytes | None], fmt: str,
-          task: str) -> TriggerOutput:
-    """What the tasks of one trigger stage: records decoded in two units, collapsed, written as data and deletes."""
+          task: str, by_position: bool = False) -> TriggerOutput:
+    """What the tasks of one trigger stage: records decoded in two units, collapsed, written as data and deletes
+    (an equality delete file; ``by_position``: the touched keys, whose rows the commit deletes by position)."""
     half = len(values) // 2
     units = [(0, values[:half], keys[:half]), (1, values[half:], keys[half:])]
     changes = pa.concat_tables([
@@ -68,6 +69,9 @@ def stage(table: Table, writer: Writer, values: list[bytes | None], keys: list[b
     data = PartitionedWriter(plan, prefix, 1 << 30, 1 << 26)
     for batch in inserts.to_batches():
         data.write(conform(batch, plan.arrow_schema()))
+    if by_position:
+        return TriggerOutput(data_files=data.finish(), touched_keys=deletes if deletes.num_rows else None,
+                             records=inserts.num_rows, dead_letters=bad)
     delete_file = write_equality_deletes(delete_plan(table), deletes, prefix)
     return TriggerOutput(data_files=data.finish(), delete_files=[delete_file] if delete_file else [],
                          records=inserts.num_rows, dead_letters=bad)

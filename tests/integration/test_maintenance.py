@@ -16,6 +16,7 @@ import os
 import random
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -30,14 +31,21 @@ from icebergsync.catalog import ensure_table
 from icebergsync.errors import FencedError
 from icebergsync.protocol import Writer
 from icebergsync.schema import iceberg_schema
-from icebergsync.spec import ExpireSnapshots, Maintenance, parse_spec
+from icebergsync.spec import ExpireSnapshots, Maintenance, RemoveOrphans, parse_spec
 from icebergsync.storage import normalize
 from spark_app.committer import MaintenanceConflictError, SinkCommitter, referenced_files
-from spark_app.iceberg_internals import commit_transaction, live_files, rewrite_files
+from spark_app.iceberg_internals import (
+    FileKey,
+    commit_transaction,
+    is_deletion_vector,
+    live_files,
+    rewrite_files,
+)
 from spark_app.maintenance import Maintainer
+from spark_app.upkeep.deletes import PositionReferences
 from spark_app.upkeep.plan import UpkeepPlan
 from spark_app.upkeep.rewrite import RewriteContext, run_plan
-from tests.integration.keyed_support import COLUMNS, KEY, ChangeStream, Row, spark_rows
+from tests.integration.keyed_support import COLUMNS, KEY, ChangeStream, Row, delete_contents, spark_rows
 from tests.integration.sync_support import (
     catalog_of,
     run_job_process,
@@ -105,21 +113,25 @@ def timed_spark_read(spark: SparkSession, table: Table) -> tuple[dict[int, Row],
     return rows, time.perf_counter() - started
 
 
-def keyed_table(catalog: Catalog) -> str:
+def keyed_table(catalog: Catalog, format_version: int = 2) -> str:
     name = f"shop_{uuid.uuid4().hex[:8]}.customers"
-    ensure_table(catalog, name, iceberg_schema(COLUMNS), ["day(updated_at)"], {}, key=KEY)
+    ensure_table(catalog, name, iceberg_schema(COLUMNS), ["day(updated_at)"], {"format-version": str(format_version)},
+                 key=KEY)
     return name
 
 
 class Triggers:
-    """Keyed triggers of one change stream, committed through a committer like the job does."""
+    """Keyed triggers of one change stream, committed through a committer like the job does: the older rows
+    deleted by equality deletes, or (``by_position``) by position: position delete files on a format-version 2
+    table, deletion vectors on a format-version 3 one."""
 
-    def __init__(self, catalog: Catalog, name: str, stream: ChangeStream):
+    def __init__(self, catalog: Catalog, name: str, stream: ChangeStream, by_position: bool = False):
         self.catalog, self.name, self.stream, self.number = catalog, name, stream, 0
+        self.by_position = by_position
 
     def commit(self, committer: SinkCommitter, records: int) -> None:
         output = stage(self.catalog.load_table(self.name), committer.writer, *self.stream.records(records),
-                       self.stream.fmt, f"{self.number:05d}-0")
+                       self.stream.fmt, f"{self.number:05d}-0", self.by_position)
         committer.commit(output, {"after": f"t{self.number:04d}"})
         self.number += 1
 
@@ -128,6 +140,28 @@ def maintainer(committer: SinkCommitter, catalog: Catalog, name: str, **expiry: 
     """The defaults, with the expiry given (none when not given)."""
     settings = Maintenance(expire_snapshots=ExpireSnapshots(**expiry) if expiry else ExpireSnapshots(enabled=False))  # type: ignore[arg-type]
     return Maintainer(settings, committer, catalog, name, TARGET)
+
+
+def position_deletes_per_data_file(table: Table) -> Counter[str]:
+    """How many live position delete files or DVs name each data file of the head (upkeep leaves at most one)."""
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    positions = [f for f in live_files(table, snapshot) if f.data_file.content == DataFileContent.POSITION_DELETES]
+    return Counter(path for named in PositionReferences().of(table.io, positions).values() for path in named)
+
+
+def spark_lineage(spark: SparkSession, table: Table) -> dict[int, tuple[int, int]]:
+    """Key -> (``_row_id``, ``_last_updated_sequence_number``) of its row, as Iceberg's Spark runtime reads them."""
+    frame = spark.read.format("iceberg").load(table.metadata_location)
+    rows = frame.selectExpr("id", "_row_id", "_last_updated_sequence_number").collect()
+    assert len({row["_row_id"] for row in rows}) == len(rows), "two rows share a row id"
+    return {row["id"]: (row["_row_id"], row["_last_updated_sequence_number"]) for row in rows}
+
+
+def live_dvs(table: Table) -> set[FileKey]:
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    return {f.key for f in live_files(table, snapshot) if is_deletion_vector(f.data_file)}
 
 
 def staged_rewrite(committer: SinkCommitter, catalog: Catalog, name: str) -> tuple[UpkeepPlan, list[DataFile]]:
@@ -212,6 +246,98 @@ def test_rewrite_leaves_no_deletes_and_both_readers_see_the_model(tmp_path: Path
     assert spark_rows(spark, catalog.load_table(name)) == triggers.stream.model
 
 
+@pytest.mark.parametrize(("catalog_kind", "format_version"), [("sql", 2), ("sql", 3), ("rest", 3)])
+def test_upkeep_of_deletes_by_position_keeps_the_model_with_fewer_files_and_one_delete_per_data_file(
+        tmp_path: Path, spark: SparkSession, catalog_kind: str, format_version: int,
+        request: pytest.FixtureRequest) -> None:
+    """Keyed triggers deleting by position (position delete files on format 2, deletion vectors on format 3) pile
+    up small files; a run compacts them, dropping the rows their deletes remove and the deletes with them; then
+    upkeep after every trigger, as the job runs it. Both readers see the model throughout, and every data file
+    has at most one position delete file or DV after each run; on format 3 every row keeps its row lineage
+(``_row_id``, ``_last_updated_sequence_number``) through the rewrites. With the REST catalog, Iceberg's Java
+    TableMetadata also validates the v3 replace snapshots (row lineage fields)."""
+    catalog = request.getfixturevalue("rest_catalog").load() if catalog_kind == "rest" else open_catalog(tmp_path)
+    name = keyed_table(catalog, format_version)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random(f"by-position-{format_version}")),
+                        by_position=True)
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    v1.start([])
+    for _ in range(8):
+        triggers.commit(v1, 300)
+    table = catalog.load_table(name)
+    assert set(delete_contents(table)) == {"deletion-vector" if format_version == 3 else "position"}
+    files_before = len(live(table, DataFileContent.DATA))
+
+    def lineage(table: Table) -> dict[int, tuple[int, int]] | None:
+        return spark_lineage(spark, table) if format_version == 3 else None
+
+    maintenance = maintainer(v1, catalog, name)
+    before = lineage(table)
+    result = maintenance.rewrite()
+    assert result is not None and result.rewritten_files > result.added_files and result.rows_written < result.rows_read
+    table = catalog.load_table(name)
+    assert lineage(table) == before  # on format 3 the rows keep their row ids and last updated sequence numbers
+    assert len(live(table, DataFileContent.DATA)) < files_before
+    assert max(position_deletes_per_data_file(table).values(), default=0) <= 1
+    assert spark_rows(spark, table) == triggers.stream.model and pyiceberg_rows(table) == triggers.stream.model
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None and snapshot.summary.operation.value == "replace"
+    if format_version == 3:
+        assert table.metadata.format_version == 3 and snapshot.summary["removed-dvs"] == str(result.removed_delete_files)
+
+    for _ in range(4):  # the files rewritten before, lineage columns and all, are rewritten again
+        triggers.commit(v1, 300)
+        before = lineage(catalog.load_table(name))
+        maintenance.after_commit()
+        table = catalog.load_table(name)
+        assert lineage(table) == before
+        assert max(position_deletes_per_data_file(table).values(), default=0) <= 1
+        assert spark_rows(spark, table) == triggers.stream.model and pyiceberg_rows(table) == triggers.stream.model
+    assert maintenance.totals.runs > 1 and unreferenced_sink_files(catalog.load_table(name), SINK) == []
+
+
+def test_the_dvs_a_run_leaves_in_a_puffin_file_stay_valid_through_expiry_and_orphan_removal(
+        tmp_path: Path, spark: SparkSession) -> None:
+    """Each keyed commit on a format-3 table writes one Puffin file with the DVs of data files of every day; a run
+    bounded to a few files rewrites some of them: their DVs go, one by one, the others of the same Puffin files
+    stay live. Expiry and orphan removal keep those Puffin files; later triggers replace such DVs."""
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog, 3)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("shared-puffin")), by_position=True)
+    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    v1.start([])
+    for _ in range(6):
+        triggers.commit(v1, 300)
+    before = live_dvs(catalog.load_table(name))
+    settings = Maintenance(max_files_per_run=6, expire_snapshots=ExpireSnapshots(older_than="0s", retain_last=1),
+                           remove_orphans=RemoveOrphans(older_than="0s"))
+    maintenance = Maintainer(settings, v1, catalog, name, TARGET)
+    result = maintenance.rewrite()
+    assert result is not None and result.deferred_groups > 0
+    table = catalog.load_table(name)
+    after = live_dvs(table)
+    gone, kept = before - after, before & after
+    shared = {path for path, _ in gone} & {path for path, _ in kept}
+    assert gone and shared, "no Puffin file kept some of its DVs and lost others: the case is not exercised"
+    assert spark_rows(spark, table) == triggers.stream.model and pyiceberg_rows(table) == triggers.stream.model
+
+    now = int(time.time() * 1000) + 1000
+    assert maintenance.expire_snapshots(now_ms=now).expired_snapshots > 0
+    maintenance.remove_orphans(now_ms=now)
+    table = catalog.load_table(name)
+    assert len(table.metadata.snapshots) == 1 and all(Path(normalize(path)).exists() for path in shared)
+    assert unreferenced_sink_files(table, SINK) == []
+    assert spark_rows(spark, table) == triggers.stream.model and pyiceberg_rows(table) == triggers.stream.model
+
+    for _ in range(3):  # their rows deleted again: a kept DV is replaced by its union with the new positions
+        triggers.commit(v1, 300)
+        maintenance.after_commit()
+        table = catalog.load_table(name)
+        assert max(position_deletes_per_data_file(table).values(), default=0) <= 1
+        assert spark_rows(spark, table) == triggers.stream.model and pyiceberg_rows(table) == triggers.stream.model
+    assert kept - live_dvs(table), "no DV kept by the run was replaced later"
+
+
 def test_replacements_keep_the_planned_sequence_number_so_later_deletes_apply(tmp_path: Path,
                                                                                spark: SparkSession) -> None:
     """A rewrite planned on S0 that lands after a trigger updating its keys: with the data sequence number of
@@ -230,7 +356,7 @@ def test_replacements_keep_the_planned_sequence_number_so_later_deletes_apply(tm
 
     # The committer refuses to land a rewrite planned on a head main has moved past.
     with pytest.raises(MaintenanceConflictError):
-        v1.commit_maintenance(plan.snapshot, [f.path for f in plan.rewritten + list(plan.removable)], added)
+        v1.commit_maintenance(plan.snapshot, [f.data_file for f in plan.rewritten + list(plan.removable)], added)
 
     def land(sequence_number: int) -> list[tuple[int, str, int]]:
         """The rows Spark reads with the rewrite landed with this data sequence number (then main is set back)."""
@@ -238,7 +364,7 @@ def test_replacements_keep_the_planned_sequence_number_so_later_deletes_apply(tm
         head = table.metadata.current_snapshot_id
         assert head is not None
         transaction = Transaction(table)
-        rewrite_files(transaction, {}, [f.path for f in plan.rewritten + list(plan.removable)], added, sequence_number)
+        rewrite_files(transaction, {}, [f.data_file for f in plan.rewritten + list(plan.removable)], added, sequence_number)
         commit_transaction(catalog, table, transaction)
         frame = spark.read.format("iceberg").load(catalog.load_table(name).metadata_location)
         rows = sorted(tuple(row) for row in frame.selectExpr("id", "name", "unix_micros(updated_at)").collect())
@@ -252,10 +378,14 @@ def test_replacements_keep_the_planned_sequence_number_so_later_deletes_apply(tm
     assert land(wrong) != model  # the rule matters: updated keys would show twice, deleted ones live again
 
 
-def test_a_fenced_writer_lands_no_maintenance(tmp_path: Path, spark: SparkSession) -> None:
+@pytest.mark.parametrize(("format_version", "by_position"), [(2, False), (3, True)])
+def test_a_fenced_writer_lands_no_maintenance(tmp_path: Path, spark: SparkSession, format_version: int,
+                                              by_position: bool) -> None:
+    """Equality deletes on format 2, deletion vectors on format 3: a stale version's run is refused by the fence
+    and leaves nothing behind."""
     catalog = open_catalog(tmp_path)
-    name = keyed_table(catalog)
-    triggers = Triggers(catalog, name, ChangeStream("debezium", random.Random("fenced")))
+    name = keyed_table(catalog, format_version)
+    triggers = Triggers(catalog, name, ChangeStream("debezium", random.Random("fenced")), by_position)
     v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
     v1.start([])
     for _ in range(3):
@@ -263,6 +393,7 @@ def test_a_fenced_writer_lands_no_maintenance(tmp_path: Path, spark: SparkSessio
     SinkCommitter(catalog, name, Writer(SINK, 2, "attempt2")).start([])
     head = catalog.load_table(name).metadata.current_snapshot_id
     stale = maintainer(v1, catalog, name, older_than="0s", retain_last=1)
+    assert stale.plan(catalog.load_table(name)) is not None  # a run is due: only the fence stops it
     with pytest.raises(FencedError):
         stale.rewrite()
     with pytest.raises(FencedError):
@@ -340,15 +471,23 @@ def write_change_files(inbox: Path, stream: ChangeStream, files: int, records: i
     return models
 
 
-def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Path, spark: SparkSession) -> None:
+@pytest.mark.parametrize(("format_version", "deletes", "first_run"), [("2", "equality", 2), ("3", "position", 1)])
+def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Path, spark: SparkSession,
+                                                                    format_version: str, deletes: str,
+                                                                    first_run: int) -> None:
     """The job with maintenance after every commit, SIGKILLed with the rewrite staged, then right after the
-    maintenance commit; a higher version resumes, cleans up and ends with the model and no delete files."""
+    maintenance commit; a higher version resumes, cleans up and ends with the model, no equality delete files and
+    at most one position delete per data file. Equality deletes on format 2 (the first trigger's run drops its
+    delete file, so the second trigger's is the run killed); deletion vectors on format 3 (the first trigger
+    deletes nothing, so the first run is the second trigger's)."""
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     stream = WideStream("debezium", random.Random("maintenance-crash"))
     models = write_change_files(inbox, stream, 3, 500)
     document = sync_document(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
-                             table={"key": ["id"], "partitionBy": ["day(updated_at)"]}, changes={"format": "debezium", "deletes": "equality"},
+                             table={"key": ["id"], "partitionBy": ["day(updated_at)"],
+                                    "properties": {"format-version": format_version}},
+                             changes={"format": "debezium", "deletes": deletes},
                              deadLetter={"table": "sales.orders_dlq"},
                              maintenance={"rewriteDeletes": {"afterCommits": 1},
                                           "expireSnapshots": {"olderThan": "0s", "retainLast": 1, "every": "1ms"}})
@@ -356,9 +495,8 @@ def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Pa
     catalog = catalog_of(parse_spec(document))
     name, sink = "sales.orders", "test/orders"
 
-    # The first trigger's maintenance drops its delete file (no older data); the second's rewrites the
-    # first trigger's files and is killed before its commit.
-    status, log = run_job_process(spec_path, 1, crash_at="maintenance-staged:2", timeout=180)
+    # The second trigger's run rewrites the first trigger's files and is killed before its commit.
+    status, log = run_job_process(spec_path, 1, crash_at=f"maintenance-staged:{first_run}", timeout=180)
     assert status == -9, log[-3000:]
     table = catalog.load_table(name)
     head = sink_commits(table, sink)[-1]
@@ -373,6 +511,7 @@ def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Pa
     assert kinds[-1] == protocol.KIND_MAINTENANCE and kinds.count("data") >= 1
     assert sink_commits(table, sink)[-1].frontier == {"after": "0002.json"}
     assert live(table, DataFileContent.EQUALITY_DELETES) == []
+    assert max(position_deletes_per_data_file(table).values(), default=0) <= 1
     assert spark_rows(spark, table) == models[2] and pyiceberg_rows(table) == models[2]
 
     write_change_files(inbox, stream, 2, 500, first=3)
@@ -380,7 +519,7 @@ def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Pa
     def done() -> bool:
         commits = sink_commits(catalog.load_table(name), sink)
         return bool(commits) and commits[-1].frontier == {"after": "0004.json"} \
-            and commits[-1].kind == protocol.KIND_MAINTENANCE
+            and (deletes == "position" or commits[-1].kind == protocol.KIND_MAINTENANCE)  # no equality delete left
 
     status, log = run_job_process(spec_path, 2, stop_when=done, timeout=240)
     assert status == 0, log[-3000:]
@@ -388,6 +527,7 @@ def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Pa
     assert spark_rows(spark, table) == stream.model
     assert pyiceberg_rows(table) == stream.model
     assert live(table, DataFileContent.EQUALITY_DELETES) == []
+    assert max(position_deletes_per_data_file(table).values(), default=0) <= 1
     assert unreferenced_sink_files(table, sink) == []
     assert len(table.metadata.snapshots) <= 2  # expired down to the newest (plus at most the stop's last commit)
     assert json.loads(table.metadata.properties[protocol.checkpoint_key(sink)])["frontier"] == {"after": "0004.json"}

@@ -482,7 +482,7 @@ class ProtocolModel(RuleBasedStateMachine):
         planned = table.metadata.current_snapshot()
         if planned is None:
             return
-        removed = [task.file.file_path for task in table.scan().plan_files()]
+        removed = [task.file for task in table.scan().plan_files()]
         current = table.scan().to_arrow()
         if not removed or current.num_rows == 0:
             return

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.locations import load_location_provider
@@ -271,7 +271,7 @@ def test_rewrite_files_replaces_files_keeping_an_explicit_data_sequence_number(t
     replacement = writer.finish()
     replacement[0].spec_id = 0
     transaction = Transaction(table)
-    removed = [f.file_path for f in data_files] + [delete_file.file_path]
+    removed = [*data_files, delete_file]
     snapshot_id = iceberg_internals.rewrite_files(transaction, {"p": "m"}, removed, replacement, head.sequence_number)
     iceberg_internals.commit_transaction(table.catalog, table, transaction)
     table = table.catalog.load_table("ns.k")
@@ -287,7 +287,7 @@ def test_rewrite_files_replaces_files_keeping_an_explicit_data_sequence_number(t
                for m in snapshot.manifests(table.io) for e in m.fetch_manifest_entry(table.io, discard_deleted=False)]
     assert (replacement[0].file_path, ManifestEntryStatus.ADDED, 2, 3) in entries
     assert {(path, status) for path, status, _, _ in entries if status == ManifestEntryStatus.DELETED} == {
-        (path, ManifestEntryStatus.DELETED) for path in removed}
+        (f.file_path, ManifestEntryStatus.DELETED) for f in removed}
     assert table.scan().to_arrow().column("id").to_pylist() == [2]  # no delete file left: pyiceberg reads it
     # Files that are not live are refused before anything is written.
     with pytest.raises(ValueError, match="not live"):
@@ -407,7 +407,7 @@ def test_row_delta_commits_v3_snapshots_with_row_lineage(tmp_path: Path) -> None
     from pyiceberg.avro.file import AvroFile
     from pyiceberg.manifest import ManifestContent
 
-    table, data_files = _v3_table_with_rows(tmp_path)
+    table, _ = _v3_table_with_rows(tmp_path)
     first, second = table.metadata.snapshots
     assert (first.first_row_id, first.added_rows, second.first_row_id, second.added_rows) == (0, 3, 3, 2)
     assert iceberg_internals.next_row_id(table.metadata) == 5 and table.metadata.format_version == 3
@@ -421,8 +421,6 @@ def test_row_delta_commits_v3_snapshots_with_row_lineage(tmp_path: Path) -> None
     # pyiceberg's own writers still refuse v3 manifests: the sink's commits go through row_delta.
     with pytest.raises(ValueError, match="Cannot write manifest for table version: 3"):
         table.append(pa.table({"id": pa.array([9], pa.int64()), "day": [date(2025, 1, 3)]}, schema=KEYED.as_arrow()))
-    with pytest.raises(ValueError, match="format-version 3 table is not supported"):
-        iceberg_internals.RewriteFiles(Transaction(table), {}, [data_files[0].file_path], [], 1)
 
 
 def _dv(data_file: DataFile, puffin: str, offset: int, file_format: str = "PUFFIN") -> DataFile:
@@ -482,3 +480,45 @@ def test_row_delta_keeps_one_deletion_vector_per_data_file(tmp_path: Path) -> No
     v2 = keyed_table(tmp_path / "v2", partitioned=False)
     with pytest.raises(ValueError, match="deletion vectors need a format-version 3 table"):
         iceberg_internals.RowDelta(Transaction(v2), {}).add_delete_file(replacement)
+
+
+def test_rewrite_files_of_a_v3_table_removes_a_rewritten_files_dv_and_keeps_the_others_of_its_puffin_file(
+        tmp_path: Path) -> None:
+    """Checked against the metadata alone: a's file is rewritten, its DV goes; b's DV, in the same Puffin file,
+    stays live as it was; the added data file gets new row ids (a's EXISTING neighbours keep theirs)."""
+    table, (a, b) = _v3_table_with_rows(tmp_path)
+    puffin = f"{table.metadata.location}/data/isync-test-dv.puffin"
+    dv_a, dv_b = _dv(a, puffin, 4), _dv(b, puffin, 34)
+    transaction = Transaction(table)
+    iceberg_internals.row_delta(transaction, {}, [], [dv_a, dv_b])
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    table = table.catalog.load_table("ns.v3")
+    head = table.current_snapshot()
+    assert head is not None and head.sequence_number is not None
+    replacement = iceberg_internals.full_data_file(
+        content=DataFileContent.DATA, file_path=f"{table.metadata.location}/data/isync-test-a2.parquet",
+        file_format=FileFormat.PARQUET, partition=a.partition, record_count=2, file_size_in_bytes=10)
+    replacement.spec_id = a.spec_id
+    # The DV of a removed data file must go in the same commit; a kept data file takes no second DV.
+    with pytest.raises(ValueError, match="deletion vectors of removed data files"):
+        iceberg_internals.rewrite_files(Transaction(table), {}, [a], [replacement], head.sequence_number)
+    with pytest.raises(ValueError, match="two deletion vectors"):
+        iceberg_internals.rewrite_files(Transaction(table), {}, [a, dv_a], [replacement, _dv(b, puffin, 64)],
+                                        head.sequence_number)
+    with pytest.raises(ValueError, match="not live"):
+        iceberg_internals.rewrite_files(Transaction(table), {}, [a, _dv(a, puffin, 999)], [replacement],
+                                        head.sequence_number)
+    transaction = Transaction(table)
+    snapshot_id = iceberg_internals.rewrite_files(transaction, {}, [a, dv_a], [replacement], head.sequence_number)
+    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    table = table.catalog.load_table("ns.v3")
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    assert snapshot is not None and snapshot.summary is not None
+    assert (snapshot.summary.operation.value, snapshot.summary["deleted-data-files"], snapshot.summary["removed-dvs"],
+            snapshot.summary["total-delete-files"]) == ("replace", "1", "1", "1")
+    live = iceberg_internals.live_files(table, snapshot)
+    assert sorted((f.path, iceberg_internals.content_offset(f.data_file), f.data_sequence_number) for f in live) == sorted(
+        [(b.file_path, None, 2), (puffin, 34, 3), (replacement.file_path, None, head.sequence_number)])
+    row_ids = {f.path: iceberg_internals.first_row_id(f.data_file) for f in live if f.data_file.content == DataFileContent.DATA}
+    assert row_ids[b.file_path] == 3 and row_ids[replacement.file_path] >= 5  # b keeps its ids, the new file gets new ones
+    assert iceberg_internals.next_row_id(table.metadata) == (snapshot.first_row_id or 0) + (snapshot.added_rows or 0)

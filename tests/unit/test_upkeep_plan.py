@@ -11,7 +11,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import DayTransform
 from pyiceberg.typedef import Record
 
-from spark_app.iceberg_internals import LiveFile
+from spark_app.iceberg_internals import FileKey, LiveFile, full_data_file
 from spark_app.upkeep.plan import Thresholds, UpkeepPlan, plan_upkeep
 
 TARGET = 1000
@@ -46,9 +46,22 @@ def position(name: str, sequence: int, day: int = 1) -> LiveFile:
     return delete(name, sequence, DataFileContent.POSITION_DELETES, day)
 
 
-def plan(files: list[LiveFile], thresholds: Thresholds = DEFAULTS, references: dict[str, dict[str, int]] | None = None,
+def dv(target: LiveFile, offset: int, sequence: int, rows: int) -> LiveFile:
+    """The deletion vector of ``target`` at ``offset`` of the one Puffin file /t/data/dvs.puffin."""
+    vector = full_data_file(content=DataFileContent.POSITION_DELETES, file_path="/t/data/dvs.puffin",
+                            file_format=FileFormat.PUFFIN, partition=target.data_file.partition, record_count=rows,
+                            file_size_in_bytes=500, referenced_data_file=target.path, content_offset=offset,
+                            content_size_in_bytes=40)
+    vector.spec_id = target.data_file.spec_id
+    return LiveFile(vector, sequence, "/t/metadata/d.avro")
+
+
+def plan(files: list[LiveFile], thresholds: Thresholds = DEFAULTS,
+         references: dict[str, dict[str, int]] | dict[FileKey, dict[str, int]] | None = None,
          **changes: Any) -> UpkeepPlan | None:
-    return plan_upkeep(HEAD, files, dataclasses.replace(thresholds, **changes), KEY, SPECS, references or {})
+    """The plan, with ``references`` by delete file path (a Parquet file) or by key (a DV)."""
+    keyed = {(key, None) if isinstance(key, str) else key: named for key, named in (references or {}).items()}
+    return plan_upkeep(HEAD, files, dataclasses.replace(thresholds, **changes), KEY, SPECS, keyed)
 
 
 def names(files: Any) -> list[str]:
@@ -126,6 +139,21 @@ def test_position_delete_files_of_a_partition_are_merged_when_a_file_has_two() -
     assert names(result.removable) == ["dangling"]
     without = plan(files, references=references, min_delete_files=None)  # held back: only what applies to nothing
     assert without is not None and without.merges == () and names(without.removable) == ["dangling"]
+
+
+def test_deletion_vectors_of_one_puffin_file_go_one_by_one_with_their_data_files() -> None:
+    """One Puffin file holds the DVs of small files s0..s4, of a file mostly deleted and of two files that stay:
+    the DVs of the rewritten files are removable each on its own (by offset), the others stay."""
+    small = [data(f"s{i}", 100, sequence=1) for i in range(5)]
+    mostly, stays, other_day = data("mostly", 500, sequence=1), data("stays", 900, sequence=1), data("d2", 900, day=2)
+    targets = [*small, mostly, stays, other_day]
+    vectors = [dv(target, 4 + 40 * i, 3, 50 if target is mostly else 1) for i, target in enumerate(targets)]
+    references = {v.key: {target.path: v.data_file.record_count} for v, target in zip(vectors, targets, strict=True)}
+    result = plan([*targets, *vectors], references=references)
+    assert result is not None and groups(result) == [["mostly", "s0", "s1", "s2", "s3", "s4"]]
+    assert sorted(d.key for d in result.groups[0].position_deletes) == sorted(v.key for v in vectors[:6])
+    assert sorted(d.key for d in result.removable) == sorted(v.key for v in vectors[:6])
+    assert result.merges == ()  # one DV per data file: nothing to merge
 
 
 def test_a_position_delete_older_than_a_data_file_does_not_apply_to_it() -> None:
