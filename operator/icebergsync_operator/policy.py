@@ -5,7 +5,8 @@ into the SparkApplication, and the operator itself connects to ``spec.table.cata
 by ``endpoints``: an ambiguous URI is refused even when every endpoint is allowed);
 ``policy_problems`` lists each one the operator's settings do not allow, so a refused spec is
 never rendered nor its catalog contacted. Every default is closed: the operator's own image and
-service account, named tuning conf keys (shell-style patterns, ``fnmatch``), capped sizes.
+service account, named tuning conf keys (shell-style patterns, ``fnmatch``), capped sizes, no SQL
+transform.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def policy_problems(sync: IcebergSync, settings: OperatorSettings) -> tuple[str,
     problems += [f"spec.spark.conf: {key!r} is not among the allowed keys (policy.allowedSparkConf)"
                  for key in sorted(spark.conf) if not _matches(key, settings.allowed_spark_conf)]
     problems += _size_problems(spark, settings)
+    if sync.spec.transform and not settings.allow_transform:
+        problems.append("spec.transform: SQL transforms are not allowed (policy.allowTransform): Spark SQL can call "
+                        "Java methods and read the job's local files, which is running code as the job")
     endpoint = endpoint_problem(sync.spec.table.catalog, settings.allowed_catalog_uris)
     if endpoint:
         problems.append(f"spec.table.catalog.uri: {endpoint}")

@@ -67,6 +67,7 @@ class OperatorSettings:
     max_executors: int = 8  #: executor instances of one sync; 0: no cap
     max_cores: int = 16  #: cores of one sync, driver and executors together; 0: no cap
     max_memory: int = 64 * 1024**3  #: bytes of memory of one sync, driver and executors together; 0: no cap
+    allow_transform: bool = False  #: spec.transform (Spark SQL, which can call Java methods) may be set
 
     @property
     def clusterwide(self) -> bool:
@@ -172,6 +173,9 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="cores one sync may ask for, driver and executors together; 0: no cap (default 16)")
     add("--max-memory", type=_bytes, default=_bytes(str(env("MAX_MEMORY", defaults.max_memory))),
         help="memory one sync may ask for, driver and executors together (e.g. 64Gi); 0: no cap (default 64Gi)")
+    add("--allow-transform", action=argparse.BooleanOptionalAction, default=_flag(str(env("ALLOW_TRANSFORM", ""))),
+        help="let syncs set spec.transform: Spark SQL in the job's JVMs, which can call Java methods and read "
+             "local files, i.e. run code as the job (default: refused)")
     add("--log-level", default=env("LOG_LEVEL", "INFO"))
     return parser
 
@@ -223,5 +227,6 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         max_executors=args.max_executors,
         max_cores=args.max_cores,
         max_memory=args.max_memory,
+        allow_transform=args.allow_transform,
     )
     return settings, args.log_level

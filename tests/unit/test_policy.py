@@ -147,3 +147,16 @@ def test_the_docs_name_every_default_tuning_key() -> None:
     """docs/operator.md#policy lists the default allow-list the admin opens from."""
     policy = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text().split("## Policy")[1]
     assert [key for key in DEFAULT_ALLOWED_SPARK_CONF if f"`{key}`" not in policy] == []
+
+
+def test_a_sql_transform_is_refused_unless_the_admin_allows_transforms() -> None:
+    document = sync_with({}).model_dump(by_alias=True, exclude_none=True)
+    document["spec"]["transform"] = "SELECT java_method('java.lang.System', 'getenv', 'HOME') AS id FROM source"
+    sync = parse_spec(document)
+    assert policy_problems(sync, OperatorSettings()) == (
+        "spec.transform: SQL transforms are not allowed (policy.allowTransform): Spark SQL can call Java methods "
+        "and read the job's local files, which is running code as the job",)
+    assert policy_problems(sync, OperatorSettings(allow_transform=True)) == ()
+    assert parse_settings(["--allow-transform"], {})[0].allow_transform
+    assert parse_settings([], {"ICEBERGSYNC_ALLOW_TRANSFORM": "true"})[0].allow_transform
+    assert not parse_settings([], {})[0].allow_transform
