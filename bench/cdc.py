@@ -153,7 +153,7 @@ def run_sync(spark: Any, workdir: Path, inbox: Path, last: str, deletes: str) ->
         },
     }
     sync = parse_spec(document)
-    catalog = open_catalog(sync.spec.table.catalog)
+    catalog = open_catalog(sync.spec.table.catalog_or_default)
     job = SyncJob(sync, 1, spark)
     errors: list[BaseException] = []
 

@@ -136,11 +136,14 @@ def test_app_version_is_the_project_version() -> None:
     assert values["sparkVersion"] == DEFAULT_SPARK_VERSION
 
 
-@pytest.mark.parametrize("name", ["icebergsync.yaml", "kopf-peering.yaml"])
+CHART_CRDS = ["clustericebergcatalog.yaml", "icebergcatalog.yaml", "icebergsync.yaml", "kopf-peering.yaml"]
+
+
+@pytest.mark.parametrize("name", CHART_CRDS)
 def test_chart_crds_are_byte_identical_to_the_generated_ones(name: str) -> None:
     assert (CHART / "crds" / name).read_bytes() == (REPO_ROOT / "crds" / name).read_bytes(), (
         f"charts/icebergsync/crds/{name} drifted: run .venv/bin/python -m icebergsync.generate --write")
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["icebergsync.yaml", "kopf-peering.yaml"]
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == CHART_CRDS
 
 
 def test_chart_crd_is_the_model() -> None:
