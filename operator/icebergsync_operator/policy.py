@@ -37,7 +37,7 @@ def policy_problems(sync: IcebergSync, settings: OperatorSettings) -> tuple[str,
         elif settings.allowed_spark_conf and not _matches(key, settings.allowed_spark_conf):
             problems.append(f"spec.spark.conf: {key!r} is not among the allowed keys "
                             f"({', '.join(settings.allowed_spark_conf)})")
-    endpoint = endpoint_problem(sync.spec.table.catalog, settings.allowed_catalog_uris)
+    endpoint = endpoint_problem(sync.spec.table.catalog_or_default, settings.allowed_catalog_uris)
     if endpoint:
         problems.append(f"spec.table.catalog.uri: {endpoint}")
     return tuple(problems)

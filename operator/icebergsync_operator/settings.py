@@ -55,6 +55,8 @@ class OperatorSettings:
     allowed_service_accounts: tuple[str, ...] = ()  #: names spec.spark.serviceAccount may take; empty: any
     denied_spark_conf: tuple[str, ...] = DEFAULT_DENIED_SPARK_CONF  #: spec.spark.conf key patterns refused
     allowed_spark_conf: tuple[str, ...] = ()  #: if set, every spec.spark.conf key must match one of these
+    allow_inline_catalogs: bool = False  #: accept spec.table.catalog (else only spec.table.catalogRef)
+    catalog_secrets_namespace: str = ""  #: where ClusterIcebergCatalog secretRefs live (empty: none can be read)
 
     @property
     def clusterwide(self) -> bool:
@@ -154,6 +156,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
              "images, namespace, service account, authentication and secrets of spark.kubernetes.*)")
     add("--allowed-spark-conf", type=_list, default=_list(str(env("ALLOWED_SPARK_CONF", ""))),
         help="comma-separated patterns every spec.spark.conf key must match (default: any key not denied)")
+    add("--allow-inline-catalogs", action=argparse.BooleanOptionalAction,
+        default=_flag(str(env("ALLOW_INLINE_CATALOGS", ""))),
+        help="accept syncs that declare their catalog inline (spec.table.catalog); default: only catalog resources "
+             "(spec.table.catalogRef), see docs/catalogs.md")
+    add("--catalog-secrets-namespace", default=env("CATALOG_SECRETS_NAMESPACE", ""),
+        help="the namespace holding the Secrets ClusterIcebergCatalogs name (the chart: its own namespace)")
     add("--log-level", default=env("LOG_LEVEL", "INFO"))
     return parser
 
@@ -201,5 +209,7 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         allowed_service_accounts=args.allowed_service_accounts,
         denied_spark_conf=args.denied_spark_conf,
         allowed_spark_conf=args.allowed_spark_conf,
+        allow_inline_catalogs=args.allow_inline_catalogs,
+        catalog_secrets_namespace=args.catalog_secrets_namespace,
     )
     return settings, args.log_level
