@@ -74,22 +74,27 @@ async def _verdict(context: OperatorContext, kind: str, namespace: str | None, n
 
 
 async def check_catalog(context: OperatorContext, kind: str, namespace: str | None, name: str) -> Verdict | None:
-    """Check one catalog resource and record its Ready condition; None when it is gone."""
-    plural = NAMES[kind].plural
-    body = await asyncio.to_thread(context.api.get_catalog, plural, namespace, name)
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return None
-    ready = await _verdict(context, kind, namespace, name, body)
-    previous = parse_catalog_status(body.get("status"))
-    status = next_status(previous, ready, int(body["metadata"].get("generation") or 1), datetime.now(UTC))
-    event = transition_event(previous, ready)
-    if event is not None:
-        log.log(logging.INFO if ready.status == TRUE else logging.WARNING, "%s %s: %s: %s", kind,
-                f"{namespace}/{name}" if namespace else name, ready.reason, ready.message)
-        await asyncio.to_thread(context.api.post_event, body, *event)
-    await asyncio.to_thread(context.api.patch_catalog_status, plural, namespace, name,
-                            status.model_dump(by_alias=True, mode="json", exclude_none=True))
-    return ready
+    """Check one catalog resource and record its Ready condition; None when it is gone.
+
+    One check of a catalog at a time (a timer and a change may fire together), so each transition
+    posts one event.
+    """
+    async with context.lock(*_key(context, kind, namespace, name)):
+        plural = NAMES[kind].plural
+        body = await asyncio.to_thread(context.api.get_catalog, plural, namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return None
+        ready = await _verdict(context, kind, namespace, name, body)
+        previous = parse_catalog_status(body.get("status"))
+        status = next_status(previous, ready, int(body["metadata"].get("generation") or 1), datetime.now(UTC))
+        event = transition_event(previous, ready)
+        if event is not None:
+            log.log(logging.INFO if ready.status == TRUE else logging.WARNING, "%s %s: %s: %s", kind,
+                    f"{namespace}/{name}" if namespace else name, ready.reason, ready.message)
+            await asyncio.to_thread(context.api.post_event, body, *event)
+        await asyncio.to_thread(context.api.patch_catalog_status, plural, namespace, name,
+                                status.model_dump(by_alias=True, mode="json", exclude_none=True))
+        return ready
 
 
 def forget_catalog(context: OperatorContext, kind: str, namespace: str | None, name: str) -> None:
