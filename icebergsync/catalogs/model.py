@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from icebergsync.resource_status import Condition, StatusModel
-from icebergsync.spec import K8S_NAME_PATTERN, Catalog, CatalogType, Model, SecretRef
+from icebergsync.spec import IDENTIFIER_PATTERN, K8S_NAME_PATTERN, Catalog, CatalogType, Model, SecretRef
 
 SERVES_SOME_NAMESPACE_MESSAGE = "namespaces or namespaceSelector must say which namespaces this catalog serves"
 SELECTOR_VALUES_MESSAGE = "In and NotIn need values; Exists and DoesNotExist take none"
@@ -31,6 +31,10 @@ class CatalogResourceSpec(Model):
     uri: str = Field(min_length=1, max_length=2048,
                      description="Catalog URI: an HTTP(S) URL for rest, a SQLAlchemy URL for sql.")
     warehouse: str | None = Field(default=None, max_length=2048, description="Warehouse location (path or URI).")
+    catalog_name: str = Field(
+        default="icebergsync", pattern=IDENTIFIER_PATTERN, max_length=253,
+        description="The catalog's name in the job (and, for sql, the name its tables are recorded under: "
+        "keep an inline catalog's name when moving it to a catalog resource).")
     properties: dict[str, str] = Field(
         default_factory=dict, max_length=64,
         description="Catalog and FileIO properties (not credentials: those belong in the Secret). Values may use "
@@ -38,8 +42,8 @@ class CatalogResourceSpec(Model):
 
     def catalog(self, secret_ref: SecretRef | None) -> Catalog:
         """The inline catalog a job of a sync using this resource gets, with the Secret it may mount."""
-        return Catalog(type=self.type, uri=self.uri, warehouse=self.warehouse, properties=self.properties,
-                       secret_ref=secret_ref)
+        return Catalog(type=self.type, uri=self.uri, warehouse=self.warehouse, name=self.catalog_name,
+                       properties=self.properties, secret_ref=secret_ref)
 
 
 class IcebergCatalogSpec(CatalogResourceSpec):

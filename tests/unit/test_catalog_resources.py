@@ -134,6 +134,9 @@ def test_a_namespaced_catalog_resolves_to_its_connection_and_its_secret() -> Non
     assert (catalog.type, catalog.uri, catalog.warehouse) == ("rest", REST["uri"], "s3://lake/wh")
     assert catalog.properties == {"s3.region": "eu-west-1"}
     assert catalog.secret_ref is not None and catalog.secret_ref.name == "lake-creds"
+    assert catalog.name == "icebergsync"
+    renamed = resolve(ref(), {"spec": {**REST, "catalogName": "legacy"}}, None)
+    assert isinstance(renamed, IcebergSync) and renamed.spec.table.catalog_or_default.name == "legacy"
 
 
 def test_a_missing_or_invalid_catalog_is_refused_naming_it() -> None:
