@@ -159,7 +159,7 @@ def render_catalog_reference() -> str:
         spec = document["spec"]
         names = spec["names"]
         out += [f"## {names['kind']}", "",
-                f"`{spec['group']}/{spec['versions'][0]['name']}`, {spec['scope'].lower()}-scoped, short name "
+                f"`{spec['group']}/{spec['versions'][0]['name']}`, scope `{spec['scope']}`, short name "
                 f"`{names['shortNames'][0]}`.", ""]
         out += [*_sections(document, 3, names["shortNames"][0]), ""]
     return "\n".join(out[:-1]) + "\n"
