@@ -165,7 +165,7 @@ def run_sync(spark: Any, workdir: Path, inbox: Path, last: str, deletes: str) ->
         "commit": {"interval": "500ms", "pollInterval": "100ms", "targetFileSize": "64Mi"},
     })
     sync = SyncInThread(document, spark)
-    catalog = open_catalog(sync.sync.spec.table.catalog)
+    catalog = open_catalog(sync.sync.spec.table.catalog_or_default)
 
     started = time.perf_counter()
     sync.start()

@@ -121,7 +121,7 @@ def run_mode(spark: Any, mode: str, workdir: Path, args: argparse.Namespace) -> 
     sync.start()
     if feeder:
         feeder.start()
-    catalog_handle = open_catalog(sync.sync.spec.table.catalog)
+    catalog_handle = open_catalog(sync.sync.spec.table.catalog_or_default)
     samples = []
     load_before = load_average()
     for number in range(1, int(args.minutes / args.sample_minutes) + 1):

@@ -78,7 +78,7 @@ def load_table(sync: Any, rows: int) -> None:
     from spark_app.writer import PartitionedWriter, conform
 
     table_spec = sync.spec.table
-    catalog = open_catalog(table_spec.catalog)
+    catalog = open_catalog(table_spec.catalog_or_default)
     table = ensure_table(catalog, table_spec.name, iceberg_schema(effective_columns(sync.spec)), table_spec.partition_by,
                          dict(table_spec.properties), key=table_spec.key)
     plan = table_plan(table)
@@ -125,7 +125,7 @@ def run_size(spark: Any, workdir: Path, rows: int, workload: str, args: argparse
     started = time.perf_counter()
     load_table(sync.sync, rows)
     print(f"[scale] {workload} {rows:,}: loaded in {time.perf_counter() - started:.0f} s", flush=True)
-    catalog = open_catalog(sync.sync.spec.table.catalog)
+    catalog = open_catalog(sync.sync.spec.table.catalog_or_default)
     sync.start()
     rng, next_id, times = random.Random(7), rows, []
     for number in range(args.triggers):

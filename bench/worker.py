@@ -143,7 +143,7 @@ class SinkContender:
         finished = now()
         peak = sampler.close_window()
         commits = list(self.lines.commits)
-        table = open_catalog(sync.spec.table.catalog).load_table(sync.spec.table.name)
+        table = open_catalog(sync.spec.table.catalog_or_default).load_table(sync.spec.table.name)
         files, snapshots = pyiceberg_files(table)
         shutil.rmtree(directory, ignore_errors=True)
         return {**steady(commits, started, finished, self.cell.rows), "commits": commits, "peak": peak.as_dict(),

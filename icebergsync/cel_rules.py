@@ -9,6 +9,7 @@ that they agree.
 from __future__ import annotations
 
 from icebergsync.spec import (
+    CATALOG_OR_REF_MESSAGE,
     CHANGES_NEED_FILES_OR_KAFKA_MESSAGE,
     CHANGES_NEED_KEY_MESSAGE,
     EXACTLY_ONE_SOURCE_MESSAGE,
@@ -85,6 +86,9 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "rule": " + ".join(f"(has(self.{kind}) ? 1 : 0)" for kind in SOURCE_KINDS) + " == 1",
             "message": EXACTLY_ONE_SOURCE_MESSAGE,
         }
+    ],
+    "spec.table": [
+        {"rule": "!(has(self.catalog) && has(self.catalogRef))", "message": CATALOG_OR_REF_MESSAGE},
     ],
     "spec.table.partitionBy[]": [
         {

@@ -35,7 +35,7 @@ def status_command(args: argparse.Namespace) -> int:
     from icebergsync.sink_state import read_sink_state
 
     sync = load_spec(args.spec)
-    status = read_sink_state(open_catalog(sync.spec.table.catalog), sync.spec.table.name, sync.sink_id)
+    status = read_sink_state(open_catalog(sync.spec.table.catalog_or_default), sync.spec.table.name, sync.sink_id)
     if args.json:
         print(json.dumps(status.as_dict(), indent=2, sort_keys=True))
         return EXIT_OK

@@ -33,7 +33,14 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.schema[].required": "Whether the column is NOT NULL.",
     "spec.eventTimeColumn": "Column holding event time, reported as maxEventTime.",
     "spec.table": "The Iceberg table records are committed to.",
-    "spec.table.catalog": "The Iceberg catalog holding the table.",
+    "spec.table.catalog": ("The Iceberg catalog holding the table, declared inline: for local runs (the default is an "
+                           "embedded SQLite catalog under .icebergsync/). In a cluster the operator refuses it unless "
+                           "its admin allows inline catalogs; use catalogRef. At most one of catalog and catalogRef."),
+    "spec.table.catalogRef": ("The catalog resource holding the table (docs/catalogs.md): an IcebergCatalog of the "
+                              "sync's namespace or a ClusterIcebergCatalog that serves it. The job gets the catalog's "
+                              "connection and only the Secret the catalog names."),
+    "spec.table.catalogRef.kind": "IcebergCatalog (namespaced) or ClusterIcebergCatalog.",
+    "spec.table.catalogRef.name": "Name of the catalog resource.",
     "spec.table.catalog.type": "Catalog implementation.",
     "spec.table.catalog.uri": "Catalog URI (SQLAlchemy URL for sql, HTTP(S) URL for rest).",
     "spec.table.catalog.warehouse": "Warehouse location (path or URI).",

@@ -1,7 +1,7 @@
-"""Write the files generated from the spec model: both CRD copies and the configuration reference.
+"""Write the files generated from the models: every CRD copy and the reference pages.
 
 ``python -m icebergsync.generate --write`` rewrites them in the repository; without ``--write`` it
-prints the CRD. Unit tests fail when a committed copy differs from what this writes.
+prints the IcebergSync CRD. Unit tests fail when a committed copy differs from what this writes.
 """
 
 from __future__ import annotations
@@ -10,18 +10,28 @@ import argparse
 import sys
 from pathlib import Path
 
+from icebergsync.catalogs.crd import render_catalog_crds
 from icebergsync.crd import render_crd_yaml
-from icebergsync.docs_reference import render_reference
+from icebergsync.docs_reference import render_catalog_reference, render_reference
 
-GENERATED_CRD_PATHS = ("crds/icebergsync.yaml", "charts/icebergsync/crds/icebergsync.yaml")
+CRD_DIRECTORIES = ("crds", "charts/icebergsync/crds")
+GENERATED_CRD_PATHS = tuple(f"{directory}/icebergsync.yaml" for directory in CRD_DIRECTORIES)
 GENERATED_REFERENCE_PATH = "docs/configuration.md"
+GENERATED_CATALOG_REFERENCE_PATH = "docs/catalog-reference.md"
+
+
+def generated_files() -> dict[str, str]:
+    """Every generated file's text, by its path in the repository."""
+    crds = {"icebergsync.yaml": render_crd_yaml(), **render_catalog_crds()}
+    files = {f"{directory}/{name}": text for directory in CRD_DIRECTORIES for name, text in crds.items()}
+    return {**files, GENERATED_REFERENCE_PATH: render_reference(),
+            GENERATED_CATALOG_REFERENCE_PATH: render_catalog_reference()}
 
 
 def write_generated(root: Path) -> list[Path]:
-    """Rewrite every file generated from the spec model (both CRD copies, the configuration reference)."""
+    """Rewrite every generated file (the CRD copies, the reference pages)."""
     written = []
-    for relative, text in [*((path, render_crd_yaml()) for path in GENERATED_CRD_PATHS),
-                           (GENERATED_REFERENCE_PATH, render_reference())]:
+    for relative, text in generated_files().items():
         target = root / relative
         target.write_text(text)
         written.append(target)
@@ -34,8 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Print the IcebergSync CRD or rewrite every generated file.")
     parser.add_argument("--output", "-o", help="write the CRD to this file instead of stdout")
     parser.add_argument("--write", metavar="REPO", nargs="?", const=".",
-                        help="rewrite every generated file in the repository (" + ", ".join(
-                            (*GENERATED_CRD_PATHS, GENERATED_REFERENCE_PATH)) + ")")
+                        help="rewrite every generated file in the repository (" + ", ".join(generated_files()) + ")")
     args = parser.parse_args(argv)
     if args.write:
         for path in write_generated(Path(args.write)):

@@ -159,8 +159,13 @@ SOURCE_KINDS: tuple[str, ...] = tuple(Source.model_fields)
 EXACTLY_ONE_SOURCE_MESSAGE = f"exactly one of {', '.join(SOURCE_KINDS)} must be set"
 
 
+CatalogType = Literal["sql", "rest"]
+CATALOG_OR_REF_MESSAGE = "set at most one of catalog and catalogRef"
+CatalogKind = Literal["IcebergCatalog", "ClusterIcebergCatalog"]
+
+
 class Catalog(Model):
-    type: Literal["sql", "rest"] = "sql"
+    type: CatalogType = "sql"
     uri: str = Field(default="sqlite:///.icebergsync/catalog.db", min_length=1)
     warehouse: str | None = Field(default=".icebergsync/warehouse")
     name: str = Field(default="icebergsync", pattern=IDENTIFIER_PATTERN)
@@ -168,8 +173,17 @@ class Catalog(Model):
     secret_ref: SecretRef | None = None
 
 
+class CatalogRef(Model):
+    """The catalog resource holding the table: an IcebergCatalog of the sync's namespace, or a
+    ClusterIcebergCatalog that serves it."""
+
+    kind: CatalogKind = "IcebergCatalog"
+    name: str = Field(pattern=K8S_NAME_PATTERN, max_length=253)
+
+
 class Table(Model):
-    catalog: Catalog = Field(default_factory=Catalog)
+    catalog: Catalog | None = None
+    catalog_ref: CatalogRef | None = None
     name: str = Field(pattern=TABLE_NAME_PATTERN, description="namespace.table")
     partition_by: list[PartitionTransform] = Field(default_factory=list, max_length=64)
     properties: dict[str, str] = Field(default_factory=dict)
@@ -185,6 +199,24 @@ class Table(Model):
         if any(re.match(ZERO_WIDTH_PATTERN, transform) for transform in transforms):
             raise ValueError("bucket and truncate need a width of at least 1")
         return transforms
+
+    @model_validator(mode="after")
+    def _one_catalog(self) -> Table:
+        if self.catalog is not None and self.catalog_ref is not None:
+            raise ValueError(CATALOG_OR_REF_MESSAGE)
+        return self
+
+    @property
+    def catalog_or_default(self) -> Catalog:
+        """The inline catalog, or the local default (SQLite under .icebergsync/) when none is named.
+
+        A ``catalogRef`` is resolved into an inline catalog by the operator before a job sees the
+        spec; a local run cannot resolve it.
+        """
+        if self.catalog_ref is not None:
+            raise SpecError([f"spec.table.catalogRef: {self.catalog_ref.kind} {self.catalog_ref.name!r} is resolved by "
+                             "the operator in a cluster; a local run names its catalog inline (spec.table.catalog)"])
+        return self.catalog or Catalog()
 
 
 class Commit(Model):

@@ -1,13 +1,14 @@
 """Pydantic JSON schema -> the structural OpenAPI v3 schema a CRD needs.
 
 Pydantic's schema of a model is made *structural*: ``$ref`` inlined, ``anyOf`` with null folded away,
-titles dropped; then defaults, descriptions (icebergsync.field_descriptions) and CEL rules
-(icebergsync.cel_rules) are added by spec path.
+titles dropped; then defaults, descriptions and CEL rules are added by path (for the IcebergSync:
+icebergsync.field_descriptions and icebergsync.cel_rules; a catalog resource passes its own).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -54,10 +55,13 @@ def _has_model_default(model: type[BaseModel], alias: str) -> bool:
 class _StructuralConverter:
     """Turns pydantic's JSON schema of one model into a structural OpenAPI v3 schema."""
 
-    def __init__(self, model: type[BaseModel]):
+    def __init__(self, model: type[BaseModel], descriptions: Mapping[str, str],
+                 rules: Mapping[str, list[dict[str, str]]]):
         self.schema = model.model_json_schema(by_alias=True)
         self.definitions = self.schema.get("$defs", {})
         self.classes = _model_classes(model)
+        self.descriptions = descriptions
+        self.rules = rules
 
     def resolve(self, node: dict[str, Any]) -> dict[str, Any]:
         if "$ref" in node:
@@ -93,10 +97,10 @@ class _StructuralConverter:
             if "name" in out["items"].get("required", []):
                 out["x-kubernetes-list-type"] = "map"
                 out["x-kubernetes-list-map-keys"] = ["name"]
-        if path in FIELD_DESCRIPTIONS:
-            out["description"] = FIELD_DESCRIPTIONS[path]
-        if path in CEL_RULES:
-            out["x-kubernetes-validations"] = copy.deepcopy(CEL_RULES[path])
+        if path in self.descriptions:
+            out["description"] = self.descriptions[path]
+        if path in self.rules:
+            out["x-kubernetes-validations"] = copy.deepcopy(self.rules[path])
         return dict(sorted(out.items(), key=lambda item: (
             _KEY_ORDER.index(item[0]) if item[0] in _KEY_ORDER else len(_KEY_ORDER), item[0])))
 
@@ -114,18 +118,29 @@ class _StructuralConverter:
         return self.convert(self.schema, path)
 
 
-def spec_schema() -> dict[str, Any]:
-    """The structural OpenAPI schema of ``spec``."""
-    return _StructuralConverter(IcebergSyncSpec).root("spec")
+def structural_schema(model: type[BaseModel], path: str = "spec", descriptions: Mapping[str, str] | None = None,
+                      rules: Mapping[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
+    """The structural OpenAPI schema of ``model`` at ``path``, with descriptions and CEL rules by path."""
+    return _StructuralConverter(model, descriptions or {}, rules or {}).root(path)
 
 
-def status_schema() -> dict[str, Any]:
-    """The structural OpenAPI schema of ``status``."""
-    schema = _without_defaults(_StructuralConverter(SyncStatus).root("status"))
+def structural_status_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The structural OpenAPI schema of a status model: no defaults, conditions a map keyed by type."""
+    schema = _without_defaults(structural_schema(model, "status"))
     conditions = schema["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]
     return schema
+
+
+def spec_schema() -> dict[str, Any]:
+    """The structural OpenAPI schema of an IcebergSync's ``spec``."""
+    return structural_schema(IcebergSyncSpec, "spec", FIELD_DESCRIPTIONS, CEL_RULES)
+
+
+def status_schema() -> dict[str, Any]:
+    """The structural OpenAPI schema of an IcebergSync's ``status``."""
+    return structural_status_schema(SyncStatus)
 
 
 def _without_defaults(node: Any) -> Any:

@@ -30,7 +30,7 @@ def run_command(args: argparse.Namespace) -> int:
     install_stop_handlers(stop_requested)
     log.info("starting %s as sink version %d", args.spec, args.sink_version)
     sync = load_spec(args.spec)
-    catalog = open_catalog(sync.spec.table.catalog)  # fail fast, before a JVM starts
+    catalog = open_catalog(sync.spec.table.catalog_or_default)  # fail fast, before a JVM starts
     conf = {**spark_conf(sync.spec), **dict(item.split("=", 1) for item in args.conf)}
     # The JVM and the Python workers start while the sink fences the table (which needs no Spark).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-spark-start") as starter:

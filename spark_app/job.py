@@ -138,7 +138,7 @@ class SyncJob:
         self.writer = Writer(sync.sink_id, version, uuid.uuid4().hex[:12])
         self.stop_requested = stop_requested or threading.Event()
         self.columns = effective_columns(self.spec)
-        self.catalog = catalog or open_catalog(self.spec.table.catalog)
+        self.catalog = catalog or open_catalog(self.spec.table.catalog_or_default)
 
     @property
     def spark(self) -> SparkSession:

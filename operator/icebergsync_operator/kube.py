@@ -86,6 +86,32 @@ class KubeApi:
             field_manager=FIELD_MANAGER,
         )
 
+    # Catalog resources and namespaces --------------------------------------------------------
+
+    def get_catalog(self, plural: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """An IcebergCatalog (``namespace`` given) or ClusterIcebergCatalog; None when it does not exist."""
+        if namespace:
+            body = _unless_missing(self.custom.get_namespaced_custom_object, SYNC_GROUP, SYNC_VERSION, namespace,
+                                   plural, name)
+        else:
+            body = _unless_missing(self.custom.get_cluster_custom_object, SYNC_GROUP, SYNC_VERSION, plural, name)
+        return None if body is None else cast(dict[str, Any], body)
+
+    def patch_catalog_status(self, plural: str, namespace: str | None, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch a catalog resource's status."""
+        patch = {"status": dict(status)}
+        if namespace:
+            self.custom.patch_namespaced_custom_object_status(SYNC_GROUP, SYNC_VERSION, namespace, plural, name, patch,
+                                                              field_manager=FIELD_MANAGER)
+        else:
+            self.custom.patch_cluster_custom_object_status(SYNC_GROUP, SYNC_VERSION, plural, name, patch,
+                                                           field_manager=FIELD_MANAGER)
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        """A namespace's labels."""
+        found = self.core.read_namespace(namespace)
+        return dict((found.metadata and found.metadata.labels) or {})
+
     # SparkApplications and ConfigMaps ------------------------------------------------------
 
     @staticmethod
@@ -137,25 +163,28 @@ class KubeApi:
                                             f"is not UTF-8 text") from None
         return values
 
-    def post_event(self, sync: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """A core/v1 Event on the IcebergSync (failures to post are logged, never raised)."""
-        metadata = sync["metadata"]
+    def post_event(self, owner: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on an IcebergSync or catalog resource (failures to post are logged, never raised).
+
+        A cluster-scoped object's events go to the ``default`` namespace, where kubectl describe looks.
+        """
+        metadata = owner["metadata"]
+        namespace = metadata.get("namespace") or "default"
         now = datetime.now(UTC)
         event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{metadata['name']}.", namespace=metadata["namespace"]),
+            metadata=client.V1ObjectMeta(generate_name=f"{metadata['name']}.", namespace=namespace),
             involved_object=client.V1ObjectReference(
-                api_version=f"{SYNC_GROUP}/{SYNC_VERSION}", kind=SYNC_KIND, name=metadata["name"],
-                namespace=metadata["namespace"], uid=metadata.get("uid"),
+                api_version=f"{SYNC_GROUP}/{SYNC_VERSION}", kind=owner.get("kind", SYNC_KIND), name=metadata["name"],
+                namespace=metadata.get("namespace"), uid=metadata.get("uid"),
                 resource_version=metadata.get("resourceVersion")),
             type=type_, reason=reason, message=message[:1024], count=1,
             first_timestamp=now, last_timestamp=now, event_time=None,
             source=client.V1EventSource(component=COMPONENT), reporting_component=COMPONENT,
         )
         try:
-            self.core.create_namespaced_event(metadata["namespace"], event)
+            self.core.create_namespaced_event(namespace, event)
         except ApiException as error:
-            log.warning("could not post event %s on %s/%s: %s", reason, metadata["namespace"], metadata["name"],
-                        error.reason)
+            log.warning("could not post event %s on %s/%s: %s", reason, namespace, metadata["name"], error.reason)
 
     # Peering -----------------------------------------------------------------------------
 

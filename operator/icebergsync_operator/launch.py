@@ -1,4 +1,8 @@
-"""Launch one version of a sync: its spec ConfigMap first, then the SparkApplication that mounts it."""
+"""Launch one version of a sync: its spec ConfigMap first, then the SparkApplication that mounts it.
+
+The ConfigMap holds the spec as stored, with a catalogRef replaced by the catalog it resolved to
+(the job never reads a catalog resource).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from icebergsync.spec import IcebergSync
+from icebergsync_operator.catalogs.resolve import job_spec
 from icebergsync_operator.kube import KubeApi
 from icebergsync_operator.render import build_spark_application, build_spec_configmap
 from icebergsync_operator.settings import OperatorSettings
@@ -34,7 +39,7 @@ def launch(api: KubeApi, body: Mapping[str, Any], sync: IcebergSync, version: in
     """Create the spec ConfigMap and the SparkApplication of ``version`` (idempotently); return the app name."""
     metadata = body["metadata"]
     generation, uid = int(metadata["generation"]), str(metadata["uid"])
-    configmap = build_spec_configmap(sync, body["spec"], version, generation, uid)
+    configmap = build_spec_configmap(sync, job_spec(body["spec"], sync), version, generation, uid)
     ensure_configmap(api, configmap)
     application = build_spark_application(sync, version, generation, uid, settings,
                                           spec_configmap=configmap["metadata"]["name"])

@@ -25,6 +25,8 @@ from icebergsync.spec import IcebergSync, parse_spec, qualified_sink_id
 from icebergsync_operator import metrics
 from icebergsync_operator.applications import parse_application
 from icebergsync_operator.catalog_reads import CatalogReads
+from icebergsync_operator.catalogs.lookup import resolve_sync_catalog
+from icebergsync_operator.catalogs.resolve import CatalogRefusal
 from icebergsync_operator.cleanup import delete_applications, delete_everything
 from icebergsync_operator.kube import KubeApi
 from icebergsync_operator.launch import launch
@@ -66,18 +68,20 @@ class Reading:
     """The sync as stored, its parsed spec (None when invalid) and what is wrong with it."""
 
     body: Mapping[str, Any]
-    sync: IcebergSync | None
+    sync: IcebergSync | None  #: with its catalogRef resolved (when it could be)
     spec_problems: tuple[str, ...]
     policy_problems: tuple[str, ...]
+    catalog_refusal: CatalogRefusal | None = None
 
     @property
     def table_readable(self) -> bool:
         """Whether the table is read: never for an invalid, refused or suspended spec."""
-        return self.sync is not None and not self.sync.spec.suspend and not self.policy_problems
+        return (self.sync is not None and not self.sync.spec.suspend and not self.policy_problems
+                and self.catalog_refusal is None)
 
 
 def read_spec(context: OperatorContext, body: Mapping[str, Any]) -> Reading:
-    """Parse the stored spec and check it against the operator's policy (pure)."""
+    """Parse the stored spec, resolve its catalog (reading the catalog resource) and check the policy."""
     metadata = body["metadata"]
     try:
         sync: IcebergSync | None = parse_spec(spec_document(metadata["name"], metadata["namespace"],
@@ -85,8 +89,11 @@ def read_spec(context: OperatorContext, body: Mapping[str, Any]) -> Reading:
         problems: tuple[str, ...] = ()
     except SpecError as error:
         sync, problems = None, tuple(error.problems)
-    refused = policy_problems(sync, context.settings) if sync is not None else ()
-    return Reading(body, sync, problems, refused)
+    resolved = resolve_sync_catalog(context.api, context.settings, sync) if sync is not None else None
+    if isinstance(resolved, CatalogRefusal):
+        return Reading(body, sync, problems, (), resolved)
+    refused = policy_problems(resolved, context.settings) if resolved is not None else ()
+    return Reading(body, resolved, problems, refused)
 
 
 def observe(context: OperatorContext, reading: Reading, table: TableObservation,
@@ -113,6 +120,7 @@ def observe(context: OperatorContext, reading: Reading, table: TableObservation,
         source_bounded=sync.spec.source.bounded if sync else False,
         source_exhausted=bool(sync and table.sink and sync.spec.source.exhausted(table.sink.frontier)),
         policy_problems=refused,
+        catalog_refusal=reading.catalog_refusal,
     )
 
 
@@ -149,7 +157,7 @@ async def read_table(context: OperatorContext, reading: Reading) -> TableObserva
     if sync is None or not reading.table_readable:
         return TableObservation()
     key = (sync.metadata.namespace, sync.metadata.name)
-    return await context.catalog_reads.read(key, sync.spec.table.catalog.uri,
+    return await context.catalog_reads.read(key, sync.spec.table.catalog_or_default.uri,
                                             lambda: observe_table(context.api, sync, context.settings))
 
 
@@ -161,7 +169,7 @@ async def reconcile_sync(context: OperatorContext, namespace: str, name: str) ->
                 body = await asyncio.to_thread(context.api.get_sync, namespace, name)
                 if body is None or body["metadata"].get("deletionTimestamp"):
                     return None
-                reading = read_spec(context, body)
+                reading = await asyncio.to_thread(read_spec, context, body)
                 table = await read_table(context, reading)
                 observation = await asyncio.to_thread(observe, context, reading, table, datetime.now(UTC))
                 decision = decide(observation, context.settings)

@@ -11,6 +11,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from icebergsync_operator import handlers, metrics
+from icebergsync_operator.catalogs import handlers as catalog_handlers
 from icebergsync_operator.kube import KubeApi, load_api_client
 from icebergsync_operator.lifecycle import OperatorContext
 from icebergsync_operator.peering import prepare_peering
@@ -33,7 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "with --standalone", settings.peering_name, error.status, error.reason)
             return 1
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, OperatorContext(api=api, settings=settings))
+    context = OperatorContext(api=api, settings=settings)
+    handlers.register(registry, context)
+    catalog_handlers.register(registry, context)
     metrics.serve(settings.metrics_port, settings.metrics_address)
     priority = settings.peering_priority(started_at)
     log.info("starting: namespaces=%s peering=%s priority=%d", ",".join(settings.namespaces) or "<all>",

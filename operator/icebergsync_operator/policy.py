@@ -78,7 +78,7 @@ def policy_problems(sync: IcebergSync, settings: OperatorSettings) -> tuple[str,
     if sync.spec.transform and not settings.allow_transform:
         problems.append("spec.transform: SQL transforms are not allowed (policy.allowTransform): Spark SQL can call "
                         "Java methods and read the job's local files, which is running code as the job")
-    endpoint = endpoint_problem(sync.spec.table.catalog, settings.allowed_catalog_uris)
+    endpoint = endpoint_problem(sync.spec.table.catalog_or_default, settings.allowed_catalog_uris)
     if endpoint:
         problems.append(f"spec.table.catalog.uri: {endpoint}")
     return tuple(problems)

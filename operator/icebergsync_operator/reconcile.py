@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from icebergsync.resource_status import SyncStatus
 from icebergsync_operator.applications import ObservedApplication, Outcome
+from icebergsync_operator.catalogs.resolve import CatalogRefusal
 from icebergsync_operator.render import application_name
 from icebergsync_operator.settings import OperatorSettings
 from icebergsync_operator.status_update import (
@@ -60,6 +61,7 @@ class Observation:
     source_bounded: bool = False  #: the source ends (generator totalRows); others run until stopped
     source_exhausted: bool = False  #: the table's committed frontier is the bounded source's end
     policy_problems: tuple[str, ...] = ()  #: what the operator's policy refuses in a valid spec
+    catalog_refusal: CatalogRefusal | None = None  #: why a valid spec may not use its catalog
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,9 @@ def decide(observation: Observation, settings: OperatorSettings) -> Decision:
     previous = _adopt_orphan(observation)
     if observation.spec_problems:
         return _refused(observation, previous, "InvalidSpec", observation.spec_problems, "the spec is invalid")
+    if observation.catalog_refusal is not None:
+        refusal = observation.catalog_refusal
+        return _refused(observation, previous, refusal.reason, (refusal.message,), "the sync's catalog cannot be used")
     if observation.policy_problems:
         return _refused(observation, previous, "PolicyViolation", observation.policy_problems,
                         "the operator's policy refuses the spec")

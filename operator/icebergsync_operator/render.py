@@ -121,7 +121,7 @@ def build_spec_configmap(sync: IcebergSync, raw_spec: Mapping[str, Any], version
                          sync_uid: str) -> dict[str, Any]:
     """The immutable ConfigMap holding this version's spec, mounted at /etc/icebergsync/spec/.
 
-    ``raw_spec`` is the spec as stored by the API server (with its defaults), written verbatim.
+    ``raw_spec`` is the spec as stored by the API server (with its defaults, its catalogRef resolved), written verbatim.
     Its name carries a hash of that content, and its application label names the application
     that mounts it (cleanup selects by that label).
     """
@@ -136,7 +136,7 @@ def build_spec_configmap(sync: IcebergSync, raw_spec: Mapping[str, Any], version
 def secret_names(sync: IcebergSync) -> list[str]:
     """Every Secret the spec references, each once, in a stable order."""
     source = sync.spec.source
-    refs = [sync.spec.table.catalog.secret_ref, source.files.secret_ref if source.files else None,
+    refs = [sync.spec.table.catalog_or_default.secret_ref, source.files.secret_ref if source.files else None,
             source.kafka.secret_ref if source.kafka else None]
     return sorted({ref.name for ref in refs if ref is not None})
 

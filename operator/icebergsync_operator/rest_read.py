@@ -69,9 +69,14 @@ class GuardedRestCatalog(RestCatalog):
         return _NoFiles()
 
 
+def open_rest_catalog(catalog: model.Catalog, properties: dict[str, str], deadline: Deadline,
+                      settings: OperatorSettings) -> GuardedRestCatalog:
+    """The REST catalog, opened: its config fetched (and its OAuth2 token exchanged) on the bounded session."""
+    return GuardedRestCatalog(catalog.name, deadline, settings,
+                              **checked_endpoints({**properties, "uri": catalog.uri}, settings.allowed_catalog_uris))
+
+
 def read_rest_metadata(catalog: model.Catalog, properties: dict[str, str], table_name: str,
                        deadline: Deadline, settings: OperatorSettings) -> TableMetadata:
     """The table's metadata as the REST catalog answers it (config, token exchange, load table)."""
-    opened = GuardedRestCatalog(catalog.name, deadline, settings,
-                                **checked_endpoints({**properties, "uri": catalog.uri}, settings.allowed_catalog_uris))
-    return opened.load_table(table_name).metadata
+    return open_rest_catalog(catalog, properties, deadline, settings).load_table(table_name).metadata

@@ -68,6 +68,8 @@ class OperatorSettings:
     max_cores: int = 16  #: cores of one sync, driver and executors together; 0: no cap
     max_memory: int = 64 * 1024**3  #: bytes of memory of one sync, driver and executors together; 0: no cap
     allow_transform: bool = False  #: spec.transform (Spark SQL, which can call Java methods) may be set
+    allow_inline_catalogs: bool = False  #: accept spec.table.catalog (else only spec.table.catalogRef)
+    catalog_secrets_namespace: str = ""  #: where ClusterIcebergCatalog secretRefs live (empty: none can be read)
 
     @property
     def clusterwide(self) -> bool:
@@ -176,6 +178,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     add("--allow-transform", action=argparse.BooleanOptionalAction, default=_flag(str(env("ALLOW_TRANSFORM", ""))),
         help="let syncs set spec.transform: Spark SQL in the job's JVMs, which can call Java methods and read "
              "local files, i.e. run code as the job (default: refused)")
+    add("--allow-inline-catalogs", action=argparse.BooleanOptionalAction,
+        default=_flag(str(env("ALLOW_INLINE_CATALOGS", ""))),
+        help="accept syncs that declare their catalog inline (spec.table.catalog); default: only catalog resources "
+             "(spec.table.catalogRef), see docs/catalogs.md")
+    add("--catalog-secrets-namespace", default=env("CATALOG_SECRETS_NAMESPACE", ""),
+        help="the namespace holding the Secrets ClusterIcebergCatalogs name (the chart: its own namespace)")
     add("--log-level", default=env("LOG_LEVEL", "INFO"))
     return parser
 
@@ -228,5 +236,7 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         max_cores=args.max_cores,
         max_memory=args.max_memory,
         allow_transform=args.allow_transform,
+        allow_inline_catalogs=args.allow_inline_catalogs,
+        catalog_secrets_namespace=args.catalog_secrets_namespace,
     )
     return settings, args.log_level

@@ -71,6 +71,16 @@ def metadata_location(engine: Engine, catalog_name: str, table_name: str) -> str
     return location
 
 
+def check_sql_catalog(catalog: model.Catalog, deadline: Deadline, settings: OperatorSettings) -> None:
+    """Connect to the catalog database and run one trivial query."""
+    engine = _engine(catalog, deadline, settings.allowed_catalog_uris)
+    try:
+        with engine.connect() as connection:
+            connection.execute(select(1))
+    finally:
+        engine.dispose()
+
+
 def read_sql_metadata(catalog: model.Catalog, properties: Mapping[str, str], table_name: str,
                       deadline: Deadline, settings: OperatorSettings) -> TableMetadata:
     """The table's metadata: its location from the catalog database, then the file itself."""

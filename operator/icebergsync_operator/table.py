@@ -7,13 +7,15 @@ and metadata file all fit in it, or the read ends with "catalog at … did not a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 from kubernetes.client.rest import ApiException
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table.metadata import TableMetadata
 
 from icebergsync.sink_state import sink_state
-from icebergsync.spec import IcebergSync
+from icebergsync.spec import Catalog, IcebergSync, SecretRef
 from icebergsync_operator.catalog_access import (
     CatalogAccessError,
     CatalogTimeout,
@@ -30,20 +32,35 @@ from icebergsync_operator.sql_read import read_sql_metadata
 from icebergsync_operator.status_update import TableObservation
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-def _secret_values(api: KubeApi, sync: IcebergSync) -> dict[str, str]:
-    """The catalog Secret's values, read only from the sync's own namespace."""
-    ref = sync.spec.table.catalog.secret_ref
+def catalog_secret(api: KubeApi, namespace: str, ref: SecretRef | None) -> dict[str, str]:
+    """A catalog Secret's values (none without ``ref``), read from ``namespace`` only."""
     if ref is None:
         return {}
     try:
-        return api.read_secret(sync.metadata.namespace, ref.name)
+        return api.read_secret(namespace, ref.name)
     except ApiException as error:
         raise CatalogAccessError(f"cannot read Secret {ref.name!r} of the catalog in namespace "
-                                 f"{sync.metadata.namespace}: {error.status} {error.reason}") from None
+                                 f"{namespace}: {error.status} {error.reason}") from None
     except UnreadableSecretError as error:
         raise CatalogAccessError(str(error)) from None
+
+
+def bounded(catalog: Catalog, settings: OperatorSettings, what: str, action: Callable[[Deadline], T]) -> T:
+    """``action`` within one deadline; any failure but pyiceberg's "no such table/namespace" becomes a
+    ``CatalogAccessError`` with a safe message (``CatalogTimeout`` when the deadline passed)."""
+    with Deadline(settings.catalog_timeout) as deadline:
+        try:
+            return action(deadline)
+        except (NoSuchTableError, NoSuchNamespaceError, CatalogAccessError):
+            raise
+        except Exception as error:  # a catalog, driver or FileIO error of any library: describe it safely
+            log.warning("%s failed: %s", what, type(error).__name__)
+            if deadline.expired or is_timeout(error):
+                raise CatalogTimeout(timed_out(catalog.uri, settings.catalog_timeout)) from error
+            raise CatalogAccessError(describe_failure(error, catalog.uri, settings.catalog_timeout)) from error
 
 
 def read_metadata(sync: IcebergSync, secret_values: dict[str, str], settings: OperatorSettings) -> TableMetadata:
@@ -51,26 +68,18 @@ def read_metadata(sync: IcebergSync, secret_values: dict[str, str], settings: Op
 
     pyiceberg's "no such table/namespace" errors pass through (the first job creates the table).
     """
-    catalog = sync.spec.table.catalog
+    catalog = sync.spec.table.catalog_or_default
     properties = operator_properties(catalog, secret_values)
     read = read_rest_metadata if catalog.type == "rest" else read_sql_metadata
-    with Deadline(settings.catalog_timeout) as deadline:
-        try:
-            return read(catalog, properties, sync.spec.table.name, deadline, settings)
-        except (NoSuchTableError, NoSuchNamespaceError, CatalogAccessError):
-            raise
-        except Exception as error:  # a catalog, driver or FileIO error of any library: describe it safely
-            log.warning("reading table %s for %s failed: %s", sync.spec.table.name, sync.sink_id,
-                        type(error).__name__)
-            if deadline.expired or is_timeout(error):
-                raise CatalogTimeout(timed_out(catalog.uri, settings.catalog_timeout)) from error
-            raise CatalogAccessError(describe_failure(error, catalog.uri, settings.catalog_timeout)) from error
+    return bounded(catalog, settings, f"reading table {sync.spec.table.name} for {sync.sink_id}",
+                   lambda deadline: read(catalog, properties, sync.spec.table.name, deadline, settings))
 
 
 def observe_table(api: KubeApi, sync: IcebergSync, settings: OperatorSettings) -> TableObservation:
     """The sink's state from the table; a missing table is no error (the first job creates it)."""
     try:
-        metadata = read_metadata(sync, _secret_values(api, sync), settings)
+        secret = catalog_secret(api, sync.metadata.namespace, sync.spec.table.catalog_or_default.secret_ref)
+        metadata = read_metadata(sync, secret, settings)
         return TableObservation(sink=sink_state(metadata, sync.spec.table.name, sync.sink_id))
     except (NoSuchTableError, NoSuchNamespaceError):
         return TableObservation()

@@ -36,7 +36,7 @@ class FilesSource(Source):
         if "://" not in self._root:
             self._root = Path(self._root).expanduser().resolve().as_uri()
         self._io_properties = {
-            **resolve_env(self.spec.table.catalog.properties, "spec.table.catalog.properties"),
+            **resolve_env(self.spec.table.catalog_or_default.properties, "spec.table.catalog.properties"),
             **read_secret(settings.secret_ref),
         }
         self._known: set[str] | None = None  # files at or before the frontier that are not late

@@ -1,6 +1,6 @@
 """The product's path end to end, in pods, as users run it: ``helm install`` the chart (the
-operator from the built image), MinIO and the Iceberg REST catalog as pods, a Secret and an
-IcebergSync reading JSON files on MinIO into the REST catalog; the operator renders a
+operator from the built image), MinIO and the Iceberg REST catalog as pods, a Secret, an
+IcebergCatalog and an IcebergSync naming it, reading JSON files on MinIO into the REST catalog; the operator renders a
 SparkApplication and the real Kubeflow Spark Operator runs its driver and executor pods.
 
 Everything is asserted from the table (rows, snapshot properties, files) and the API (status,
@@ -113,12 +113,24 @@ class Deployment:
         return wait_for(f"{len(expected)} rows in {TABLE}", landed, PROGRESS_SECONDS, interval=5)
 
 
-def sync_document(storage: StorageServices) -> dict[str, Any]:
-    s3 = {
-        "s3.endpoint": storage.s3_endpoint_in_cluster,
-        "s3.region": S3_REGION,
-        "s3.path-style-access": "true",
+def catalog_document(storage: StorageServices) -> dict[str, Any]:
+    """The IcebergCatalog the sync names: the REST catalog pod, its warehouse on MinIO, the s3 Secret."""
+    return {
+        "apiVersion": "icebergsync.io/v1alpha1",
+        "kind": "IcebergCatalog",
+        "metadata": {"name": "lake", "namespace": NAMESPACE},
+        "spec": {
+            "type": "rest",
+            "uri": storage.rest_uri_in_cluster,
+            "warehouse": "s3://lake/warehouse",
+            "properties": {"s3.endpoint": storage.s3_endpoint_in_cluster, "s3.region": S3_REGION,
+                           "s3.path-style-access": "true"},
+            "secretRef": {"name": "s3"},
+        },
     }
+
+
+def sync_document() -> dict[str, Any]:
     return {
         "apiVersion": "icebergsync.io/v1alpha1",
         "kind": "IcebergSync",
@@ -126,16 +138,7 @@ def sync_document(storage: StorageServices) -> dict[str, Any]:
         "spec": {
             "source": {"files": {"path": f"s3a://{INBOX}/", "format": "json", "secretRef": {"name": "s3"}}},
             "schema": [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"}],
-            "table": {
-                "catalog": {
-                    "type": "rest",
-                    "uri": storage.rest_uri_in_cluster,
-                    "warehouse": "s3://lake/warehouse",
-                    "properties": s3,
-                    "secretRef": {"name": "s3"},
-                },
-                "name": TABLE,
-            },
+            "table": {"catalogRef": {"name": "lake"}, "name": TABLE},
             "commit": {"interval": "5s", "pollInterval": "2s", "targetFileSize": "8Mi"},
             "spark": {
                 "driver": {"memory": "768m"},
@@ -179,7 +182,8 @@ def deployment(
         deployment = Deployment(node_cluster, storage, controller)
         for _ in range(3):
             deployment.write_file()
-        node_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(sync_document(storage)))
+        node_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(catalog_document(storage)))
+        node_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(sync_document()))
         yield deployment
     finally:
         controller.stop()

@@ -79,7 +79,7 @@ def test_a_sync_runs_inside_through_the_driver_entrypoint_without_network(
         MAIN_APPLICATION_FILE.removeprefix("local://"), "run", str(spec_path), "--sink-version", "1", "--master", "",
         volumes=[work], env={"SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1", "SPARK_LOCAL_IP": "127.0.0.1"}, timeout=900)
 
-    table = open_catalog(load_spec(spec_path).spec.table.catalog).load_table("demo.trips")
+    table = open_catalog(load_spec(spec_path).spec.table.catalog_or_default).load_table("demo.trips")
     ids = sorted(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist())
     assert ids == list(range(3000)), "every generated row exactly once"
     commits = [c for c in map(protocol.parse_commit, protocol.main_ancestry(table.metadata)) if c is not None]

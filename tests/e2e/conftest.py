@@ -201,8 +201,9 @@ class OperatorProcess:
 
 @pytest.fixture(scope="session")
 def operator_crds(kube_cluster: KubeCluster) -> KubeCluster:
-    """The IcebergSync CRD and kopf's peering CRDs, installed once per session."""
-    apply_crd(kube_cluster, REPO_ROOT / "crds" / "icebergsync.yaml")
+    """The IcebergSync and catalog CRDs and kopf's peering CRDs, installed once per session."""
+    for name in ("icebergsync.yaml", "icebergcatalog.yaml", "clustericebergcatalog.yaml"):
+        apply_crd(kube_cluster, REPO_ROOT / "crds" / name)
     apply_crd(kube_cluster, REPO_ROOT / "crds" / "kopf-peering.yaml")
     return kube_cluster
 
@@ -228,13 +229,15 @@ def other_kube(kube: Kube) -> Kube:
 def start_operator(operator_crds: KubeCluster, kube: Kube, tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
     """Start operators watching the test's namespace (and ``watch``); every one is stopped after the test.
 
-    Defaults are fast: a 1 s timer and a 1 s backoff base (capped at 2 s).
+    Defaults are fast: a 1 s timer and a 1 s backoff base (capped at 2 s); inline catalogs are allowed
+    (most tests declare a local SQLite catalog inline; ``--no-allow-inline-catalogs`` restores the default).
     """
     started: list[OperatorProcess] = []
     env = {**operator_crds.env, "PYTHONUNBUFFERED": "1"}
 
     def start(*args: str, watch: tuple[str, ...] = ()) -> OperatorProcess:
-        defaults = ("--timer-interval", "1", "--backoff-base", "1", "--backoff-cap", "2", "--stall-threshold", "120")
+        defaults = ("--timer-interval", "1", "--backoff-base", "1", "--backoff-cap", "2", "--stall-threshold", "120",
+                    "--allow-inline-catalogs")
         operator = OperatorProcess(",".join((kube.namespace, *watch)), env, tmp_path / f"operator-{len(started)}.log",
                                    (*defaults, *args))
         started.append(operator)

@@ -76,6 +76,10 @@ CASES: dict[str, dict[str, Any]] = {
     "maxBytesPerRun 0Mi": {"maintenance": {"maxBytesPerRun": "0Mi"}},
     "removeOrphans every 0s": {"maintenance": {"removeOrphans": {"every": "0s"}}},
     "removeOrphans older than 0s": {"maintenance": {"removeOrphans": {"olderThan": "0s"}}},
+    "a catalog resource": {"table": {"name": "db.trips", "catalogRef": {"name": "lake"}}},
+    "an inline catalog": {"table": {"name": "db.trips", "catalog": {"type": "rest", "uri": "http://c/"}}},
+    "an inline catalog and a catalog resource": {"table": {"name": "db.trips", "catalog": {"uri": "sqlite:///x.db"},
+                                                           "catalogRef": {"name": "lake"}}},
 }
 
 

@@ -250,7 +250,12 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
     assert not allowed(admin, sa, "create", "sparkapplications", other, group="sparkoperator.k8s.io")
     assert allowed(admin, sa, "get", "secrets", watched)
     assert not allowed(admin, sa, "get", "secrets", other)
-    assert not allowed(admin, sa, "get", "secrets", namespace)
+    # Its own namespace holds the Secrets ClusterIcebergCatalogs name (catalogs.secretsNamespace).
+    assert allowed(admin, sa, "get", "secrets", namespace)
+    assert allowed(admin, sa, "watch", "icebergcatalogs", watched, group="icebergsync.io")
+    assert not allowed(admin, sa, "watch", "icebergcatalogs", other, group="icebergsync.io")
+    assert allowed(admin, sa, "watch", "clustericebergcatalogs", group="icebergsync.io")
+    assert allowed(admin, sa, "patch", "clustericebergcatalogs", group="icebergsync.io", subresource="status")
 
     # The real operator, with the Deployment's environment and a token of its ServiceAccount: it
     # starts (peering, CRD scan), launches a SparkApplication, writes status and events, reads the
@@ -267,11 +272,13 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
 
     core.create_namespaced_secret(watched, client.V1Secret(
         metadata=client.V1ObjectMeta(name="catalog-creds"), string_data={"token": "t0ken"}))
+    custom.create_namespaced_custom_object("icebergsync.io", "v1alpha1", watched, "icebergcatalogs", {
+        "apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergCatalog", "metadata": {"name": "lake"},
+        "spec": {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": str(tmp_path / "warehouse"),
+                 "secretRef": {"name": "catalog-creds"}}})
     spec = {
         "source": {"generator": {"rowsPerSecond": 10, "totalRows": 10}},
-        "table": {"name": "db.trips", "catalog": {"uri": f"sqlite:///{tmp_path / 'catalog.db'}",
-                                                  "warehouse": str(tmp_path / "warehouse"),
-                                                  "secretRef": {"name": "catalog-creds"}}},
+        "table": {"name": "db.trips", "catalogRef": {"name": "lake"}},
     }
     custom.create_namespaced_custom_object("icebergsync.io", "v1alpha1", watched, "icebergsyncs", {
         "apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync", "metadata": {"name": "trips"}, "spec": spec})
@@ -323,7 +330,8 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
 @pytest.mark.parametrize("example", sorted((REPO_ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
 def test_example_is_accepted_by_the_api_server(kube_cluster: KubeCluster, admin: client.ApiClient,
                                                example: Path) -> None:
-    apply_crd(kube_cluster, REPO_ROOT / "crds" / "icebergsync.yaml")
+    for crd in ("icebergsync.yaml", "icebergcatalog.yaml"):
+        apply_crd(kube_cluster, REPO_ROOT / "crds" / crd)
     namespace = create_namespace(admin, "example")
     core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
     kinds = []
@@ -333,8 +341,8 @@ def test_example_is_accepted_by_the_api_server(kube_cluster: KubeCluster, admin:
         if document["kind"] == "Secret":
             core.create_namespaced_secret(namespace, document, dry_run="All", field_validation="Strict")
         else:
+            plural = {"IcebergSync": "icebergsyncs", "IcebergCatalog": "icebergcatalogs"}[document["kind"]]
             created = custom.create_namespaced_custom_object(
-                "icebergsync.io", "v1alpha1", namespace, "icebergsyncs", document, dry_run="All",
-                field_validation="Strict")
-            assert created["spec"]["table"]["name"] == document["spec"]["table"]["name"]
+                "icebergsync.io", "v1alpha1", namespace, plural, document, dry_run="All", field_validation="Strict")
+            assert created["metadata"]["name"] == document["metadata"]["name"]
     assert "IcebergSync" in kinds

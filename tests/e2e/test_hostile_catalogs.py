@@ -111,12 +111,13 @@ def test_thirty_tarpit_syncs_leave_another_namespaces_status_refreshing_on_time(
             assert operator.liveness() == 200
             time.sleep(0.25)
         assert tarpit.connections >= TARPITS
+        # Read while the tarpit still listens: once it closes, a retried read is refused ("cannot connect").
+        for index in range(TARPITS):
+            message = ready(kube, f"tarpit-{index}")["message"]
+            assert f"catalog at {tarpit.url} did not answer within 3s" in message
+            assert kube.event_reasons(f"tarpit-{index}") == ["WaitingForCatalog"]
 
     gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(refreshes)]
     assert len(refreshes) >= SAMPLE_SECONDS / REFRESH_BOUND, refreshes
     assert max(gaps) < REFRESH_BOUND, refreshes
-    for index in range(TARPITS):
-        message = ready(kube, f"tarpit-{index}")["message"]
-        assert f"catalog at {tarpit.url} did not answer within 3s" in message
-        assert kube.event_reasons(f"tarpit-{index}") == ["WaitingForCatalog"]
     assert 'icebergsync_operator_reconciles_total{result="error"}' not in operator.metrics()

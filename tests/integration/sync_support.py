@@ -59,7 +59,7 @@ def write_spec(directory: Path, document: dict[str, Any]) -> Path:
 
 
 def catalog_of(sync: IcebergSync) -> Catalog:
-    return open_catalog(sync.spec.table.catalog)
+    return open_catalog(sync.spec.table.catalog_or_default)
 
 
 def table_ids(table: Table, column: str = "id") -> list[int]:

@@ -33,7 +33,7 @@ def sync_on(tmp_path: Path, s3_server: S3Server, properties: dict[str, str]) -> 
 def table_on_s3(tmp_path: Path, s3_server: S3Server) -> IcebergSync:
     """A table of three rows in a SQLite catalog whose warehouse is on S3, written as the job writes it."""
     sync = sync_on(tmp_path, s3_server, s3_server.fileio_properties)
-    table = ensure_table(open_catalog(sync.spec.table.catalog), "db.trips",
+    table = ensure_table(open_catalog(sync.spec.table.catalog_or_default), "db.trips",
                          Schema(NestedField(1, "id", LongType(), required=False)), [], {})
     table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
     return sync

@@ -257,10 +257,10 @@ def test_env_references_are_never_expanded_nor_sent(catalog_server: CatalogServe
     assert catalog_server.requests, "the operator did talk to the catalog"
     sent = json.dumps(catalog_server.requests)
     assert "operator-credential-7731" not in sent
-    properties = operator_properties(sync.spec.table.catalog, {})
+    properties = operator_properties(sync.spec.table.catalog_or_default, {})
     assert "token" not in properties and "scope" not in properties
     # The job expands them, from its own environment.
-    assert catalog_properties(sync.spec.table.catalog, {})["token"] == "operator-credential-7731"
+    assert catalog_properties(sync.spec.table.catalog_or_default, {})["token"] == "operator-credential-7731"
 
 
 def test_only_allow_listed_properties_pass_from_spec_and_secret() -> None:
@@ -341,12 +341,12 @@ def test_the_operator_connects_to_postgres_with_a_url_built_from_the_parse_and_i
 
 def test_a_local_sql_catalog_still_reads(tmp_path: Path) -> None:
     sync = sync_for({"uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": str(tmp_path / "warehouse")})
-    catalog_properties(sync.spec.table.catalog)  # creates the warehouse directory, as the job does
+    catalog_properties(sync.spec.table.catalog_or_default)  # creates the warehouse directory, as the job does
     observation = observe_table(SecretsOf({}), sync, OperatorSettings())
     assert (observation.sink, observation.error) == (None, None)  # no table yet: not an error
 
     schema = Schema(NestedField(1, "id", LongType(), required=False))
-    table = ensure_table(open_catalog(sync.spec.table.catalog), "db.trips", schema, [], {})
+    table = ensure_table(open_catalog(sync.spec.table.catalog_or_default), "db.trips", schema, [], {})
     table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
     observation = observe_table(SecretsOf({}), sync, OperatorSettings())
     assert observation.error is None and observation.sink is not None

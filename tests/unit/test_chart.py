@@ -36,11 +36,19 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("icebergsync.io", "icebergsyncs"): {"get", "list", "watch", "patch"},
     ("icebergsync.io", "icebergsyncs/status"): {"patch"},
     ("icebergsync.io", "icebergsyncs/finalizers"): {"update"},
+    ("icebergsync.io", "icebergcatalogs"): {"get", "list", "watch", "patch"},
+    ("icebergsync.io", "icebergcatalogs/status"): {"patch"},
     ("sparkoperator.k8s.io", "sparkapplications"): {"list", "watch", "create", "delete"},
     ("", "configmaps"): {"get", "list", "create", "delete"},
     ("", "events"): {"create"},
 }
 PEERING_VERBS = {"get", "list", "watch", "patch", "create"}
+CLUSTER_CATALOGS = f"{FULLNAME}-cluster-catalogs"
+CLUSTER_CATALOG_RULES = {
+    ("icebergsync.io", "clustericebergcatalogs"): {"get", "list", "watch", "patch"},
+    ("icebergsync.io", "clustericebergcatalogs/status"): {"patch"},
+    ("", "namespaces"): {"get"},
+}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -136,11 +144,14 @@ def test_app_version_is_the_project_version() -> None:
     assert values["sparkVersion"] == DEFAULT_SPARK_VERSION
 
 
-@pytest.mark.parametrize("name", ["icebergsync.yaml", "kopf-peering.yaml"])
+CHART_CRDS = ["clustericebergcatalog.yaml", "icebergcatalog.yaml", "icebergsync.yaml", "kopf-peering.yaml"]
+
+
+@pytest.mark.parametrize("name", CHART_CRDS)
 def test_chart_crds_are_byte_identical_to_the_generated_ones(name: str) -> None:
     assert (CHART / "crds" / name).read_bytes() == (REPO_ROOT / "crds" / name).read_bytes(), (
         f"charts/icebergsync/crds/{name} drifted: run .venv/bin/python -m icebergsync.generate --write")
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["icebergsync.yaml", "kopf-peering.yaml"]
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == CHART_CRDS
 
 
 def test_chart_crd_is_the_model() -> None:
@@ -170,6 +181,8 @@ def test_defaults_render_the_expected_objects(helm_binary: Path, tmp_path: Path)
         ("ServiceAccount", FULLNAME),
         ("ClusterRole", FULLNAME), ("ClusterRoleBinding", FULLNAME),
         ("ClusterRole", f"{FULLNAME}-observe"), ("ClusterRoleBinding", f"{FULLNAME}-observe"),
+        ("ClusterRole", CLUSTER_CATALOGS), ("ClusterRoleBinding", CLUSTER_CATALOGS),
+        ("Role", f"{FULLNAME}-secrets"), ("RoleBinding", f"{FULLNAME}-secrets"),
         ("Service", f"{FULLNAME}-metrics"),
         ("Deployment", FULLNAME),
         ("NetworkPolicy", FULLNAME),
@@ -269,7 +282,19 @@ def test_cluster_rbac_grants_exactly_the_operator_verbs(helm_binary: Path, tmp_p
         binding = one(docs, "ClusterRoleBinding", name)
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": NAMESPACE}]
-    assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
+    assert rules_of(one(docs, "ClusterRole", CLUSTER_CATALOGS)) == CLUSTER_CATALOG_RULES
+    # The only Role: reading the Secrets ClusterIcebergCatalogs name, in the release namespace.
+    assert [(r["metadata"]["name"], r["metadata"]["namespace"]) for r in of_kind(docs, "Role")] == [
+        (f"{FULLNAME}-secrets", NAMESPACE)]
+
+
+def test_catalog_values_reach_the_operator(helm_binary: Path, tmp_path: Path) -> None:
+    settings, _ = settings_from(render(helm_binary, tmp_path))
+    assert settings.allow_inline_catalogs is False and settings.catalog_secrets_namespace == NAMESPACE
+    docs = render(helm_binary, tmp_path, {"catalogs": {"allowInline": True, "secretsNamespace": "lake-admin"}})
+    settings, _ = settings_from(docs)
+    assert settings.allow_inline_catalogs is True and settings.catalog_secrets_namespace == "lake-admin"
+    assert _secret_readers(docs) == [("Role", "lake-admin")]
 
 
 def test_metrics_service_selects_the_operator_pod(helm_binary: Path, tmp_path: Path) -> None:
@@ -300,9 +325,10 @@ def test_namespaced_rbac_with_two_namespaces(helm_binary: Path, tmp_path: Path) 
     for binding in bindings:
         assert binding["roleRef"]["kind"] == "Role" and binding["roleRef"]["name"] == FULLNAME
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
-    # No cluster-wide grant of the operator's rules; only the read-only observation role.
-    assert [r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")] == [f"{FULLNAME}-observe"]
-    assert rules_of(one(docs, "ClusterRole")) == {
+    # No cluster-wide grant of the operator's rules; only the observation and cluster catalog roles.
+    assert sorted(r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")) == [CLUSTER_CATALOGS,
+                                                                                   f"{FULLNAME}-observe"]
+    assert rules_of(one(docs, "ClusterRole", f"{FULLNAME}-observe")) == {
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
         ("", "namespaces"): {"list", "watch"},
     }
@@ -314,8 +340,8 @@ def test_namespaced_rbac_with_two_namespaces(helm_binary: Path, tmp_path: Path) 
 def test_namespaced_without_cluster_observation(helm_binary: Path, tmp_path: Path) -> None:
     docs = render(helm_binary, tmp_path, {"watchNamespaces": ["team-a"], "rbac": {"scope": "namespaced",
                                                                                     "clusterObserve": False}})
-    assert not of_kind(docs, "ClusterRole") and not of_kind(docs, "ClusterRoleBinding")
-    assert len(of_kind(docs, "Role")) == 2  # the operator's and the Secrets reader's
+    assert [r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")] == [CLUSTER_CATALOGS]
+    assert len(of_kind(docs, "Role")) == 3  # the operator's and the Secrets reader's, there and for cluster catalogs
 
 
 SECRETS_ROLE = f"{FULLNAME}-secrets"
@@ -340,13 +366,13 @@ def _secret_readers(docs: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
 
 def test_secrets_are_readable_only_in_the_watched_namespaces_by_default(helm_binary: Path, tmp_path: Path) -> None:
     docs = render(helm_binary, tmp_path, {"watchNamespaces": ["team-a", "team-b"]})
-    assert _secret_readers(docs) == [("Role", "team-a"), ("Role", "team-b")]
+    assert _secret_readers(docs) == [("Role", NAMESPACE), ("Role", "team-a"), ("Role", "team-b")]
 
 
 def test_a_cluster_wide_operator_reads_no_secrets_unless_told(helm_binary: Path, tmp_path: Path) -> None:
-    assert _secret_readers(render(helm_binary, tmp_path)) == []
+    assert _secret_readers(render(helm_binary, tmp_path)) == [("Role", NAMESPACE)]  # ClusterIcebergCatalogs' Secrets
     listed = render(helm_binary, tmp_path, {"rbac": {"secrets": {"namespaces": ["data"]}}})
-    assert _secret_readers(listed) == [("Role", "data")]
+    assert _secret_readers(listed) == [("Role", "data"), ("Role", NAMESPACE)]
     opted_in = render(helm_binary, tmp_path, {"rbac": {"secrets": {"clusterWide": True}}})
     assert _secret_readers(opted_in) == [("ClusterRole", None)]
     assert _secret_readers(render(helm_binary, tmp_path, {"watchNamespaces": ["a"],

@@ -94,7 +94,9 @@ def test_defaults_enums_and_patterns_come_from_the_model() -> None:
     assert commit["properties"]["interval"]["pattern"].startswith("^(")
     assert spec["spark"]["default"] == {}
     assert spec["spark"]["properties"]["driver"]["default"] == {}
-    assert spec["table"]["properties"]["catalog"]["default"] == {}
+    # A catalog is named inline or by catalogRef: the API server fills in no catalog of its own.
+    assert "default" not in spec["table"]["properties"]["catalog"]
+    assert spec["table"]["properties"]["catalogRef"]["properties"]["kind"]["default"] == "IcebergCatalog"
     assert spec["table"]["properties"]["catalog"]["properties"]["type"]["enum"] == ["sql", "rest"]
     assert spec["source"]["properties"]["kafka"]["properties"]["format"]["enum"] == ["json"]
     assert spec["suspend"]["default"] is False
@@ -113,6 +115,7 @@ def test_cel_rules_cover_cross_field_checks() -> None:
         "deadLetter.table must differ from table.name",
         "interval must be greater than zero",
         "bucket and truncate need a width of at least 1",
+        "set at most one of catalog and catalogRef",
     } <= messages
 
 

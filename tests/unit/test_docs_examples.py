@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from icebergsync import crd, docs_reference, generate
+from icebergsync.catalogs.crd import build_catalog_crd
+from icebergsync.catalogs.model import IcebergCatalogSpec
 from icebergsync.spec import KIND, load_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +45,9 @@ def test_generate_writes_every_generated_file(tmp_path: Path) -> None:
     for relative in generate.GENERATED_CRD_PATHS:
         assert (tmp_path / relative).read_text() == crd.render_crd_yaml()
     assert (tmp_path / generate.GENERATED_REFERENCE_PATH).read_text() == docs_reference.render_reference()
+    for relative, text in generate.generated_files().items():
+        assert (tmp_path / relative).read_text() == text
+        assert (REPO_ROOT / relative).read_text() == text, f"{relative} is stale: run python -m icebergsync.generate --write"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -109,16 +114,24 @@ def test_example_is_a_valid_spec(path: Path) -> None:
     schema = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert validate(document["spec"], schema, "spec") == []
     assert sync.metadata.name == document["metadata"]["name"]
+    catalogs = {doc["metadata"]["name"]: doc for doc in documents if doc.get("kind") == "IcebergCatalog"}
+    catalog_schema = build_catalog_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    for doc in catalogs.values():
+        assert validate(doc["spec"], catalog_schema, "spec") == []
     # Every secretRef names a Secret stub in the same file, so `kubectl apply -f` is self-contained.
     secrets = {doc["metadata"]["name"] for doc in documents if doc.get("kind") == "Secret"}
-    refs = {ref.name for ref in (sync.spec.table.catalog.secret_ref,
+    catalog_refs = [IcebergCatalogSpec.model_validate(doc["spec"]).secret_ref for doc in catalogs.values()]
+    refs = {ref.name for ref in (sync.spec.table.catalog.secret_ref if sync.spec.table.catalog else None,
+                                 *catalog_refs,
                                  sync.spec.source.files.secret_ref if sync.spec.source.files else None,
                                  sync.spec.source.kafka.secret_ref if sync.spec.source.kafka else None) if ref}
     assert refs <= secrets, f"secretRefs without a Secret in {path.name}: {refs - secrets}"
     if path.name != "quickstart.yaml":
-        # Cluster examples leave the namespace to `kubectl apply -n` and use a shared catalog.
+        # Cluster examples leave the namespace to `kubectl apply -n` and name a catalog resource of the file.
         assert "namespace" not in document["metadata"]
-        assert sync.spec.table.catalog.type == "rest"
+        ref = sync.spec.table.catalog_ref
+        assert ref is not None and ref.kind == "IcebergCatalog" and ref.name in catalogs
+        assert catalogs[ref.name]["spec"]["type"] == "rest"
 
 
 def test_validator_rejects_what_the_api_server_would() -> None:

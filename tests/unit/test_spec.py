@@ -39,7 +39,7 @@ def test_defaults_and_sink_id() -> None:
     assert sync.sink_id == "data/trips"
     assert sync.spec.commit.interval_seconds == 30
     assert sync.spec.commit.target_file_bytes == 512 * 1024**2
-    assert sync.spec.table.catalog.type == "sql"
+    assert sync.spec.table.catalog is None and sync.spec.table.catalog_or_default.type == "sql"
     assert sync.spec.source.kind == "generator"
 
 
