@@ -1,6 +1,6 @@
 """Tenants against the operator's closed defaults, on the real API server with the real operator
-(docs/security.md, attacks 10, 11 and 14): with no policy flag set, a foreign image, a foreign
-service account, each Spark conf key that runs code, sends the token elsewhere or mounts a Secret,
+(docs/security.md, attacks 10, 11, 14 and 16): with no policy flag set, a foreign image, a foreign
+service account, a SQL transform, each Spark conf key that runs code, sends the token elsewhere or mounts a Secret,
 sizes above the caps, a sink id of another namespace, and a table another sink writes each end
 refused with a clear condition and one event, and nothing is launched."""
 
@@ -48,6 +48,9 @@ def test_each_attack_on_the_closed_defaults_is_refused_with_a_condition_and_an_e
         kube.create_sync(name, generator_spec(warehouse, spark=spark))
     kube.create_sync("foreign-sink", generator_spec(warehouse, sinkId="team-b/trips"))
     cases["foreign-sink"] = ({}, "InvalidSpec", [f"spec.sinkId: 'team-b/trips' is not a sink of namespace {kube.namespace}"])
+    kube.create_sync("transform", generator_spec(
+        warehouse, transform="SELECT java_method('java.lang.System', 'getenv', 'HOME') AS notes, * FROM source"))
+    cases["transform"] = ({}, "PolicyViolation", ["spec.transform: SQL transforms are not allowed"])
     operator = start_operator()
 
     for name, (_, reason, texts) in cases.items():
