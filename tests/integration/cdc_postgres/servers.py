@@ -70,7 +70,12 @@ def start_postgres(workdir: Path) -> Postgres:
         "-k", str(workdir), "-c", "wal_level=logical", "-c", "max_replication_slots=8", "-c", "max_wal_senders=8",
         "-c", "fsync=off", "-c", "timezone=UTC"], workdir / "postgres.log", env=env)
     postgres = Postgres(port, server)
-    server.wait_until(lambda: bool(postgres.connect().close() or True), 60, "connections")
+
+    def accepts_connections() -> bool:
+        postgres.connect().close()
+        return True
+
+    server.wait_until(accepts_connections, 60, "connections")
     return postgres
 
 

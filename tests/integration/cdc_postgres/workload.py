@@ -41,8 +41,7 @@ def value(rng: random.Random, pg_type: str) -> Any:
     if pg_type == "boolean":
         return rng.random() < 0.5
     if pg_type in ("text", "varchar(16)", "varchar(32)"):
-        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 3)))
-        return text[:16]
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 3)))[:16]  # fits every varchar here
     if pg_type == "date":
         return date(1990, 1, 1) + timedelta(days=rng.randint(0, 20000))
     if pg_type == "time":
