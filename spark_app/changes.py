@@ -19,7 +19,11 @@ are unambiguous (docs/connectors.md, "Keyed tables"): a number in a ``date`` col
 number in a ``timestamp``/``timestamptz`` column needs the record's Kafka Connect schema (the
 ``{"schema": ..., "payload": ...}`` form) to say whether it counts milliseconds
 (``io.debezium.time.Timestamp``, ``org.apache.kafka.connect.data.Timestamp``), microseconds
-(``io.debezium.time.MicroTimestamp``) or nanoseconds (``io.debezium.time.NanoTimestamp``).
+(``io.debezium.time.MicroTimestamp``) or nanoseconds (``io.debezium.time.NanoTimestamp``). The schema
+also gives the scale of a Connect ``Decimal`` (base64 of the unscaled bytes,
+``decimal.handling.mode=precise``) and marks Debezium's ``IsoTimestamp`` (a local date-time written
+with ``Z``, ``time.precision.mode=isostring``). A value Debezium did not send (an unchanged TOASTed
+column: ``__debezium_unavailable_value``) is a dead letter, never stored.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -68,6 +72,22 @@ _TIMESTAMP_UNITS = {
     "io.debezium.time.MicroTimestamp": ("µs", 1, 1),
     "io.debezium.time.NanoTimestamp": ("ns", 1, 1000),
 }
+
+
+# Debezium's placeholder for a value it did not read (an unchanged TOASTed column; its
+# ``unavailable.value.placeholder`` default), as text and, in a bytes column, as the JSON converter's base64.
+UNAVAILABLE = "__debezium_unavailable_value"
+_UNAVAILABLE_VALUES = frozenset({UNAVAILABLE, base64.b64encode(UNAVAILABLE.encode()).decode()})
+_CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+_VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+_ISO_TIMESTAMP = "io.debezium.time.IsoTimestamp"
+
+
+class Logical(NamedTuple):
+    """A field's Kafka Connect logical type, from the record's schema: its name and parameters."""
+
+    name: str
+    parameters: dict[str, Any]
 
 
 class _Bad(ValueError):
@@ -123,7 +143,7 @@ def _shown(value: Any) -> str:
 # -- values ---------------------------------------------------------------------------------------
 
 
-Converter = Callable[[Any, "str | None"], Any]
+Converter = Callable[[Any, "Logical | None"], Any]
 
 
 def _not_a(column: SpecColumn, value: Any) -> _Bad:
@@ -133,7 +153,7 @@ def _not_a(column: SpecColumn, value: Any) -> _Bad:
 def _integer(column: SpecColumn) -> Converter:
     low, high = _INT_RANGES[column.type]
 
-    def convert(value: Any, _: str | None) -> Any:
+    def convert(value: Any, _: Logical | None) -> Any:
         if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
             return value
         raise _not_a(column, value)
@@ -141,7 +161,7 @@ def _integer(column: SpecColumn) -> Converter:
 
 
 def _floating(column: SpecColumn) -> Converter:
-    def convert(value: Any, _: str | None) -> Any:
+    def convert(value: Any, _: Logical | None) -> Any:
         if isinstance(value, int | Decimal) and not isinstance(value, bool):
             result = float(value)
             if column.type == "float" and abs(result) > _FLOAT32_MAX:
@@ -152,7 +172,7 @@ def _floating(column: SpecColumn) -> Converter:
 
 
 def _boolean(column: SpecColumn) -> Converter:
-    def convert(value: Any, _: str | None) -> Any:
+    def convert(value: Any, _: Logical | None) -> Any:
         if isinstance(value, bool):
             return value
         raise _not_a(column, value)
@@ -160,7 +180,7 @@ def _boolean(column: SpecColumn) -> Converter:
 
 
 def _string(column: SpecColumn) -> Converter:
-    def convert(value: Any, _: str | None) -> Any:
+    def convert(value: Any, _: Logical | None) -> Any:
         if isinstance(value, str):
             return value
         raise _Bad(f"field {column.name}: value {_shown(value)} is {_kind(value)}, not a string")
@@ -168,7 +188,7 @@ def _string(column: SpecColumn) -> Converter:
 
 
 def _binary(column: SpecColumn) -> Converter:
-    def convert(value: Any, _: str | None) -> Any:
+    def convert(value: Any, _: Logical | None) -> Any:
         if isinstance(value, str):
             try:
                 return base64.b64decode(value, validate=True)
@@ -178,14 +198,35 @@ def _binary(column: SpecColumn) -> Converter:
     return convert
 
 
+def _unscaled(column: SpecColumn, text: Any, scale: Any) -> Decimal:
+    """A Connect ``Decimal``: base64 of the big-endian two's-complement unscaled value, and its scale."""
+    try:
+        unscaled = int.from_bytes(base64.b64decode(text, validate=True), "big", signed=True)
+        return Decimal(unscaled).scaleb(-int(scale))
+    except (binascii.Error, ValueError, TypeError):
+        raise _Bad(f"field {column.name}: value {_shown(text)} is not a Connect Decimal (base64 of the unscaled "
+                   f"value, scale {_shown(scale)})") from None
+
+
+def _variable_scale(column: SpecColumn, value: dict[str, Any]) -> Decimal:
+    """Debezium's ``VariableScaleDecimal``: ``{"scale": s, "value": base64 of the unscaled value}``."""
+    if set(value) != {"scale", "value"} or type(value["scale"]) is not int:
+        raise _not_a(column, value)
+    return _unscaled(column, value["value"], value["scale"])
+
+
 def _decimal(column: SpecColumn) -> Converter:
     precision, scale = (int(part) for part in column.type[len("decimal("):-1].split(","))
     integer_digits = precision - scale
 
-    def convert(value: Any, _: str | None) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | Decimal | str):
+    def convert(value: Any, logical: Logical | None) -> Any:
+        if isinstance(value, dict) and (logical is None or logical.name == _VARIABLE_SCALE_DECIMAL):
+            number = _variable_scale(column, value)
+        elif isinstance(value, str) and logical is not None and logical.name == _CONNECT_DECIMAL:
+            number = _unscaled(column, value, logical.parameters.get("scale"))
+        elif isinstance(value, bool) or not isinstance(value, int | Decimal | str):
             raise _not_a(column, value)
-        if isinstance(value, str):
+        elif isinstance(value, str):
             if not _DECIMAL_TEXT.match(value):
                 raise _not_a(column, value)
             number = Decimal(value.strip())
@@ -205,13 +246,13 @@ def _decimal(column: SpecColumn) -> Converter:
 
 
 def _date(column: SpecColumn) -> Converter:
-    def convert(value: Any, logical: str | None) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool) and (logical is None or logical in _DATE_TYPES):
+    def convert(value: Any, logical: Logical | None) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and (logical is None or logical.name in _DATE_TYPES):
             if -719162 <= value <= 2932896:  # 0001-01-01 … 9999-12-31
                 return value
         elif isinstance(value, str):
-            try:
-                return date.fromisoformat(value).toordinal() - _EPOCH_ORDINAL
+            try:  # Debezium's IsoDate writes the date with a UTC designator: 2024-03-01Z
+                return date.fromisoformat(value.removesuffix("Z")).toordinal() - _EPOCH_ORDINAL
             except ValueError:
                 pass
         raise _not_a(column, value)
@@ -229,10 +270,11 @@ def _timestamp(column: SpecColumn) -> Converter:
     zoned = column.type == "timestamptz"
     epoch = _EPOCH_UTC if zoned else _EPOCH
 
-    def convert(value: Any, logical: str | None) -> Any:
+    def convert(value: Any, logical: Logical | None) -> Any:
         if isinstance(value, str):
-            try:
-                parsed = datetime.fromisoformat(value)
+            local = logical is not None and logical.name == _ISO_TIMESTAMP and value.endswith("Z")
+            try:  # an IsoTimestamp is the source's local date-time written with Z: the Z is not an offset
+                parsed = datetime.fromisoformat(value[:-1] if local else value)
             except ValueError:
                 raise _not_a(column, value) from None
             _exact_fraction(column, value)
@@ -243,16 +285,16 @@ def _timestamp(column: SpecColumn) -> Converter:
                            "local date-times (declare the column timestamptz)")
             return (parsed - epoch) // _MICROSECOND
         if isinstance(value, int) and not isinstance(value, bool):
-            unit = _TIMESTAMP_UNITS.get(logical or "")
+            unit = _TIMESTAMP_UNITS.get(logical.name) if logical is not None else None
             if unit is None:
                 raise _Bad(
                     f"field {column.name}: numeric value {value} in a {column.type} column is ambiguous without the "
                     "record's schema (epoch milliseconds or microseconds?): send ISO-8601 text, or records with "
                     "their Kafka Connect schema (value.converter.schemas.enable=true)"
                 )
-            _, multiply, divide = unit
+            unit_name, multiply, divide = unit
             if value % divide:
-                raise _Bad(f"field {column.name}: value {value} ({logical}) has more than microsecond precision")
+                raise _Bad(f"field {column.name}: value {value} (in {unit_name}) has more than microsecond precision")
             micros = value * multiply // divide
             if -62135596800000000 <= micros <= 253402300799999999:
                 return micros
@@ -303,10 +345,11 @@ class _Rows:
         self.declared = set(self.names)
         self.converters = [(column.name, _converter(column)) for column in columns]
         self.required_positions = [index for index, column in enumerate(columns) if column.required]
+        self.unavailable_positions = [index for index, column in enumerate(columns) if column.type in ("string", "binary")]
         self.key = list(key)
         self.key_positions = [self.names.index(name) for name in key]
 
-    def row(self, obj: Any, where: str, logical: dict[str, str], key_only: bool = False) -> list[Any]:
+    def row(self, obj: Any, where: str, logical: dict[str, Logical], key_only: bool = False) -> list[Any]:
         """The row's values in column order; with ``key_only`` only the key columns are decoded (a delete)."""
         if type(obj) is not dict:
             raise _Bad(f"{where} is {_kind(obj)}, not a JSON object")
@@ -323,6 +366,10 @@ class _Rows:
         else:
             values = [None if (value := get(name)) is None else convert(value, hint(name))
                       for name, convert in self.converters]
+            for position in self.unavailable_positions:
+                if values[position] is not None and get(self.names[position]) in _UNAVAILABLE_VALUES:
+                    raise _Bad(f"field {self.names[position]}: Debezium did not send its value ({UNAVAILABLE}: an "
+                               f"unchanged TOASTed column; set REPLICA IDENTITY FULL on the source table) (in {where})")
         for position in (self.key_positions if key_only else self.required_positions):
             if values[position] is None:
                 label = "key field" if key_only else "required field"
@@ -340,14 +387,15 @@ class _Rows:
         return row
 
 
-def _logical_types(schema: Any, *path: str) -> dict[str, str]:
-    """Field name -> Kafka Connect logical type name, from a record's Connect schema (struct fields along ``path``)."""
+def _logical_types(schema: Any, *path: str) -> dict[str, Logical]:
+    """Field name -> Kafka Connect logical type, from a record's Connect schema (struct fields along ``path``)."""
     node = schema
     for name in path:
         fields = node.get("fields") if isinstance(node, dict) else None
         node = next((f for f in fields or [] if isinstance(f, dict) and f.get("field") == name), None)
     fields = node.get("fields") if isinstance(node, dict) else None
-    return {f["field"]: f["name"] for f in fields or []
+    return {f["field"]: Logical(f["name"], f["parameters"] if isinstance(f.get("parameters"), dict) else {})
+            for f in fields or []
             if isinstance(f, dict) and isinstance(f.get("field"), str) and isinstance(f.get("name"), str)}
 
 

@@ -4,14 +4,17 @@
 # is keyed by what pins it (its pom's content, the MinIO module version, the helper sources) and is
 # built in a temp dir then renamed into place, so an interrupted run never leaves a half cache.
 #
-#   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | minio
-#     spark  Spark jar bundles: jars/iceberg-spark, jars/kafka-connector           (Maven)
-#     kafka  KRaft Kafka broker classpath + a small admin/produce/consume helper  (Maven, javac)
-#     rest   Iceberg REST catalog server classpath + a 127.0.0.1 launcher         (Maven, javac)
-#     minio  MinIO server built from its Go module                                 (go install)
-#     jars   spark + kafka + rest (everything that comes from Maven)
+#   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | debezium | postgres | minio
+#     spark     Spark jar bundles: jars/iceberg-spark, jars/kafka-connector           (Maven)
+#     kafka     KRaft Kafka broker classpath + a small admin/produce/consume helper  (Maven, javac)
+#     rest      Iceberg REST catalog server classpath + a 127.0.0.1 launcher         (Maven, javac)
+#     debezium  Debezium's embedded engine + PostgreSQL connector + a runner         (Maven, javac)
+#     postgres  PostgreSQL server binaries, unpacked (scripts/infra/postgres.sh)     (Debian packages)
+#     minio     MinIO server built from its Go module                                 (go install)
+#     jars      spark + kafka + rest + debezium (everything that comes from Maven)
 #
-# Sources: Maven Central (through mvn) and the Go module proxy (through go) only.
+# Sources: Maven Central (through mvn), the Go module proxy (through go) and, for PostgreSQL only,
+# Debian's packages (apt-get download, no install).
 source "$(dirname "$0")/../lib.sh"
 
 INFRA_DIR="$REPO_ROOT/scripts/infra"
@@ -99,18 +102,20 @@ compile_java() { # classes_dir classpath_dir source_root: compile every .java fi
     | xargs -0 javac -nowarn -encoding UTF-8 --release 17 -cp "$libdir/*" -d "$classes"
 }
 
-do_kafka() {
-  local dest="$CACHE/kafka" key tmp
-  key="$(java_sources_key "$POMS/kafka-broker.xml" "$KAFKA_HELPER_SRC")"
+java_part() { # name pom source_root: a pom's runtime closure in $CACHE/<name>/lib, the sources compiled into classes
+  local name="$1" pom="$2" src="$3" dest="$CACHE/$1" key tmp
+  key="$(java_sources_key "$pom" "$src")"
   have_stamp "$dest" "$key" && return 0
-  log "fetching the Kafka broker classpath"
+  log "fetching the $name classpath"
   mkdir -p "$CACHE"
-  tmp="$(mktemp -d "$CACHE/.kafka.XXXXXX")"
-  mvn_copy "$POMS/kafka-broker.xml" "$tmp/lib"
-  compile_java "$tmp/classes" "$tmp/lib" "$KAFKA_HELPER_SRC"
+  tmp="$(mktemp -d "$CACHE/.$name.XXXXXX")"
+  mvn_copy "$pom" "$tmp/lib"
+  compile_java "$tmp/classes" "$tmp/lib" "$src"
   publish "$tmp" "$dest" "$key"
   log "  $(ls "$dest/lib" | wc -l) jars, $(du -sh "$dest" | cut -f1) in $dest"
 }
+
+do_kafka() { java_part kafka "$POMS/kafka-broker.xml" "$KAFKA_HELPER_SRC"; }
 
 # ---------------------------------------------------------------------------------------------
 # 3. Iceberg REST catalog server
@@ -121,21 +126,19 @@ do_kafka() {
 # Source: scripts/infra/rest-catalog/src.
 REST_LAUNCHER_SRC="$INFRA_DIR/rest-catalog/src"
 
-do_rest() {
-  local dest="$CACHE/rest-catalog" key tmp
-  key="$(java_sources_key "$POMS/rest-catalog.xml" "$REST_LAUNCHER_SRC")"
-  have_stamp "$dest" "$key" && return 0
-  log "fetching the Iceberg REST catalog server classpath"
-  mkdir -p "$CACHE"
-  tmp="$(mktemp -d "$CACHE/.rest-catalog.XXXXXX")"
-  mvn_copy "$POMS/rest-catalog.xml" "$tmp/lib"
-  compile_java "$tmp/classes" "$tmp/lib" "$REST_LAUNCHER_SRC"
-  publish "$tmp" "$dest" "$key"
-  log "  $(ls "$dest/lib" | wc -l) jars, $(du -sh "$dest" | cut -f1) in $dest"
-}
+do_rest() { java_part rest-catalog "$POMS/rest-catalog.xml" "$REST_LAUNCHER_SRC"; }
 
 # ---------------------------------------------------------------------------------------------
-# 4. MinIO, built from source through the Go module proxy
+# 4. Debezium: the embedded engine with the PostgreSQL connector (pgoutput), and a runner that writes
+# its JSON change events (Kafka Connect's JsonConverter) to the suite's Kafka broker, one topic per
+# table. Source: scripts/infra/debezium/src; started by tests/integration/cdc_postgres/servers.py.
+do_debezium() { java_part debezium "$POMS/debezium.xml" "$INFRA_DIR/debezium/src"; }
+
+# 5. PostgreSQL from Debian's packages (pinned .deb files, unpacked, not installed).
+do_postgres() { bash "$INFRA_DIR/postgres.sh"; }
+
+# ---------------------------------------------------------------------------------------------
+# 6. MinIO, built from source through the Go module proxy
 do_minio() {
   local bin="$CACHE/bin/minio" tmp gover
   [[ -x "$bin" && -f "$bin.version" && "$(cat "$bin.version")" == "$MINIO_VERSION" ]] && return 0
@@ -174,13 +177,15 @@ for part in "${parts[@]}"; do
     all)
       # The MinIO build is CPU-bound and the Maven fetches network-bound: overlap them.
       ( do_minio ) & minio_pid=$!
-      do_spark; do_kafka; do_rest
+      do_spark; do_kafka; do_rest; do_debezium; do_postgres
       wait "$minio_pid" ;;
-    jars) do_spark; do_kafka; do_rest ;;
+    jars) do_spark; do_kafka; do_rest; do_debezium ;;
     spark) do_spark ;;
     kafka) do_kafka ;;
     rest) do_rest ;;
+    debezium) do_debezium ;;
+    postgres) do_postgres ;;
     minio) do_minio ;;
-    *) log "unknown part '$part' (all|jars|spark|kafka|rest|minio)"; exit 2 ;;
+    *) log "unknown part '$part' (all|jars|spark|kafka|rest|debezium|postgres|minio)"; exit 2 ;;
   esac
 done

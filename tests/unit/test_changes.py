@@ -146,6 +146,68 @@ def test_numeric_dates_are_epoch_days_and_numeric_timestamps_need_a_schema() -> 
     assert "more than microsecond precision" in found[5]
 
 
+def unscaled(value: int) -> str:
+    """A Connect Decimal's JSON form: base64 of the big-endian two's-complement unscaled value."""
+    return base64.b64encode(value.to_bytes((value.bit_length() + 8) // 8 or 1, "big", signed=True)).decode()
+
+
+def wrapped_event(fields: list[dict[str, Any]], after: dict[str, Any]) -> dict[str, Any]:
+    """A change event in the schemas.enable=true form, its row schema made of ``fields`` (and ``id``)."""
+    row = {"type": "struct", "fields": [{"type": "int64", "optional": False, "field": "id"}, *fields]}
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}]}
+    return {"schema": schema, "payload": event("c", after=after)}
+
+
+def test_debeziums_precise_decimals_are_decoded_with_the_scale_of_their_schema() -> None:
+    """decimal.handling.mode=precise: a numeric(p,s) is a Connect Decimal (base64, the scale in the schema), an
+    unconstrained numeric a VariableScaleDecimal struct; both must fit the column exactly."""
+    decimal_field = {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+                     "parameters": {"scale": "2", "connect.decimal.precision": "10"}, "field": "price"}
+    three = {**decimal_field, "parameters": {"scale": "3"}}
+    table = decode([
+        wrapped_event([decimal_field], {"id": 1, "price": unscaled(123450)}),
+        wrapped_event([decimal_field], {"id": 2, "price": unscaled(-5)}),
+        event("c", after={"id": 3, "price": {"scale": 1, "value": unscaled(-12345)}}),
+        wrapped_event([three], {"id": 4, "price": unscaled(1005)}),
+        wrapped_event([decimal_field], {"id": 5, "price": "not base64!"}),
+        event("c", after={"id": 6, "price": {"scale": "1", "value": unscaled(1)}}),
+        event("c", after={"id": 7, "price": unscaled(123450)}),  # no schema: base64 is not decimal text
+    ])
+    assert table.column("price").to_pylist()[:3] == [Decimal("1234.50"), Decimal("-0.05"), Decimal("-1234.50")]
+    found = reasons(table)
+    assert found[:3] == [None, None, None]
+    assert "does not fit decimal(10,2) without rounding" in found[3]
+    assert "is not a Connect Decimal" in found[4]
+    assert "is not a decimal(10,2)" in found[5] and "is not a decimal(10,2)" in found[6]
+
+
+def test_debeziums_isostring_dates_and_local_timestamps() -> None:
+    """time.precision.mode=isostring writes a date as 2024-03-01Z and a local timestamp with Z; the schema
+    (IsoTimestamp) says that Z is not an offset. Without the schema such a value stays refused in a timestamp column."""
+    iso = {"type": "string", "optional": True, "name": "io.debezium.time.IsoTimestamp", "field": "local"}
+    table = decode([
+        wrapped_event([iso], {"id": 1, "local": "2024-03-01T10:00:00.123456Z", "born": "2024-03-01Z"}),
+        event("c", after={"id": 2, "born": "2024-03-01Z", "local": "2024-03-01T10:00:00Z"}),
+    ])
+    assert table.slice(0, 1).to_pylist()[0]["local"] == datetime(2024, 3, 1, 10, 0, 0, 123456)
+    assert table.slice(0, 1).to_pylist()[0]["born"] == date(2024, 3, 1)
+    assert reasons(table)[0] is None and "has a UTC offset" in reasons(table)[1]
+
+
+def test_a_value_debezium_did_not_send_is_a_dead_letter_not_stored() -> None:
+    """An unchanged TOASTed column arrives as __debezium_unavailable_value (text) or its bytes (base64)."""
+    placeholder = "__debezium_unavailable_value"
+    table = decode([
+        event("u", after={"id": 1, "name": placeholder}),
+        event("u", after={"id": 2, "blob": base64.b64encode(placeholder.encode()).decode()}),
+        event("d", before={"id": 3, "name": placeholder}),  # a delete needs the key alone
+    ])
+    found = reasons(table)
+    assert "field name: Debezium did not send its value" in found[0] and "REPLICA IDENTITY FULL" in found[0]
+    assert "field blob: Debezium did not send its value" in found[1]
+    assert found[2] is None
+
+
 def test_values_are_decoded_strictly() -> None:
     table = decode([
         event("c", after={"id": 1, "price": "12.30", "blob": base64.b64encode(b"\x00\xff").decode(), "active": True,

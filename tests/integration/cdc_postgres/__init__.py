@@ -1,0 +1,1 @@
+"""The real CDC pipeline of the suite: PostgreSQL -> Debezium -> Kafka -> a keyed IcebergSync."""

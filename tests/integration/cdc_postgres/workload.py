@@ -1,0 +1,170 @@
+"""An application-like workload on the source tables: inserts, updates (some leaving a large TOASTed text
+untouched), deletes, primary-key updates, multi-row transactions and NULLs in every nullable column.
+
+Deterministic for a given ``random.Random``; every statement goes through psycopg2 with parameters.
+No DDL after the tables are created (schema changes are issue 23's part 3)."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+
+import psycopg2
+
+from tests.integration.cdc_postgres.tables import CUSTOMERS, DEVICES, ORDER_LINES, TABLES, SourceTable
+
+NULLS = 0.15
+WORDS = ["alpha", "Ünïcödé ✓", "it's", 'say "hi"', "back\\slash", "tab\there", "", "日本語"]
+
+
+def value(rng: random.Random, pg_type: str) -> Any:
+    """A random value of a PostgreSQL type, as a psycopg2 parameter."""
+    if pg_type == "smallint":
+        return rng.randint(-32768, 32767)
+    if pg_type == "integer":
+        return rng.randint(-(2**31), 2**31 - 1)
+    if pg_type == "bigint":
+        return rng.randint(-(2**63), 2**63 - 1)
+    if pg_type.startswith("numeric("):
+        precision, scale = (int(part) for part in pg_type[8:-1].split(","))
+        return Decimal(rng.randint(-(10**precision) + 1, 10**precision - 1)).scaleb(-scale)
+    if pg_type == "numeric":
+        return Decimal(rng.randint(-(10**15), 10**15)).scaleb(-rng.randint(0, 12))
+    if pg_type == "real":
+        return round(rng.uniform(-1e4, 1e4), rng.randint(0, 4))
+    if pg_type == "double precision":
+        return rng.uniform(-1e9, 1e9)
+    if pg_type == "boolean":
+        return rng.random() < 0.5
+    if pg_type in ("text", "varchar(16)", "varchar(32)"):
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 3)))[:16]  # fits every varchar here
+    if pg_type == "date":
+        return date(1990, 1, 1) + timedelta(days=rng.randint(0, 20000))
+    if pg_type == "time":
+        return time(rng.randint(0, 23), rng.randint(0, 59), rng.randint(0, 59), rng.choice([0, rng.randint(0, 999999)]))
+    if pg_type == "timestamp":
+        return datetime(2020, 1, 1) + timedelta(microseconds=rng.randint(0, 10**14))
+    if pg_type == "timestamptz":
+        return datetime(2020, 1, 1, tzinfo=UTC) + timedelta(microseconds=rng.randint(0, 10**14))
+    if pg_type == "uuid":
+        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    if pg_type in ("json", "jsonb"):
+        return json.dumps({"n": rng.randint(0, 99), "tags": [rng.choice(WORDS) for _ in range(2)],
+                           "ok": rng.random() < 0.5, "nested": {"x": None}})
+    if pg_type == "bytea":
+        return psycopg2.Binary(rng.randbytes(rng.randint(0, 48)))
+    raise ValueError(pg_type)
+
+
+def large_text(rng: random.Random) -> str:
+    """Text PostgreSQL stores out of line (TOAST): ~16 KB that does not compress."""
+    return rng.randbytes(8192).hex()
+
+
+class Workload:
+    """The workload's state: the keys that exist, and the next new key of each table."""
+
+    def __init__(self, connection: Any, rng: random.Random):
+        self.connection = connection
+        self.rng = rng
+        self.keys: dict[str, list[tuple[Any, ...]]] = {table.name: [] for table in TABLES}
+        self.next_id = 1
+
+    def create(self) -> None:
+        with self.connection, self.connection.cursor() as cursor:
+            for table in TABLES:
+                cursor.execute(table.ddl())
+            # Debezium then sends every column of an update, TOASTed ones included (docs/connectors.md).
+            cursor.execute(f"ALTER TABLE {CUSTOMERS.name} REPLICA IDENTITY FULL")
+
+    def _row(self, table: SourceTable, key: tuple[Any, ...]) -> dict[str, Any]:
+        row = {}
+        for name, pg_type in table.columns:
+            if name in table.key:
+                row[name] = key[table.key.index(name)]
+            elif name == "bio":
+                row[name] = large_text(self.rng) if self.rng.random() < 0.5 else None
+            else:
+                row[name] = None if self.rng.random() < NULLS else value(self.rng, pg_type)
+        return row
+
+    def _new_key(self, table: SourceTable) -> tuple[Any, ...]:
+        self.next_id += 1
+        if table is DEVICES:
+            return (str(uuid.UUID(int=self.rng.getrandbits(128), version=4)),)
+        if table is ORDER_LINES:
+            return (self.next_id // 4, self.next_id % 4)
+        return (self.next_id,)
+
+    def _where(self, table: SourceTable) -> str:
+        return " AND ".join(f"{name} = %s" for name in table.key)
+
+    def insert(self, cursor: Any, table: SourceTable, count: int = 1) -> None:
+        for _ in range(count):
+            key = self._new_key(table)
+            row = self._row(table, key)
+            cursor.execute(f"INSERT INTO {table.name} ({', '.join(row)}) VALUES ({', '.join(['%s'] * len(row))})",
+                           list(row.values()))
+            self.keys[table.name].append(key)
+
+    def update(self, cursor: Any, table: SourceTable, count: int = 1) -> None:
+        """Update a few random non-key columns (never ``bio``: its TOASTed value stays as it was)."""
+        candidates = [(name, pg_type) for name, pg_type in table.columns if name not in table.key and name != "bio"]
+        for _ in range(count):
+            key = self.rng.choice(self.keys[table.name])
+            changed = self.rng.sample(candidates, self.rng.randint(1, 3))
+            values = [None if self.rng.random() < NULLS else value(self.rng, pg_type) for _, pg_type in changed]
+            assignments = ", ".join(f"{name} = %s" for name, _ in changed)
+            cursor.execute(f"UPDATE {table.name} SET {assignments} WHERE {self._where(table)}", [*values, *key])
+
+    def delete(self, cursor: Any, table: SourceTable, count: int = 1) -> None:
+        for _ in range(count):
+            key = self.keys[table.name].pop(self.rng.randrange(len(self.keys[table.name])))
+            cursor.execute(f"DELETE FROM {table.name} WHERE {self._where(table)}", list(key))
+
+    def move(self, cursor: Any, table: SourceTable) -> None:
+        """Update a row's primary key (Debezium: a delete of the old key, its tombstone, a create of the new)."""
+        keys = self.keys[table.name]
+        old = keys.pop(self.rng.randrange(len(keys)))
+        new = self._new_key(table)
+        assignments = ", ".join(f"{name} = %s" for name in table.key)
+        cursor.execute(f"UPDATE {table.name} SET {assignments} WHERE {self._where(table)}", [*new, *old])
+        keys.append(new)
+
+    def snapshot_rows(self) -> None:
+        """The rows that exist before Debezium starts: its snapshot reads them (op r)."""
+        with self.connection, self.connection.cursor() as cursor:
+            for table in TABLES:
+                self.insert(cursor, table, 12)
+
+    def round(self) -> None:
+        """One round of changes: each a transaction of its own, and one multi-row transaction over all tables."""
+        for table in TABLES:
+            for step in (self.insert, self.insert, self.update, self.update, self.update, self.delete):
+                with self.connection, self.connection.cursor() as cursor:
+                    step(cursor, table)
+            with self.connection, self.connection.cursor() as cursor:
+                self.move(cursor, table)
+        with self.connection, self.connection.cursor() as cursor:
+            for table in TABLES:
+                self.insert(cursor, table, 3)
+                self.update(cursor, table, 3)
+                self.delete(cursor, table, 1)
+                self.move(cursor, table)
+
+    def last_row(self) -> dict[str, tuple[Any, ...]]:
+        """Insert one more row into each table, the last change of the workload; returns its key per table."""
+        with self.connection, self.connection.cursor() as cursor:
+            for table in TABLES:
+                self.insert(cursor, table)
+        return {table.name: self.keys[table.name][-1] for table in TABLES}
+
+    def update_some(self) -> None:
+        """A few updates of each table, each in its own transaction (the workload going on while a job runs)."""
+        for table in TABLES:
+            with self.connection, self.connection.cursor() as cursor:
+                self.update(cursor, table, 2)
