@@ -349,6 +349,11 @@ class ExpireSnapshots(_Periodic):
     enabled: bool = True
     older_than: Duration = Field(default="1h", description="Expire snapshots older than this, e.g. 1h.")
     retain_last: int = Field(default=10, ge=1, description="Always keep this many of main's newest snapshots.")
+    max_snapshots: int = Field(
+        default=100, ge=1, description="Expire main's snapshots beyond this many newest ones even when younger than "
+        "olderThan, as soon as a commit finds more (frequent commits would otherwise grow the metadata every reader "
+        "and commit reads).",
+    )
     every: Duration = Field(default="10m", description="How often the table is checked for snapshots to expire "
                             "(after a commit).")
 

@@ -18,7 +18,9 @@ Four parts (``spec.maintenance``, every one on unless its ``enabled`` is false; 
   unchanged and goes through the committer's fenced compare-and-swap, so a fenced sink never lands
   it, and it is dropped (and planned again after the next commit) when main moved meanwhile.
 - **expireSnapshots**: every ``every``, snapshots older than ``olderThan`` beyond the newest
-  ``retainLast`` of main are expired through the same fenced compare-and-swap (when there are any);
+  ``retainLast`` of main are expired through the same fenced compare-and-swap (when there are any),
+  and so, as soon as a commit finds main longer than ``maxSnapshots``, are those older than main's
+  ``maxSnapshots``-th newest;
   then the files only they referenced (data, delete and manifest files, manifest lists) are deleted.
   Recovery does not need them: the checkpoint table property survives expiry (docs/protocol.md).
 - **removeOrphans**: every ``every``, the files earlier attempts of the sink staged that no snapshot
@@ -45,6 +47,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import SparkSession
 
+from icebergsync import protocol
 from icebergsync.errors import CommitStateUnknownError, IcebergSyncError
 from icebergsync.spec import Maintenance
 from icebergsync.storage import normalize
@@ -145,12 +148,16 @@ class Maintainer:
         if self.settings.compaction.enabled or self.settings.rewrite_deletes.enabled:
             self._guarded("rewrite", self.rewrite)
         expire, orphans = self.settings.expire_snapshots, self.settings.remove_orphans
-        if expire.enabled and self._clock() - self._last_expiry >= expire.every_seconds:
+        if expire.enabled and (self._clock() - self._last_expiry >= expire.every_seconds or self._too_many_snapshots()):
             self._last_expiry = self._clock()
             self._guarded("expireSnapshots", self.expire_snapshots)
         if orphans.enabled and self._clock() - self._last_orphans >= orphans.every_seconds:
             self._last_orphans = self._clock()
             self._guarded("removeOrphans", self.remove_orphans)
+
+    def _too_many_snapshots(self) -> bool:
+        main = protocol.main_ancestry(self.catalog.load_table(self.identifier).metadata)
+        return sum(1 for _ in main) > self.settings.expire_snapshots.max_snapshots
 
     def _guarded(self, what: str, run: Callable[[], object]) -> None:
         try:
@@ -241,7 +248,11 @@ class Maintainer:
         started = time.monotonic()
         settings = self.settings.expire_snapshots
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        expired = self.committer.expire_snapshots(now_ms - int(settings.older_than_seconds * 1000), settings.retain_last)
+        cutoff_ms = now_ms - int(settings.older_than_seconds * 1000)
+        main = list(protocol.main_ancestry(self.catalog.load_table(self.identifier).metadata))
+        if len(main) > settings.max_snapshots:  # the max_snapshots-th newest stays, and everything newer
+            cutoff_ms = max(cutoff_ms, main[settings.max_snapshots - 1].timestamp_ms)
+        expired = self.committer.expire_snapshots(cutoff_ms, settings.retain_last)
         deleted = delete_unreferenced(self.catalog.load_table(self.identifier), expired) if expired else 0
         result = ExpiryResult(len(expired), deleted, time.monotonic() - started)
         self.totals.snapshots_expired += len(expired)

@@ -406,6 +406,28 @@ def test_a_fenced_writer_lands_no_maintenance(tmp_path: Path, spark: SparkSessio
     assert spark_rows(spark, table) == triggers.stream.model
 
 
+def test_commits_beyond_max_snapshots_expire_at_once_whatever_their_age(tmp_path: Path, spark: SparkSession) -> None:
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("max-snapshots")))
+    sink = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    sink.start([])
+    maintenance = Maintainer(Maintenance(compaction={"enabled": False}, rewrite_deletes={"enabled": False},
+                                         expire_snapshots={"max_snapshots": 4, "retain_last": 2}),
+                             sink, catalog, name, 64 * 1024 * 1024)
+    counts = []
+    for _ in range(8):
+        triggers.commit(sink, 50)
+        maintenance.after_commit()  # the 10-minute period has not passed: only the count makes expiry due
+        counts.append(sum(1 for _ in protocol.main_ancestry(catalog.load_table(name).metadata)))
+    assert max(counts) <= 4 and counts[-1] == 4, counts
+    table = catalog.load_table(name)
+    assert len(table.metadata.snapshots) == 4 and maintenance.totals.snapshots_expired > 0
+    assert spark_rows(spark, table) == triggers.stream.model
+    resumed = SinkCommitter(catalog, name, Writer(SINK, 2, "attempt2"))
+    assert resumed.start([]).frontier == {"after": f"t{triggers.number - 1:04d}"}
+
+
 def test_expiry_under_the_fence_keeps_resume_and_deletes_only_dead_files(tmp_path: Path, spark: SparkSession) -> None:
     catalog = open_catalog(tmp_path)
     name = keyed_table(catalog)

@@ -211,7 +211,7 @@ def test_maintenance_is_on_by_default_for_every_sync() -> None:
         assert compaction.enabled and rewrite.enabled and expire.enabled and orphans.enabled
         assert (compaction.small_file_percent, compaction.min_input_files) == (75, 5)
         assert (rewrite.min_delete_files, rewrite.deleted_rows_percent) == (1, 20)
-        assert (expire.older_than_seconds, expire.retain_last, expire.every_seconds) == (3600, 10, 600)
+        assert (expire.older_than_seconds, expire.retain_last, expire.every_seconds, expire.max_snapshots) == (3600, 10, 600, 100)
         assert (orphans.older_than_seconds, orphans.every_seconds) == (3600, 3600)
         assert (maintenance.max_rewrite_bytes, maintenance.max_files_per_run) == (1024**3, 1000)
     assert parse_spec(with_spec(maintenance={})).spec.maintenance == parse_spec(VALID).spec.maintenance
