@@ -101,8 +101,9 @@ NEW = (
 KEYED = (
     Mutant("locate-on-own-last-commit", "the touched keys are located on the writer's own last commit, not on the "
            "head the commit swaps against",
-           ((COMMITTER, "located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats)",
-             "located = locate_rows(table, self.last_snapshot or snapshot, touched_keys, self._file_keys, stats)"),)),
+           ((COMMITTER, "located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats, self._spark)",
+             "located = locate_rows(table, self.last_snapshot or snapshot, touched_keys, self._file_keys, stats, "
+             "self._spark)"),)),
     Mutant("no-relocate-on-retry", "a commit retried on a new head keeps the deletes located on its first round",
            ((COMMITTER, "        def build(table: Table) -> tuple[Transaction, int]:\n"
                         "            deletes = self._position_deletes(table, output.touched_keys)\n",

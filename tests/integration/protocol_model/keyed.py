@@ -100,8 +100,8 @@ def stage_keyed_trigger(process: SinkProcess, local: range, value: Callable[[int
 def foreign_rewrite(table: Table, add: Mapping[int, str]) -> None:
     """Another engine upserts ``add`` (key -> ``who``) and rewrites the table: every live row, but those of the keys
     it upserts, moves with the new rows into one new file, in reverse order (every position changes). On
-    format 2 a rewrite removes the old data and delete files; on format 3 (where the sink's own rewrite is not
-    supported) deletion vectors delete every row of the old data files."""
+    format 2 a rewrite removes the old data and delete files; on format 3 deletion vectors delete every row of
+    the old data files (merged with the DVs they hold)."""
     current = table.scan().to_arrow()
     names = [f.name for f in table.schema().fields]
     kept = [row for row in current.select(names).to_pylist() if row["id"] not in add][::-1]
@@ -114,7 +114,7 @@ def foreign_rewrite(table: Table, add: Mapping[int, str]) -> None:
         return
     transaction = Transaction(table)
     if table.metadata.format_version < 3 and snapshot is not None:
-        rewrite_files(transaction, {}, [f.path for f in live], added, snapshot.sequence_number or 0)
+        rewrite_files(transaction, {}, [f.data_file for f in live], added, snapshot.sequence_number or 0)
     else:
         every_row = {f.path: DeletionVector(range(f.data_file.record_count)) for f in live
                      if f.data_file.content == DataFileContent.DATA}
