@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The mutation check (issue 25): plant each known protocol/committer bug in a copy of the source and show
 # which tests catch it (tests/mutation/). Not part of the suite (it runs the model test once per mutant,
-# ~20-40 min on 2 cores). Arguments go to the runner, e.g. `scripts/mutate.sh --only uuid-pin-dropped`.
+# ~30-60 min on 2 cores). Arguments go to the runner, e.g. `scripts/mutate.sh --only uuid-pin-dropped`.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 "$REPO_ROOT/scripts/bootstrap.sh"

@@ -27,15 +27,28 @@ sink's checkpoint naming its last commit, the table's rows (source id and the ex
 wrote each) and the dead-letter table's rows, multiset for multiset. Every refused operation must
 be refused with the predicted error and have written nothing.
 
+The same machine runs a second configuration, ``KeyedProtocolModel``: a keyed table (format 2, position
+delete files, or 3, deletion vectors) partitioned so that an update moves a row to another partition. Each
+trigger reads its sink's change stream (upserts, deletes, re-inserts of deleted keys; the two sinks' keys
+overlap) and is staged as the job stages it (decoded, routed by key, collapsed, the touched keys returned to
+the committer, which deletes their older rows located on the head it swaps against). Another engine's appends
+are keyed upserts, between a fence check and its commit of the very keys the trigger touches, and they and
+its compaction move every row to a new file, so the rows must be located again on the new head, as after
+the sink's own rewrite (a maintenance commit). The oracle applies each commit to the rows of
+the head it lands on (the last change of a key wins, no older row of a touched key stays); the judge also
+checks that every key is one row, in the partition its value says. Not drawn for keyed tables: Spark's
+reader (tests/integration/test_keyed_sync.py and test_keyed_acceptance.py read with it).
+
 Not drawn: expiry of main's history while some sink's last commit is off main (docs/protocol.md,
 "Limits": then a rollback can look like routine expiry); expiry of the snapshots a rollback left
 off main is drawn.
 
 The suite runs a fixed, derandomized set of examples (a red run is reproducible) and prints the
-mix of actions and outcomes; it fails when the mix is too thin to judge (see ``COVERAGE``). Run it
-long and random with e.g. ``ICEBERGSYNC_MODEL_EXAMPLES=300 ICEBERGSYNC_MODEL_STEPS=30 .venv/bin/pytest
-tests/integration/test_protocol_model.py``; ``scripts/mutate.sh`` plants known bugs and shows
-which tests catch each.
+mix of actions and outcomes; it fails when the mix is too thin to judge (see ``COVERAGE`` and
+``KEYED_COVERAGE``). Run it long and random with e.g. ``ICEBERGSYNC_MODEL_EXAMPLES=300
+ICEBERGSYNC_MODEL_STEPS=30 .venv/bin/pytest tests/integration/test_protocol_model.py`` (the keyed
+configuration runs ``ICEBERGSYNC_MODEL_KEYED_EXAMPLES``, default a quarter of the examples);
+``scripts/mutate.sh`` plants known bugs and shows which tests catch each.
 """
 
 from __future__ import annotations
@@ -59,15 +72,25 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 from pyiceberg.types import StringType
 
+from icebergsync.catalog import KEYED_FORMAT_VERSIONS
 from icebergsync.errors import FencedError, ProgressConflictError, TableChangedError
 from icebergsync.schema import SchemaChange
 from icebergsync.spec import ExpireSnapshots, Maintenance
 from spark_app import committer as committer_module
 from spark_app.committer import MaintenanceConflictError, TriggerOutput
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
+from spark_app.iceberg_internals import live_files
 from spark_app.job import table_plan
 from spark_app.maintenance import Maintainer
 from tests.integration.committer_support import SCHEMA, dead_letter_rows, open_catalog, stage_rows
+from tests.integration.protocol_model.keyed import (
+    FOREIGN_KEYS,
+    changes,
+    create_keyed_table,
+    foreign_rewrite,
+    part_of,
+    stage_keyed_trigger,
+)
 from tests.integration.protocol_model.oracle import (
     DATA,
     FENCE,
@@ -77,6 +100,7 @@ from tests.integration.protocol_model.oracle import (
     Claim,
     Row,
     TableModel,
+    apply_changes,
 )
 from tests.integration.protocol_model.world import (
     DEAD,
@@ -97,6 +121,7 @@ pytestmark = pytest.mark.slow
 T = TypeVar("T")
 EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_EXAMPLES", "60"))
 STEPS = int(os.environ.get("ICEBERGSYNC_MODEL_STEPS", "30"))
+KEYED_EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_KEYED_EXAMPLES", str(max(1, EXAMPLES // 4))))
 
 # Actions and their weights: triggers dominate; what breaks every sink's pin (schema change, recreation) is rare.
 ACTIONS = (["trigger"] * 20 + ["launch"] * 6 + ["foreign_append"] * 2 + ["foreign_compaction"] * 2
@@ -116,6 +141,18 @@ COVERAGE = {
     "trigger:committed-after-rollback": 20, "trigger:committed-by-second-sink": 20, "launch:schema-evolved": 5,
     "sink_expiry:committed": 5, "sink_compaction:committed": 3, "expire_rolled_back:expired": 3,
 }
+# The keyed configuration must also have upserted, deleted, re-inserted and moved keys, and landed after what
+# changes where the keys are (another engine's rows of the touched keys, a compaction, a rollback, a retry).
+KEYED_COVERAGE = {
+    **{f"trigger:{outcome}": 3 for outcome in ("committed", "fenced", "rolled-back", "table-changed", "killed")},
+    "launch:resume": 20, "launch:fenced": 1, "launch:killed": 3, "trigger:committed-after-rollback": 10,
+    "sink_compaction:committed": 1, "keyed:committed-on-format-2": 20, "keyed:committed-on-format-3": 20,
+    "keyed:update": 100, "keyed:delete": 50, "keyed:re-insert": 50, "keyed:moved-partition": 50,
+    "keyed:foreign-rows-of-touched-keys": 3,
+    **{f"keyed:committed-after:{d}": n for d, n in (("foreign-append", 2), ("foreign-compaction", 3), ("conflict", 5),
+                                                     ("lost-answer", 3), ("lost-request", 3), ("other-sink-commit", 2),
+                                                     ("rollback", 1))},
+}
 STATS: Counter[str] = Counter()
 
 
@@ -130,25 +167,49 @@ def count(key: str) -> None:
 
 
 @dataclass
+class StagedTrigger:
+    """What a trigger staged, its dead letters, and the rows the table holds once it lands on a head holding
+    some rows."""
+
+    output: TriggerOutput
+    bad: tuple[int, ...]
+    after: Callable[[Counter[Row]], Counter[Row]]
+    changes: Sequence[tuple[int, str | None]] = ()  # keyed: (key, the upsert's ``who`` or None), in source order
+
+    @property
+    def keys(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(key for key, _ in self.changes))
+
+
+@dataclass
 class TriggerContext:
     """One trigger in flight: what it staged, and what happens between its main and dead-letter commits."""
 
     process: SinkProcess
     end: int
+    staged: StagedTrigger
     rows: Counter[Row]
-    bad: tuple[int, ...]
     between: str | None
     main_landed: int | None = None
     dead_expected: str = "committed"
 
+    @property
+    def bad(self) -> tuple[int, ...]:
+        return self.staged.bad
+
 
 class ProtocolModel(RuleBasedStateMachine):
+    COLUMNS: tuple[str, ...] = ("id", "who")
+    ACTIONS: tuple[str, ...] = tuple(ACTIONS)
+    DISTURBANCES: tuple[str | None, ...] = DISTURBANCES
+    COMPACTION_INTERLEAVINGS: tuple[str | None, ...] = (None, None, None, "foreign-append", "foreign-compaction")
+
     def __init__(self) -> None:
         super().__init__()
         self.directory = Path(tempfile.mkdtemp(prefix="isync-model-"))
         self.catalog = open_catalog(self.directory)
         self.catalog.create_namespace_if_not_exists("ns")
-        self.model = TableModel()
+        self.model = TableModel(self.COLUMNS)
         self.format_version = "2"
         self.processes: list[SinkProcess] = []
         self.top_version = dict.fromkeys(SINKS, 0)
@@ -176,7 +237,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def step(self, data: st.DataObject) -> None:
-        action = data.draw(pick(ACTIONS), label="action")
+        action = data.draw(pick(self.ACTIONS), label="action")
         count(f"action:{action}")
         getattr(self, action)(data)
 
@@ -277,7 +338,7 @@ class ProtocolModel(RuleBasedStateMachine):
                 return
             which = data.draw(st.integers(0, len(self.processes) - 1), label="attempt")
             rows = data.draw(st.integers(1, 30), label="rows")
-            disturbance = data.draw(pick(DISTURBANCES), label="disturbance")
+            disturbance = data.draw(pick(self.DISTURBANCES), label="disturbance")
             self._trigger(self.processes[which], rows, disturbance)
 
     def _trigger(self, process: SinkProcess, rows: int, disturbance: str | None) -> None:
@@ -286,25 +347,13 @@ class ProtocolModel(RuleBasedStateMachine):
             count(f"disturbance:{disturbance}")
             family = "kills" if disturbance in KILLS else "faults" if disturbance in FAULTS else "interleavings"
             STATS[f"disturbances:{family}"] += 1
-        claim, base, start = process.claim, process.base, process.model.next_id
-        local = range(start, start + rows)
-        good = [base + i for i in local if not is_bad(i)]
-        bad = tuple(base + i for i in local if is_bad(i))
-        table, dead = self.catalog.load_table(TABLE), self.catalog.load_table(DEAD)
-        output = TriggerOutput(records=len(good), dead_letters=len(bad))
-        if good:
-            output.data_files = stage_rows(table, process.committer.writer,
-                                           {"id": good, "who": [who(claim)] * len(good)}, process.plan)
-        if bad:
-            output.dead_letter_files = stage_rows(dead, process.committer.writer,
-                                                  dead_letter_rows(process.committer.writer, list(bad)),
-                                                  process.dead_plan)
+        claim, start = process.claim, process.model.next_id
+        staged = self._stage_trigger(process, range(start, start + rows))
+        output = staged.output
         if disturbance == "die-before-commit":
             self.processes.remove(process)
             return
-        head_rows = self.model.snaps[self.model.head].rows if self.model.head is not None else Counter()
-        context = TriggerContext(process, start + rows, head_rows + Counter((i, who(claim), self.model.who_column)
-                                                                            for i in good), bad,
+        context = TriggerContext(process, start + rows, staged, staged.after(self._rows_after_head()),
                                  {"die-between-commits": "kill", "newer-fence-between-commits": "newer"}
                                  .get(disturbance or ""))
         expected = self.model.commit_outcome(process.model)
@@ -313,8 +362,7 @@ class ProtocolModel(RuleBasedStateMachine):
             nonlocal expected
             assert disturbance is not None
             self._interleave(disturbance, process)
-            context.rows = self._rows_after_head() + Counter(
-                (i, who(claim), self.model.who_column) for i in good)
+            context.rows = staged.after(self._rows_after_head())  # what lands on the head it swaps against now
             expected = self.model.commit_outcome(process.model)  # the commit re-checks on the head it swaps against
 
         if disturbance in INTERLEAVINGS:
@@ -341,7 +389,7 @@ class ProtocolModel(RuleBasedStateMachine):
         count(f"trigger:{outcome}")
         if outcome == "killed" and context.main_landed is None:
             context.main_landed = self._land_one(claim, DATA, context.end, context.rows)
-            self.model.owe(claim.sink, context.main_landed, bad)
+            self.model.owe(claim.sink, context.main_landed, context.bad)
         if context.main_landed is None:
             assert outcome == expected, f"{claim}: expected {expected}, got {outcome}"
             assert outcome != "committed", f"{claim} committed without landing a snapshot"
@@ -361,7 +409,30 @@ class ProtocolModel(RuleBasedStateMachine):
         count("trigger:committed-after-rollback" if self.rolled_back else "trigger:committed-before-rollback")
         if claim.sink == "ns/b":
             count("trigger:committed-by-second-sink")
+        self._committed(context, disturbance)
         process.model.last, process.model.frontier = context.main_landed, context.end
+
+    def _stage_trigger(self, process: SinkProcess, local: range) -> StagedTrigger:
+        """Stage the records at ``local`` of ``process``'s source: its good ids as rows, its bad ones as dead letters."""
+        claim, base = process.claim, process.base
+        good = [base + i for i in local if not is_bad(i)]
+        bad = tuple(base + i for i in local if is_bad(i))
+        output = TriggerOutput(records=len(good), dead_letters=len(bad))
+        if good:
+            output.data_files = stage_rows(self.catalog.load_table(TABLE), process.committer.writer,
+                                           {"id": good, "who": [who(claim)] * len(good)}, process.plan)
+        if bad:
+            output.dead_letter_files = stage_rows(self.catalog.load_table(DEAD), process.committer.writer,
+                                                  dead_letter_rows(process.committer.writer, list(bad)),
+                                                  process.dead_plan)
+        return StagedTrigger(output, bad, lambda head: head + Counter(
+            (i, who(claim), self.model.who_column) for i in good))
+
+    def _committed(self, context: TriggerContext, disturbance: str | None) -> None:
+        """A trigger's commit landed and it goes on (for the keyed configuration's counts)."""
+
+    def _check_rows(self, rows: pa.Table) -> None:
+        """What the judge checks of the table's rows besides the oracle's multiset (the keyed configuration's)."""
 
     def _rows_after_head(self) -> Counter[Row]:
         return self.model.snaps[self.model.head].rows.copy() if self.model.head is not None else Counter()
@@ -472,17 +543,16 @@ class ProtocolModel(RuleBasedStateMachine):
             self._remove(process)
 
     def sink_compaction(self, data: st.DataObject) -> None:
-        """A maintenance commit by a running attempt: every live data file rewritten into one, rows unchanged."""
+        """A maintenance commit by a running attempt: every live file rewritten into one data file, rows unchanged."""
         if not self.processes:
             return
         process = self._draw_attempt(data)
-        interleaving = data.draw(pick([None, None, None, "foreign-append", "foreign-compaction"]),
-                                 label="interleaving")
+        interleaving = data.draw(pick(self.COMPACTION_INTERLEAVINGS), label="interleaving")
         table = self.catalog.load_table(TABLE)
         planned = table.metadata.current_snapshot()
         if planned is None:
             return
-        removed = [task.file for task in table.scan().plan_files()]
+        removed = [live.data_file for live in live_files(table, planned)]  # deletes too: the new file holds none
         current = table.scan().to_arrow()
         if not removed or current.num_rows == 0:
             return
@@ -683,6 +753,7 @@ class ProtocolModel(RuleBasedStateMachine):
                                          None if last.frontier is None else {"next_id": last.frontier}), \
                 f"{sink}'s checkpoint {stated_checkpoint} does not name its last commit {last.id}"
         rows = self.catalog.load_table(TABLE).scan().to_arrow()
+        self._check_rows(rows)
         seen = Counter(zip(rows.column("id").to_pylist(), rows.column("who").to_pylist(), strict=True))
         expected = self.model.visible_rows()
         assert seen == expected, f"rows differ: extra {seen - expected}, missing {expected - seen}"
@@ -690,6 +761,99 @@ class ProtocolModel(RuleBasedStateMachine):
         dead = Counter(int(p) for p in payloads)
         assert dead == self.model.dead, f"dead letters differ: extra {dead - self.model.dead}, " \
                                         f"missing {self.model.dead - dead}"
+
+
+class KeyedProtocolModel(ProtocolModel):
+    """The same machine on a keyed table, format 2 (position delete files) or 3 (deletion vectors), partitioned so
+    that an update moves a row (tests/integration/protocol_model/keyed.py): each trigger upserts and deletes keys
+    of its sink's change stream, staged as the job stages it; another engine's appends are keyed upserts (of keys
+    the trigger in flight touches, when between its fence check and its commit) and, like its compaction, move
+    every row to a new file. The judge also checks that every key is one row, in the partition its value says."""
+
+    COLUMNS = ("id", "who", "part")
+    # More of what moves the touched keys' rows under a commit, and of the sink's own rewrite.
+    ACTIONS = (*ACTIONS, "sink_compaction", "sink_compaction", "foreign_compaction")
+    # (Hypothesis draws the last of a list often: it is what the keyed path must get right.)
+    DISTURBANCES = (*DISTURBANCES, "conflict", "lost-answer", "rollback", "other-sink-commit", "foreign-append",
+                    "foreign-compaction", "foreign-append")
+    COMPACTION_INTERLEAVINGS = ("foreign-append", "foreign-compaction", None, None, None)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted: set[int] = set()  # keys a committed trigger deleted: upserting one again re-inserts it
+
+    @initialize(format_version=st.sampled_from(KEYED_FORMAT_VERSIONS))
+    def create_tables(self, format_version: str) -> None:
+        self.format_version = format_version
+        create_keyed_table(self.catalog, TABLE, format_version)
+        self.catalog.create_table(DEAD, DEAD_LETTER_SCHEMA, properties={"format-version": format_version})
+
+    def _stage_trigger(self, process: SinkProcess, local: range) -> StagedTrigger:
+        claim = process.claim
+
+        def value(local_id: int) -> str:
+            return f"{who(claim)}@{local_id}"
+
+        output = stage_keyed_trigger(process, local, value)
+        good = changes(claim.sink, local, value)
+        return StagedTrigger(output, tuple(process.base + i for i in local if is_bad(i)),
+                             lambda head: apply_changes(head, good, self.model.who_column), good)
+
+    def _committed(self, context: TriggerContext, disturbance: str | None) -> None:
+        assert context.main_landed is not None
+        parent = self.model.snaps[context.main_landed].parent
+        live = {row[0]: row[1] for row in self.model.snaps[parent].rows} if parent is not None else {}
+        for key, value in dict(context.staged.changes).items():
+            old = live.get(key)
+            if value is None:
+                kind = "delete" if key in live else "delete-of-an-absent-key"
+                self.deleted.add(key)
+            elif key in live:
+                kind = "update"
+                if old is not None and part_of(old) != part_of(value):
+                    count("keyed:moved-partition")
+            else:
+                kind = "re-insert" if key in self.deleted else "insert"
+            count(f"keyed:{kind}")
+        count(f"keyed:committed-on-format-{self.format_version}")
+        if disturbance:  # (a rollback, then expiry or not)
+            count(f"keyed:committed-after:{disturbance.removesuffix('-and-expiry')}")
+
+    def recreate(self, data: st.DataObject) -> None:
+        super().recreate(data)
+        self.deleted.clear()
+
+    def foreign_append(self, data: st.DataObject) -> None:
+        self._foreign_upsert(data.draw(st.lists(st.sampled_from(FOREIGN_KEYS), max_size=3, unique=True), label="keys"))
+
+    def _foreign_append(self, rows: int) -> None:
+        """Another engine upserts ``rows`` keys: between a trigger's fence check and its commit, keys it touches."""
+        keys = self.triggers[-1].staged.keys[:rows] if self.triggers else tuple(FOREIGN_KEYS[:rows])
+        if self.triggers and keys:
+            count("keyed:foreign-rows-of-touched-keys")
+        self._foreign_upsert(keys)
+
+    def _foreign_upsert(self, keys: Sequence[int]) -> None:
+        values = {key: f"foreign@{self.foreign_ids + n}" for n, key in enumerate(keys)}
+        self.foreign_ids += len(keys)
+        self._foreign_rewrite(values)
+
+    def _foreign_compaction(self) -> None:
+        self._foreign_rewrite({})
+
+    def _foreign_rewrite(self, values: dict[int, str]) -> None:
+        final = apply_changes(self.model.rewritten_rows(), list(values.items()), self.model.who_column)
+        foreign_rewrite(self.catalog.load_table(TABLE), values)
+        self._land_new(lambda _: (None, FOREIGN, None, final))
+        self._settle()
+
+    def _check_rows(self, table: pa.Table) -> None:
+        """Every key is one row, in the partition its value says."""
+        rows = table.select(["id", "who", "part"]).to_pylist()
+        twice = {key: n for key, n in Counter(row["id"] for row in rows).items() if n > 1}
+        assert not twice, f"keys live in more than one row: {twice}"
+        misplaced = [row for row in rows if row["who"] is not None and row["part"] != part_of(row["who"])]
+        assert not misplaced, f"rows in another partition than their value's: {misplaced}"
 
 
 SETTINGS = settings(
@@ -701,12 +865,22 @@ SETTINGS = settings(
 )
 
 
-def test_protocol_model(capsys: pytest.CaptureFixture[str]) -> None:
+def judge(machine: type[ProtocolModel], examples: int, coverage: dict[str, int],
+          capsys: pytest.CaptureFixture[str]) -> None:
+    """Run ``machine`` for ``examples`` examples, print its mix of actions and outcomes, fail when it is too thin."""
     STATS.clear()
-    run_state_machine_as_test(ProtocolModel, settings=SETTINGS)
+    run_state_machine_as_test(machine, settings=settings(SETTINGS, max_examples=examples))
     with capsys.disabled():
-        print(f"\nprotocol model, {EXAMPLES} examples x {STEPS} steps; the mix of actions and outcomes:")
+        print(f"\n{machine.__name__}, {examples} examples x {STEPS} steps; the mix of actions and outcomes:")
         for key, value in sorted(STATS.items()):
             print(f"  {key:55s} {value:6d}")
-    thin = {key: (STATS[key], least) for key, least in COVERAGE.items() if STATS[key] < least}
+    thin = {key: (STATS[key], least) for key, least in coverage.items() if STATS[key] < least}
     assert not thin, f"the run exercised too little to judge the protocol (seen, needed): {thin}"
+
+
+def test_keyed_protocol_model(capsys: pytest.CaptureFixture[str]) -> None:
+    judge(KeyedProtocolModel, KEYED_EXAMPLES, KEYED_COVERAGE, capsys)
+
+
+def test_protocol_model(capsys: pytest.CaptureFixture[str]) -> None:
+    judge(ProtocolModel, EXAMPLES, COVERAGE, capsys)

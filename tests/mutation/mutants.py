@@ -4,7 +4,8 @@ Each mutant replaces exact source text; ``tests/unit/test_mutants.py`` checks th
 applies, so the list cannot silently rot as the code moves. ``REVIEWED`` are the ten a reviewer
 planted (issue 25); ``NEW`` are ten more, on the parts the protocol grows through: unknown outcomes,
 the compare-and-swap's requirements, maintenance commits, expiry, dead-letter recovery and the
-same-version rule.
+same-version rule; ``KEYED`` are bugs of keyed commits (issue 21): where the older rows of the
+touched keys are located, and how they are deleted.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from dataclasses import dataclass
 PROTOCOL = "icebergsync/protocol.py"
 COMMITTER = "spark_app/committer.py"
 INTERNALS = "spark_app/iceberg_internals.py"
+LOCATE = "spark_app/key_index/locate.py"
+CHANGES = "spark_app/changes.py"
+POSITION_DELETES = "spark_app/position_deletes/stage.py"
 
 
 @dataclass(frozen=True)
@@ -94,4 +98,25 @@ NEW = (
              "    return False"),)),
 )
 
-MUTANTS = REVIEWED + NEW
+KEYED = (
+    Mutant("locate-on-own-last-commit", "the touched keys are located on the writer's own last commit, not on the "
+           "head the commit swaps against",
+           ((COMMITTER, "located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats, self._spark)",
+             "located = locate_rows(table, self.last_snapshot or snapshot, touched_keys, self._file_keys, stats, "
+             "self._spark)"),)),
+    Mutant("no-relocate-on-retry", "a commit retried on a new head keeps the deletes located on its first round",
+           ((COMMITTER, "        def build(table: Table) -> tuple[Transaction, int]:\n"
+                        "            deletes = self._position_deletes(table, output.touched_keys)\n",
+             "        first: list[PositionDeleteDelta] = []\n\n"
+             "        def build(table: Table) -> tuple[Transaction, int]:\n"
+             "            if not first:\n                first.append(self._position_deletes(table, output.touched_keys))\n"
+             "            deletes = first[0]\n"),)),
+    Mutant("deletes-not-touched", "a key a trigger only deletes is not among the keys it touches (its row stays)",
+           ((CHANGES, "return inserts, winners.select(list(key))", "return inserts, inserts.select(list(key))"),)),
+    Mutant("upper-bound-excluded", "a file or row group whose key bound equals a touched key is skipped",
+           ((LOCATE, "(upper is None or self.sorted[start] <= upper)", "(upper is None or self.sorted[start] < upper)"),)),
+    Mutant("dv-not-merged", "a new deletion vector replaces the data file's live one without holding its positions",
+           ((POSITION_DELETES, "target.positions.union(read_deletion_vector(io, old))", "target.positions"),)),
+)
+
+MUTANTS = REVIEWED + NEW + KEYED

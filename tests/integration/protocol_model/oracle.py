@@ -17,7 +17,10 @@ docs/protocol.md to that record:
   no longer holds that commit; else "committed";
 - **dead letters**: a trigger's bad records are owed from its main commit until its dead-letter
   commit; a complete start-up pays what is owed for main commits on main's history and forgets
-  the rest (their range is read again).
+  the rest (their range is read again);
+- **a keyed commit** (:func:`apply_changes`): per key the trigger's last change wins; every row of
+  every key it touches goes, whatever the head it lands on holds (another writer's rows of the key
+  included), and the winning upserts are added.
 
 Landed snapshots are learnt by their id, parent, timestamp and sequence number (what the catalog
 assigned); what they must say and hold comes from the record alone.
@@ -26,13 +29,23 @@ assigned); what they must say and hold comes from the record alone.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-Row = tuple[int, str | None, int]  # source id (negative: another writer's), who wrote it, ``who`` column it was written to
+# A row: the source id (negative: another writer's; keyed: the key), who wrote it (keyed: and which change),
+# and the ``who`` column it was written to.
+Row = tuple[int, str | None, int]
 Visible = tuple[int, str | None]  # a row as a reader sees it: the column of an older schema epoch reads null
 
 FENCE, DATA, MAINTENANCE, FOREIGN = "fence", "data", "maintenance", "foreign"
+
+
+def apply_changes(head: Counter[Row], changes: Sequence[tuple[int, str | None]], who_column: int) -> Counter[Row]:
+    """The rows of a keyed table after a commit of ``changes`` ((key, value), None deleting the key, in source
+    order) on a head holding ``head``: the last change of a key wins, and no older row of a touched key stays."""
+    last = dict(changes)
+    kept = Counter({row: n for row, n in head.items() if row[0] not in last})
+    return kept + Counter((key, value, who_column) for key, value in last.items() if value is not None)
 
 
 @dataclass(frozen=True)
@@ -85,14 +98,15 @@ class Attempt:
 class TableModel:
     """The oracle's record of the main table, the dead-letter table and every sink writing them."""
 
-    def __init__(self) -> None:
+    def __init__(self, columns: Sequence[str] = ("id", "who")) -> None:
         self.generation = 0
+        self._initial_columns = list(columns)
         self._reset()
 
     def _reset(self) -> None:
         self.schema_epoch = 0  # raised by every schema change: an attempt's pin holds only while it stands
         self.who_column = 0  # raised when another writer drops and re-adds ``who``: older rows read it as null
-        self.columns = ["id", "who"]
+        self.columns = list(self._initial_columns)
         self.snaps: dict[int, Snap] = {}
         self.head: int | None = None
         self.sinks: dict[str, SinkRecord] = {}
