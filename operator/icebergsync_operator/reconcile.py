@@ -188,6 +188,18 @@ def _stalled_by_failures(failures: int, settings: OperatorSettings) -> Verdict:
     return OK_STALLED
 
 
+def _stalled(previous: SyncStatus, reason: str, message: str) -> tuple[Assessment, tuple[Event, ...]]:
+    """Failed and stalled with ``reason``: the assessment, and its Warning event unless already stalled for it."""
+    before = condition(previous, "Stalled")
+    events = () if before is not None and before.reason == reason else (Event(WARNING, reason, message),)
+    return Assessment(
+        phase="Failed",
+        ready=Verdict(FALSE, reason, message),
+        reconciling=Verdict(FALSE, reason),
+        stalled=Verdict(TRUE, reason, message),
+    ), events
+
+
 def _refused(observation: Observation, previous: SyncStatus, reason: str, problems: tuple[str, ...],
              summary: str) -> Decision:
     """Nothing is launched for this generation; the running application, if any, is left as is."""
@@ -271,14 +283,7 @@ def _table_in_use(observation: Observation, previous: SyncStatus, other_sink: st
                "(its newest IcebergSync commit); a sink never writes a table another sink writes. Point spec.table.name "
                "at another table or stop the other writer; a sync renamed within this namespace keeps its sink "
                "with spec.sinkId set to its former name")
-    before = condition(previous, "Stalled")
-    events = () if before is not None and before.reason == "TableInUse" else (Event(WARNING, "TableInUse", message),)
-    assessment = Assessment(
-        phase="Failed",
-        ready=Verdict(FALSE, "TableInUse", message),
-        reconciling=Verdict(FALSE, "TableInUse"),
-        stalled=Verdict(TRUE, "TableInUse", message),
-    )
+    assessment, events = _stalled(previous, "TableInUse", message)
     # observedGeneration stays: the generation is not acted on until a version is launched for it.
     return _finish(observation, previous, assessment, events=events, observed_generation=previous.observed_generation)
 
@@ -319,14 +324,7 @@ def _fenced(observation: Observation, previous: SyncStatus, current: ObservedApp
     message = (f"version {current.version} was fenced: {f'version {owner}' if owner else 'a newer writer'} of sink "
                f"{observation.sink_id} owns table {observation.table_name}; another IcebergSync or operator "
                f"writes with the same sink id. Not relaunching; change the spec to launch a newer version.")
-    before = condition(previous, "Stalled")
-    events = () if before is not None and before.reason == "Fenced" else (Event(WARNING, "Fenced", message),)
-    assessment = Assessment(
-        phase="Failed",
-        ready=Verdict(FALSE, "Fenced", message),
-        reconciling=Verdict(FALSE, "Fenced"),
-        stalled=Verdict(TRUE, "Fenced", message),
-    )
+    assessment, events = _stalled(previous, "Fenced", message)
     return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events)
 
 
@@ -351,14 +349,7 @@ def _stalled_by_exit(observation: Observation, previous: SyncStatus, current: Ob
     """An exit status that a relaunch would only repeat (bad input, progress conflict): stall with the reason."""
     reason, advice = _STALLING_EXITS[current.outcome]
     message = f"{current.describe()}: {advice}"
-    before = condition(previous, "Stalled")
-    events = () if before is not None and before.reason == reason else (Event(WARNING, reason, message),)
-    assessment = Assessment(
-        phase="Failed",
-        ready=Verdict(FALSE, reason, message),
-        reconciling=Verdict(FALSE, reason),
-        stalled=Verdict(TRUE, reason, message),
-    )
+    assessment, events = _stalled(previous, reason, message)
     return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events,
                    next_retry_at=None)
 
