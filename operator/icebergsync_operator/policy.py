@@ -16,6 +16,7 @@ from fnmatch import fnmatchcase
 from icebergsync.spec import IcebergSync, Spark
 from icebergsync.units import parse_jvm_memory
 from icebergsync_operator.catalog_access import endpoint_problem
+from icebergsync_operator.constants import PROTECTED_SPARK_CONF
 from icebergsync_operator.settings import ANY, OperatorSettings
 
 GIB = 1024**3
@@ -72,8 +73,12 @@ def policy_problems(sync: IcebergSync, settings: OperatorSettings) -> tuple[str,
         problems.append(f"spec.spark.serviceAccount: {account!r} is not allowed (allowed: "
                         f"{_besides(settings.default_service_account, settings.allowed_service_accounts, 'the accounts')}; "
                         "policy.allowedServiceAccounts)")
-    problems += [f"spec.spark.conf: {key!r} is not among the allowed keys (policy.allowedSparkConf)"
-                 for key in sorted(spark.conf) if not _matches(key, settings.allowed_spark_conf)]
+    for key in sorted(spark.conf):
+        if _matches(key, PROTECTED_SPARK_CONF):
+            problems.append(f"spec.spark.conf: {key!r} is set by the operator for every sync (Spark's RPC is "
+                            "authenticated and encrypted, the UI cannot kill) and cannot be changed")
+        elif not _matches(key, settings.allowed_spark_conf):
+            problems.append(f"spec.spark.conf: {key!r} is not among the allowed keys (policy.allowedSparkConf)")
     problems += _size_problems(spark, settings)
     if sync.spec.transform and not settings.allow_transform:
         problems.append("spec.transform: SQL transforms are not allowed (policy.allowTransform): Spark SQL can call "

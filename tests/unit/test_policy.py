@@ -92,6 +92,17 @@ def test_an_admin_sets_the_conf_allow_list() -> None:
     assert policy_problems(sync_with({"conf": ATTACKS}), OperatorSettings(allowed_spark_conf=("*",))) == ()
 
 
+def test_no_allow_list_lets_a_spec_weaken_sparks_authentication() -> None:
+    """A sync's pods talk to each other authenticated and encrypted whatever the admin opens
+    (attack 17): a spec turning that off, or choosing the secret, is refused naming the key."""
+    weakening = {"spark.authenticate": "false", "spark.authenticate.secret": "known",
+                 "spark.network.crypto.enabled": "false", "spark.ui.killEnabled": "true"}
+    problems = policy_problems(sync_with({"conf": weakening}), OperatorSettings(allowed_spark_conf=("*",)))
+    assert problems == tuple(f"spec.spark.conf: {key!r} is set by the operator for every sync (Spark's RPC is "
+                             "authenticated and encrypted, the UI cannot kill) and cannot be changed"
+                             for key in sorted(weakening))
+
+
 def test_executors_cores_and_memory_of_a_sync_are_capped() -> None:
     settings = OperatorSettings(max_executors=4, max_cores=8, max_memory=16 * 1024**3)
     within = {"driver": {"cores": 2, "memory": "2g"}, "executor": {"instances": 3, "cores": 2, "memory": "4g"}}
