@@ -60,8 +60,18 @@ def _size_problems(spark: Spark, settings: OperatorSettings) -> list[str]:
     return problems
 
 
-def policy_problems(sync: IcebergSync, settings: OperatorSettings) -> tuple[str, ...]:
-    """Every field of the spec the operator's policy refuses, with why; empty when allowed."""
+def catalog_uri_field(sync: IcebergSync) -> str:
+    """Where the user wrote the catalog's URI: inline, or in the catalog resource the sync names."""
+    ref = sync.spec.table.catalog_ref
+    return "spec.table.catalog.uri" if ref is None else f"spec.table.catalogRef ({ref.kind} {ref.name!r}, spec.uri)"
+
+
+def policy_problems(sync: IcebergSync, settings: OperatorSettings,
+                    catalog_field: str = "spec.table.catalog.uri") -> tuple[str, ...]:
+    """Every field of the spec the operator's policy refuses, with why; empty when allowed.
+
+    ``sync`` has its catalog inline (a catalogRef resolved); ``catalog_field`` names where its URI came from.
+    """
     spark = sync.spec.spark
     problems = []
     if not _allowed(spark.image, settings.default_image, settings.allowed_images, prefix=True):
@@ -85,5 +95,5 @@ def policy_problems(sync: IcebergSync, settings: OperatorSettings) -> tuple[str,
                         "Java methods and read the job's local files, which is running code as the job")
     endpoint = endpoint_problem(sync.spec.table.catalog_or_default, settings.allowed_catalog_uris)
     if endpoint:
-        problems.append(f"spec.table.catalog.uri: {endpoint}")
+        problems.append(f"{catalog_field}: {endpoint}")
     return tuple(problems)

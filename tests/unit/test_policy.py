@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from icebergsync_operator.policy import policy_problems
+from icebergsync_operator.policy import catalog_uri_field, policy_problems
 from icebergsync_operator.settings import DEFAULT_ALLOWED_SPARK_CONF, OperatorSettings, parse_settings
 
 from icebergsync.spec import IcebergSync, parse_spec
@@ -171,3 +171,14 @@ def test_a_sql_transform_is_refused_unless_the_admin_allows_transforms() -> None
     assert parse_settings(["--allow-transform"], {})[0].allow_transform
     assert parse_settings([], {"ICEBERGSYNC_ALLOW_TRANSFORM": "true"})[0].allow_transform
     assert not parse_settings([], {})[0].allow_transform
+
+
+def test_a_refused_uri_is_named_where_the_user_wrote_it() -> None:
+    """An inline catalog's own field, or the catalog resource a catalogRef names (its spec.uri)."""
+    assert catalog_uri_field(sync_with({})) == "spec.table.catalog.uri"
+    named = parse_spec({"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync",
+                        "metadata": {"name": "trips", "namespace": "data"},
+                        "spec": {"source": {"generator": {"totalRows": 1}},
+                                 "table": {"name": "db.trips", "catalogRef": {"kind": "ClusterIcebergCatalog",
+                                                                               "name": "lake"}}}})
+    assert catalog_uri_field(named) == "spec.table.catalogRef (ClusterIcebergCatalog 'lake', spec.uri)"
