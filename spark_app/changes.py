@@ -82,9 +82,10 @@ _TIMESTAMP_UNITS = {
 
 
 # Debezium's placeholder for a value it did not read (an unchanged TOASTed column; its
-# ``unavailable.value.placeholder`` default), as text and, in a bytes column, as the JSON converter's base64.
+# ``unavailable.value.placeholder`` default), as text and, in a bytea column, as its bytes in base64 or hex.
 UNAVAILABLE = "__debezium_unavailable_value"
-_UNAVAILABLE_VALUES = frozenset({UNAVAILABLE, base64.b64encode(UNAVAILABLE.encode()).decode()})
+_UNAVAILABLE_VALUES = frozenset({UNAVAILABLE, base64.b64encode(UNAVAILABLE.encode()).decode(),
+                                 UNAVAILABLE.encode().hex()})  # bytes as text: binary.handling.mode=base64 | hex
 _CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 _ISO_TIMESTAMP = "io.debezium.time.IsoTimestamp"

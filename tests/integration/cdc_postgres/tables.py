@@ -2,7 +2,7 @@
 
 A :class:`Variant` is a Debezium configuration (Kafka Connect's ``schemas.enable`` and the type handling
 modes); the PostgreSQL type -> spec column type mapping depends on it where Debezium's encoding does
-(docs/connectors.md, "PostgreSQL through Debezium").
+(docs/connectors.md, "PostgreSQL types").
 
 Values are compared after a type-aware normalization, the same for PostgreSQL's and Spark's side:
 
