@@ -477,6 +477,10 @@ class SinkCommitter:
                             for f in written.files])  # written for rounds that did not land
         landed = rounds.get(snapshot.snapshot_id, _Round([], TaskResult()))
         dead_letters = output.dead_letter_files + landed.carried_dead_letters
+        output.records += landed.carried.records  # what the job logs and counts: the rows that landed
+        output.dead_letters += landed.carried.dead_letters
+        for reason, count in landed.carried.dead_letter_reasons.items():
+            output.dead_letter_reasons[reason] = output.dead_letter_reasons.get(reason, 0) + count
         self.last_snapshot = snapshot
         self.frontier = frontier
         self._pending_dead_letter_paths = [f.file_path for f in dead_letters] if self._dead_letter_identifier else []

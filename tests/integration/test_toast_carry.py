@@ -25,9 +25,12 @@ from icebergsync.errors import BadInputError
 from icebergsync.protocol import Writer
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column
+from spark_app.carry import live_rows
+from spark_app.carry.live_rows import live_positions, read_live_rows
 from spark_app.changes import UNAVAILABLE, decode_changes
 from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
+from spark_app.key_index.locate import locate_rows
 from spark_app.pipeline import stage_changes
 from spark_app.writer import TablePlan, WritePlan
 
@@ -96,6 +99,7 @@ def test_unsent_values_are_carried_from_the_live_row_the_commit_lands_on(tmp_pat
     # Another trigger lands first and changes key 1's value: the carry reads the head it commits on.
     committer.commit(stage(plan, [upsert("u", 1, "changed", 7)], "00002-0"), {"t": 2})
     committer.commit(second, {"t": 3})
+    assert (second.records, second.dead_letters) == (4, 1)  # the carried rows are counted once they land
     assert rows(spark, catalog, name) == {1: ("changed", 2), 2: (long_b, 3), 3: (None, 2), 4: ("fresh", 2)}
     letters = catalog.load_table(dead).scan().to_arrow().to_pylist()
     assert len(letters) == 1 and "no live row of this key" in letters[0]["reason"]
@@ -117,3 +121,26 @@ def test_without_a_dead_letter_table_an_unknown_key_refuses_the_trigger(tmp_path
     with pytest.raises(BadInputError, match="no live row of this key"):
         committer.commit(output, {"t": 1})
     assert catalog.load_table(name).current_snapshot() == fenced
+
+
+def test_many_live_rows_are_read_in_spark_tasks_alike(tmp_path: Path, spark: SparkSession,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=(tmp_path / "wh").as_uri())
+    name = "shop.people"
+    ensure_table(catalog, name, iceberg_schema(COLUMNS), [], {"format-version": "3"}, key=list(KEY))
+    writer = Writer("test/people", 1, "a1")
+    committer = SinkCommitter(catalog, name, writer)
+    committer.start([])
+    plan = plan_of(catalog, name, None, writer)
+    for number in range(3):  # three files; each trigger moves some keys' live rows to its own file
+        committer.commit(stage(plan, [upsert("u", key, f"v{number}-{key}", number) for key in range(number, 40, 2)],
+                               f"0000{number}-0"), {"t": number})
+    table = catalog.load_table(name)
+    keys = pa.table({"id": pa.array(list(range(40)), pa.int64())})
+    live = live_positions(table, table.current_snapshot(), locate_rows(table, table.current_snapshot(), keys))
+    in_driver = read_live_rows(table, live, KEY, ["bio", "n"])
+    monkeypatch.setattr(live_rows, "DRIVER_READ_ROWS", 0)
+    in_tasks = read_live_rows(table, live, KEY, ["bio", "n"], lambda: spark)
+    assert in_tasks.sort_by("id").to_pylist() == in_driver.sort_by("id").to_pylist()
+    assert {row["id"]: row["bio"] for row in in_driver.to_pylist()} == \
+        {key: f"v{min(2, key)}-{key}" if key < 2 else f"v{2 if key % 2 == 0 else 1}-{key}" for key in range(40)}
