@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from spark_app.carry.live_rows import live_positions, read_live_rows
 from spark_app.changes import UNAVAILABLE, decode_changes
 from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
+from spark_app.deletes import delete_plan
 from spark_app.key_index.locate import locate_rows
 from spark_app.pipeline import stage_changes
 from spark_app.writer import TablePlan, WritePlan
@@ -56,6 +58,7 @@ def stage(plan: WritePlan, events: list[dict[str, Any]], task: str) -> TriggerOu
     assert result.rejection is None
     output = TriggerOutput(records=result.records, dead_letters=result.dead_letters,
                            data_files=[f.data_file for f in result.files if f.table == "data"],
+                           delete_files=[f.data_file for f in result.files if f.table == "delete"],
                            dead_letter_files=[f.data_file for f in result.files if f.table == "dead_letter"])
     if result.touched_keys is not None:
         output.touched_keys = pa.ipc.open_stream(result.touched_keys).read_all()
@@ -144,3 +147,17 @@ def test_many_live_rows_are_read_in_spark_tasks_alike(tmp_path: Path, spark: Spa
     assert in_tasks.sort_by("id").to_pylist() == in_driver.sort_by("id").to_pylist()
     assert {row["id"]: row["bio"] for row in in_driver.to_pylist()} == \
         {key: f"v{min(2, key)}-{key}" if key < 2 else f"v{2 if key % 2 == 0 else 1}-{key}" for key in range(40)}
+
+
+def test_with_equality_deletes_an_unsent_value_is_a_dead_letter(tmp_path: Path) -> None:
+    """Nothing locates live rows with equality deletes: the record is a dead letter; the key's earlier change stands."""
+    catalog = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=(tmp_path / "wh").as_uri())
+    name, dead = "shop.people", "shop_dlq.letters"
+    ensure_table(catalog, name, iceberg_schema(COLUMNS), [], {}, key=list(KEY))
+    ensure_table(catalog, dead, DEAD_LETTER_SCHEMA, [], {})
+    writer = Writer("test/people", 1, "a1")
+    SinkCommitter(catalog, name, writer, dead_letter_identifier=dead).start([])
+    plan = replace(plan_of(catalog, name, dead, writer), deletes=delete_plan(catalog.load_table(name)))
+    output = stage(plan, [upsert("c", 1, "kept", 1), upsert("u", 1, UNAVAILABLE, 2)], "00000-0")
+    assert output.carried is None and (output.records, output.dead_letters) == (1, 1)
+    assert len(output.delete_files) == 1
