@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog import Catalog
+from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
@@ -35,6 +35,9 @@ from spark_app.deletes import delete_plan
 from spark_app.key_index.locate import locate_rows
 from spark_app.pipeline import stage_changes
 from spark_app.writer import TablePlan, WritePlan
+from tests.infra.services import RestCatalog
+from tests.integration.rest_proxy import RestProxy
+from tests.integration.sync_support import unreferenced_sink_files
 
 COLUMNS = [Column(name="id", type="long", required=True), Column(name="bio", type="string"),
            Column(name="n", type="int")]
@@ -161,3 +164,30 @@ def test_with_equality_deletes_an_unsent_value_is_a_dead_letter(tmp_path: Path) 
     output = stage(plan, [upsert("c", 1, "kept", 1), upsert("u", 1, UNAVAILABLE, 2)], "00000-0")
     assert output.carried is None and (output.records, output.dead_letters) == (1, 1)
     assert len(output.delete_files) == 1
+
+
+def test_a_commit_retried_on_a_moved_head_carries_what_that_head_holds(spark: SparkSession,
+                                                                      rest_catalog: RestCatalog) -> None:
+    """A real 409 from the REST catalog: another sink commits key 1's new value between the round that was built
+    and its commit; the retried round locates and carries again, on the new head, and the first round's files go."""
+    direct = rest_catalog.load()
+    name = f"shop_{uuid.uuid4().hex[:8]}.people"
+    ensure_table(direct, name, iceberg_schema(COLUMNS), [], {"format-version": "3"}, key=list(KEY))
+    other = SinkCommitter(direct, name, Writer("test/other", 1, "o1"))
+    other.start([])
+    other_plan = plan_of(direct, name, None, other.writer)
+    other.commit(stage(other_plan, [upsert("r", 1, "original", 1), upsert("r", 2, "two", 1)], "00000-0"), {"t": 1})
+
+    def another_sink_commits() -> None:
+        other.commit(stage(other_plan, [upsert("u", 1, "foreign", 5)], "00001-0"), {"t": 2})
+
+    with RestProxy(rest_catalog.uri, {1: "conflict"}, before_conflict=another_sink_commits) as proxy:
+        catalog = load_catalog("proxied", **{**rest_catalog.properties, "uri": proxy.uri})
+        mine = SinkCommitter(catalog, name, Writer("test/people", 1, "a1"))
+        mine.start([])
+        plan = plan_of(catalog, name, None, mine.writer)
+        mine.commit(stage(plan, [upsert("u", 1, UNAVAILABLE, 9), upsert("u", 2, UNAVAILABLE, 9)], "00000-0"),
+                    {"t": 1})
+    assert proxy.actions == ["conflict", "forward"]
+    assert rows(spark, direct, name) == {1: ("foreign", 9), 2: ("two", 9)}
+    assert unreferenced_sink_files(direct.load_table(name), "test/people") == []
