@@ -221,6 +221,12 @@ def test_a_value_debezium_did_not_send_is_null_and_named_to_carry_never_stored()
     assert table.column(RAW_COLUMN).to_pylist()[2:4] == [None, None]
 
 
+def test_upsert_records_flattened_from_debezium_carry_unsent_values_too() -> None:
+    table = decode([{"id": 1, "name": PLACEHOLDER, "n": 3}], fmt="upsert", keys=[{"id": 1}])
+    assert reasons(table) == [None] and table.column(CARRY_COLUMN).to_pylist() == [["name"]]
+    assert table.column("name").to_pylist() == [None]
+
+
 def test_a_required_column_may_wait_for_its_carried_value_but_a_key_may_not() -> None:
     table = decode([event("u", after={"id": 1, "bio": PLACEHOLDER}),
                     event("u", after={"id": 2, "bio": None})], columns=REQUIRED_TEXT)
