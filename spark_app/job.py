@@ -54,6 +54,7 @@ class Written:
     results: list[TaskResult]
     pending: Pending
     source_notes: dict[str, Any] | None
+    plan: WritePlan
 
     @property
     def rejected(self) -> bool:
@@ -77,6 +78,9 @@ class Staged:
         touched = [pa.ipc.open_stream(r.touched_keys).read_all() for r in results if r.touched_keys is not None]
         if touched:
             output.touched_keys = pa.concat_tables(touched)
+        carried = [pa.ipc.open_stream(r.carried).read_all() for r in results if r.carried is not None]
+        if carried:
+            output.carried, output.carry_plan = pa.concat_tables(carried), written.plan
         for result in results:
             if result.rejection is not None:
                 rejection = result.rejection if rejection is None else rejection.adding(result.rejection)
@@ -296,7 +300,7 @@ class SyncJob:
                                            record_columns, self.spec.transform)
         else:
             results, stats = run_units(self.spark, units, source.unit_reader(self.columns), plan)
-        return Written(results, pending, source.trigger_notes(pending, stats))
+        return Written(results, pending, source.trigger_notes(pending, stats), plan)
 
 
 def install_stop_handlers(stop_requested: threading.Event) -> None:
