@@ -420,6 +420,15 @@ class IcebergSyncSpec(Model):
     sink_id: str | None = Field(default=None, min_length=1, description="Defaults to the sync's name.")
     source: Source
     schema_: list[Column] = Field(default_factory=list, alias="schema")
+    schema_evolution: Literal["evolve", "none"] = Field(
+        default="evolve",
+        description="How the table follows the schema change records carry (spec.changes records with their Kafka "
+        "Connect schema, value.converter.schemas.enable=true). evolve (the default): a new source column becomes a new "
+        "optional column, a widening Iceberg allows (int to long, float to double, a decimal's precision) is applied, "
+        "a dropped column stays and is null from then on; each change is its own commit under the sink's fence, and "
+        "a change Iceberg cannot express stops the sync naming the column. none: the table keeps its schema and a "
+        "record with a field it lacks is a dead letter. See docs/connectors.md.",
+    )
     event_time_column: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN)
     transform: str | None = Field(default=None, min_length=1, description="Spark SQL over a view named source.")
     table: Table
@@ -440,6 +449,11 @@ class IcebergSyncSpec(Model):
         if changes is not None and isinstance(source, Source) and source.kind == "generator":
             raise ValueError(CHANGES_NEED_FILES_OR_KAFKA_MESSAGE)
         return changes
+
+    @property
+    def follows_source_schema(self) -> bool:
+        """True when the table's schema follows the Connect schema of the change records (schemaEvolution evolve)."""
+        return self.changes is not None and self.schema_evolution == "evolve"
 
     @property
     def keyed(self) -> bool:

@@ -27,7 +27,7 @@ from pyiceberg.typedef import Record
 from pyspark.sql import SparkSession
 
 from icebergsync.catalog import ensure_table, open_catalog, partition_spec
-from icebergsync.errors import EXIT_OK
+from icebergsync.errors import EXIT_OK, IcebergSyncError
 from icebergsync.protocol import Frontier, Writer, encode_json
 from icebergsync.schema import iceberg_schema, plan_evolution
 from icebergsync.spec import IcebergSync, effective_columns
@@ -38,6 +38,8 @@ from spark_app.faults import crash_point
 from spark_app.maintenance import Maintainer, UpkeepTotals
 from spark_app.merge import merge_small_files
 from spark_app.pipeline import run_transform, run_units
+from spark_app.schema_drift.drift import SchemaDrift
+from spark_app.schema_drift.plan import schema_changes, table_columns
 from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
 from spark_app.writer import TablePlan, TaskResult, WritePlan, data_file_from_footer
@@ -54,6 +56,7 @@ class Written:
     results: list[TaskResult]
     pending: Pending
     source_notes: dict[str, Any] | None
+    drift: SchemaDrift = field(default_factory=SchemaDrift)  # what its records' Connect schemas ask of the table
 
     @property
     def rejected(self) -> bool:
@@ -160,7 +163,8 @@ class SyncJob:
         summary = RunSummary(self.writer)
         table, dead = self._open_tables()
         self._warn_on_partition_change(table)
-        changes = plan_evolution(table.schema(), self.columns, self.spec.table.name)
+        changes = plan_evolution(table.schema(), self.columns, self.spec.table.name,
+                                 followed=self.spec.follows_source_schema)
         committer = SinkCommitter(self.catalog, self.spec.table.name, self.writer,
                                   self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file,
                                   lambda: self.spark)
@@ -178,6 +182,7 @@ class SyncJob:
         log.info("%s v%d attempt %s fenced the table; resuming from %s (%s)", self.writer.sink_id,
                  self.writer.version, self.writer.attempt, encode_json(frontier), progress.resumed_from)
         summary.frontier = frontier
+        self._decode_into(table)
         plan = self._write_plan(table, dead)
         maintainer = Maintainer(self.spec.maintenance, committer, self.catalog, self.spec.table.name,
                                 self.spec.commit.target_file_bytes, lambda: self.spark)
@@ -205,6 +210,11 @@ class SyncJob:
                             self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
                             continue
                         written = self._stage(source, frontier, pending, plan)
+                    if written.drift:  # the source's schema changed: follow it, then stage the same range again
+                        committer.discard(Staged.of(written, written.results).output)
+                        table = self._follow_schema(committer, written.drift)
+                        plan = self._write_plan(table, dead)
+                        continue
                     results = written.results
                     if not written.rejected:  # a refused trigger is discarded: neither followed nor merged
                         ahead = self._stage_ahead(stager, source, written.pending.end, plan)
@@ -225,6 +235,26 @@ class SyncJob:
                     following = ahead.result()
                     committer.discard(Staged.of(following, following.results).output)
         return summary
+
+    def _decode_into(self, table: Table) -> None:
+        """A sync following the source's schema decodes into the table's columns (the spec's, evolved)."""
+        if self.spec.follows_source_schema:
+            self.columns = table_columns(table.schema(), self.spec.table.name)
+
+    def _follow_schema(self, committer: SinkCommitter, drift: SchemaDrift) -> Table:
+        """Commit the schema change a trigger's records asked for (its own fenced commit); the table after it."""
+        changes = schema_changes(drift, self.spec.table.name)  # raises, naming the columns, when Iceberg cannot
+        if not changes:
+            raise IcebergSyncError(f"{self.spec.table.name}: records asked for a schema change the table already "
+                                   f"has ({drift.describe()}); nothing was committed")
+        commit = committer.evolve_schema(changes)
+        crash_point("schema-committed")
+        log.info("%s v%d: the source's schema changed; %s now has: %s (snapshot %d, frontier unchanged)",
+                 self.writer.sink_id, self.writer.version, self.spec.table.name,
+                 ", ".join(change.describe() for change in changes), commit.snapshot.snapshot_id)
+        table = self.catalog.load_table(self.spec.table.name)
+        self._decode_into(table)
+        return table
 
     def _stage_ahead(self, stager: ThreadPoolExecutor, source: Source, frontier: Frontier,
                      plan: WritePlan) -> Future[Written] | None:
@@ -296,7 +326,7 @@ class SyncJob:
                                            record_columns, self.spec.transform)
         else:
             results, stats = run_units(self.spark, units, source.unit_reader(self.columns), plan)
-        return Written(results, pending, source.trigger_notes(pending, stats))
+        return Written(results, pending, source.trigger_notes(pending, stats), stats.drift)
 
 
 def install_stop_handlers(stop_requested: threading.Event) -> None:
