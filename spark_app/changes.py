@@ -352,7 +352,8 @@ class _Rows:
         self.required_positions = [index for index, column in enumerate(columns) if column.required]
         self.unavailable_positions = [index for index, column in enumerate(columns) if column.type in ("string", "binary")]
         self.key = list(key)
-        self.key_positions = [self.names.index(name) for name in key]
+        # A key column not among ``columns`` is only read for drift (the columns of a table yet to be created).
+        self.key_positions = [self.names.index(name) for name in key if name in self.names]
 
     def row(self, obj: Any, where: str, logical: dict[str, Logical], key_only: bool = False) -> list[Any]:
         """The row's values in column order; with ``key_only`` only the key columns are decoded (a delete)."""

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
@@ -29,17 +30,17 @@ from pyspark.sql import SparkSession
 from icebergsync.catalog import ensure_table, open_catalog, partition_spec
 from icebergsync.errors import EXIT_OK, IcebergSyncError
 from icebergsync.protocol import Frontier, Writer, encode_json
-from icebergsync.schema import iceberg_schema, plan_evolution
-from icebergsync.spec import IcebergSync, effective_columns
+from icebergsync.schema import iceberg_schema, plan_evolution, spark_ddl
+from icebergsync.spec import Column, IcebergSync, effective_columns
 from spark_app.committer import Commit, SinkCommitter, TriggerOutput, attempt_file_prefix
 from spark_app.deadletter import DEAD_LETTER_SCHEMA, Rejection
 from spark_app.deletes import delete_plan, table_key
 from spark_app.faults import crash_point
 from spark_app.maintenance import Maintainer, UpkeepTotals
 from spark_app.merge import merge_small_files
-from spark_app.pipeline import run_transform, run_units
+from spark_app.pipeline import read_drift, run_transform, run_units
 from spark_app.schema_drift.drift import SchemaDrift
-from spark_app.schema_drift.plan import schema_changes, table_columns
+from spark_app.schema_drift.plan import new_table_columns, schema_changes, table_columns
 from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
 from spark_app.writer import TablePlan, TaskResult, WritePlan, data_file_from_footer
@@ -161,6 +162,12 @@ class SyncJob:
     def run(self) -> RunSummary:
         """Fence, resume from the table's frontier and commit until the source ends or a stop is requested."""
         summary = RunSummary(self.writer)
+        source = make_source(lambda: self.spark, self.spec)
+        if not self.columns:  # spec.schema is empty: the table's columns come from the records
+            columns = self._existing_columns() or self._columns_from_records(source)
+            if columns is None:
+                return summary  # stopped before the first record arrived
+            self.columns = columns
         table, dead = self._open_tables()
         self._warn_on_partition_change(table)
         changes = plan_evolution(table.schema(), self.columns, self.spec.table.name,
@@ -168,7 +175,6 @@ class SyncJob:
         committer = SinkCommitter(self.catalog, self.spec.table.name, self.writer,
                                   self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file,
                                   lambda: self.spark)
-        source = make_source(lambda: self.spark, self.spec)
         progress = committer.start(changes, source.identity(), source.check_frontier)
         crash_point("fenced")
         if changes:
@@ -235,6 +241,26 @@ class SyncJob:
                     following = ahead.result()
                     committer.discard(Staged.of(following, following.results).output)
         return summary
+
+    def _existing_columns(self) -> list[Column] | None:
+        try:
+            table = self.catalog.load_table(self.spec.table.name)
+        except NoSuchTableError:
+            return None
+        return table_columns(table.schema(), self.spec.table.name)
+
+    def _columns_from_records(self, source: Source) -> list[Column] | None:
+        """A new table's columns from the Connect schema of the source's first records (key columns required);
+        None when a stop is requested before there are any."""
+        frontier = source.initial_frontier()
+        while (pending := source.pending(frontier, self.spec.commit.max_staged_bytes)) is None:
+            if self.stop_requested.wait(self.spec.commit.poll_seconds):
+                return None
+        drift = read_drift(self.spark, source.plan_units(frontier, pending), source.unit_reader([]))
+        columns = new_table_columns(drift, self.spec.table.name, self.spec.table.key or [])
+        log.info("%s: spec.schema is empty; creating %s with the columns of the first records: %s",
+                 self.writer.sink_id, self.spec.table.name, spark_ddl(columns))
+        return columns
 
     def _decode_into(self, table: Table) -> None:
         """A sync following the source's schema decodes into the table's columns (the spec's, evolved)."""

@@ -91,6 +91,23 @@ def test_added_widened_and_dropped_columns_are_followed(tmp_path: Path, spark: S
     assert {c.kind for c in commits} == {protocol.KIND_FENCE, protocol.KIND_DATA, protocol.KIND_SCHEMA}
 
 
+def test_without_spec_schema_the_table_is_created_from_the_first_records(
+        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker) -> None:
+    topic = new_topic(kafka_broker, 1)
+    kafka_broker.produce(topic, events(range(0, 50), FIRST) + events(range(50, 90), WIDENED))
+    document = keyed_document(tmp_path, kafka_broker, topic)
+    del document["spec"]["schema"]
+    sync = parse_spec(document)
+    catalog = catalog_of(sync)
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(lambda: frontier_reaches(kafka_broker, topic, catalog), "every offset committed")
+    table = catalog.load_table("sales.orders")
+    assert [(f.name, str(f.field_type), f.required) for f in table.schema().fields] == [
+        ("id", "long", True), ("name", "string", False), ("qty", "long", False), ("price", "decimal(10, 2)", False)]
+    assert table.schema().identifier_field_names() == {"id"}
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(90))
+
+
 def test_a_restart_after_the_schema_commit_resumes_with_the_evolved_table(
         tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker) -> None:
     topic = new_topic(kafka_broker, 1)

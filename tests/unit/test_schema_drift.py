@@ -15,7 +15,7 @@ from icebergsync.spec import Column
 from spark_app.changes import decode_changes
 from spark_app.schema_drift.connect_types import iceberg_type_name
 from spark_app.schema_drift.drift import Fit, SchemaDrift, classify, observe
-from spark_app.schema_drift.plan import schema_changes, table_columns
+from spark_app.schema_drift.plan import new_table_columns, schema_changes, table_columns
 
 COLUMNS = [Column(name="id", type="long", required=True), Column(name="qty", type="int"),
            Column(name="note", type="string", required=True)]
@@ -128,6 +128,16 @@ def test_drift_becomes_schema_changes_or_an_error_naming_table_and_columns() -> 
     with pytest.raises(IncompatibleSchemaError, match=r"sales.orders cannot follow: column 'qty' is int"):
         schema_changes(SchemaDrift(problems={"qty": "column 'qty' is int in the table and the source now sends string"}),
                        "sales.orders")
+
+
+def test_a_new_tables_columns_come_from_its_first_records_with_the_key_required() -> None:
+    drift = SchemaDrift(adds={"id": "long", "note": "string"})
+    assert new_table_columns(drift, "t", ["id"]) == [Column(name="id", type="long", required=True),
+                                                      Column(name="note", type="string")]
+    with pytest.raises(IncompatibleSchemaError, match=r"key column 'sku' .* is not in the records"):
+        new_table_columns(drift, "t", ["sku"])
+    with pytest.raises(IncompatibleSchemaError, match="carry no Kafka Connect schema"):
+        new_table_columns(SchemaDrift(), "t", ["id"])
 
 
 def test_a_tables_columns_as_spec_columns() -> None:
