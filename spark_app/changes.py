@@ -12,8 +12,9 @@ Pure Arrow and Python (no Spark), run in the tasks (docs/dataplane.md):
   key the change with the highest order wins; the winning upserts are the rows to insert, and every
   key the changes touch is a key to delete (an equality delete, written by :mod:`spark_app.deletes`).
 
-Decoding is strict in the same way as the append decoders: a key twice, a field spec.schema does not
-declare, a number into a string column, a decimal that would round, a timestamp that would lose
+Decoding is strict in the same way as the append decoders: a key twice, a field the table lacks (unless
+the record's Connect schema says what it is and the table follows the source's schema: then the drift is
+collected, :mod:`spark_app.schema_drift`), a number into a string column, a decimal that would round, a timestamp that would lose
 precision: each is a dead letter. Numeric dates and timestamps follow Debezium's encodings where they
 are unambiguous (docs/connectors.md, "Keyed tables"): a number in a ``date`` column is epoch days; a
 number in a ``timestamp``/``timestamptz`` column needs the record's Kafka Connect schema (the
