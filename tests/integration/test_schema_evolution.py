@@ -5,6 +5,7 @@ the sync naming the column with nothing of its trigger committed; a fenced versi
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,32 @@ def test_with_evolution_off_an_unknown_field_is_a_dead_letter(
     assert [f.name for f in catalog.load_table("sales.orders").schema().fields] == ["id", "name", "qty"]
     reasons = catalog.load_table("sales.orders_dlq").scan().to_arrow().column("reason").to_pylist()
     assert len(reasons) == 2 and all("unknown field(s) not in spec.schema: price" in r for r in reasons)
+
+
+def test_a_running_job_outranked_by_a_newer_version_cannot_evolve_the_schema(
+        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker) -> None:
+    topic = new_topic(kafka_broker, 1)
+    kafka_broker.produce(topic, events(range(0, 20), FIRST))
+    sync = parse_spec(keyed_document(tmp_path, kafka_broker, topic))
+    catalog = catalog_of(sync)
+    running = BackgroundJob(SyncJob(sync, 1, spark)).__enter__()
+    try:
+        running.wait_until(lambda: frontier_reaches(kafka_broker, topic, catalog), "the first records committed")
+        newer = SinkCommitter(catalog, "sales.orders", Writer(SINK, 2, "newer"))
+        newer.start([], sink_commits(catalog.load_table("sales.orders"), SINK)[-1].source)
+        kafka_broker.produce(topic, events(range(20, 30), WIDENED))
+        deadline = time.monotonic() + 120
+        while running.error is None:  # version 1 meets the drift; its schema commit is refused
+            assert time.monotonic() < deadline, "version 1 did not stop"
+            time.sleep(0.2)
+    finally:
+        running.job.stop_requested.set()
+    with pytest.raises(FencedError):
+        running.stop()
+    table = catalog.load_table("sales.orders")
+    assert [f.name for f in table.schema().fields] == ["id", "name", "qty"]
+    assert isinstance(table.schema().find_field("qty").field_type, IntegerType)
+    assert protocol.KIND_SCHEMA not in {c.kind for c in sink_commits(table, SINK)}
 
 
 def test_a_fenced_version_cannot_change_the_schema(tmp_path: Path) -> None:
