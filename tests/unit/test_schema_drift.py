@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from spark_app.changes import decode_changes
 from spark_app.schema_drift.connect_types import iceberg_type_name
 from spark_app.schema_drift.drift import Fit, SchemaDrift, classify, observe
 from spark_app.schema_drift.plan import new_table_columns, schema_changes, table_columns
+from spark_app.sources.file_lines import ChangeReading, FileReader
+from spark_app.units import FileUnit, UnitStats
 
 COLUMNS = [Column(name="id", type="long", required=True), Column(name="qty", type="int"),
            Column(name="note", type="string", required=True)]
@@ -152,3 +155,15 @@ def test_a_followed_table_may_be_wider_and_more_optional_than_the_spec() -> None
     assert plan_evolution(table, COLUMNS, "t", followed=True) == []
     with pytest.raises(IncompatibleSchemaError, match="cannot change to int"):
         plan_evolution(table, COLUMNS, "t")
+
+
+def test_a_change_file_reader_reports_drift_in_its_stats_only_when_following(tmp_path: Path) -> None:
+    first = [connect("id", "int64"), connect("qty", "int32"), connect("note", "string")]
+    path = tmp_path / "changes.json"
+    path.write_text(envelope(first, {"id": 1, "qty": 2, "note": "a"}) + "\n"
+                    + envelope([*first, connect("extra", "int16")], {"id": 2, "note": "b", "extra": 3}) + "\n")
+    for follow, adds in ((True, {"extra": "int"}), (False, {})):
+        reading = ChangeReading(tuple(COLUMNS), ("id",), "debezium", follow_schema=follow)
+        stats = UnitStats()
+        list(FileReader({}, "json", None, tuple(COLUMNS), reading)(FileUnit(0, path.as_uri()), stats))
+        assert stats.drift.adds == adds
