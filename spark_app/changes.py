@@ -392,7 +392,7 @@ class _Rows:
             return
         fields = [f for f in fields if f.get("field") != DELETED_FIELD]  # the upsert format's delete flag
         signature = (whole_row, *((f.get("field"), f.get("type"), f.get("name"),
-                                   json.dumps(f.get("parameters"), sort_keys=True)) for f in fields))
+                                   str(parameters) if (parameters := f.get("parameters")) else None) for f in fields))
         if signature not in self._observed:
             self._observed.add(signature)
             self.drift.merge(observe(fields, self._types, self._required, frozenset(self.key), whole_row))
