@@ -23,8 +23,14 @@ number in a ``timestamp``/``timestamptz`` column needs the record's Kafka Connec
 (``io.debezium.time.MicroTimestamp``) or nanoseconds (``io.debezium.time.NanoTimestamp``). The schema
 also gives the scale of a Connect ``Decimal`` (base64 of the unscaled bytes,
 ``decimal.handling.mode=precise``) and marks Debezium's ``IsoTimestamp`` (a local date-time written
-with ``Z``, ``time.precision.mode=isostring``). A value Debezium did not send (an unchanged TOASTed
-column: ``__debezium_unavailable_value``) is a dead letter, never stored.
+with ``Z``, ``time.precision.mode=isostring``).
+
+A value Debezium did not send (an unchanged TOASTed column: ``__debezium_unavailable_value``, or its
+base64 in a bytes column) means "unchanged": the row is decoded with that column null and named in
+``_isync_carry``, and keeps its raw record and position. :func:`collapse` carries the value from an
+earlier change of the key in the trigger; what it cannot is carried from the table's live row at
+commit time (:mod:`spark_app.carry`), or becomes a dead letter: the placeholder is never stored.
+A Debezium ``transaction`` block (``provide.transaction.metadata=true``) is accepted and not used.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ from spark_app.schema_drift.drift import SchemaDrift, observe
 
 OP_COLUMN = "_isync_op"
 ORDER_COLUMN = "_isync_order"
-CHANGE_COLUMNS = (OP_COLUMN, ORDER_COLUMN)
+CARRY_COLUMN = "_isync_carry"  # the columns of an upsert whose value Debezium did not send (null: none)
+CHANGE_COLUMNS = (OP_COLUMN, ORDER_COLUMN, CARRY_COLUMN)
 OP_UPSERT = 0
 OP_DELETE = 1
 
@@ -77,9 +84,10 @@ _TIMESTAMP_UNITS = {
 
 
 # Debezium's placeholder for a value it did not read (an unchanged TOASTed column; its
-# ``unavailable.value.placeholder`` default), as text and, in a bytes column, as the JSON converter's base64.
+# ``unavailable.value.placeholder`` default), as text and, in a bytea column, as its bytes in base64 or hex.
 UNAVAILABLE = "__debezium_unavailable_value"
-_UNAVAILABLE_VALUES = frozenset({UNAVAILABLE, base64.b64encode(UNAVAILABLE.encode()).decode()})
+_UNAVAILABLE_VALUES = frozenset({UNAVAILABLE, base64.b64encode(UNAVAILABLE.encode()).decode(),
+                                 UNAVAILABLE.encode().hex()})  # bytes as text: binary.handling.mode=base64 | hex
 _CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 _ISO_TIMESTAMP = "io.debezium.time.IsoTimestamp"
@@ -331,6 +339,7 @@ def changes_schema(columns: Sequence[SpecColumn]) -> pa.Schema:
         *[pa.field(column.name, arrow_type(column.type)) for column in columns],
         pa.field(OP_COLUMN, pa.int8(), nullable=False),
         pa.field(ORDER_COLUMN, pa.int64(), nullable=False),
+        pa.field(CARRY_COLUMN, pa.list_(pa.string())),
         *[pa.field(name, pa.string()) for name in CONTROL_COLUMNS],
     ])
 
@@ -355,9 +364,12 @@ class _Rows:
         self.key = list(key)
         # A key column not among ``columns`` is only read for drift (the columns of a table yet to be created).
         self.key_positions = [self.names.index(name) for name in key if name in self.names]
+        self.unavailable: list[str] = []  # of the last row decoded with all its columns
 
     def row(self, obj: Any, where: str, logical: dict[str, Logical], key_only: bool = False) -> list[Any]:
-        """The row's values in column order; with ``key_only`` only the key columns are decoded (a delete)."""
+        """The row's values in column order; with ``key_only`` only the key columns are decoded (a delete).
+
+        A column Debezium did not send is None in the row and named in :meth:`unavailable` of it."""
         if type(obj) is not dict:
             raise _Bad(f"{where} is {_kind(obj)}, not a JSON object")
         if not self.declared.issuperset(obj):
@@ -371,14 +383,15 @@ class _Rows:
                 value = get(name)
                 values[position] = None if value is None else convert(value, hint(name))
         else:
-            values = [None if (value := get(name)) is None else convert(value, hint(name))
-                      for name, convert in self.converters]
-            for position in self.unavailable_positions:
-                if values[position] is not None and get(self.names[position]) in _UNAVAILABLE_VALUES:
-                    raise _Bad(f"field {self.names[position]}: Debezium did not send its value ({UNAVAILABLE}: an "
-                               f"unchanged TOASTed column; set REPLICA IDENTITY FULL on the source table) (in {where})")
+            unavailable = {position for position in self.unavailable_positions
+                           if get(self.names[position]) in _UNAVAILABLE_VALUES}
+            if unavailable.intersection(self.key_positions):
+                raise _Bad(f"key field(s) without a value ({UNAVAILABLE}) (in {where})")
+            values = [None if (value := get(name)) is None or position in unavailable else convert(value, hint(name))
+                      for position, (name, convert) in enumerate(self.converters)]
+            self.unavailable = [self.names[position] for position in sorted(unavailable)]
         for position in (self.key_positions if key_only else self.required_positions):
-            if values[position] is None:
+            if values[position] is None and (key_only or self.names[position] not in self.unavailable):
                 label = "key field" if key_only else "required field"
                 raise _Bad(f"{label} {self.names[position]} is missing or null (in {where})")
         return values
@@ -453,7 +466,11 @@ def _raw(value: Any) -> str | None:
         return base64.b64encode(bytes(value)).decode("ascii")
 
 
-_Change = tuple[int, list[Any]]  # (op, row)
+_Change = tuple[int, list[Any], list[str] | None]  # (op, row, columns Debezium did not send)
+
+
+def _upserted(rows: _Rows, values: list[Any]) -> _Change:
+    return OP_UPSERT, values, list(rows.unavailable) or None
 
 
 def _debezium(rows: _Rows, record: Any) -> list[_Change]:
@@ -475,17 +492,17 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
         before = envelope.get("before")
         if before is None:
             raise _Bad("a delete (op d) without before: the deleted key is unknown")
-        return [(OP_DELETE, rows.delete_row(rows.row(before, "before", before_types, key_only=True)))]
+        return [(OP_DELETE, rows.delete_row(rows.row(before, "before", before_types, key_only=True)), None)]
     after = envelope.get("after")
     if after is None:
         raise _Bad(f"op {op} without after: there is no new row")
-    new = rows.row(after, "after", after_types)
+    new = _upserted(rows, rows.row(after, "after", after_types))
     before = envelope.get("before")
     if op == "u" and before is not None:
         old = rows.row(before, "before", before_types, key_only=True)
-        if rows.key_of(old) != rows.key_of(new):
-            return [(OP_DELETE, rows.delete_row(old)), (OP_UPSERT, new)]
-    return [(OP_UPSERT, new)]
+        if rows.key_of(old) != rows.key_of(new[1]):
+            return [(OP_DELETE, rows.delete_row(old), None), new]
+    return [new]
 
 
 def _deleted_flag(value: Any) -> bool:
@@ -506,8 +523,8 @@ def _upsert(rows: _Rows, record: Any) -> list[_Change]:
     if DELETED_FIELD in row:
         row = {name: value for name, value in row.items() if name != DELETED_FIELD}
         if deleted:
-            return [(OP_DELETE, rows.delete_row(rows.row(row, "record", types, key_only=True)))]
-    return [(OP_UPSERT, rows.row(row, "record", types))]
+            return [(OP_DELETE, rows.delete_row(rows.row(row, "record", types, key_only=True)), None)]
+    return [_upserted(rows, rows.row(row, "record", types))]
 
 
 def _tombstone_key(rows: _Rows, message_key: Any) -> list[_Change]:
@@ -522,7 +539,7 @@ def _tombstone_key(rows: _Rows, message_key: Any) -> list[_Change]:
     extra = [name for name in key if name not in rows.key]
     if extra:
         raise _Bad(f"message key has field(s) that are not key columns: {', '.join(extra)}")
-    return [(OP_DELETE, rows.delete_row(rows.row(key, "message key", types, key_only=True)))]
+    return [(OP_DELETE, rows.delete_row(rows.row(key, "message key", types, key_only=True)), None)]
 
 
 def decode_changes(
@@ -545,7 +562,8 @@ def decode_changes(
     compete in :func:`collapse`).
 
     A delete row carries only the key columns (the others are null); every good upsert row has its
-    required columns, so a caller splitting dead letters checks required columns of upserts only.
+    required columns but those named in ``_isync_carry`` (values Debezium did not send, null until
+    carried; such a row keeps its ``_isync_raw`` and ``_isync_position`` for a dead letter).
     A bad record is one row with ``_isync_error``, ``_isync_raw`` and ``_isync_position`` set.
 
     With ``drift`` (the table follows the source's schema) each record's Connect schema is compared with
@@ -565,6 +583,7 @@ def decode_changes(
     out_rows: list[list[Any]] = []
     ops: list[int] = []
     orders: list[int] = []
+    carries: list[list[str] | None] = []
     errors: list[str | None] = []
     raws: list[str | None] = []
     where: list[str | None] = []
@@ -580,20 +599,22 @@ def decode_changes(
             out_rows.append([None] * width)
             ops.append(OP_UPSERT)
             orders.append(order_base + index)
+            carries.append(None)
             errors.append(str(bad))
             raws.append(_raw(value) if value is not None else _raw(keys[index] if keys is not None else None))
             where.append(encode_position(positions(index)))
             continue
-        for op, row in changes:
+        for op, row, carry in changes:
             out_rows.append(row)
             ops.append(op)
             orders.append(order_base + index)
+            carries.append(carry)
             errors.append(None)
-            raws.append(None)
-            where.append(None)
+            raws.append(None if carry is None else _raw(value))
+            where.append(None if carry is None else encode_position(positions(index)))
     by_column = list(zip(*out_rows, strict=True)) if out_rows else [() for _ in range(width)]
     arrays = [pa.array(list(data), type=field.type) for data, field in zip(by_column, schema, strict=False)]
-    arrays += [pa.array(ops, pa.int8()), pa.array(orders, pa.int64()),
+    arrays += [pa.array(ops, pa.int8()), pa.array(orders, pa.int64()), pa.array(carries, pa.list_(pa.string())),
                pa.array(errors, pa.string()), pa.array(raws, pa.string()), pa.array(where, pa.string())]
     return pa.Table.from_arrays(arrays, schema=schema)
 
@@ -601,13 +622,24 @@ def decode_changes(
 # -- collapse -------------------------------------------------------------------------------------
 
 
-def collapse(changes: pa.Table, key: Sequence[str]) -> tuple[pa.Table, pa.Table]:
-    """Reduce a trigger's changes (of one key bucket) to (rows to insert, keys to delete).
+class Collapsed(NamedTuple):
+    """What a trigger's changes (of one key bucket) come to: see :func:`collapse`."""
+
+    inserts: pa.Table  # the winning upserts with every value (declared columns)
+    keys: pa.Table  # every key the changes touch (key columns)
+    carried: pa.Table  # winning upserts still missing values: declared columns, _isync_carry, control columns
+
+
+def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
+    """Reduce a trigger's changes (of one key bucket) to what is committed.
 
     Per key the change with the highest ``_isync_order`` wins. Rows to insert are the winning
-    upserts (declared columns only); keys to delete are every key the changes touch, once (key
-    columns only), so the equality delete committed with the inserted rows removes each key's older
-    row wherever it lives. Rows with an ``_isync_error`` are dead letters and are ignored. Both
+    upserts (declared columns only); keys are every key the changes touch, once (key columns only),
+    so the delete committed with the inserted rows removes each key's older row wherever it lives.
+    A winning upsert missing values Debezium did not send takes each from the newest earlier change
+    of its key that has it; what no earlier change has is left to the table's live row, in
+    ``carried`` (an earlier delete of the key in the trigger leaves it none: such a row is carried
+    with its ``_isync_error``). Rows with an ``_isync_error`` are dead letters and are ignored. The
     results are sorted by key.
     """
     if ERROR_COLUMN in changes.column_names:
@@ -615,11 +647,24 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> tuple[pa.Table, pa.Table]
         if errors.null_count != changes.num_rows:
             changes = changes.filter(pc.is_null(errors))
     declared = [name for name in changes.column_names if name not in CHANGE_COLUMNS and name not in CONTROL_COLUMNS]
+    pending = [*declared, CARRY_COLUMN, *CONTROL_COLUMNS]
     if changes.num_rows == 0:
-        return changes.select(declared).slice(0, 0), changes.select(list(key)).slice(0, 0)
+        return Collapsed(changes.select(declared), changes.select(list(key)), changes.select(pending))
     ordered = changes.take(pc.sort_indices(
         changes, sort_keys=[(name, "ascending") for name in key] + [(ORDER_COLUMN, "descending")]
     ))
+    first = first_of_each_key(ordered, key)
+    if ordered.column(CARRY_COLUMN).null_count != ordered.num_rows:
+        ordered = _carry_within(ordered, first)
+    winners = ordered.filter(pa.array(first))
+    upserts = winners.filter(pc.equal(winners.column(OP_COLUMN), OP_UPSERT))
+    complete = pc.is_null(upserts.column(CARRY_COLUMN))
+    return Collapsed(upserts.filter(complete).select(declared), winners.select(list(key)),
+                     upserts.filter(pc.invert(complete)).select(pending))
+
+
+def first_of_each_key(ordered: pa.Table, key: Sequence[str]) -> np.ndarray:
+    """Whether each row of ``ordered`` (sorted by ``key``, nonempty) is the first of its key."""
     count = ordered.num_rows
     first = np.zeros(count, dtype=bool)
     first[0] = True
@@ -627,12 +672,45 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> tuple[pa.Table, pa.Table]
         column = ordered.column(name).combine_chunks()
         differs = pc.not_equal(column.slice(1), column.slice(0, count - 1))
         first[1:] |= pc.fill_null(differs, True).to_numpy(zero_copy_only=False)
-    winners = ordered.filter(pa.array(first))
-    inserts = winners.filter(pc.equal(winners.column(OP_COLUMN), OP_UPSERT)).select(declared)
-    return inserts, winners.select(list(key))
+    return first
+
+
+def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
+    """``ordered`` (by key, newest change first) with each winning upsert's missing values taken from the
+    newest earlier change of its key that has them; ``_isync_carry`` keeps what none has."""
+    ops = ordered.column(OP_COLUMN).to_numpy()
+    carries = ordered.column(CARRY_COLUMN).to_pylist()
+    errors = ordered.column(ERROR_COLUMN).to_pylist() if ERROR_COLUMN in ordered.column_names else None
+    ends = np.append(np.flatnonzero(first)[1:], len(first))
+    sources: dict[str, np.ndarray] = {}
+    for winner, end in zip(np.flatnonzero(first), ends, strict=True):
+        if ops[winner] != OP_UPSERT or carries[winner] is None:
+            continue
+        missing = list(carries[winner])
+        for earlier in range(winner + 1, int(end)):
+            if ops[earlier] == OP_DELETE:
+                if errors is not None:
+                    errors[winner] = (f"Debezium did not send the value of {', '.join(missing)} ({UNAVAILABLE}), and "
+                                      "the key was deleted earlier in the trigger: there is no value to keep")
+                break
+            has = [name for name in missing if name not in (carries[earlier] or ())]
+            for name in has:
+                sources.setdefault(name, np.arange(len(first)))[winner] = earlier
+            missing = [name for name in missing if name not in has]
+            if not missing:
+                break
+        carries[winner] = missing or None
+    for name, source in sources.items():
+        ordered = ordered.set_column(ordered.column_names.index(name), name, ordered.column(name).take(source))
+    ordered = ordered.set_column(ordered.column_names.index(CARRY_COLUMN), CARRY_COLUMN,
+                                 pa.array(carries, pa.list_(pa.string())))
+    if errors is not None:
+        ordered = ordered.set_column(ordered.column_names.index(ERROR_COLUMN), ERROR_COLUMN, pa.array(errors, pa.string()))
+    return ordered
 
 
 __all__ = [
-    "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "OP_COLUMN", "OP_DELETE", "OP_UPSERT", "ORDER_COLUMN",
-    "POSITION_COLUMN", "RAW_COLUMN", "arrow_type", "changes_schema", "collapse", "decode_changes",
+    "CARRY_COLUMN", "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "OP_COLUMN", "OP_DELETE", "OP_UPSERT", "ORDER_COLUMN",
+    "POSITION_COLUMN", "RAW_COLUMN", "UNAVAILABLE", "Collapsed", "arrow_type", "changes_schema", "collapse",
+    "decode_changes", "first_of_each_key",
 ]

@@ -57,6 +57,7 @@ class Written:
     results: list[TaskResult]
     pending: Pending
     source_notes: dict[str, Any] | None
+    plan: WritePlan
     drift: SchemaDrift = field(default_factory=SchemaDrift)  # what its records' Connect schemas ask of the table
 
     @property
@@ -81,6 +82,9 @@ class Staged:
         touched = [pa.ipc.open_stream(r.touched_keys).read_all() for r in results if r.touched_keys is not None]
         if touched:
             output.touched_keys = pa.concat_tables(touched)
+        carried = [pa.ipc.open_stream(r.carried).read_all() for r in results if r.carried is not None]
+        if carried:
+            output.carried, output.carry_plan = pa.concat_tables(carried), written.plan
         for result in results:
             if result.rejection is not None:
                 rejection = result.rejection if rejection is None else rejection.adding(result.rejection)
@@ -352,7 +356,7 @@ class SyncJob:
                                            record_columns, self.spec.transform)
         else:
             results, stats = run_units(self.spark, units, source.unit_reader(self.columns), plan)
-        return Written(results, pending, source.trigger_notes(pending, stats), stats.drift)
+        return Written(results, pending, source.trigger_notes(pending, stats), plan, stats.drift)
 
 
 def install_stop_handlers(stop_requested: threading.Event) -> None:
