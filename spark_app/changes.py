@@ -12,8 +12,9 @@ Pure Arrow and Python (no Spark), run in the tasks (docs/dataplane.md):
   key the change with the highest order wins; the winning upserts are the rows to insert, and every
   key the changes touch is a key to delete (an equality delete, written by :mod:`spark_app.deletes`).
 
-Decoding is strict in the same way as the append decoders: a key twice, a field spec.schema does not
-declare, a number into a string column, a decimal that would round, a timestamp that would lose
+Decoding is strict in the same way as the append decoders: a key twice, a field the table lacks (unless
+the record's Connect schema says what it is and the table follows the source's schema: then the drift is
+collected, :mod:`spark_app.schema_drift`), a number into a string column, a decimal that would round, a timestamp that would lose
 precision: each is a dead letter. Numeric dates and timestamps follow Debezium's encodings where they
 are unambiguous (docs/connectors.md, "Keyed tables"): a number in a ``date`` column is epoch days; a
 number in a ``timestamp``/``timestamptz`` column needs the record's Kafka Connect schema (the
@@ -49,6 +50,7 @@ import pyarrow.compute as pc
 
 from icebergsync.spec import Column as SpecColumn
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
+from spark_app.schema_drift.drift import SchemaDrift, observe
 
 OP_COLUMN = "_isync_op"
 ORDER_COLUMN = "_isync_order"
@@ -348,15 +350,20 @@ def changes_schema(columns: Sequence[SpecColumn]) -> pa.Schema:
 class _Rows:
     """Decodes one JSON object into a row of the declared columns, strictly."""
 
-    def __init__(self, columns: Sequence[SpecColumn], key: Sequence[str]):
+    def __init__(self, columns: Sequence[SpecColumn], key: Sequence[str], drift: SchemaDrift | None = None):
         self.columns = list(columns)
+        self.drift = drift  # collects what records' Connect schemas ask of the table (None: not followed)
+        self._observed: set[tuple[Any, ...]] = set()
+        self._types = {column.name: column.type for column in columns}
+        self._required = frozenset(column.name for column in columns if column.required)
         self.names = [column.name for column in columns]
         self.declared = set(self.names)
         self.converters = [(column.name, _converter(column)) for column in columns]
         self.required_positions = [index for index, column in enumerate(columns) if column.required]
         self.unavailable_positions = [index for index, column in enumerate(columns) if column.type in ("string", "binary")]
         self.key = list(key)
-        self.key_positions = [self.names.index(name) for name in key]
+        # A key column not among ``columns`` is only read for drift (the columns of a table yet to be created).
+        self.key_positions = [self.names.index(name) for name in key if name in self.names]
         self.unavailable: list[str] = []  # of the last row decoded with all its columns
 
     def row(self, obj: Any, where: str, logical: dict[str, Logical], key_only: bool = False) -> list[Any]:
@@ -389,6 +396,20 @@ class _Rows:
                 raise _Bad(f"{label} {self.names[position]} is missing or null (in {where})")
         return values
 
+    def observe(self, schema: Any, *path: str, whole_row: bool = True) -> None:
+        """Note the drift of the Connect struct along ``path`` of a record's schema (once per distinct struct)."""
+        if self.drift is None or schema is None:
+            return
+        fields = _struct_fields(schema, *path)
+        if fields is None:
+            return
+        fields = [f for f in fields if f.get("field") != DELETED_FIELD]  # the upsert format's delete flag
+        signature = (whole_row, *((f.get("field"), f.get("type"), f.get("name"),
+                                   str(parameters) if (parameters := f.get("parameters")) else None) for f in fields))
+        if signature not in self._observed:
+            self._observed.add(signature)
+            self.drift.merge(observe(fields, self._types, self._required, frozenset(self.key), whole_row))
+
     def key_of(self, values: list[Any]) -> tuple[Any, ...]:
         return tuple(values[position] for position in self.key_positions)
 
@@ -400,16 +421,21 @@ class _Rows:
         return row
 
 
-def _logical_types(schema: Any, *path: str) -> dict[str, Logical]:
-    """Field name -> Kafka Connect logical type, from a record's Connect schema (struct fields along ``path``)."""
+def _struct_fields(schema: Any, *path: str) -> list[dict[str, Any]] | None:
+    """The field schemas of the Connect struct along ``path`` in a record's Connect schema (None: no such struct)."""
     node = schema
     for name in path:
         fields = node.get("fields") if isinstance(node, dict) else None
         node = next((f for f in fields or [] if isinstance(f, dict) and f.get("field") == name), None)
     fields = node.get("fields") if isinstance(node, dict) else None
+    return [f for f in fields if isinstance(f, dict)] if isinstance(fields, list) else None
+
+
+def _logical_types(schema: Any, *path: str) -> dict[str, Logical]:
+    """Field name -> Kafka Connect logical type, from a record's Connect schema (struct fields along ``path``)."""
     return {f["field"]: Logical(f["name"], f["parameters"] if isinstance(f.get("parameters"), dict) else {})
-            for f in fields or []
-            if isinstance(f, dict) and isinstance(f.get("field"), str) and isinstance(f.get("name"), str)}
+            for f in _struct_fields(schema, *path) or []
+            if isinstance(f.get("field"), str) and isinstance(f.get("name"), str)}
 
 
 def _unwrap(record: Any) -> tuple[Any, Any]:
@@ -460,6 +486,8 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
         raise _Bad(f"unknown op {_shown(op)} (a change event's op is c, r, u or d)")
     before_types = _logical_types(schema, "before") if schema is not None else {}
     after_types = _logical_types(schema, "after") if schema is not None else {}
+    rows.observe(schema, "after" if envelope.get("after") is not None else "before",
+                 whole_row=envelope.get("after") is not None)
     if op == "d":
         before = envelope.get("before")
         if before is None:
@@ -490,9 +518,11 @@ def _upsert(rows: _Rows, record: Any) -> list[_Change]:
     if not isinstance(row, dict):
         raise _Bad(f"record is {_kind(row)}, not a JSON object")
     types = _logical_types(schema) if schema is not None else {}
+    deleted = DELETED_FIELD in row and _deleted_flag(row[DELETED_FIELD])
+    rows.observe(schema, whole_row=not deleted)
     if DELETED_FIELD in row:
-        row = dict(row)
-        if _deleted_flag(row.pop(DELETED_FIELD)):
+        row = {name: value for name, value in row.items() if name != DELETED_FIELD}
+        if deleted:
             return [(OP_DELETE, rows.delete_row(rows.row(row, "record", types, key_only=True)), None)]
     return [_upserted(rows, rows.row(row, "record", types))]
 
@@ -520,6 +550,7 @@ def decode_changes(
     key: Sequence[str],
     format: str,
     order_base: int,
+    drift: SchemaDrift | None = None,
 ) -> pa.Table:
     """Decode change records into a table of changes (schema: :func:`changes_schema`).
 
@@ -534,6 +565,10 @@ def decode_changes(
     required columns but those named in ``_isync_carry`` (values Debezium did not send, null until
     carried; such a row keeps its ``_isync_raw`` and ``_isync_position`` for a dead letter).
     A bad record is one row with ``_isync_error``, ``_isync_raw`` and ``_isync_position`` set.
+
+    With ``drift`` (the table follows the source's schema) each record's Connect schema is compared with
+    ``columns`` and what it asks of the table is merged into ``drift``: the caller then discards the
+    trigger, changes the schema and decodes again (spark_app/schema_drift/).
     """
     if format not in FORMATS:
         raise ValueError(f"unknown changes format {format!r} (expected one of {FORMATS})")
@@ -541,7 +576,7 @@ def decode_changes(
         values = values.to_pylist()
     if isinstance(keys, pa.Array | pa.ChunkedArray):
         keys = keys.to_pylist()
-    rows = _Rows(columns, key)
+    rows = _Rows(columns, key, drift)
     schema = changes_schema(columns)
     decode = _debezium if format == "debezium" else _upsert
     width = len(rows.names)

@@ -560,6 +560,28 @@ class SinkCommitter:
         self.last_snapshot = snapshot
         return Commit(snapshot, (time.monotonic() - started) * 1000)
 
+    def evolve_schema(self, changes: list[SchemaChange]) -> Commit:
+        """Commit ``changes`` to the main table's schema as ONE empty snapshot of kind ``schema``.
+
+        The change and the snapshot are one transaction through the fenced compare-and-swap of a data
+        commit: a fenced (older) version changes nothing (``FencedError``), and the frontier and
+        checkpoint are this writer's, unchanged. The table is pinned to the new schema afterwards.
+        """
+        started = time.monotonic()
+        last = protocol.parse_commit(self.last_snapshot) if self.last_snapshot is not None else None
+
+        def build(table: Table) -> tuple[Transaction, int]:
+            return self._transaction(
+                table, protocol.KIND_SCHEMA, self.frontier, [], changes,
+                checkpoint_extra=_pending_extra(self._pending_dead_letter_paths),
+                max_event_time=last.max_event_time if last else None, source_lag=last.source_lag if last else None,
+            )
+
+        snapshot, metadata = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot), build)
+        self.pins[self._identifier] = TablePin.of(metadata)
+        self.last_snapshot = snapshot
+        return Commit(snapshot, (time.monotonic() - started) * 1000)
+
     def expire_snapshots(self, older_than_ms: int, retain_last: int) -> list[Snapshot]:
         """Expire main-table snapshots older than ``older_than_ms`` (epoch ms) beyond the newest ``retain_last``
         of main, under the fence; return the expired snapshots.

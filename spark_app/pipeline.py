@@ -31,6 +31,7 @@ from spark_app.changes import CARRY_COLUMN, CHANGE_COLUMNS, UNAVAILABLE, collaps
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, with_control_columns_arrow
 from spark_app.decode import apply_transform
 from spark_app.deletes import write_equality_deletes
+from spark_app.schema_drift.drift import SchemaDrift
 from spark_app.units import UnitReader, UnitStats, WorkUnit
 from spark_app.writer import (
     RESULT_SCHEMA,
@@ -124,6 +125,23 @@ def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader,
     for result in results:
         stats.merge(result.unit_stats)
     return results, stats
+
+
+def read_drift(spark: SparkSession, units: list[WorkUnit], reader: UnitReader) -> SchemaDrift:
+    """Read a trigger's units for the schema drift of their records alone, writing nothing (a new table's
+    columns, when spec.schema is empty, come from it)."""
+    def probe(part: Iterable[WorkUnit]) -> Iterator[bytes]:
+        stats = UnitStats()
+        for _ in _read(part, reader, stats):
+            pass
+        yield pickle.dumps(stats.drift)
+
+    context = spark.sparkContext
+    drift = SchemaDrift()
+    for payload in context.parallelize(units, max(1, min(len(units), context.defaultParallelism))).mapPartitions(
+            probe).collect():
+        drift.merge(pickle.loads(payload))
+    return drift
 
 
 def _stage_direct_function(plan: WritePlan, reader: UnitReader) -> Callable[[Iterable[WorkUnit]], Iterable[bytes]]:

@@ -35,6 +35,9 @@ from icebergsync.spec import parse_spec
 from spark_app.changes import UNAVAILABLE
 from spark_app.job import SyncJob
 from tests.infra.services import KafkaBroker
+from tests.integration.cdc_postgres.schema_changes import ACCOUNTS, EvolvingWorkload
+from tests.integration.cdc_postgres.schema_changes import iceberg_rows as schema_iceberg_rows
+from tests.integration.cdc_postgres.schema_changes import postgres_rows as schema_postgres_rows
 from tests.integration.cdc_postgres.servers import Postgres, start_debezium, start_postgres
 from tests.integration.cdc_postgres.tables import (
     CUSTOMERS,
@@ -187,6 +190,69 @@ def test_iceberg_returns_what_select_star_returns(tmp_path: Path, spark: SparkSe
             for key, row in expected.items():
                 assert actual[key] == row, f"{table.name} {key}:\n iceberg  {actual[key]}\n postgres {row}"
             assert dead_letters(document) == [], f"{table.name}: dead letters"
+    finally:
+        connection.close()
+        debezium.stop()
+
+
+def test_schema_changes_mid_stream_are_followed_across_a_kill(tmp_path: Path, spark: SparkSession,
+                                                             kafka_broker: KafkaBroker, postgres: Postgres) -> None:
+    """Issue 23, part 3: ``ADD COLUMN``, widening ``ALTER COLUMN … TYPE`` (integer → bigint, numeric(10,2) →
+    numeric(14,2)) and ``DROP COLUMN`` while a sync without ``spec.schema`` runs; the job is SIGKILLed right
+    after its first schema commit and restarted with a higher version. Iceberg then returns what ``SELECT *``
+    returns on PostgreSQL's current columns; the dropped column stays, null in every row written after the drop."""
+    connection = postgres.connect()
+    workload = EvolvingWorkload(connection, random.Random("postgres-schema-changes"))
+    workload.create()
+    workload.changes(inserts=10, updates=0, deletes=0)  # read by Debezium's snapshot
+    prefix = f"pg{uuid.uuid4().hex[:8]}"
+    topic = topic_of(prefix, ACCOUNTS)
+    kafka_broker.create_topic(topic, PARTITIONS)
+    (tmp_path / "debezium").mkdir()
+    debezium = start_debezium(tmp_path / "debezium", postgres, kafka_broker, prefix, [ACCOUNTS.name],
+                              VARIANTS[0].settings)
+    try:
+        document = sync_of(tmp_path / ACCOUNTS.name, kafka_broker, prefix, ACCOUNTS, VARIANTS[0])
+        del document["spec"]["schema"]  # the table's columns come from the records
+        catalog = catalog_of(parse_spec(document))
+        spec_path = write_spec(tmp_path / ACCOUNTS.name, document)
+        workload.changes()
+        with job_process(spec_path, 1, crash_at="schema-committed") as (process, log):
+            deadline = time.monotonic() + 240
+            while not holds(lambda: any(c.kind == "data" for c in sink_commits(
+                    catalog.load_table("cdc.accounts"), sink_id(document)))):
+                assert process.poll() is None, f"the job ended before its first commit:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no data commit within 240 s:\n{log.read_text()[-3000:]}"
+                time.sleep(1)
+            workload.add_column("extra", "text")
+            workload.changes()
+            assert process.wait(240) == -signal.SIGKILL, log.read_text()[-3000:]
+        kinds = [c.kind for c in sink_commits(catalog.load_table("cdc.accounts"), sink_id(document))]
+        assert kinds[-1] == "schema", kinds
+        workload.changes()
+        workload.widen("qty", "bigint")
+        workload.changes()
+        workload.widen("price", "numeric(14,2)")
+        workload.changes()
+        workload.drop_column("note")
+        workload.changes()
+        last = workload.last_key()
+        wait_for_key(kafka_broker, topic, {"id": last})
+        with BackgroundJob(SyncJob(parse_spec(document), 2, spark)) as running:
+            running.wait_until(lambda: caught_up(document, kafka_broker, topic), "accounts caught up", 180)
+        table = catalog.load_table("cdc.accounts")
+        assert [(f.name, str(f.field_type)) for f in table.schema().fields] == [
+            ("id", "long"), ("name", "string"), ("qty", "long"), ("price", "decimal(14, 2)"), ("note", "string"),
+            ("extra", "string")]
+        expected = schema_postgres_rows(connection)
+        actual = schema_iceberg_rows(spark, table.metadata_location)
+        assert sorted(actual) == sorted(expected)
+        for key, row in expected.items():
+            assert {name: actual[key][name] for name in row} == row, f"{key}:\n {actual[key]}\n {row}"
+        after_drop = workload.written_after_drop["note"] & set(actual)
+        assert after_drop and all(actual[key]["note"] is None for key in after_drop)
+        assert any(row["note"] is not None for row in actual.values())  # rows not written since keep theirs
+        assert dead_letters(document) == []
     finally:
         connection.close()
         debezium.stop()

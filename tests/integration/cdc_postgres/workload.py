@@ -2,7 +2,7 @@
 untouched), deletes, primary-key updates, multi-row transactions and NULLs in every nullable column.
 
 Deterministic for a given ``random.Random``; every statement goes through psycopg2 with parameters.
-No DDL after the tables are created (schema changes are issue 23's part 3)."""
+No DDL after the tables are created (schema changes run on a table of their own: schema_changes.py)."""
 
 from __future__ import annotations
 
