@@ -20,7 +20,6 @@ mix of actions and outcomes and fails when the mix is too thin to judge (``COVER
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections import Counter
@@ -29,9 +28,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from pyiceberg.table.snapshots import Operation
 
 from icebergsync import protocol
@@ -40,12 +38,11 @@ from icebergsync.protocol import Writer
 from spark_app.committer import SinkCommitter, TriggerOutput
 from spark_app.multi_table.trigger import commit_trigger
 from tests.integration.committer_support import SCHEMA, open_catalog, stage
+from tests.integration.protocol_model.judging import examples, judge
 
 SINK = "test/shop"
 SOURCE = {"kind": "kafka"}
 TABLES = ("ns.lines", "ns.orders", "ns.payments")
-EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_EXAMPLES", "25"))
-STEPS = int(os.environ.get("ICEBERGSYNC_MODEL_STEPS", "30"))
 COVERAGE = {
     "trigger:landed": 100, "trigger:landed-on-several-tables": 40, "trigger:fenced": 10, "claim:fenced": 3,
     "trigger:zombie-landed": 5, "trigger:rolled-back": 2, "rollback": 10, "expiry": 10, "compaction": 10,
@@ -220,19 +217,5 @@ class MultiTableModel(RuleBasedStateMachine):
                     assert commit.writer == owner, f"{name}: {commit.writer} committed above the claim of {owner}"
 
 
-SETTINGS = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
-                    derandomize="ICEBERGSYNC_MODEL_EXAMPLES" not in os.environ,
-                    phases=[Phase.explicit, Phase.reuse, Phase.generate]
-                    + ([] if os.environ.get("ICEBERGSYNC_MODEL_SHRINK") == "0" else [Phase.shrink]),
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-
-
 def test_multi_table_model(capsys: pytest.CaptureFixture[str]) -> None:
-    STATS.clear()
-    run_state_machine_as_test(MultiTableModel, settings=SETTINGS)
-    with capsys.disabled():
-        print(f"\nMultiTableModel, {EXAMPLES} examples x {STEPS} steps; the mix of actions and outcomes:")
-        for key, value in sorted(STATS.items()):
-            print(f"  {key:40s} {value:6d}")
-    thin = {key: (STATS[key], least) for key, least in COVERAGE.items() if STATS[key] < least}
-    assert not thin, f"the run exercised too little to judge (seen, needed): {thin}"
+    judge(MultiTableModel, examples(25), COVERAGE, STATS, capsys)
