@@ -81,6 +81,7 @@ class UpkeepTotals:
     bytes_written: int = 0
     rows_dropped: int = 0
     delete_files_removed: int = 0
+    manifest_runs: int = 0  # committed manifest rewrites (``runs`` counts compaction and rewriteDeletes)
     manifests_rewritten: int = 0
     manifests_written: int = 0
     snapshots_expired: int = 0
@@ -289,6 +290,7 @@ class Maintainer:
         commit = self.committer.commit_manifest_rewrite(plan.snapshot, plan.bins)
         result = ManifestResult(commit.snapshot.snapshot_id, plan.listed, plan.manifests, len(plan.bins), plan.bytes,
                                 plan.deferred, time.monotonic() - started)
+        self.totals.manifest_runs += 1
         self.totals.manifests_rewritten += result.rewritten
         self.totals.manifests_written += result.written
         self.totals.seconds += result.seconds
