@@ -114,14 +114,21 @@ def test_the_rewrite_merges_manifests_keeping_every_entry_so_every_delete_reache
     assert totals.manifest_runs > 1 and totals.manifests_rewritten > result.rewritten and totals.runs == 0
 
 
-def test_a_stale_version_never_lands_a_manifest_rewrite(tmp_path: Path, spark: SparkSession) -> None:
+def three_triggers(tmp_path: Path, seed: str) -> tuple[Catalog, str, Triggers, SinkCommitter]:
+    """A keyed table (position deletes) and its sink, after three triggers: more manifests than ``manifests_only``
+    allows."""
     catalog = open_catalog(tmp_path)
     name = keyed_table(catalog)
-    triggers = Triggers(catalog, name, ChangeStream("debezium", random.Random("manifests-fenced")), by_position=True)
-    v1 = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
-    v1.start([])
+    triggers = Triggers(catalog, name, ChangeStream("debezium", random.Random(seed)), by_position=True)
+    sink = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    sink.start([])
     for _ in range(3):
-        triggers.commit(v1, 200)
+        triggers.commit(sink, 200)
+    return catalog, name, triggers, sink
+
+
+def test_a_stale_version_never_lands_a_manifest_rewrite(tmp_path: Path, spark: SparkSession) -> None:
+    catalog, name, triggers, v1 = three_triggers(tmp_path, "manifests-fenced")
     SinkCommitter(catalog, name, Writer(SINK, 2, "attempt2")).start([])
     head = catalog.load_table(name).metadata.current_snapshot_id
     stale = manifests_only(catalog, name, v1)
@@ -136,13 +143,7 @@ def test_a_stale_version_never_lands_a_manifest_rewrite(tmp_path: Path, spark: S
 
 
 def test_a_rewrite_planned_before_main_moved_is_dropped_and_planned_again(tmp_path: Path, spark: SparkSession) -> None:
-    catalog = open_catalog(tmp_path)
-    name = keyed_table(catalog)
-    triggers = Triggers(catalog, name, ChangeStream("debezium", random.Random("manifests-moved")), by_position=True)
-    sink = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
-    sink.start([])
-    for _ in range(3):
-        triggers.commit(sink, 200)
+    catalog, name, triggers, sink = three_triggers(tmp_path, "manifests-moved")
     maintenance = manifests_only(catalog, name, sink)
     plan = maintenance.plan_manifests(catalog.load_table(name))
     assert plan is not None
