@@ -25,7 +25,7 @@ from pathlib import Path
 from tests.mutation.mutants import KEYED, MUTANTS, NEW, REVIEWED, UPKEEP, Mutant
 
 REPO = Path(__file__).resolve().parents[2]
-COPIED = ("icebergsync", "spark_app", "operator", "tests", "conftest.py", "pyproject.toml")
+COPIED = ("icebergsync", "spark_app", "operator", "tests", "scripts", "conftest.py", "pyproject.toml")
 JUDGES = {
     "model": ["tests/integration/test_protocol_model.py"],
     "deterministic": ["tests/unit/test_protocol.py", "tests/integration/test_table_changes.py",
@@ -57,7 +57,9 @@ def judge(mutant: Mutant, judge_name: str) -> tuple[bool, float]:
                 shutil.copy2(source, root / name)
         apply(mutant, root)
         # The copy comes first on the path: the venv's editable install maps to the real tree only as a fallback.
-        env = {**os.environ, "PYTHONPATH": str(root), "ICEBERGSYNC_MODEL_SHRINK": "0"}
+        # The services' scripts find Spark's jars in the venv: the real one (the copy has none).
+        env = {"ICEBERGSYNC_VENV": str(REPO / ".venv"), **os.environ, "PYTHONPATH": str(root),
+               "ICEBERGSYNC_MODEL_SHRINK": "0"}
         env.pop("ICEBERGSYNC_MODEL_EXAMPLES", None)
         started = time.monotonic()
         result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
