@@ -41,6 +41,9 @@ KIND_DATA = "data"
 # Table maintenance by the sink (spark_app/maintenance.py): a ``replace`` snapshot that changes how
 # rows are stored, never which rows; it carries the frontier of the commit below it unchanged.
 KIND_MAINTENANCE = "maintenance"
+# A schema change the source's records asked for (spark_app/schema_drift/): an empty snapshot in the same
+# transaction as the change, carrying the frontier of the commit below it unchanged (docs/protocol.md).
+KIND_SCHEMA = "schema"
 
 Frontier = dict[str, Any]
 SourceIdentity = dict[str, Any]

@@ -86,7 +86,9 @@ class SchemaChange:
         return f"{self.kind} {self.column}" + (f" -> {self.new_type}" if self.new_type else "")
 
 
-def _widens(old: IcebergType, new: IcebergType) -> bool:
+def widens(old: IcebergType, new: IcebergType) -> bool:
+    """True when Iceberg can change a column of type ``old`` to ``new`` (equal, or int→long, float→double, a
+    decimal's precision up at the same scale)."""
     if old == new:
         return True
     if isinstance(old, IntegerType) and isinstance(new, LongType):
@@ -101,18 +103,21 @@ def _widens(old: IcebergType, new: IcebergType) -> bool:
     )
 
 
-def plan_evolution(table_schema: Schema, columns: list[Column], table_name: str) -> list[SchemaChange]:
+def plan_evolution(table_schema: Schema, columns: list[Column], table_name: str,
+                   followed: bool = False) -> list[SchemaChange]:
     """Return the changes that bring ``table_schema`` to the declared columns.
 
     Raises ``IncompatibleSchemaError`` naming every unsafe difference: a required column that the
     spec drops, a narrowed or changed type, an optional column made required, a new required column.
+    With ``followed`` (the table follows the source's schema, ``spec.schemaEvolution: evolve``) a column
+    the source widened, or made optional by dropping it, is what the spec declared: not a difference.
     """
     existing = {field.name: field for field in table_schema.fields}
     declared = {column.name for column in columns}
     changes: list[SchemaChange] = []
     problems: list[str] = []
     for column in columns:
-        new_type = iceberg_type(column.type)
+        new_type: IcebergType = iceberg_type(column.type)
         field = existing.get(column.name)
         if field is None:
             if column.required:
@@ -120,11 +125,13 @@ def plan_evolution(table_schema: Schema, columns: list[Column], table_name: str)
             else:
                 changes.append(SchemaChange("add", column.name, new_type))
             continue
-        if not _widens(field.field_type, new_type):
+        if followed and widens(new_type, field.field_type):
+            new_type = field.field_type
+        if not widens(field.field_type, new_type):
             problems.append(f"column {column.name!r}: {field.field_type} cannot change to {new_type} (only widening)")
         elif field.field_type != new_type:
             changes.append(SchemaChange("widen", column.name, new_type))
-        if column.required and not field.required:
+        if column.required and not field.required and not followed:
             problems.append(f"column {column.name!r} is optional in the table and cannot become required")
         elif field.required and not column.required:
             changes.append(SchemaChange("make-optional", column.name))

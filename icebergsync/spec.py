@@ -53,6 +53,8 @@ MAX_KEY_COLUMNS = 16
 CHANGE_FORMATS = ("debezium", "upsert")
 CHANGES_NEED_KEY_MESSAGE = "changes needs table.key: the columns each change upserts or deletes by"
 CHANGES_NEED_FILES_OR_KAFKA_MESSAGE = "changes needs the files or kafka source"
+SCHEMA_REQUIRED_MESSAGE = ("schema is required for the files and kafka sources, except for spec.changes with "
+                           "schemaEvolution evolve (the table's columns then come from the records' Kafka Connect schema)")
 # Iceberg refuses floating-point identifier fields (equality of floats is not a key).
 KEY_TYPES_REFUSED = ("float", "double")
 
@@ -439,7 +441,21 @@ class Spark(Model):
 class IcebergSyncSpec(Model):
     sink_id: str | None = Field(default=None, min_length=1, description="Defaults to the sync's name.")
     source: Source
-    schema_: list[Column] = Field(default_factory=list, alias="schema")
+    schema_: list[Column] = Field(
+        default_factory=list, alias="schema",
+        description="The table's columns (required for the files and kafka sources). May be left out for spec.changes "
+        "records that carry their Kafka Connect schema with schemaEvolution evolve: the table is then created with "
+        "the columns of the first records (spec.table.key required), docs/connectors.md.",
+    )
+    schema_evolution: Literal["evolve", "none"] = Field(
+        default="evolve",
+        description="How the table follows the schema change records carry (spec.changes records with their Kafka "
+        "Connect schema, value.converter.schemas.enable=true). evolve (the default): a new source column becomes a new "
+        "optional column, a widening Iceberg allows (int to long, float to double, a decimal's precision) is applied, "
+        "a dropped column stays and is null from then on; each change is its own commit under the sink's fence, and "
+        "a change Iceberg cannot express stops the sync naming the column. none: the table keeps its schema and a "
+        "record with a field it lacks is a dead letter. See docs/connectors.md.",
+    )
     event_time_column: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN)
     transform: str | None = Field(default=None, min_length=1, description="Spark SQL over a view named source.")
     table: Table
@@ -462,14 +478,19 @@ class IcebergSyncSpec(Model):
         return changes
 
     @property
+    def follows_source_schema(self) -> bool:
+        """True when the table's schema follows the Connect schema of the change records (schemaEvolution evolve)."""
+        return self.changes is not None and self.schema_evolution == "evolve"
+
+    @property
     def keyed(self) -> bool:
         """True for a change-data-capture sync: rows are upserted and deleted by ``table.key``."""
         return self.changes is not None
 
     @model_validator(mode="after")
     def _consistent(self) -> IcebergSyncSpec:
-        if not self.schema_ and self.source.kind != "generator":
-            raise ValueError("schema is required for the files and kafka sources")
+        if not self.schema_ and self.source.kind != "generator" and not self.follows_source_schema:
+            raise ValueError(SCHEMA_REQUIRED_MESSAGE)
         names = [column.name for column in self.schema_]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -501,8 +522,9 @@ GENERATOR_COLUMNS: tuple[Column, ...] = (
 
 
 def effective_columns(spec: IcebergSyncSpec) -> list[Column]:
-    """The declared schema, or the generator's built-in columns when none is declared."""
-    return list(spec.schema_) if spec.schema_ else list(GENERATOR_COLUMNS)
+    """The declared schema, or the generator's built-in columns when none is declared (empty for change records
+    that carry their schema: the table's columns come from them)."""
+    return list(spec.schema_) if spec.schema_ or spec.source.kind != "generator" else list(GENERATOR_COLUMNS)
 
 
 class Metadata(BaseModel):
@@ -585,9 +607,12 @@ def parse_spec(document: dict[str, Any]) -> IcebergSync:
 def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     """Cross-field checks that need the parsed spec (partition source columns, event time)."""
     columns = {column.name: column for column in effective_columns(spec)}
+    from_records = not columns  # the columns come from the records: checked when the table is created
     problems = []
     for index, expression in enumerate(spec.table.partition_by):
         column = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expression)[-1]
+        if from_records:
+            continue
         if column not in columns:
             problems.append(f"spec.table.partitionBy[{index}]: column {column!r} is not in the schema")
         elif expression.strip().startswith(("year", "month", "day", "hour")) and columns[column].type not in (
@@ -604,7 +629,9 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
         problems.append(f"spec.source.files.format: changes are JSON records, one per line; "
                         f"{spec.source.files.format!r} is not supported with spec.changes")
     for index, name in enumerate(spec.table.key or []):
-        if name not in columns:
+        if from_records:
+            pass
+        elif name not in columns:
             problems.append(f"spec.table.key[{index}]: column {name!r} is not in the schema")
         elif not columns[name].required:
             problems.append(f"spec.table.key[{index}]: column {name!r} must be required (a key column is never null)")
@@ -613,7 +640,7 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
                             "a key column cannot be float or double")
         if name in (spec.table.key or [])[:index]:
             problems.append(f"spec.table.key[{index}]: column {name!r} is listed twice")
-    if spec.event_time_column and spec.event_time_column not in columns:
+    if spec.event_time_column and spec.event_time_column not in columns and not from_records:
         problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is not in the schema")
     return problems
 

@@ -12,8 +12,9 @@ Pure Arrow and Python (no Spark), run in the tasks (docs/dataplane.md):
   key the change with the highest order wins; the winning upserts are the rows to insert, and every
   key the changes touch is a key to delete (an equality delete, written by :mod:`spark_app.deletes`).
 
-Decoding is strict in the same way as the append decoders: a key twice, a field spec.schema does not
-declare, a number into a string column, a decimal that would round, a timestamp that would lose
+Decoding is strict in the same way as the append decoders: a key twice, a field the table lacks (unless
+the record's Connect schema says what it is and the table follows the source's schema: then the drift is
+collected, :mod:`spark_app.schema_drift`), a number into a string column, a decimal that would round, a timestamp that would lose
 precision: each is a dead letter. Numeric dates and timestamps follow Debezium's encodings where they
 are unambiguous (docs/connectors.md, "Keyed tables"): a number in a ``date`` column is epoch days; a
 number in a ``timestamp``/``timestamptz`` column needs the record's Kafka Connect schema (the
@@ -22,8 +23,14 @@ number in a ``timestamp``/``timestamptz`` column needs the record's Kafka Connec
 (``io.debezium.time.MicroTimestamp``) or nanoseconds (``io.debezium.time.NanoTimestamp``). The schema
 also gives the scale of a Connect ``Decimal`` (base64 of the unscaled bytes,
 ``decimal.handling.mode=precise``) and marks Debezium's ``IsoTimestamp`` (a local date-time written
-with ``Z``, ``time.precision.mode=isostring``). A value Debezium did not send (an unchanged TOASTed
-column: ``__debezium_unavailable_value``) is a dead letter, never stored.
+with ``Z``, ``time.precision.mode=isostring``).
+
+A value Debezium did not send (an unchanged TOASTed column: ``__debezium_unavailable_value``, or its
+base64 in a bytes column) means "unchanged": the row is decoded with that column null and named in
+``_isync_carry``, and keeps its raw record and position. :func:`collapse` carries the value from an
+earlier change of the key in the trigger; what it cannot is carried from the table's live row at
+commit time (:mod:`spark_app.carry`), or becomes a dead letter: the placeholder is never stored.
+A Debezium ``transaction`` block (``provide.transaction.metadata=true``) is accepted and not used.
 """
 
 from __future__ import annotations
@@ -43,10 +50,12 @@ import pyarrow.compute as pc
 
 from icebergsync.spec import Column as SpecColumn
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
+from spark_app.schema_drift.drift import SchemaDrift, observe
 
 OP_COLUMN = "_isync_op"
 ORDER_COLUMN = "_isync_order"
-CHANGE_COLUMNS = (OP_COLUMN, ORDER_COLUMN)
+CARRY_COLUMN = "_isync_carry"  # the columns of an upsert whose value Debezium did not send (null: none)
+CHANGE_COLUMNS = (OP_COLUMN, ORDER_COLUMN, CARRY_COLUMN)
 OP_UPSERT = 0
 OP_DELETE = 1
 
@@ -75,9 +84,10 @@ _TIMESTAMP_UNITS = {
 
 
 # Debezium's placeholder for a value it did not read (an unchanged TOASTed column; its
-# ``unavailable.value.placeholder`` default), as text and, in a bytes column, as the JSON converter's base64.
+# ``unavailable.value.placeholder`` default), as text and, in a bytea column, as its bytes in base64 or hex.
 UNAVAILABLE = "__debezium_unavailable_value"
-_UNAVAILABLE_VALUES = frozenset({UNAVAILABLE, base64.b64encode(UNAVAILABLE.encode()).decode()})
+_UNAVAILABLE_VALUES = frozenset({UNAVAILABLE, base64.b64encode(UNAVAILABLE.encode()).decode(),
+                                 UNAVAILABLE.encode().hex()})  # bytes as text: binary.handling.mode=base64 | hex
 _CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 _ISO_TIMESTAMP = "io.debezium.time.IsoTimestamp"
@@ -329,6 +339,7 @@ def changes_schema(columns: Sequence[SpecColumn]) -> pa.Schema:
         *[pa.field(column.name, arrow_type(column.type)) for column in columns],
         pa.field(OP_COLUMN, pa.int8(), nullable=False),
         pa.field(ORDER_COLUMN, pa.int64(), nullable=False),
+        pa.field(CARRY_COLUMN, pa.list_(pa.string())),
         *[pa.field(name, pa.string()) for name in CONTROL_COLUMNS],
     ])
 
@@ -339,18 +350,26 @@ def changes_schema(columns: Sequence[SpecColumn]) -> pa.Schema:
 class _Rows:
     """Decodes one JSON object into a row of the declared columns, strictly."""
 
-    def __init__(self, columns: Sequence[SpecColumn], key: Sequence[str]):
+    def __init__(self, columns: Sequence[SpecColumn], key: Sequence[str], drift: SchemaDrift | None = None):
         self.columns = list(columns)
+        self.drift = drift  # collects what records' Connect schemas ask of the table (None: not followed)
+        self._observed: set[tuple[Any, ...]] = set()
+        self._types = {column.name: column.type for column in columns}
+        self._required = frozenset(column.name for column in columns if column.required)
         self.names = [column.name for column in columns]
         self.declared = set(self.names)
         self.converters = [(column.name, _converter(column)) for column in columns]
         self.required_positions = [index for index, column in enumerate(columns) if column.required]
         self.unavailable_positions = [index for index, column in enumerate(columns) if column.type in ("string", "binary")]
         self.key = list(key)
-        self.key_positions = [self.names.index(name) for name in key]
+        # A key column not among ``columns`` is only read for drift (the columns of a table yet to be created).
+        self.key_positions = [self.names.index(name) for name in key if name in self.names]
+        self.unavailable: list[str] = []  # of the last row decoded with all its columns
 
     def row(self, obj: Any, where: str, logical: dict[str, Logical], key_only: bool = False) -> list[Any]:
-        """The row's values in column order; with ``key_only`` only the key columns are decoded (a delete)."""
+        """The row's values in column order; with ``key_only`` only the key columns are decoded (a delete).
+
+        A column Debezium did not send is None in the row and named in :meth:`unavailable` of it."""
         if type(obj) is not dict:
             raise _Bad(f"{where} is {_kind(obj)}, not a JSON object")
         if not self.declared.issuperset(obj):
@@ -364,17 +383,32 @@ class _Rows:
                 value = get(name)
                 values[position] = None if value is None else convert(value, hint(name))
         else:
-            values = [None if (value := get(name)) is None else convert(value, hint(name))
-                      for name, convert in self.converters]
-            for position in self.unavailable_positions:
-                if values[position] is not None and get(self.names[position]) in _UNAVAILABLE_VALUES:
-                    raise _Bad(f"field {self.names[position]}: Debezium did not send its value ({UNAVAILABLE}: an "
-                               f"unchanged TOASTed column; set REPLICA IDENTITY FULL on the source table) (in {where})")
+            unavailable = {position for position in self.unavailable_positions
+                           if get(self.names[position]) in _UNAVAILABLE_VALUES}
+            if unavailable.intersection(self.key_positions):
+                raise _Bad(f"key field(s) without a value ({UNAVAILABLE}) (in {where})")
+            values = [None if (value := get(name)) is None or position in unavailable else convert(value, hint(name))
+                      for position, (name, convert) in enumerate(self.converters)]
+            self.unavailable = [self.names[position] for position in sorted(unavailable)]
         for position in (self.key_positions if key_only else self.required_positions):
-            if values[position] is None:
+            if values[position] is None and (key_only or self.names[position] not in self.unavailable):
                 label = "key field" if key_only else "required field"
                 raise _Bad(f"{label} {self.names[position]} is missing or null (in {where})")
         return values
+
+    def observe(self, schema: Any, *path: str, whole_row: bool = True) -> None:
+        """Note the drift of the Connect struct along ``path`` of a record's schema (once per distinct struct)."""
+        if self.drift is None or schema is None:
+            return
+        fields = _struct_fields(schema, *path)
+        if fields is None:
+            return
+        fields = [f for f in fields if f.get("field") != DELETED_FIELD]  # the upsert format's delete flag
+        signature = (whole_row, *((f.get("field"), f.get("type"), f.get("name"),
+                                   str(parameters) if (parameters := f.get("parameters")) else None) for f in fields))
+        if signature not in self._observed:
+            self._observed.add(signature)
+            self.drift.merge(observe(fields, self._types, self._required, frozenset(self.key), whole_row))
 
     def key_of(self, values: list[Any]) -> tuple[Any, ...]:
         return tuple(values[position] for position in self.key_positions)
@@ -387,16 +421,21 @@ class _Rows:
         return row
 
 
-def _logical_types(schema: Any, *path: str) -> dict[str, Logical]:
-    """Field name -> Kafka Connect logical type, from a record's Connect schema (struct fields along ``path``)."""
+def _struct_fields(schema: Any, *path: str) -> list[dict[str, Any]] | None:
+    """The field schemas of the Connect struct along ``path`` in a record's Connect schema (None: no such struct)."""
     node = schema
     for name in path:
         fields = node.get("fields") if isinstance(node, dict) else None
         node = next((f for f in fields or [] if isinstance(f, dict) and f.get("field") == name), None)
     fields = node.get("fields") if isinstance(node, dict) else None
+    return [f for f in fields if isinstance(f, dict)] if isinstance(fields, list) else None
+
+
+def _logical_types(schema: Any, *path: str) -> dict[str, Logical]:
+    """Field name -> Kafka Connect logical type, from a record's Connect schema (struct fields along ``path``)."""
     return {f["field"]: Logical(f["name"], f["parameters"] if isinstance(f.get("parameters"), dict) else {})
-            for f in fields or []
-            if isinstance(f, dict) and isinstance(f.get("field"), str) and isinstance(f.get("name"), str)}
+            for f in _struct_fields(schema, *path) or []
+            if isinstance(f.get("field"), str) and isinstance(f.get("name"), str)}
 
 
 def _unwrap(record: Any) -> tuple[Any, Any]:
@@ -427,7 +466,11 @@ def _raw(value: Any) -> str | None:
         return base64.b64encode(bytes(value)).decode("ascii")
 
 
-_Change = tuple[int, list[Any]]  # (op, row)
+_Change = tuple[int, list[Any], list[str] | None]  # (op, row, columns Debezium did not send)
+
+
+def _upserted(rows: _Rows, values: list[Any]) -> _Change:
+    return OP_UPSERT, values, list(rows.unavailable) or None
 
 
 def _debezium(rows: _Rows, record: Any) -> list[_Change]:
@@ -443,21 +486,23 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
         raise _Bad(f"unknown op {_shown(op)} (a change event's op is c, r, u or d)")
     before_types = _logical_types(schema, "before") if schema is not None else {}
     after_types = _logical_types(schema, "after") if schema is not None else {}
+    rows.observe(schema, "after" if envelope.get("after") is not None else "before",
+                 whole_row=envelope.get("after") is not None)
     if op == "d":
         before = envelope.get("before")
         if before is None:
             raise _Bad("a delete (op d) without before: the deleted key is unknown")
-        return [(OP_DELETE, rows.delete_row(rows.row(before, "before", before_types, key_only=True)))]
+        return [(OP_DELETE, rows.delete_row(rows.row(before, "before", before_types, key_only=True)), None)]
     after = envelope.get("after")
     if after is None:
         raise _Bad(f"op {op} without after: there is no new row")
-    new = rows.row(after, "after", after_types)
+    new = _upserted(rows, rows.row(after, "after", after_types))
     before = envelope.get("before")
     if op == "u" and before is not None:
         old = rows.row(before, "before", before_types, key_only=True)
-        if rows.key_of(old) != rows.key_of(new):
-            return [(OP_DELETE, rows.delete_row(old)), (OP_UPSERT, new)]
-    return [(OP_UPSERT, new)]
+        if rows.key_of(old) != rows.key_of(new[1]):
+            return [(OP_DELETE, rows.delete_row(old), None), new]
+    return [new]
 
 
 def _deleted_flag(value: Any) -> bool:
@@ -473,11 +518,13 @@ def _upsert(rows: _Rows, record: Any) -> list[_Change]:
     if not isinstance(row, dict):
         raise _Bad(f"record is {_kind(row)}, not a JSON object")
     types = _logical_types(schema) if schema is not None else {}
+    deleted = DELETED_FIELD in row and _deleted_flag(row[DELETED_FIELD])
+    rows.observe(schema, whole_row=not deleted)
     if DELETED_FIELD in row:
-        row = dict(row)
-        if _deleted_flag(row.pop(DELETED_FIELD)):
-            return [(OP_DELETE, rows.delete_row(rows.row(row, "record", types, key_only=True)))]
-    return [(OP_UPSERT, rows.row(row, "record", types))]
+        row = {name: value for name, value in row.items() if name != DELETED_FIELD}
+        if deleted:
+            return [(OP_DELETE, rows.delete_row(rows.row(row, "record", types, key_only=True)), None)]
+    return [_upserted(rows, rows.row(row, "record", types))]
 
 
 def _tombstone_key(rows: _Rows, message_key: Any) -> list[_Change]:
@@ -492,7 +539,7 @@ def _tombstone_key(rows: _Rows, message_key: Any) -> list[_Change]:
     extra = [name for name in key if name not in rows.key]
     if extra:
         raise _Bad(f"message key has field(s) that are not key columns: {', '.join(extra)}")
-    return [(OP_DELETE, rows.delete_row(rows.row(key, "message key", types, key_only=True)))]
+    return [(OP_DELETE, rows.delete_row(rows.row(key, "message key", types, key_only=True)), None)]
 
 
 def decode_changes(
@@ -503,6 +550,7 @@ def decode_changes(
     key: Sequence[str],
     format: str,
     order_base: int,
+    drift: SchemaDrift | None = None,
 ) -> pa.Table:
     """Decode change records into a table of changes (schema: :func:`changes_schema`).
 
@@ -514,8 +562,13 @@ def decode_changes(
     compete in :func:`collapse`).
 
     A delete row carries only the key columns (the others are null); every good upsert row has its
-    required columns, so a caller splitting dead letters checks required columns of upserts only.
+    required columns but those named in ``_isync_carry`` (values Debezium did not send, null until
+    carried; such a row keeps its ``_isync_raw`` and ``_isync_position`` for a dead letter).
     A bad record is one row with ``_isync_error``, ``_isync_raw`` and ``_isync_position`` set.
+
+    With ``drift`` (the table follows the source's schema) each record's Connect schema is compared with
+    ``columns`` and what it asks of the table is merged into ``drift``: the caller then discards the
+    trigger, changes the schema and decodes again (spark_app/schema_drift/).
     """
     if format not in FORMATS:
         raise ValueError(f"unknown changes format {format!r} (expected one of {FORMATS})")
@@ -523,13 +576,14 @@ def decode_changes(
         values = values.to_pylist()
     if isinstance(keys, pa.Array | pa.ChunkedArray):
         keys = keys.to_pylist()
-    rows = _Rows(columns, key)
+    rows = _Rows(columns, key, drift)
     schema = changes_schema(columns)
     decode = _debezium if format == "debezium" else _upsert
     width = len(rows.names)
     out_rows: list[list[Any]] = []
     ops: list[int] = []
     orders: list[int] = []
+    carries: list[list[str] | None] = []
     errors: list[str | None] = []
     raws: list[str | None] = []
     where: list[str | None] = []
@@ -545,20 +599,22 @@ def decode_changes(
             out_rows.append([None] * width)
             ops.append(OP_UPSERT)
             orders.append(order_base + index)
+            carries.append(None)
             errors.append(str(bad))
             raws.append(_raw(value) if value is not None else _raw(keys[index] if keys is not None else None))
             where.append(encode_position(positions(index)))
             continue
-        for op, row in changes:
+        for op, row, carry in changes:
             out_rows.append(row)
             ops.append(op)
             orders.append(order_base + index)
+            carries.append(carry)
             errors.append(None)
-            raws.append(None)
-            where.append(None)
+            raws.append(None if carry is None else _raw(value))
+            where.append(None if carry is None else encode_position(positions(index)))
     by_column = list(zip(*out_rows, strict=True)) if out_rows else [() for _ in range(width)]
     arrays = [pa.array(list(data), type=field.type) for data, field in zip(by_column, schema, strict=False)]
-    arrays += [pa.array(ops, pa.int8()), pa.array(orders, pa.int64()),
+    arrays += [pa.array(ops, pa.int8()), pa.array(orders, pa.int64()), pa.array(carries, pa.list_(pa.string())),
                pa.array(errors, pa.string()), pa.array(raws, pa.string()), pa.array(where, pa.string())]
     return pa.Table.from_arrays(arrays, schema=schema)
 
@@ -566,13 +622,24 @@ def decode_changes(
 # -- collapse -------------------------------------------------------------------------------------
 
 
-def collapse(changes: pa.Table, key: Sequence[str]) -> tuple[pa.Table, pa.Table]:
-    """Reduce a trigger's changes (of one key bucket) to (rows to insert, keys to delete).
+class Collapsed(NamedTuple):
+    """What a trigger's changes (of one key bucket) come to: see :func:`collapse`."""
+
+    inserts: pa.Table  # the winning upserts with every value (declared columns)
+    keys: pa.Table  # every key the changes touch (key columns)
+    carried: pa.Table  # winning upserts still missing values: declared columns, _isync_carry, control columns
+
+
+def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
+    """Reduce a trigger's changes (of one key bucket) to what is committed.
 
     Per key the change with the highest ``_isync_order`` wins. Rows to insert are the winning
-    upserts (declared columns only); keys to delete are every key the changes touch, once (key
-    columns only), so the equality delete committed with the inserted rows removes each key's older
-    row wherever it lives. Rows with an ``_isync_error`` are dead letters and are ignored. Both
+    upserts (declared columns only); keys are every key the changes touch, once (key columns only),
+    so the delete committed with the inserted rows removes each key's older row wherever it lives.
+    A winning upsert missing values Debezium did not send takes each from the newest earlier change
+    of its key that has it; what no earlier change has is left to the table's live row, in
+    ``carried`` (an earlier delete of the key in the trigger leaves it none: such a row is carried
+    with its ``_isync_error``). Rows with an ``_isync_error`` are dead letters and are ignored. The
     results are sorted by key.
     """
     if ERROR_COLUMN in changes.column_names:
@@ -580,11 +647,24 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> tuple[pa.Table, pa.Table]
         if errors.null_count != changes.num_rows:
             changes = changes.filter(pc.is_null(errors))
     declared = [name for name in changes.column_names if name not in CHANGE_COLUMNS and name not in CONTROL_COLUMNS]
+    pending = [*declared, CARRY_COLUMN, *CONTROL_COLUMNS]
     if changes.num_rows == 0:
-        return changes.select(declared).slice(0, 0), changes.select(list(key)).slice(0, 0)
+        return Collapsed(changes.select(declared), changes.select(list(key)), changes.select(pending))
     ordered = changes.take(pc.sort_indices(
         changes, sort_keys=[(name, "ascending") for name in key] + [(ORDER_COLUMN, "descending")]
     ))
+    first = first_of_each_key(ordered, key)
+    if ordered.column(CARRY_COLUMN).null_count != ordered.num_rows:
+        ordered = _carry_within(ordered, first)
+    winners = ordered.filter(pa.array(first))
+    upserts = winners.filter(pc.equal(winners.column(OP_COLUMN), OP_UPSERT))
+    complete = pc.is_null(upserts.column(CARRY_COLUMN))
+    return Collapsed(upserts.filter(complete).select(declared), winners.select(list(key)),
+                     upserts.filter(pc.invert(complete)).select(pending))
+
+
+def first_of_each_key(ordered: pa.Table, key: Sequence[str]) -> np.ndarray:
+    """Whether each row of ``ordered`` (sorted by ``key``, nonempty) is the first of its key."""
     count = ordered.num_rows
     first = np.zeros(count, dtype=bool)
     first[0] = True
@@ -592,12 +672,45 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> tuple[pa.Table, pa.Table]
         column = ordered.column(name).combine_chunks()
         differs = pc.not_equal(column.slice(1), column.slice(0, count - 1))
         first[1:] |= pc.fill_null(differs, True).to_numpy(zero_copy_only=False)
-    winners = ordered.filter(pa.array(first))
-    inserts = winners.filter(pc.equal(winners.column(OP_COLUMN), OP_UPSERT)).select(declared)
-    return inserts, winners.select(list(key))
+    return first
+
+
+def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
+    """``ordered`` (by key, newest change first) with each winning upsert's missing values taken from the
+    newest earlier change of its key that has them; ``_isync_carry`` keeps what none has."""
+    ops = ordered.column(OP_COLUMN).to_numpy()
+    carries = ordered.column(CARRY_COLUMN).to_pylist()
+    errors = ordered.column(ERROR_COLUMN).to_pylist() if ERROR_COLUMN in ordered.column_names else None
+    ends = np.append(np.flatnonzero(first)[1:], len(first))
+    sources: dict[str, np.ndarray] = {}
+    for winner, end in zip(np.flatnonzero(first), ends, strict=True):
+        if ops[winner] != OP_UPSERT or carries[winner] is None:
+            continue
+        missing = list(carries[winner])
+        for earlier in range(winner + 1, int(end)):
+            if ops[earlier] == OP_DELETE:
+                if errors is not None:
+                    errors[winner] = (f"Debezium did not send the value of {', '.join(missing)} ({UNAVAILABLE}), and "
+                                      "the key was deleted earlier in the trigger: there is no value to keep")
+                break
+            has = [name for name in missing if name not in (carries[earlier] or ())]
+            for name in has:
+                sources.setdefault(name, np.arange(len(first)))[winner] = earlier
+            missing = [name for name in missing if name not in has]
+            if not missing:
+                break
+        carries[winner] = missing or None
+    for name, source in sources.items():
+        ordered = ordered.set_column(ordered.column_names.index(name), name, ordered.column(name).take(source))
+    ordered = ordered.set_column(ordered.column_names.index(CARRY_COLUMN), CARRY_COLUMN,
+                                 pa.array(carries, pa.list_(pa.string())))
+    if errors is not None:
+        ordered = ordered.set_column(ordered.column_names.index(ERROR_COLUMN), ERROR_COLUMN, pa.array(errors, pa.string()))
+    return ordered
 
 
 __all__ = [
-    "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "OP_COLUMN", "OP_DELETE", "OP_UPSERT", "ORDER_COLUMN",
-    "POSITION_COLUMN", "RAW_COLUMN", "arrow_type", "changes_schema", "collapse", "decode_changes",
+    "CARRY_COLUMN", "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "OP_COLUMN", "OP_DELETE", "OP_UPSERT", "ORDER_COLUMN",
+    "POSITION_COLUMN", "RAW_COLUMN", "UNAVAILABLE", "Collapsed", "arrow_type", "changes_schema", "collapse",
+    "decode_changes", "first_of_each_key",
 ]

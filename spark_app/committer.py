@@ -14,6 +14,7 @@ import hashlib
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from pyiceberg.table.update import AssertCurrentSchemaId, AssertTableUUID
 
 from icebergsync import protocol
 from icebergsync.errors import (
+    BadInputError,
     CommitStateUnknownError,
     FencedError,
     IcebergSyncError,
@@ -40,6 +42,9 @@ from icebergsync.errors import (
 from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
+from spark_app.carry.fill import fill
+from spark_app.carry.live_rows import live_positions, read_live_rows
+from spark_app.changes import CARRY_COLUMN
 from spark_app.faults import crash_point
 from spark_app.iceberg_internals import (
     add_unpartitioned_spec,
@@ -55,6 +60,7 @@ from spark_app.iceberg_internals import (
 from spark_app.key_index.file_keys import FileKeysCache
 from spark_app.key_index.locate import LocateStats, locate_rows
 from spark_app.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
+from spark_app.writer import TaskResult, WritePlan, stage_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -169,13 +175,17 @@ class TriggerOutput:
     the same snapshot as ``data_files``. ``touched_keys`` (the key columns) are the keys a keyed
     trigger touched whose older rows it deletes by position: they are located on the head the commit
     swaps against, and the position deletes (format 2) or deletion vectors (format 3) written then
-    (spark_app/position_deletes/) join the same snapshot.
+    (spark_app/position_deletes/) join the same snapshot. ``carried`` are upserts missing values
+    Debezium did not send: completed from their keys' live rows on that same head and written with
+    ``carry_plan`` (spark_app/carry/), they join it too (or its dead letters).
     """
 
     data_files: list[DataFile] = field(default_factory=list)
     dead_letter_files: list[DataFile] = field(default_factory=list)
     delete_files: list[DataFile] = field(default_factory=list)
     touched_keys: pa.Table | None = None
+    carried: pa.Table | None = None
+    carry_plan: WritePlan | None = None
     records: int = 0
     dead_letters: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
@@ -435,40 +445,51 @@ class SinkCommitter:
 
         With delete files the snapshot holds the data files and the equality delete files together
         (operation ``overwrite``, or ``delete`` without data files), as Iceberg's RowDelta does.
+        Position deletes and carried rows are written for the head of each round, into that round's snapshot.
         """
         started = time.monotonic()
         max_event_time = output.max_event_time
-        dead_letter_paths = [f.file_path for f in output.dead_letter_files]
-        located: dict[int, list[DataFile]] = {}  # the position deletes written for each attempted snapshot
+        rounds: dict[int, _Round] = {}  # what was written for each attempted snapshot
 
         def build(table: Table) -> tuple[Transaction, int]:
+            carried = self._carry(table, output) or TaskResult()  # first: it may refuse the trigger
             deletes = self._position_deletes(table, output.touched_keys)
+            written = _Round(deletes.added, carried)
+            dead_letters = output.dead_letter_files + written.carried_dead_letters
+            dead_letter_paths = [f.file_path for f in dead_letters]
             transaction, snapshot_id = self._transaction(
-                table, protocol.KIND_DATA, frontier, output.data_files,
+                table, protocol.KIND_DATA, frontier, output.data_files + written.carried_data,
                 checkpoint_extra=_pending_extra(dead_letter_paths if self._dead_letter_identifier else []),
                 delete_files=output.delete_files + deletes.added, removed_delete_files=deletes.removed,
-                records=output.records, dead_letters=output.dead_letters, dead_letter_files=dead_letter_paths,
+                records=output.records + written.carried.records,
+                dead_letters=output.dead_letters + written.carried.dead_letters, dead_letter_files=dead_letter_paths,
                 max_event_time=max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
             )
-            located[snapshot_id] = deletes.added
+            rounds[snapshot_id] = written
             return transaction, snapshot_id
 
         try:
             snapshot, _ = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot), build)
-        except (FencedError, ProgressConflictError, TableChangedError):
+        except (FencedError, ProgressConflictError, TableChangedError, BadInputError):
             self.discard(output)  # certainly not committed: the check refused before the commit was sent
-            self._delete_files([f for files in located.values() for f in files])
+            self._delete_files([f for written in rounds.values() for f in written.files])
             raise
-        self._delete_files([f for snapshot_id, files in located.items() if snapshot_id != snapshot.snapshot_id
-                            for f in files])  # written for rounds that did not land
+        self._delete_files([f for snapshot_id, written in rounds.items() if snapshot_id != snapshot.snapshot_id
+                            for f in written.files])  # written for rounds that did not land
+        landed = rounds.get(snapshot.snapshot_id, _Round([], TaskResult()))
+        dead_letters = output.dead_letter_files + landed.carried_dead_letters
+        output.records += landed.carried.records  # what the job logs and counts: the rows that landed
+        output.dead_letters += landed.carried.dead_letters
+        for reason, count in landed.carried.dead_letter_reasons.items():
+            output.dead_letter_reasons[reason] = output.dead_letter_reasons.get(reason, 0) + count
         self.last_snapshot = snapshot
         self.frontier = frontier
-        self._pending_dead_letter_paths = dead_letter_paths if self._dead_letter_identifier else []
+        self._pending_dead_letter_paths = [f.file_path for f in dead_letters] if self._dead_letter_identifier else []
         crash_point("main-committed")
-        if output.dead_letter_files and self._dead_letter_identifier:
+        if dead_letters and self._dead_letter_identifier:
             # From here on every staged file is listed by a main commit: whatever happens to the
             # dead-letter commit, nothing is discarded (a newer writer's fence recovers the dead letters).
-            self._commit_dead_letters(output.dead_letter_files, frontier, snapshot)
+            self._commit_dead_letters(dead_letters, frontier, snapshot)
         self._pending_dead_letter_paths = []
         return Commit(snapshot, (time.monotonic() - started) * 1000)
 
@@ -540,6 +561,28 @@ class SinkCommitter:
             return transaction, snapshot_id
 
         snapshot, _ = self._compare_and_swap(self._identifier, check, build)
+        self.last_snapshot = snapshot
+        return Commit(snapshot, (time.monotonic() - started) * 1000)
+
+    def evolve_schema(self, changes: list[SchemaChange]) -> Commit:
+        """Commit ``changes`` to the main table's schema as ONE empty snapshot of kind ``schema``.
+
+        The change and the snapshot are one transaction through the fenced compare-and-swap of a data
+        commit: a fenced (older) version changes nothing (``FencedError``), and the frontier and
+        checkpoint are this writer's, unchanged. The table is pinned to the new schema afterwards.
+        """
+        started = time.monotonic()
+        last = protocol.parse_commit(self.last_snapshot) if self.last_snapshot is not None else None
+
+        def build(table: Table) -> tuple[Transaction, int]:
+            return self._transaction(
+                table, protocol.KIND_SCHEMA, self.frontier, [], changes,
+                checkpoint_extra=_pending_extra(self._pending_dead_letter_paths),
+                max_event_time=last.max_event_time if last else None, source_lag=last.source_lag if last else None,
+            )
+
+        snapshot, metadata = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot), build)
+        self.pins[self._identifier] = TablePin.of(metadata)
         self.last_snapshot = snapshot
         return Commit(snapshot, (time.monotonic() - started) * 1000)
 
@@ -633,6 +676,26 @@ class SinkCommitter:
                  stats.rows_read, " by Spark tasks" if stats.in_spark_tasks else "", len(located))
         return stage_position_deletes(table, located, f"{attempt_file_prefix(self.writer)}-{snapshot.snapshot_id}")
 
+    def _carry(self, table: Table, output: TriggerOutput) -> TaskResult | None:
+        """The files of ``output.carried`` completed from their keys' live rows on ``table``'s head (data files, and
+        dead letters of keys without one); raises ``BadInputError`` for those without a dead-letter table."""
+        carried, plan = output.carried, output.carry_plan
+        if carried is None or carried.num_rows == 0 or plan is None or plan.key is None:
+            return None
+        snapshot = table.current_snapshot()
+        names = sorted({name for names in carried.column(CARRY_COLUMN).to_pylist() if names for name in names})
+        located = locate_rows(table, snapshot, carried.select(list(plan.key)), self._file_keys, LocateStats(),
+                              self._spark) if snapshot is not None else {}
+        rows = live_positions(table, snapshot, located) if snapshot is not None else []
+        live = read_live_rows(table, rows, plan.key, names, self._spark)
+        result = stage_partition(plan, iter(fill(carried, live, plan.key).to_batches()),
+                                 f"carry-{snapshot.snapshot_id if snapshot else 0}-{uuid.uuid4().hex[:8]}")
+        if result.rejection is not None:
+            raise result.rejection.error()
+        log.info("%s: carried %d row(s)' unsent values from %d live row(s), %d dead letter(s)", self.writer.sink_id,
+                 carried.num_rows, live.num_rows, result.dead_letters)
+        return result
+
     def _delete_files(self, files: list[DataFile]) -> None:
         if not files:
             return
@@ -640,6 +703,29 @@ class SinkCommitter:
         for data_file in files:
             with contextlib.suppress(FileNotFoundError):
                 io.delete(data_file.file_path)
+
+
+@dataclass(frozen=True)
+class _Round:
+    """What one round of a data commit wrote for its snapshot: position deletes, and the carried rows' files."""
+
+    deletes: list[DataFile]
+    carried: TaskResult
+
+    def _of(self, table: str) -> list[DataFile]:
+        return [f.data_file for f in self.carried.files if f.table == table]
+
+    @property
+    def carried_data(self) -> list[DataFile]:
+        return self._of("data")
+
+    @property
+    def carried_dead_letters(self) -> list[DataFile]:
+        return self._of("dead_letter")
+
+    @property
+    def files(self) -> list[DataFile]:
+        return self.deletes + self.carried_data + self.carried_dead_letters
 
 
 class MaintenanceConflictError(IcebergSyncError):

@@ -21,23 +21,26 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 from pyspark.sql import SparkSession
 
 from icebergsync.catalog import ensure_table, open_catalog, partition_spec
-from icebergsync.errors import EXIT_OK
+from icebergsync.errors import EXIT_OK, IcebergSyncError
 from icebergsync.protocol import Frontier, Writer, encode_json
-from icebergsync.schema import iceberg_schema, plan_evolution
-from icebergsync.spec import IcebergSync, effective_columns
+from icebergsync.schema import iceberg_schema, plan_evolution, spark_ddl
+from icebergsync.spec import Column, IcebergSync, effective_columns
 from spark_app.committer import Commit, SinkCommitter, TriggerOutput, attempt_file_prefix
 from spark_app.deadletter import DEAD_LETTER_SCHEMA, Rejection
 from spark_app.deletes import delete_plan, table_key
 from spark_app.faults import crash_point
 from spark_app.maintenance import Maintainer, UpkeepTotals
 from spark_app.merge import merge_small_files
-from spark_app.pipeline import run_transform, run_units
+from spark_app.pipeline import read_drift, run_transform, run_units
+from spark_app.schema_drift.drift import SchemaDrift
+from spark_app.schema_drift.plan import new_table_columns, schema_changes, table_columns
 from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
 from spark_app.writer import TablePlan, TaskResult, WritePlan, data_file_from_footer
@@ -54,6 +57,8 @@ class Written:
     results: list[TaskResult]
     pending: Pending
     source_notes: dict[str, Any] | None
+    plan: WritePlan
+    drift: SchemaDrift = field(default_factory=SchemaDrift)  # what its records' Connect schemas ask of the table
 
     @property
     def rejected(self) -> bool:
@@ -77,6 +82,9 @@ class Staged:
         touched = [pa.ipc.open_stream(r.touched_keys).read_all() for r in results if r.touched_keys is not None]
         if touched:
             output.touched_keys = pa.concat_tables(touched)
+        carried = [pa.ipc.open_stream(r.carried).read_all() for r in results if r.carried is not None]
+        if carried:
+            output.carried, output.carry_plan = pa.concat_tables(carried), written.plan
         for result in results:
             if result.rejection is not None:
                 rejection = result.rejection if rejection is None else rejection.adding(result.rejection)
@@ -158,13 +166,19 @@ class SyncJob:
     def run(self) -> RunSummary:
         """Fence, resume from the table's frontier and commit until the source ends or a stop is requested."""
         summary = RunSummary(self.writer)
+        source = make_source(lambda: self.spark, self.spec)
+        if not self.columns:  # spec.schema is empty: the table's columns come from the records
+            columns = self._existing_columns() or self._columns_from_records(source)
+            if columns is None:
+                return summary  # stopped before the first record arrived
+            self.columns = columns
         table, dead = self._open_tables()
         self._warn_on_partition_change(table)
-        changes = plan_evolution(table.schema(), self.columns, self.spec.table.name)
+        changes = plan_evolution(table.schema(), self.columns, self.spec.table.name,
+                                 followed=self.spec.follows_source_schema)
         committer = SinkCommitter(self.catalog, self.spec.table.name, self.writer,
                                   self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file,
                                   lambda: self.spark)
-        source = make_source(lambda: self.spark, self.spec)
         progress = committer.start(changes, source.identity(), source.check_frontier)
         crash_point("fenced")
         if changes:
@@ -178,6 +192,7 @@ class SyncJob:
         log.info("%s v%d attempt %s fenced the table; resuming from %s (%s)", self.writer.sink_id,
                  self.writer.version, self.writer.attempt, encode_json(frontier), progress.resumed_from)
         summary.frontier = frontier
+        self._decode_into(table)
         plan = self._write_plan(table, dead)
         maintainer = Maintainer(self.spec.maintenance, committer, self.catalog, self.spec.table.name,
                                 self.spec.commit.target_file_bytes, lambda: self.spark)
@@ -205,6 +220,11 @@ class SyncJob:
                             self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
                             continue
                         written = self._stage(source, frontier, pending, plan)
+                    if written.drift:  # the source's schema changed: follow it, then stage the same range again
+                        committer.discard(Staged.of(written, written.results).output)
+                        table = self._follow_schema(committer, written.drift)
+                        plan = self._write_plan(table, dead)
+                        continue
                     results = written.results
                     if not written.rejected:  # a refused trigger is discarded: neither followed nor merged
                         ahead = self._stage_ahead(stager, source, written.pending.end, plan)
@@ -225,6 +245,46 @@ class SyncJob:
                     following = ahead.result()
                     committer.discard(Staged.of(following, following.results).output)
         return summary
+
+    def _existing_columns(self) -> list[Column] | None:
+        try:
+            table = self.catalog.load_table(self.spec.table.name)
+        except NoSuchTableError:
+            return None
+        return table_columns(table.schema(), self.spec.table.name)
+
+    def _columns_from_records(self, source: Source) -> list[Column] | None:
+        """A new table's columns from the Connect schema of the source's first records (key columns required);
+        None when a stop is requested before there are any."""
+        frontier = source.initial_frontier()
+        while (pending := source.pending(frontier, self.spec.commit.max_staged_bytes)) is None:
+            if self.stop_requested.wait(self.spec.commit.poll_seconds):
+                return None
+        drift = read_drift(self.spark, source.plan_units(frontier, pending), source.unit_reader([]))
+        columns = new_table_columns(drift, self.spec.table.name, self.spec.table.key or [])
+        log.info("%s: spec.schema is empty; creating %s with the columns of the first records: %s",
+                 self.writer.sink_id, self.spec.table.name, spark_ddl(columns))
+        return columns
+
+    def _decode_into(self, table: Table) -> None:
+        """A sync following the source's schema decodes into the table's columns (the spec's, evolved)."""
+        if self.spec.follows_source_schema:
+            self.columns = table_columns(table.schema(), self.spec.table.name)
+
+    def _follow_schema(self, committer: SinkCommitter, drift: SchemaDrift) -> Table:
+        """Commit the schema change a trigger's records asked for (its own fenced commit); the table after it."""
+        changes = schema_changes(drift, self.spec.table.name)  # raises, naming the columns, when Iceberg cannot
+        if not changes:
+            raise IcebergSyncError(f"{self.spec.table.name}: records asked for a schema change the table already "
+                                   f"has ({drift.describe()}); nothing was committed")
+        commit = committer.evolve_schema(changes)
+        crash_point("schema-committed")
+        log.info("%s v%d: the source's schema changed; %s now has: %s (snapshot %d, frontier unchanged)",
+                 self.writer.sink_id, self.writer.version, self.spec.table.name,
+                 ", ".join(change.describe() for change in changes), commit.snapshot.snapshot_id)
+        table = self.catalog.load_table(self.spec.table.name)
+        self._decode_into(table)
+        return table
 
     def _stage_ahead(self, stager: ThreadPoolExecutor, source: Source, frontier: Frontier,
                      plan: WritePlan) -> Future[Written] | None:
@@ -296,7 +356,7 @@ class SyncJob:
                                            record_columns, self.spec.transform)
         else:
             results, stats = run_units(self.spark, units, source.unit_reader(self.columns), plan)
-        return Written(results, pending, source.trigger_notes(pending, stats))
+        return Written(results, pending, source.trigger_notes(pending, stats), plan, stats.drift)
 
 
 def install_stop_handlers(stop_requested: threading.Event) -> None:

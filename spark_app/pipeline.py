@@ -27,10 +27,11 @@ from pyspark.sql import SparkSession
 
 from icebergsync.schema import spark_ddl
 from icebergsync.spec import Column as SpecColumn
-from spark_app.changes import OP_COLUMN, ORDER_COLUMN, collapse
+from spark_app.changes import CARRY_COLUMN, CHANGE_COLUMNS, UNAVAILABLE, collapse
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, with_control_columns_arrow
 from spark_app.decode import apply_transform
 from spark_app.deletes import write_equality_deletes
+from spark_app.schema_drift.drift import SchemaDrift
 from spark_app.units import UnitReader, UnitStats, WorkUnit
 from spark_app.writer import (
     RESULT_SCHEMA,
@@ -126,6 +127,23 @@ def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader,
     return results, stats
 
 
+def read_drift(spark: SparkSession, units: list[WorkUnit], reader: UnitReader) -> SchemaDrift:
+    """Read a trigger's units for the schema drift of their records alone, writing nothing (a new table's
+    columns, when spec.schema is empty, come from it)."""
+    def probe(part: Iterable[WorkUnit]) -> Iterator[bytes]:
+        stats = UnitStats()
+        for _ in _read(part, reader, stats):
+            pass
+        yield pickle.dumps(stats.drift)
+
+    context = spark.sparkContext
+    drift = SchemaDrift()
+    for payload in context.parallelize(units, max(1, min(len(units), context.defaultParallelism))).mapPartitions(
+            probe).collect():
+        drift.merge(pickle.loads(payload))
+    return drift
+
+
 def _stage_direct_function(plan: WritePlan, reader: UnitReader) -> Callable[[Iterable[WorkUnit]], Iterable[bytes]]:
     def stage(units: Iterable[WorkUnit]) -> Iterator[bytes]:
         stats = UnitStats()
@@ -150,19 +168,24 @@ def _route_function(reader: UnitReader, router: KeyRouter) -> Callable[[Iterable
 def stage_changes(plan: WritePlan, tables: list[pa.Table], task_id: str) -> TaskResult:
     """Write one key bucket of a trigger's changes: dead letters, the winning upserts, and every key the bucket
     touches, so that each key's older row goes, wherever it lives: returned to the driver, which deletes
-    those rows by position at commit time, or (``changes.deletes: equality``) as one equality delete file."""
+    those rows by position at commit time, or (``changes.deletes: equality``) as one equality delete file.
+    Upserts still missing values Debezium did not send go to the driver too, which carries them from the
+    live rows at commit time (:mod:`spark_app.carry`); with equality deletes they are dead letters."""
     assert plan.key is not None
     changes = pa.concat_tables(tables, promote_options="permissive") if tables else None
     if changes is None or changes.num_rows == 0:
         return TaskResult()
+    if plan.deletes is not None:
+        changes = _refuse_carry(changes)
     errors = changes.column(ERROR_COLUMN)
-    bad = changes.filter(pc.is_valid(errors)).drop_columns([OP_COLUMN, ORDER_COLUMN])
-    upserts, deleted = collapse(changes, plan.key)
+    bad = changes.filter(pc.is_valid(errors)).drop_columns(list(CHANGE_COLUMNS))
+    upserts, deleted, carried = collapse(changes, plan.key)
     result = stage_partition(plan, iter(bad.to_batches() + upserts.to_batches()), task_id)
     if result.rejection is not None:
         return result
     if plan.deletes is None:
         result.touched_keys = _ipc(deleted) if deleted.num_rows else None
+        result.carried = _ipc(carried) if carried.num_rows else None
         return result
     try:
         delete_file = write_equality_deletes(plan.deletes, deleted, f"{plan.file_prefix}-{task_id}")
@@ -172,6 +195,18 @@ def stage_changes(plan: WritePlan, tables: list[pa.Table], task_id: str) -> Task
     if delete_file is not None:
         result.files.append(StagedFile("delete", delete_file))
     return result
+
+
+def _refuse_carry(changes: pa.Table) -> pa.Table:
+    """With equality deletes nothing locates a key's live row: an upsert missing values is a dead letter."""
+    carry = changes.column(CARRY_COLUMN)
+    if carry.null_count == changes.num_rows:
+        return changes
+    reason = pa.scalar(f"Debezium did not send a value ({UNAVAILABLE}: an unchanged TOASTed column), and with "
+                       "changes.deletes: equality there is no live row to keep it from: set REPLICA IDENTITY FULL "
+                       "on the source table, or use position deletes (docs/connectors.md)")
+    errors = pc.if_else(pc.is_valid(carry), reason, changes.column(ERROR_COLUMN))
+    return changes.set_column(changes.column_names.index(ERROR_COLUMN), ERROR_COLUMN, errors)
 
 
 def _stage_changes_function(plan: WritePlan) -> Callable[[Iterable[tuple[int, bytes]]], Iterable[bytes]]:

@@ -14,6 +14,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from spark_app.schema_drift.drift import SchemaDrift
+
 # Bits of ``_isync_order`` below the unit index: a unit holds fewer than 2**40 records.
 ORDER_UNIT_SHIFT = 40
 
@@ -57,9 +59,11 @@ class KafkaUnit(WorkUnit):
 @dataclass
 class UnitStats:
     """What reading units found besides records, summed over a trigger into the commit's source notes
-    (for example offsets that hold no record: compacted away, transaction markers)."""
+    (for example offsets that hold no record: compacted away, transaction markers), and the schema drift
+    of its change records (spark_app/schema_drift/)."""
 
     counters: dict[str, int] = field(default_factory=dict)
+    drift: SchemaDrift = field(default_factory=SchemaDrift)  # what the records' Connect schemas ask of the table
 
     def add(self, name: str, count: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + count
@@ -67,6 +71,7 @@ class UnitStats:
     def merge(self, other: UnitStats) -> None:
         for name, count in other.counters.items():
             self.add(name, count)
+        self.drift.merge(other.drift)
 
 
 class UnitReader(Protocol):

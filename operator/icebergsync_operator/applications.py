@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from icebergsync.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_PROGRESS_CONFLICT
+from icebergsync.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_INCOMPATIBLE_SCHEMA, EXIT_PROGRESS_CONFLICT
 from icebergsync_operator.constants import (
     COMPLETED_STATES,
     FAILED_STATES,
@@ -32,10 +32,12 @@ class Outcome(enum.Enum):
     FENCED = "Fenced"
     BAD_INPUT = "BadInput"  #: exit status 65: input it cannot ingest and no dead-letter table
     PROGRESS_CONFLICT = "ProgressConflict"  #: exit status 5: the table's progress cannot be resumed from
+    INCOMPATIBLE_SCHEMA = "IncompatibleSchema"  #: exit status 3: a schema change the table cannot follow
 
 
 _EXIT_OUTCOMES = {
     EXIT_FENCED: Outcome.FENCED, EXIT_BAD_INPUT: Outcome.BAD_INPUT, EXIT_PROGRESS_CONFLICT: Outcome.PROGRESS_CONFLICT,
+    EXIT_INCOMPATIBLE_SCHEMA: Outcome.INCOMPATIBLE_SCHEMA,
 }
 
 

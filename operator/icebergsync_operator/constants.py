@@ -39,3 +39,14 @@ FAILED_STATES = frozenset({"FAILED", "SUBMISSION_FAILED"})
 COMPLETED_STATES = frozenset({"COMPLETED"})
 RUNNING_STATES = frozenset({"RUNNING", "SUCCEEDING", "FAILING"})
 # Anything else ("", SUBMITTED, PENDING_RERUN, INVALIDATING, UNKNOWN) is still starting.
+
+# Every pod of the cluster can reach a driver's service. Spark's RPC and block transfers are
+# authenticated with a secret Spark generates per application (handed to the executors it creates in
+# an environment variable) and encrypted (AES-GCM), so no other pod can join the application as an
+# executor (it would receive tasks carrying the catalog's credentials) or fetch its blocks; the Spark
+# UI, which nothing authenticates, cannot kill stages. Rendered after spec.spark.conf, and no spec
+# may set these keys nor any key under them, whatever policy.allowedSparkConf says
+# (docs/security.md, attack 17).
+CLUSTER_SPARK_CONF = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true",
+                      "spark.ui.killEnabled": "false"}
+PROTECTED_SPARK_CONF = ("spark.authenticate*", "spark.network.crypto.*", "spark.ui.killEnabled")

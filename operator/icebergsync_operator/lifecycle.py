@@ -31,7 +31,7 @@ from icebergsync_operator.cleanup import delete_applications, delete_everything
 from icebergsync_operator.kube import KubeApi
 from icebergsync_operator.launch import launch
 from icebergsync_operator.liveness import ReconcileWatch
-from icebergsync_operator.policy import policy_problems
+from icebergsync_operator.policy import catalog_uri_field, policy_problems
 from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.render import spec_document
 from icebergsync_operator.settings import OperatorSettings
@@ -92,7 +92,8 @@ def read_spec(context: OperatorContext, body: Mapping[str, Any]) -> Reading:
     resolved = resolve_sync_catalog(context.api, context.settings, sync) if sync is not None else None
     if isinstance(resolved, CatalogRefusal):
         return Reading(body, sync, problems, (), resolved)
-    refused = policy_problems(resolved, context.settings) if resolved is not None else ()
+    refused = policy_problems(resolved, context.settings, catalog_uri_field(sync)) \
+        if resolved is not None and sync is not None else ()
     return Reading(body, resolved, problems, refused)
 
 

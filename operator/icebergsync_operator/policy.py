@@ -16,6 +16,7 @@ from fnmatch import fnmatchcase
 from icebergsync.spec import IcebergSync, Spark
 from icebergsync.units import parse_jvm_memory
 from icebergsync_operator.catalog_access import endpoint_problem
+from icebergsync_operator.constants import PROTECTED_SPARK_CONF
 from icebergsync_operator.settings import ANY, OperatorSettings
 
 GIB = 1024**3
@@ -59,8 +60,18 @@ def _size_problems(spark: Spark, settings: OperatorSettings) -> list[str]:
     return problems
 
 
-def policy_problems(sync: IcebergSync, settings: OperatorSettings) -> tuple[str, ...]:
-    """Every field of the spec the operator's policy refuses, with why; empty when allowed."""
+def catalog_uri_field(sync: IcebergSync) -> str:
+    """Where the user wrote the catalog's URI: inline, or in the catalog resource the sync names."""
+    ref = sync.spec.table.catalog_ref
+    return "spec.table.catalog.uri" if ref is None else f"spec.table.catalogRef ({ref.kind} {ref.name!r}, spec.uri)"
+
+
+def policy_problems(sync: IcebergSync, settings: OperatorSettings,
+                    catalog_field: str = "spec.table.catalog.uri") -> tuple[str, ...]:
+    """Every field of the spec the operator's policy refuses, with why; empty when allowed.
+
+    ``sync`` has its catalog inline (a catalogRef resolved); ``catalog_field`` names where its URI came from.
+    """
     spark = sync.spec.spark
     problems = []
     if not _allowed(spark.image, settings.default_image, settings.allowed_images, prefix=True):
@@ -72,13 +83,17 @@ def policy_problems(sync: IcebergSync, settings: OperatorSettings) -> tuple[str,
         problems.append(f"spec.spark.serviceAccount: {account!r} is not allowed (allowed: "
                         f"{_besides(settings.default_service_account, settings.allowed_service_accounts, 'the accounts')}; "
                         "policy.allowedServiceAccounts)")
-    problems += [f"spec.spark.conf: {key!r} is not among the allowed keys (policy.allowedSparkConf)"
-                 for key in sorted(spark.conf) if not _matches(key, settings.allowed_spark_conf)]
+    for key in sorted(spark.conf):
+        if _matches(key, PROTECTED_SPARK_CONF):
+            problems.append(f"spec.spark.conf: {key!r} is set by the operator for every sync (Spark's RPC is "
+                            "authenticated and encrypted, the UI cannot kill) and cannot be changed")
+        elif not _matches(key, settings.allowed_spark_conf):
+            problems.append(f"spec.spark.conf: {key!r} is not among the allowed keys (policy.allowedSparkConf)")
     problems += _size_problems(spark, settings)
     if sync.spec.transform and not settings.allow_transform:
         problems.append("spec.transform: SQL transforms are not allowed (policy.allowTransform): Spark SQL can call "
                         "Java methods and read the job's local files, which is running code as the job")
     endpoint = endpoint_problem(sync.spec.table.catalog_or_default, settings.allowed_catalog_uris)
     if endpoint:
-        problems.append(f"spec.table.catalog.uri: {endpoint}")
+        problems.append(f"{catalog_field}: {endpoint}")
     return tuple(problems)

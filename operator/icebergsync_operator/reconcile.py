@@ -342,6 +342,13 @@ _STALLING_EXITS = {
         "says which, and nothing was written. Not relaunching: restore the table or fix the sink id "
         "(docs/operations.md), then change the spec to launch a new version.",
     ),
+    Outcome.INCOMPATIBLE_SCHEMA: (
+        "IncompatibleSchema",
+        "the table's schema cannot follow a schema change (of spec.schema, or of the source's records: a type "
+        "Iceberg cannot change to, a dropped key column); the driver log names the table and each column, and "
+        "nothing of that trigger was written. Not relaunching: change the table by hand or the spec "
+        "(docs/connectors.md, \"Schema changes from the source\"), then change the spec to launch a new version.",
+    ),
 }
 
 

@@ -26,6 +26,7 @@ from icebergsync.spark_conf import spark_conf
 from icebergsync.spec import IcebergSync, Resources
 from icebergsync_operator.constants import (
     APPLICATION_LABEL,
+    CLUSTER_SPARK_CONF,
     GENERATION_ANNOTATION,
     MAIN_APPLICATION_FILE,
     MANAGED_BY,
@@ -203,9 +204,7 @@ def build_spark_application(sync: IcebergSync, version: int, generation: int, sy
         "driver": driver,
         "executor": executor,
     }
-    conf = spark_conf(sync.spec)
-    if conf:
-        spec["sparkConf"] = conf
+    spec["sparkConf"] = {**spark_conf(sync.spec), **CLUSTER_SPARK_CONF}
     return {
         "apiVersion": f"{SPARK_GROUP}/{SPARK_VERSION}",
         "kind": SPARK_KIND,

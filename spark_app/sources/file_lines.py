@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO, load_file_io
 
 from icebergsync.spec import Column as SpecColumn
+from icebergsync.spec import IcebergSyncSpec
 from spark_app.arrow_decode import (
     conform_table,
     decode_csv_block,
@@ -38,6 +39,7 @@ from spark_app.arrow_decode import (
     whole_input_row,
 )
 from spark_app.changes import decode_changes
+from spark_app.schema_drift.drift import SchemaDrift
 from spark_app.units import FileUnit, UnitStats, WorkUnit, order_base
 
 BLOCK_BYTES = 8 << 20
@@ -153,21 +155,34 @@ class ChangeReading:
     columns: tuple[SpecColumn, ...]
     key: tuple[str, ...]
     format: str
+    follow_schema: bool = False  # spec.schemaEvolution evolve: note the records' schema drift in the stats
 
-    def decode_lines(self, block: bytes, uri: str, first_line: int, base: int) -> tuple[pa.Table, int]:
+    @classmethod
+    def of(cls, spec: IcebergSyncSpec, columns: list[SpecColumn]) -> ChangeReading | None:
+        """How ``spec``'s change records decode into ``columns`` (None for a sync of appends)."""
+        if spec.changes is None:
+            return None
+        return cls(tuple(columns), tuple(spec.table.key or ()), spec.changes.format, spec.follows_source_schema)
+
+    def decode_lines(self, block: bytes, uri: str, first_line: int, base: int,
+                     stats: UnitStats) -> tuple[pa.Table, int]:
         """The changes of a block of whole lines and the number of records (non-blank lines) in it;
         record ``i`` of the block is ordered ``base + i``."""
         numbered = [(first_line + i, line.removesuffix(b"\r")) for i, line in enumerate(block.split(b"\n"))]
         records = [(number, line) for number, line in numbered if line.strip()]
         changes = decode_changes([line for _, line in records], None,
                                  lambda i: {"file": uri, "line": records[i][0]},
-                                 list(self.columns), list(self.key), self.format, base)
+                                 list(self.columns), list(self.key), self.format, base, self._drift(stats))
         return changes, len(records)
 
     def decode_records(self, values: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray | None,
-                       positions: Callable[[int], dict[str, Any]], base: int) -> pa.Table:
+                       positions: Callable[[int], dict[str, Any]], base: int, stats: UnitStats) -> pa.Table:
         """The changes of Kafka records (values, message keys) in offset order; record ``i`` is ordered ``base + i``."""
-        return decode_changes(values, keys, positions, list(self.columns), list(self.key), self.format, base)
+        return decode_changes(values, keys, positions, list(self.columns), list(self.key), self.format, base,
+                              self._drift(stats))
+
+    def _drift(self, stats: UnitStats) -> SchemaDrift | None:
+        return stats.drift if self.follow_schema else None
 
 
 @dataclass(frozen=True)
@@ -204,7 +219,8 @@ class FileReader:
             if block and self.changes is not None:
                 # Count records, not rows: a tombstone yields no row and a key change two, and the
                 # next block's orders must come after every order of this one.
-                changes, records = self.changes.decode_lines(block, unit.uri, first_line, order_base(unit) + decoded)
+                changes, records = self.changes.decode_lines(block, unit.uri, first_line, order_base(unit) + decoded,
+                                                             stats)
                 decoded += records
                 yield from changes.to_batches()
             elif block:

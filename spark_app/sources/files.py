@@ -117,6 +117,5 @@ class FilesSource(Source):
 
     def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
         header = tuple(c.name for c in columns) if self.settings.format == "csv" and self.settings.csv_header else None
-        changes = self.spec.changes
-        reading = ChangeReading(tuple(columns), tuple(self.spec.table.key or ()), changes.format) if changes else None
+        reading = ChangeReading.of(self.spec, columns)
         return FileReader(self._io_properties, self.settings.format, header, tuple(columns), reading)

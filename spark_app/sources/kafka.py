@@ -303,8 +303,7 @@ class KafkaSource(Source):
                 for index, (topic, partition, start, end) in enumerate(splits)]
 
     def unit_reader(self, columns: list[SpecColumn]) -> KafkaUnitReader:
-        changes = self.spec.changes
-        reading = ChangeReading(tuple(columns), tuple(self.spec.table.key or ()), changes.format) if changes else None
+        reading = ChangeReading.of(self.spec, columns)
         return KafkaUnitReader(self.options.client, list(columns), self.settings.format, reading)
 
 
@@ -363,7 +362,7 @@ class KafkaUnitReader:
             if self.changes is not None:
                 yield from self.changes.decode_records(raw.column("value"), raw.column("key"),
                                                        _record_positions(unit.topic, unit.partition, offsets),
-                                                       order_base(unit) + read).to_batches()
+                                                       order_base(unit) + read, stats).to_batches()
                 read += raw.num_rows
                 continue
             yield from decode_json_values(raw.column("value"), schema,

@@ -12,6 +12,7 @@ files arriving while it happens.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.table import Table
 
 from icebergsync import protocol
+from tests.cluster.impostor import REGISTERED, auth_secret, impostor_pod
 from tests.cluster.product import (
     S3_ACCESS_KEY,
     S3_REGION,
@@ -48,6 +50,8 @@ INBOX = "landing/events"
 ROWS_PER_FILE = 50
 PROGRESS_SECONDS = 900.0
 CORE_REQUESTS = ("spark.kubernetes.driver.request.cores", "spark.kubernetes.executor.request.cores")
+IMPOSTOR_NAMESPACE = "intruder"
+IMPOSTOR_SECONDS = 150
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Run inside a Spark container: is a service-account token mounted, can the root filesystem and the
 # scratch directories be written? One line per fact, whatever the outcome. The kernel answers EROFS
@@ -220,6 +224,39 @@ def test_every_row_lands_once_and_the_status_says_running(deployment: Deployment
     read_only = {"/": "read-only", "/opt/icebergsync": "read-only"}
     assert deployment.probe_pod(executor) == {"token": "no", **read_only, **scratch}
     assert deployment.probe_pod(driver) == {"token": "yes", **read_only, **scratch}  # it creates the executors
+
+
+def test_a_pod_of_another_namespace_cannot_join_the_sync_as_an_executor(deployment: Deployment) -> None:
+    """Attack 17 (docs/security.md): the real executor's command and environment, run from another
+    namespace, join the application only with its secret; without it (Spark's authentication off,
+    or a wrong secret) the driver never registers them, and the sync goes on, every row once."""
+    cluster = deployment.cluster
+    (executor,) = deployment.pods("spark-role=executor")
+    knowing = {"no-auth": None, "wrong-secret": secrets.token_urlsafe(32), "with-secret": auth_secret(executor)}
+    cluster.kubectl("create", "namespace", IMPOSTOR_NAMESPACE)
+    try:
+        for index, (name, secret) in enumerate(knowing.items()):
+            pod = impostor_pod(executor, name, IMPOSTOR_NAMESPACE, str(900 + index), secret, IMPOSTOR_SECONDS)
+            cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+
+        def log_of(name: str) -> str:
+            return cluster.kubectl("-n", IMPOSTOR_NAMESPACE, "logs", name)
+
+        wait_for("the impostor holding the secret to register (the control)",
+                 lambda: REGISTERED in log_of("with-secret"), 300, interval=5)
+        cluster.kubectl("-n", IMPOSTOR_NAMESPACE, "delete", "pod", "with-secret", "--wait=false")
+        for name in ("no-auth", "wrong-secret"):
+            def ended(pod: str = name) -> dict[str, Any] | None:
+                status = json.loads(cluster.kubectl("-n", IMPOSTOR_NAMESPACE, "get", "pod", pod, "-o", "json"))
+                states = status["status"].get("containerStatuses") or [{}]
+                return states[0].get("state", {}).get("terminated")
+
+            wait_for(f"impostor {name} to end", ended, IMPOSTOR_SECONDS + 150, interval=5)
+            assert REGISTERED not in log_of(name), f"impostor {name} joined the application"
+    finally:
+        cluster.kubectl("delete", "namespace", IMPOSTOR_NAMESPACE, "--wait=false")
+    deployment.write_file()
+    assert deployment.wait_all_rows() == sorted(deployment.expected_ids)
 
 
 def test_a_deleted_driver_pod_recovers_without_duplicates(deployment: Deployment) -> None:

@@ -327,7 +327,8 @@ def test_namespaced_release_runs_the_operator_under_its_own_service_account(
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("example", sorted((REPO_ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("example", sorted((REPO_ROOT / "examples").glob("**/*.yaml")),
+                         ids=lambda p: p.relative_to(REPO_ROOT / "examples").as_posix())
 def test_example_is_accepted_by_the_api_server(kube_cluster: KubeCluster, admin: client.ApiClient,
                                                example: Path) -> None:
     for crd in ("icebergsync.yaml", "icebergcatalog.yaml"):

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 import yaml
+from icebergsync_operator.constants import CLUSTER_SPARK_CONF
 from kubernetes import client
 
 from icebergsync.catalog import open_catalog
@@ -115,7 +116,7 @@ def test_create_renders_the_application_configmap_and_secret_mounts(kube: Kube, 
     assert app["spec"]["arguments"] == ["run", "/etc/icebergsync/spec/sync.yaml", "--sink-version", "1",
                                         "--master", ""]
     assert app["spec"]["image"] == "example/icebergsync:dev"
-    assert app["spec"]["sparkConf"] == {"spark.sql.shuffle.partitions": "4", **QUICK_JIT}
+    assert app["spec"]["sparkConf"] == {"spark.sql.shuffle.partitions": "4", **QUICK_JIT, **CLUSTER_SPARK_CONF}
     driver, executor = app["spec"]["driver"], app["spec"]["executor"]
     assert (driver["cores"], driver["memory"], driver["serviceAccount"]) == (2, "2g", "spark")
     assert (executor["cores"], executor["memory"], executor["instances"]) == (1, "3g", 4)
@@ -202,7 +203,7 @@ def test_a_spec_outside_the_admins_policy_is_refused_with_a_condition_and_an_eve
     kube.patch_spec("orders", {"spark": {"serviceAccount": "icebergsync-spark", "conf": None}})
     app = kube.wait_applications({"orders-v1"})["orders-v1"]
     assert app["spec"]["driver"]["serviceAccount"] == "icebergsync-spark"
-    assert app["spec"]["sparkConf"] == QUICK_JIT  # only the product's defaults are left
+    assert app["spec"]["sparkConf"] == {**QUICK_JIT, **CLUSTER_SPARK_CONF}  # only the product's defaults are left
 
 
 def test_spec_change_raises_the_version_and_removes_the_old_application(

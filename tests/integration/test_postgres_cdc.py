@@ -2,15 +2,17 @@
 
 PostgreSQL 15 (Debian's packages, ``wal_level=logical``) runs an application-like workload on three
 tables (a bigint key, a composite key, a uuid key; every common type, NULLs, a TOASTed text, primary-key
-updates, multi-row transactions). Debezium's PostgreSQL connector (pgoutput, embedded engine) writes
+updates, multi-row transactions) and a fourth, ``documents``, whose large TOASTed text most updates leave
+untouched under REPLICA IDENTITY DEFAULT: Debezium sends ``__debezium_unavailable_value`` and the sync
+keeps the stored value. Debezium's PostgreSQL connector (pgoutput, embedded engine) writes
 its JSON change events to the suite's Kafka broker, one topic of two partitions per table, and a keyed
-IcebergSync per table reads them; the job of one table is SIGKILLed mid-stream and restarted with a
-higher version. Acceptance: once every sync has caught up, Apache Iceberg's Spark reader returns
+IcebergSync per table reads them; the jobs of ``customers`` and ``documents`` are SIGKILLed mid-stream
+and restarted with a higher version. Acceptance: once every sync has caught up, Apache Iceberg's Spark reader returns
 exactly what ``SELECT * FROM`` the PostgreSQL table returns, row for row and value for value
 (normalized per type: tests/integration/cdc_postgres/tables.py), and no record is a dead letter.
 
 Run for each Debezium configuration of :data:`VARIANTS` (with the records' schema and Debezium's
-default type handling; without it, decimals and temporal values as text).
+default type handling; without it, decimals and temporal values as text, and transaction metadata on).
 """
 
 from __future__ import annotations
@@ -30,11 +32,16 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import SparkSession
 
 from icebergsync.spec import parse_spec
+from spark_app.changes import UNAVAILABLE
 from spark_app.job import SyncJob
 from tests.infra.services import KafkaBroker
+from tests.integration.cdc_postgres.schema_changes import ACCOUNTS, EvolvingWorkload
+from tests.integration.cdc_postgres.schema_changes import iceberg_rows as schema_iceberg_rows
+from tests.integration.cdc_postgres.schema_changes import postgres_rows as schema_postgres_rows
 from tests.integration.cdc_postgres.servers import Postgres, start_debezium, start_postgres
 from tests.integration.cdc_postgres.tables import (
     CUSTOMERS,
+    DOCUMENTS,
     TABLES,
     VARIANTS,
     SourceTable,
@@ -120,6 +127,7 @@ def kill_mid_stream(spec_path: Path, document: dict[str, Any], workload: Workloa
             assert process.poll() is None, f"the job ended before its first commit:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"no data commit within 240 s:\n{log.read_text()[-3000:]}"
             workload.update_some()
+            workload.touch_documents()
             time.sleep(1)
         os.killpg(process.pid, signal.SIGKILL)
         assert process.wait(30) == -signal.SIGKILL
@@ -139,29 +147,40 @@ def test_iceberg_returns_what_select_star_returns(tmp_path: Path, spark: SparkSe
     connection = postgres.connect()
     workload = Workload(connection, random.Random(f"postgres-cdc-{variant.name}"))
     workload.create()
+    workload.create_documents()
     workload.snapshot_rows()
+    tables = [*TABLES, DOCUMENTS]
+    killed = (CUSTOMERS, DOCUMENTS)
     prefix = f"pg{uuid.uuid4().hex[:8]}"
-    for table in TABLES:
+    for table in tables:
         kafka_broker.create_topic(topic_of(prefix, table), PARTITIONS)
+    kafka_broker.create_topic(f"{prefix}.transaction", 1)  # BEGIN/END records, with transaction metadata on
     (tmp_path / "debezium").mkdir()
-    debezium = start_debezium(tmp_path / "debezium", postgres, kafka_broker, prefix, [t.name for t in TABLES],
+    debezium = start_debezium(tmp_path / "debezium", postgres, kafka_broker, prefix, [t.name for t in tables],
                               variant.settings)
     try:
-        documents = {table.name: sync_of(tmp_path / table.name, kafka_broker, prefix, table, variant) for table in TABLES}
+        documents = {table.name: sync_of(tmp_path / table.name, kafka_broker, prefix, table, variant) for table in tables}
         workload.round()
-        kill_mid_stream(write_spec(tmp_path / CUSTOMERS.name, documents[CUSTOMERS.name]), documents[CUSTOMERS.name],
-                        workload)
+        workload.documents_round()
+        for table in killed:
+            kill_mid_stream(write_spec(tmp_path / table.name, documents[table.name]), documents[table.name], workload)
         workload.round()
-        last = workload.last_row()
-        for table in TABLES:
+        workload.documents_round()
+        last = {**workload.last_row(), DOCUMENTS.name: workload.last_document()}
+        for table in tables:
             topic = topic_of(prefix, table)
             wait_for_key(kafka_broker, topic, dict(zip(table.key, last[table.name], strict=True)))
             document = documents[table.name]
-            version = 2 if table is CUSTOMERS else 1
+            version = 2 if table in killed else 1
             with BackgroundJob(SyncJob(parse_spec(document), version, spark)) as running:
                 running.wait_until(lambda d=document, t=topic: caught_up(d, kafka_broker, t),  # type: ignore[misc]
                                    f"{table.name} caught up", 180)
-        for table in TABLES:
+        placeholders = [record.value for record in kafka_broker.consume(topic_of(prefix, DOCUMENTS), timeout=10)
+                        if record.value and UNAVAILABLE.encode() in record.value]
+        assert len(placeholders) >= 10, "Debezium sent too few unchanged TOASTed values to carry"
+        if variant.settings.get("provide.transaction.metadata") == "true":
+            assert all(json.loads(value)["transaction"]["id"] for value in placeholders)
+        for table in tables:
             document = documents[table.name]
             iceberg = catalog_of(parse_spec(document)).load_table(document["spec"]["table"]["name"])
             expected = postgres_rows(connection, table, variant)
@@ -171,6 +190,69 @@ def test_iceberg_returns_what_select_star_returns(tmp_path: Path, spark: SparkSe
             for key, row in expected.items():
                 assert actual[key] == row, f"{table.name} {key}:\n iceberg  {actual[key]}\n postgres {row}"
             assert dead_letters(document) == [], f"{table.name}: dead letters"
+    finally:
+        connection.close()
+        debezium.stop()
+
+
+def test_schema_changes_mid_stream_are_followed_across_a_kill(tmp_path: Path, spark: SparkSession,
+                                                             kafka_broker: KafkaBroker, postgres: Postgres) -> None:
+    """Issue 23, part 3: ``ADD COLUMN``, widening ``ALTER COLUMN … TYPE`` (integer → bigint, numeric(10,2) →
+    numeric(14,2)) and ``DROP COLUMN`` while a sync without ``spec.schema`` runs; the job is SIGKILLed right
+    after its first schema commit and restarted with a higher version. Iceberg then returns what ``SELECT *``
+    returns on PostgreSQL's current columns; the dropped column stays, null in every row written after the drop."""
+    connection = postgres.connect()
+    workload = EvolvingWorkload(connection, random.Random("postgres-schema-changes"))
+    workload.create()
+    workload.changes(inserts=10, updates=0, deletes=0)  # read by Debezium's snapshot
+    prefix = f"pg{uuid.uuid4().hex[:8]}"
+    topic = topic_of(prefix, ACCOUNTS)
+    kafka_broker.create_topic(topic, PARTITIONS)
+    (tmp_path / "debezium").mkdir()
+    debezium = start_debezium(tmp_path / "debezium", postgres, kafka_broker, prefix, [ACCOUNTS.name],
+                              VARIANTS[0].settings)
+    try:
+        document = sync_of(tmp_path / ACCOUNTS.name, kafka_broker, prefix, ACCOUNTS, VARIANTS[0])
+        del document["spec"]["schema"]  # the table's columns come from the records
+        catalog = catalog_of(parse_spec(document))
+        spec_path = write_spec(tmp_path / ACCOUNTS.name, document)
+        workload.changes()
+        with job_process(spec_path, 1, crash_at="schema-committed") as (process, log):
+            deadline = time.monotonic() + 240
+            while not holds(lambda: any(c.kind == "data" for c in sink_commits(
+                    catalog.load_table("cdc.accounts"), sink_id(document)))):
+                assert process.poll() is None, f"the job ended before its first commit:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no data commit within 240 s:\n{log.read_text()[-3000:]}"
+                time.sleep(1)
+            workload.add_column("extra", "text")
+            workload.changes()
+            assert process.wait(240) == -signal.SIGKILL, log.read_text()[-3000:]
+        kinds = [c.kind for c in sink_commits(catalog.load_table("cdc.accounts"), sink_id(document))]
+        assert kinds[-1] == "schema", kinds
+        workload.changes()
+        workload.widen("qty", "bigint")
+        workload.changes()
+        workload.widen("price", "numeric(14,2)")
+        workload.changes()
+        workload.drop_column("note")
+        workload.changes()
+        last = workload.last_key()
+        wait_for_key(kafka_broker, topic, {"id": last})
+        with BackgroundJob(SyncJob(parse_spec(document), 2, spark)) as running:
+            running.wait_until(lambda: caught_up(document, kafka_broker, topic), "accounts caught up", 180)
+        table = catalog.load_table("cdc.accounts")
+        assert [(f.name, str(f.field_type)) for f in table.schema().fields] == [
+            ("id", "long"), ("name", "string"), ("qty", "long"), ("price", "decimal(14, 2)"), ("note", "string"),
+            ("extra", "string")]
+        expected = schema_postgres_rows(connection)
+        actual = schema_iceberg_rows(spark, table.metadata_location)
+        assert sorted(actual) == sorted(expected)
+        for key, row in expected.items():
+            assert {name: actual[key][name] for name in row} == row, f"{key}:\n {actual[key]}\n {row}"
+        after_drop = workload.written_after_drop["note"] & set(actual)
+        assert after_drop and all(actual[key]["note"] is None for key in after_drop)
+        assert any(row["note"] is not None for row in actual.values())  # rows not written since keep theirs
+        assert dead_letters(document) == []
     finally:
         connection.close()
         debezium.stop()

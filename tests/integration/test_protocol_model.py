@@ -36,7 +36,13 @@ are keyed upserts, between a fence check and its commit of the very keys the tri
 its compaction move every row to a new file, so the rows must be located again on the new head, as after
 the sink's own rewrite (a maintenance commit). The oracle applies each commit to the rows of
 the head it lands on (the last change of a key wins, no older row of a touched key stays); the judge also
-checks that every key is one row, in the partition its value says. Not drawn for keyed tables: Spark's
+checks that every key is one row, in the partition its value says. The keyed sources also change their
+schema (spark_app/schema_drift/): at every ``SOURCE_SCHEMA_EVERY``-th position, and when drawn, with the
+draws racing it (a restart, an upgrade, the other sink's commit, a conflict, a lost answer, a kill after it
+landed), an attempt commits a new column (and the first time a widening of ``part``) as its own snapshot of
+kind schema with its frontier unchanged; the judge's check of the table's columns against the oracle's
+proves that an outranked attempt (fenced, its pin stale, or rolled back) never changed the schema. Not drawn
+for keyed tables: Spark's
 reader (tests/integration/test_keyed_sync.py and test_keyed_acceptance.py read with it).
 
 Not drawn: expiry of main's history while some sink's last commit is off main (docs/protocol.md,
@@ -71,7 +77,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
-from pyiceberg.types import StringType
+from pyiceberg.types import IntegerType, LongType, StringType
 
 from icebergsync.catalog import KEYED_FORMAT_VERSIONS
 from icebergsync.errors import FencedError, ProgressConflictError, TableChangedError
@@ -97,6 +103,7 @@ from tests.integration.protocol_model.oracle import (
     FENCE,
     FOREIGN,
     MAINTENANCE,
+    SCHEMA_CHANGE,
     Attempt,
     Claim,
     Row,
@@ -150,6 +157,7 @@ KEYED_COVERAGE = {
     "sink_compaction:committed": 1, "keyed:committed-on-format-2": 20, "keyed:committed-on-format-3": 20,
     "keyed:update": 100, "keyed:delete": 50, "keyed:re-insert": 50, "keyed:moved-partition": 50,
     "keyed:foreign-rows-of-touched-keys": 3,
+    "source-schema:committed": 10, "source-schema:refused": 3, "source-schema:widened": 3,
     **{f"keyed:committed-after:{d}": n for d, n in (("foreign-append", 2), ("foreign-compaction", 3), ("conflict", 5),
                                                      ("lost-answer", 3), ("lost-request", 3), ("other-sink-commit", 2),
                                                      ("rollback", 1))},
@@ -204,6 +212,7 @@ class ProtocolModel(RuleBasedStateMachine):
     ACTIONS: tuple[str, ...] = tuple(ACTIONS)
     DISTURBANCES: tuple[str | None, ...] = DISTURBANCES
     COMPACTION_INTERLEAVINGS: tuple[str | None, ...] = (None, None, None, "foreign-append", "foreign-compaction")
+    SOURCE_SCHEMA_EVERY = 0  # the sources' schemas change at every this many positions (0: never)
 
     def __init__(self) -> None:
         super().__init__()
@@ -349,6 +358,8 @@ class ProtocolModel(RuleBasedStateMachine):
             family = "kills" if disturbance in KILLS else "faults" if disturbance in FAULTS else "interleavings"
             STATS[f"disturbances:{family}"] += 1
         claim, start = process.claim, process.model.next_id
+        if not self._source_schema_changes_in(process, range(start, start + rows)):
+            return
         staged = self._stage_trigger(process, range(start, start + rows))
         output = staged.output
         if disturbance == "die-before-commit":
@@ -494,9 +505,12 @@ class ProtocolModel(RuleBasedStateMachine):
         return self.processes[which if which < len(self.processes) else -1]
 
     def _upkeep_outcome(self, action: str, run: Callable[[], object]) -> str:
+        """Run a commit of the sink's own besides its triggers' (upkeep, a schema change); count its outcome."""
         try:
             run()
             outcome = "committed"
+        except Killed:
+            outcome = "killed"
         except FencedError:
             outcome = "fenced"
         except TableChangedError:
@@ -712,6 +726,79 @@ class ProtocolModel(RuleBasedStateMachine):
             update.add_column("who", StringType())
         self.model.change_columns()
 
+    def source_schema_change(self, data: st.DataObject) -> None:
+        """The source's records gained a column (and, the first time, widened ``part``): a running attempt commits
+        the change as its own snapshot of kind schema under its fence, racing a restart, an upgrade, another
+        writer or a lost answer; an outranked attempt changes nothing."""
+        if not self.processes:
+            return
+        process = self._draw_attempt(data, newest_first=False)
+        disturbance = data.draw(pick([None, "other-sink-commit", "conflict", "lost-answer", "die-after-commit",
+                                      "newer-attempt", "upgrade", "upgrade"]), label="schema change disturbance")
+        column = f"src_{self.attempts}_{len(self.model.columns)}"
+        if not self._source_schema_change(process, column, disturbance):
+            # The attempt was outranked: an attempt that owns its sink, if one runs, follows the change.
+            owner = next((p for p in reversed(self.processes) if self.model.commit_outcome(p.model) == "committed"),
+                         None)
+            if owner is not None:
+                self._source_schema_change(owner, column, None)
+
+    def _source_schema_changes_in(self, process: SinkProcess, local: range) -> bool:
+        """Where a sink's source changes its schema (every ``SOURCE_SCHEMA_EVERY``-th position) a trigger over it
+        first commits the change, as the job does (the drift, its own schema commit, the range staged again);
+        whether the trigger goes on (an outranked attempt is refused there and stops)."""
+        every = self.SOURCE_SCHEMA_EVERY
+        for position in local if every else ():
+            column = f"src_{process.claim.sink[-1]}_{position}"
+            if position % every == every - 1 and column not in self.model.columns \
+                    and not self._source_schema_change(process, column, None):
+                return False
+        return True
+
+    def _source_schema_change(self, process: SinkProcess, column: str, disturbance: str | None) -> bool:
+        """``process`` commits adding ``column`` (and widening ``part`` while it is an int); whether it landed."""
+        claim = process.claim
+        expected = self.model.commit_outcome(process.model)
+        table = self.catalog.load_table(TABLE)
+        changes = [SchemaChange("add", column, StringType())]
+        part = next((f for f in table.schema().fields if f.name == "part"), None)
+        if part is not None and isinstance(part.field_type, IntegerType):
+            changes.append(SchemaChange("widen", "part", LongType()))
+
+        def interleave() -> None:
+            nonlocal expected
+            assert disturbance is not None
+            self._interleave(disturbance, process)
+            expected = self.model.commit_outcome(process.model)
+
+        if disturbance in INTERLEAVINGS:
+            process.catalog.before_next_commit = interleave
+        elif disturbance in FAULTS:
+            process.catalog.fault = disturbance
+        elif disturbance == "die-after-commit":
+            process.catalog.kill_after_commits = 1
+        try:
+            outcome = self._upkeep_outcome("source-schema", lambda: process.committer.evolve_schema(changes))
+        finally:
+            process.catalog.before_next_commit = process.catalog.fault = process.catalog.kill_after_commits = None
+        if outcome not in ("committed", "killed"):
+            assert outcome == expected, f"{claim}: expected {expected}, got {outcome}"
+            count("source-schema:refused")
+            self._nothing_unrecorded(claim)  # and the invariant finds the columns unchanged
+            self._remove(process)
+            return False
+        assert expected == "committed", f"{claim}: expected {expected}, but its schema commit landed"
+        landed = self._land_one(claim, SCHEMA_CHANGE, process.model.frontier, self._rows_after_head())
+        self.model.add_column(column)
+        if len(changes) > 1:
+            count("source-schema:widened")
+        if outcome == "killed":
+            self._remove(process)
+            return True
+        process.model.last, process.model.schema_epoch = landed, self.model.schema_epoch
+        process.plan = table_plan(self.catalog.load_table(TABLE))  # the job stages the range again under it
+        return True
+
     def recreate(self, data: st.DataObject) -> None:
         for identifier in (TABLE, DEAD):
             self.catalog.drop_table(identifier)
@@ -773,11 +860,12 @@ class KeyedProtocolModel(ProtocolModel):
 
     COLUMNS = ("id", "who", "part")
     # More of what moves the touched keys' rows under a commit, and of the sink's own rewrite.
-    ACTIONS = (*ACTIONS, "sink_compaction", "sink_compaction", "foreign_compaction")
+    ACTIONS = (*ACTIONS, "sink_compaction", "sink_compaction", "foreign_compaction", "source_schema_change")
     # (Hypothesis draws the last of a list often: it is what the keyed path must get right.)
     DISTURBANCES = (*DISTURBANCES, "conflict", "lost-answer", "rollback", "other-sink-commit", "foreign-append",
                     "foreign-compaction", "foreign-append")
     COMPACTION_INTERLEAVINGS = ("foreign-append", "foreign-compaction", None, None, None)
+    SOURCE_SCHEMA_EVERY = 60
 
     def __init__(self) -> None:
         super().__init__()

@@ -106,14 +106,14 @@ KEYED = (
              "located = locate_rows(table, self.last_snapshot or snapshot, touched_keys, self._file_keys, stats, "
              "self._spark)"),)),
     Mutant("no-relocate-on-retry", "a commit retried on a new head keeps the deletes located on its first round",
-           ((COMMITTER, "        def build(table: Table) -> tuple[Transaction, int]:\n"
-                        "            deletes = self._position_deletes(table, output.touched_keys)\n",
-             "        first: list[PositionDeleteDelta] = []\n\n"
-             "        def build(table: Table) -> tuple[Transaction, int]:\n"
+           ((COMMITTER, "        rounds: dict[int, _Round] = {}  # what was written for each attempted snapshot\n",
+             "        rounds: dict[int, _Round] = {}\n        first: list[PositionDeleteDelta] = []\n"),
+            (COMMITTER, "            deletes = self._position_deletes(table, output.touched_keys)\n",
              "            if not first:\n                first.append(self._position_deletes(table, output.touched_keys))\n"
-             "            deletes = first[0]\n"),)),
+             "            deletes = first[0]\n"))),
     Mutant("deletes-not-touched", "a key a trigger only deletes is not among the keys it touches (its row stays)",
-           ((CHANGES, "return inserts, winners.select(list(key))", "return inserts, inserts.select(list(key))"),)),
+           ((CHANGES, "upserts.filter(complete).select(declared), winners.select(list(key)),",
+             "upserts.filter(complete).select(declared), upserts.select(list(key)),"),)),
     Mutant("upper-bound-excluded", "a file or row group whose key bound equals a touched key is skipped",
            ((LOCATE, "(upper is None or self.sorted[start] <= upper)", "(upper is None or self.sorted[start] < upper)"),)),
     Mutant("dv-not-merged", "a new deletion vector replaces the data file's live one without holding its positions",

@@ -14,6 +14,7 @@ import pytest
 
 from icebergsync.spec import Column
 from spark_app.changes import (
+    CARRY_COLUMN,
     OP_COLUMN,
     OP_DELETE,
     OP_UPSERT,
@@ -89,7 +90,7 @@ def test_a_key_change_deletes_the_old_key_and_upserts_the_new_one() -> None:
         {"id": 1, "name": None, OP_COLUMN: OP_DELETE, ORDER_COLUMN: 5},
         {"id": 7, "name": "a", OP_COLUMN: OP_UPSERT, ORDER_COLUMN: 5},
     ]
-    inserts, deletes = collapse(table, KEY)
+    inserts, deletes, _ = collapse(table, KEY)
     assert inserts.column("id").to_pylist() == [7] and deletes.column("id").to_pylist() == [1, 7]
 
 
@@ -194,18 +195,72 @@ def test_debeziums_isostring_dates_and_local_timestamps() -> None:
     assert reasons(table)[0] is None and "has a UTC offset" in reasons(table)[1]
 
 
-def test_a_value_debezium_did_not_send_is_a_dead_letter_not_stored() -> None:
+PLACEHOLDER = "__debezium_unavailable_value"
+REQUIRED_TEXT = [Column(name="id", type="long", required=True), Column(name="bio", type="string", required=True),
+                 Column(name="n", type="int")]
+
+
+def test_a_value_debezium_did_not_send_is_null_and_named_to_carry_never_stored() -> None:
     """An unchanged TOASTed column arrives as __debezium_unavailable_value (text) or its bytes (base64)."""
-    placeholder = "__debezium_unavailable_value"
+    records = [
+        event("u", after={"id": 1, "name": PLACEHOLDER, "n": 5}),
+        event("u", after={"id": 2, "blob": base64.b64encode(PLACEHOLDER.encode()).decode()}),
+        event("d", before={"id": 3, "name": PLACEHOLDER}),  # a delete needs the key alone
+        event("c", after={"id": 4, "name": "plain"}),
+        event("u", after={"id": 5, "name": PLACEHOLDER.encode().hex()}),  # bytea as hex text in a string column
+    ]
+    table = decode(records)
+    assert reasons(table) == [None] * 5
+    assert table.column(CARRY_COLUMN).to_pylist() == [["name"], ["blob"], None, None, ["name"]]
+    assert table.column("name").to_pylist() == [None, None, None, "plain", None]
+    assert table.column("blob").to_pylist() == [None] * 5
+    assert table.column("n").to_pylist()[0] == 5
+    # a row to carry keeps its record and position, should it become a dead letter
+    assert table.column(RAW_COLUMN).to_pylist()[:1] == [json.dumps(records[0])]
+    assert json.loads(table.column(POSITION_COLUMN).to_pylist()[0]) == at(0)
+    assert table.column(RAW_COLUMN).to_pylist()[2:4] == [None, None]
+
+
+def test_upsert_records_flattened_from_debezium_carry_unsent_values_too() -> None:
+    table = decode([{"id": 1, "name": PLACEHOLDER, "n": 3}], fmt="upsert", keys=[{"id": 1}])
+    assert reasons(table) == [None] and table.column(CARRY_COLUMN).to_pylist() == [["name"]]
+    assert table.column("name").to_pylist() == [None]
+
+
+def test_a_required_column_may_wait_for_its_carried_value_but_a_key_may_not() -> None:
+    table = decode([event("u", after={"id": 1, "bio": PLACEHOLDER}),
+                    event("u", after={"id": 2, "bio": None})], columns=REQUIRED_TEXT)
+    assert reasons(table)[0] is None and table.column(CARRY_COLUMN).to_pylist()[0] == ["bio"]
+    assert "required field bio is missing or null" in reasons(table)[1]
+    keyed_by_text = [Column(name="code", type="string", required=True), Column(name="n", type="int")]
+    bad = decode([event("c", after={"code": PLACEHOLDER, "n": 1})], columns=keyed_by_text, key=["code"])
+    assert "key field(s) without a value" in reasons(bad)[0]
+
+
+def test_a_transaction_block_is_accepted() -> None:
+    """provide.transaction.metadata=true adds a transaction block to every change event."""
+    record = event("c", after={"id": 1, "name": "a"})
+    record["transaction"] = {"id": "571:53195829", "total_order": 1, "data_collection_order": 1}
+    assert good(decode([record])) == [{"id": 1, "name": "a", OP_COLUMN: OP_UPSERT, ORDER_COLUMN: 0}]
+
+
+def test_collapse_carries_an_unsent_value_from_the_keys_earlier_change_in_the_trigger() -> None:
     table = decode([
-        event("u", after={"id": 1, "name": placeholder}),
-        event("u", after={"id": 2, "blob": base64.b64encode(placeholder.encode()).decode()}),
-        event("d", before={"id": 3, "name": placeholder}),  # a delete needs the key alone
-    ])
-    found = reasons(table)
-    assert "field name: Debezium did not send its value" in found[0] and "REPLICA IDENTITY FULL" in found[0]
-    assert "field blob: Debezium did not send its value" in found[1]
-    assert found[2] is None
+        event("c", after={"id": 1, "bio": "long text", "n": 1}),
+        event("u", after={"id": 1, "bio": PLACEHOLDER, "n": 2}),
+        event("u", after={"id": 1, "bio": PLACEHOLDER, "n": 3}),
+        event("u", after={"id": 2, "bio": PLACEHOLDER, "n": 4}),  # only the table has its value
+        event("d", before={"id": 3}),
+        event("c", after={"id": 3, "bio": PLACEHOLDER, "n": 5}),  # deleted earlier in the trigger: nothing to keep
+    ], columns=REQUIRED_TEXT)
+    inserts, keys, carried = collapse(table, KEY)
+    assert inserts.to_pylist() == [{"id": 1, "bio": "long text", "n": 3}]
+    assert keys.column("id").to_pylist() == [1, 2, 3]
+    assert carried.select(["id", "n", CARRY_COLUMN]).to_pylist() == [
+        {"id": 2, "n": 4, CARRY_COLUMN: ["bio"]}, {"id": 3, "n": 5, CARRY_COLUMN: ["bio"]}]
+    errors = carried.column(ERROR_COLUMN).to_pylist()
+    assert errors[0] is None and "deleted earlier in the trigger" in errors[1]
+    assert json.loads(carried.column(POSITION_COLUMN).to_pylist()[0]) == at(3)
 
 
 def test_values_are_decoded_strictly() -> None:
@@ -269,7 +324,7 @@ def test_bad_records_are_dead_letters_with_reason_raw_and_position() -> None:
     assert [json.loads(p) for p in table.column(POSITION_COLUMN).to_pylist()][:2] == [at(0), at(1)]
     assert table.column(ORDER_COLUMN).to_pylist() == list(range(12))
     assert table.column("id").null_count == 12
-    inserts, deletes = collapse(table, KEY)
+    inserts, deletes, _ = collapse(table, KEY)
     assert inserts.num_rows == 0 and deletes.num_rows == 0
 
 
@@ -311,7 +366,7 @@ def test_composite_keys() -> None:
         event("d", before={"tenant": "b", "id": 1, "v": None}),
         event("u", before={"tenant": "a", "id": 2}, after={"tenant": "c", "id": 2, "v": 4}),
     ], columns=columns, key=["tenant", "id"])
-    inserts, deletes = collapse(table, ["tenant", "id"])
+    inserts, deletes, _ = collapse(table, ["tenant", "id"])
     assert inserts.to_pylist() == [{"tenant": "a", "id": 1, "v": 3}, {"tenant": "c", "id": 2, "v": 4}]
     assert deletes.to_pylist() == [{"tenant": "a", "id": 1}, {"tenant": "a", "id": 2}, {"tenant": "b", "id": 1},
                                    {"tenant": "c", "id": 2}]
@@ -333,14 +388,14 @@ def test_collapse_matches_a_reference_model_of_random_changes() -> None:
     parts = [decode(records[i:i + 1000], base=(i // 1000) << 40) for i in range(0, 3000, 1000)]
     table = pa.concat_tables(parts)
     table = table.take(pa.array(rng.sample(range(table.num_rows), table.num_rows)))
-    inserts, deletes = collapse(table, KEY)
+    inserts, deletes, _ = collapse(table, KEY)
     assert {r["id"]: r["name"] for r in inserts.to_pylist()} == {k: v for k, v in state.items() if v is not None}
     assert deletes.column("id").to_pylist() == sorted(state)
     assert inserts.column_names == [c.name for c in COLUMNS]
 
 
 def test_collapse_of_nothing() -> None:
-    inserts, deletes = collapse(decode([]), KEY)
+    inserts, deletes, _ = collapse(decode([]), KEY)
     assert (inserts.num_rows, deletes.num_rows, deletes.column_names) == (0, 0, ["id"])
 
 

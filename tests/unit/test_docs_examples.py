@@ -6,6 +6,7 @@ server with the real CRD in tests/e2e/test_helm.py.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from icebergsync.catalogs.model import IcebergCatalogSpec
 from icebergsync.spec import KIND, load_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
+EXAMPLES = sorted((REPO_ROOT / "examples").glob("**/*.yaml"))
 
 
 def test_configuration_reference_is_generated_from_the_crd() -> None:
@@ -92,6 +93,7 @@ def validate(node: Any, schema: dict[str, Any], path: str) -> list[str]:
 
 def test_there_are_kubernetes_examples() -> None:
     names = {path.name for path in EXAMPLES}
+    assert "postgres-debezium" in {path.parent.name for path in EXAMPLES}
     assert {"quickstart.yaml", "kafka-rest-s3.yaml", "files-s3.yaml", "generator-rest-s3.yaml"} <= names
 
 
@@ -106,7 +108,24 @@ def test_there_are_change_data_capture_examples_for_both_formats_and_sources() -
         assert spec.dead_letter is not None, f"{name}: a keyed example keeps its bad records"
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_the_postgres_debezium_example_has_the_connector_settings_the_docs_require() -> None:
+    """Issue 23: the connector's settings are those docs/connectors.md maps types under, and the sync reads its topic."""
+    directory = REPO_ROOT / "examples" / "postgres-debezium"
+    config = json.loads((directory / "debezium-connector.json").read_text())["config"]
+    assert {key: config[key] for key in ("value.converter.schemas.enable", "decimal.handling.mode",
+                                         "time.precision.mode", "binary.handling.mode", "plugin.name")} == {
+        "value.converter.schemas.enable": "true", "decimal.handling.mode": "precise",
+        "time.precision.mode": "adaptive_time_microseconds", "binary.handling.mode": "bytes", "plugin.name": "pgoutput"}
+    assert "unavailable.value.placeholder" not in config
+    spec = load_spec(directory / "icebergsync.yaml").spec
+    assert spec.changes is not None and spec.changes.format == "debezium" and spec.table.key == ["id"]
+    assert spec.source.kafka is not None and spec.source.kafka.topic == f"{config['topic.prefix']}.{config['table.include.list']}"
+    docs = (REPO_ROOT / "docs" / "connectors.md").read_text()
+    for setting in ("decimal.handling.mode", "time.precision.mode", "binary.handling.mode"):
+        assert setting in docs
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.relative_to(REPO_ROOT / "examples").as_posix())
 def test_example_is_a_valid_spec(path: Path) -> None:
     sync = load_spec(path)
     documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]

@@ -356,6 +356,15 @@ def test_progress_conflict_exit_stalls_with_its_reason_and_is_not_relaunched() -
     assert "rolled back" in decision.events[0].message and "nothing was written" in decision.events[0].message
 
 
+def test_incompatible_schema_exit_stalls_with_its_reason_and_is_not_relaunched() -> None:
+    failed = app(2, "FAILED", "driver container failed with ExitCode: 3, Reason: Error")
+    decision = decide(observe(previous=running_status(version=2), applications=(failed,)), SETTINGS)
+    assert decision.launch is None and decision.status.phase == "Failed"
+    assert cond(decision, "Stalled") == ("True", "IncompatibleSchema")
+    assert reasons(decision) == ["IncompatibleSchema"]
+    assert "names the table and each column" in decision.events[0].message
+
+
 def test_a_spec_the_policy_refuses_is_stalled_never_launched_and_the_running_app_is_kept() -> None:
     problems = ("spec.spark.serviceAccount: 'cluster-admin' is not allowed (allowed: spark)",)
     observation = observe(previous=running_status(), applications=(app(1),), generation=2, policy_problems=problems)

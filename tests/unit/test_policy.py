@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from icebergsync_operator.policy import policy_problems
+from icebergsync_operator.policy import catalog_uri_field, policy_problems
 from icebergsync_operator.settings import DEFAULT_ALLOWED_SPARK_CONF, OperatorSettings, parse_settings
 
 from icebergsync.spec import IcebergSync, parse_spec
@@ -92,6 +92,17 @@ def test_an_admin_sets_the_conf_allow_list() -> None:
     assert policy_problems(sync_with({"conf": ATTACKS}), OperatorSettings(allowed_spark_conf=("*",))) == ()
 
 
+def test_no_allow_list_lets_a_spec_weaken_sparks_authentication() -> None:
+    """A sync's pods talk to each other authenticated and encrypted whatever the admin opens
+    (attack 17): a spec turning that off, or choosing the secret, is refused naming the key."""
+    weakening = {"spark.authenticate": "false", "spark.authenticate.secret": "known",
+                 "spark.network.crypto.enabled": "false", "spark.ui.killEnabled": "true"}
+    problems = policy_problems(sync_with({"conf": weakening}), OperatorSettings(allowed_spark_conf=("*",)))
+    assert problems == tuple(f"spec.spark.conf: {key!r} is set by the operator for every sync (Spark's RPC is "
+                             "authenticated and encrypted, the UI cannot kill) and cannot be changed"
+                             for key in sorted(weakening))
+
+
 def test_executors_cores_and_memory_of_a_sync_are_capped() -> None:
     settings = OperatorSettings(max_executors=4, max_cores=8, max_memory=16 * 1024**3)
     within = {"driver": {"cores": 2, "memory": "2g"}, "executor": {"instances": 3, "cores": 2, "memory": "4g"}}
@@ -160,3 +171,14 @@ def test_a_sql_transform_is_refused_unless_the_admin_allows_transforms() -> None
     assert parse_settings(["--allow-transform"], {})[0].allow_transform
     assert parse_settings([], {"ICEBERGSYNC_ALLOW_TRANSFORM": "true"})[0].allow_transform
     assert not parse_settings([], {})[0].allow_transform
+
+
+def test_a_refused_uri_is_named_where_the_user_wrote_it() -> None:
+    """An inline catalog's own field, or the catalog resource a catalogRef names (its spec.uri)."""
+    assert catalog_uri_field(sync_with({})) == "spec.table.catalog.uri"
+    named = parse_spec({"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync",
+                        "metadata": {"name": "trips", "namespace": "data"},
+                        "spec": {"source": {"generator": {"totalRows": 1}},
+                                 "table": {"name": "db.trips", "catalogRef": {"kind": "ClusterIcebergCatalog",
+                                                                               "name": "lake"}}}})
+    assert catalog_uri_field(named) == "spec.table.catalogRef (ClusterIcebergCatalog 'lake', spec.uri)"

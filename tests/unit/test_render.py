@@ -45,6 +45,8 @@ def _sync(**spec_overrides: Any) -> IcebergSync:
     return parse_spec(_document(**spec_overrides))
 
 
+# Spark's RPC authenticated and encrypted, the UI unable to kill: in every application (docs/security.md).
+CLUSTER = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true", "spark.ui.killEnabled": "false"}
 QUICK_JIT = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
              "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
 
@@ -78,7 +80,7 @@ def test_spark_application_runs_the_job_entry_point_with_the_version() -> None:
     assert spec["restartPolicy"] == {"type": "Never"}
     assert spec["sparkVersion"] == SETTINGS.spark_version
     assert spec["image"] == "registry.example/icebergsync:test"
-    assert spec["sparkConf"] == {"spark.sql.shuffle.partitions": "8", **QUICK_JIT}
+    assert spec["sparkConf"] == {"spark.sql.shuffle.partitions": "8", **QUICK_JIT, **CLUSTER}
 
 
 def test_spark_application_metadata_owner_and_labels() -> None:
@@ -145,7 +147,7 @@ def test_spec_image_and_service_account_override_the_settings() -> None:
     spec = build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)["spec"]
     assert spec["image"] == "mine:1"
     assert spec["driver"]["serviceAccount"] == "sync-runner"
-    assert spec["sparkConf"] == QUICK_JIT
+    assert spec["sparkConf"] == {**QUICK_JIT, **CLUSTER}
 
 
 def test_jvms_skip_the_optimizing_compiler_unless_a_transform_runs_sql_in_them() -> None:
@@ -153,8 +155,9 @@ def test_jvms_skip_the_optimizing_compiler_unless_a_transform_runs_sql_in_them()
     A transform runs SQL in the JVM (no default then); a key the spec sets wins whole."""
     def conf(transform: str | None = None, **spark_conf: str) -> dict[str, str]:
         sync = _sync(spark={"conf": spark_conf}, **({"transform": transform} if transform else {}))
-        return build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=SETTINGS,
-                                       spec_configmap=CONFIGMAP)["spec"].get("sparkConf", {})
+        rendered = build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=SETTINGS,
+                                           spec_configmap=CONFIGMAP)["spec"]["sparkConf"]
+        return {key: value for key, value in rendered.items() if key not in CLUSTER}
 
     assert conf() == QUICK_JIT
     assert conf(transform="SELECT * FROM source") == {}

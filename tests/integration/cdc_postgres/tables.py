@@ -2,7 +2,7 @@
 
 A :class:`Variant` is a Debezium configuration (Kafka Connect's ``schemas.enable`` and the type handling
 modes); the PostgreSQL type -> spec column type mapping depends on it where Debezium's encoding does
-(docs/connectors.md, "PostgreSQL through Debezium").
+(docs/connectors.md, "PostgreSQL types").
 
 Values are compared after a type-aware normalization, the same for PostgreSQL's and Spark's side:
 
@@ -42,9 +42,10 @@ class Variant:
 VARIANTS = [
     # Debezium's defaults (decimal.handling.mode=precise, time.precision.mode=adaptive) with the schema.
     Variant("schemas", {"converter.schemas.enable": "true"}),
-    # No schema in the records: decimals as text, temporal values as ISO text.
+    # No schema in the records: decimals as text, temporal values as ISO text; and transaction metadata
+    # (a transaction block in every event, BEGIN/END on <prefix>.transaction).
     Variant("schemaless", {"converter.schemas.enable": "false", "decimal.handling.mode": "string",
-                           "time.precision.mode": "isostring"}),
+                           "time.precision.mode": "isostring", "provide.transaction.metadata": "true"}),
 ]
 
 
@@ -78,6 +79,10 @@ DEVICES = SourceTable("devices", [
     ("id", "uuid"), ("label", "text"), ("firmware", "bytea"), ("config", "jsonb"), ("installed", "date"),
     ("online", "boolean"), ("reading", "double precision")], ["id"])
 TABLES = [CUSTOMERS, ORDER_LINES, DEVICES]
+# REPLICA IDENTITY DEFAULT and a large TOASTed text that most updates leave untouched: Debezium sends
+# __debezium_unavailable_value for it, and the sync keeps the stored value (docs/connectors.md,
+# "Unchanged TOASTed values"). Its primary keys never change (with DEFAULT that needs FULL: "Primary-key updates").
+DOCUMENTS = SourceTable("documents", [("id", "bigint"), ("rev", "integer"), ("body", "text")], ["id"])
 
 UNSCALED_NUMERIC = "decimal(38,18)"  # an unconstrained numeric: the workload's values fit 20.18 digits
 

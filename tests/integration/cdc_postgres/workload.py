@@ -2,7 +2,7 @@
 untouched), deletes, primary-key updates, multi-row transactions and NULLs in every nullable column.
 
 Deterministic for a given ``random.Random``; every statement goes through psycopg2 with parameters.
-No DDL after the tables are created (schema changes are issue 23's part 3)."""
+No DDL after the tables are created (schema changes run on a table of their own: schema_changes.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,14 @@ from typing import Any
 
 import psycopg2
 
-from tests.integration.cdc_postgres.tables import CUSTOMERS, DEVICES, ORDER_LINES, TABLES, SourceTable
+from tests.integration.cdc_postgres.tables import (
+    CUSTOMERS,
+    DEVICES,
+    DOCUMENTS,
+    ORDER_LINES,
+    TABLES,
+    SourceTable,
+)
 
 NULLS = 0.15
 WORDS = ["alpha", "Ünïcödé ✓", "it's", 'say "hi"', "back\\slash", "tab\there", "", "日本語"]
@@ -168,3 +175,56 @@ class Workload:
         for table in TABLES:
             with self.connection, self.connection.cursor() as cursor:
                 self.update(cursor, table, 2)
+
+    # -- documents: unchanged TOASTed values under REPLICA IDENTITY DEFAULT ---------------------------
+
+    def create_documents(self) -> None:
+        """The documents table and its first rows (Debezium's snapshot reads them whole)."""
+        with self.connection, self.connection.cursor() as cursor:
+            cursor.execute(DOCUMENTS.ddl())
+            self.keys[DOCUMENTS.name] = []
+            for _ in range(16):
+                self._insert_document(cursor)
+
+    def _insert_document(self, cursor: Any) -> tuple[Any, ...]:
+        self.next_id += 1
+        body = large_text(self.rng) if self.rng.random() < 0.8 else None
+        cursor.execute(f"INSERT INTO {DOCUMENTS.name} (id, rev, body) VALUES (%s, 0, %s)", [self.next_id, body])
+        self.keys[DOCUMENTS.name].append((self.next_id,))
+        return (self.next_id,)
+
+    def _touch(self, cursor: Any, key: tuple[Any, ...]) -> None:
+        """An update that leaves the TOASTed body as it is (Debezium cannot send it)."""
+        cursor.execute(f"UPDATE {DOCUMENTS.name} SET rev = rev + 1 WHERE id = %s", list(key))
+
+    def documents_round(self) -> None:
+        """Updates leaving the body untouched, alone and several of one row in a transaction, after an insert in
+        the same transaction, a new body, a delete and a re-insert."""
+        keys = self.keys[DOCUMENTS.name]
+        for _ in range(4):
+            with self.connection, self.connection.cursor() as cursor:
+                self._touch(cursor, self.rng.choice(keys))
+        with self.connection, self.connection.cursor() as cursor:
+            twice = self.rng.choice(keys)
+            self._touch(cursor, twice)
+            self._touch(cursor, twice)
+            self._touch(cursor, self._insert_document(cursor))
+        with self.connection, self.connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {DOCUMENTS.name} SET body = %s WHERE id = %s",
+                           [large_text(self.rng), *self.rng.choice(keys)])
+        with self.connection, self.connection.cursor() as cursor:
+            gone = keys.pop(self.rng.randrange(len(keys)))
+            cursor.execute(f"DELETE FROM {DOCUMENTS.name} WHERE id = %s", list(gone))
+            self._insert_document(cursor)
+
+    def touch_documents(self) -> None:
+        """Two updates leaving the body untouched (the workload going on while a job runs)."""
+        for _ in range(2):
+            with self.connection, self.connection.cursor() as cursor:
+                self._touch(cursor, self.rng.choice(self.keys[DOCUMENTS.name]))
+
+    def last_document(self) -> tuple[Any, ...]:
+        """Touch a document, then insert one more: the last change to documents; returns its key."""
+        with self.connection, self.connection.cursor() as cursor:
+            self._touch(cursor, self.rng.choice(self.keys[DOCUMENTS.name]))
+            return self._insert_document(cursor)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 Row = tuple[int, str | None, int]
 Visible = tuple[int, str | None]  # a row as a reader sees it: the column of an older schema epoch reads null
 
-FENCE, DATA, MAINTENANCE, FOREIGN = "fence", "data", "maintenance", "foreign"
+FENCE, DATA, MAINTENANCE, SCHEMA_CHANGE, FOREIGN = "fence", "data", "maintenance", "schema", "foreign"
 
 
 def apply_changes(head: Counter[Row], changes: Sequence[tuple[int, str | None]], who_column: int) -> Counter[Row]:
@@ -189,7 +189,8 @@ class TableModel:
         self.columns.append("who")
 
     def add_column(self, name: str) -> None:
-        """A sink's fence evolved the schema (an optional column added with the claim, atomically)."""
+        """A sink evolved the schema (an optional column added with its fence's claim, or by a schema commit of a
+        running attempt whose source's records gained it, atomically)."""
         self.schema_epoch += 1
         self.columns.append(name)
 

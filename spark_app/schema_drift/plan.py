@@ -1,0 +1,63 @@
+"""The table's columns as the decoder sees them, and a trigger's drift as schema changes to commit."""
+
+from __future__ import annotations
+
+from pyiceberg.schema import Schema
+from pyiceberg.types import DecimalType, PrimitiveType
+
+from icebergsync.errors import IncompatibleSchemaError
+from icebergsync.schema import SchemaChange, iceberg_type
+from icebergsync.spec import KEY_TYPES_REFUSED, PRIMITIVE_TYPES, Column
+from spark_app.schema_drift.drift import SchemaDrift
+
+
+def _type_name(field_type: object) -> str | None:
+    if isinstance(field_type, DecimalType):
+        return f"decimal({field_type.precision},{field_type.scale})"
+    return next((name for name in PRIMITIVE_TYPES if isinstance(field_type, PrimitiveType)
+                 and iceberg_type(name) == field_type), None)
+
+
+def table_columns(schema: Schema, table_name: str) -> list[Column]:
+    """The columns of a table schema as spec columns (what a sync following the source decodes into)."""
+    columns, unsupported = [], []
+    for field in schema.fields:
+        type_name = _type_name(field.field_type)
+        if type_name is None:
+            unsupported.append(f"{field.name} ({field.field_type})")
+        else:
+            columns.append(Column(name=field.name, type=type_name, required=field.required))
+    if unsupported:
+        raise IncompatibleSchemaError(f"{table_name} has column(s) of types IcebergSync does not write: "
+                                      f"{', '.join(unsupported)}")
+    return columns
+
+
+def new_table_columns(drift: SchemaDrift, table_name: str, key: list[str]) -> list[Column]:
+    """The columns of a new table from the drift of its first records against no columns (the key required)."""
+    problems = list(drift.problems.values())
+    if not drift.adds:
+        problems.append("its first records carry no Kafka Connect schema (declare spec.schema, or send the records "
+                        "with their schema: value.converter.schemas.enable=true)")
+    for name in key:
+        if drift.adds and name not in drift.adds:
+            problems.append(f"key column {name!r} (spec.table.key) is not in the records")
+        elif drift.adds.get(name) in KEY_TYPES_REFUSED:
+            problems.append(f"key column {name!r} is {drift.adds[name]}; a key column cannot be float or double")
+    if problems:
+        raise IncompatibleSchemaError(f"spec.schema is empty and {table_name} cannot be created: " + "; ".join(problems))
+    return [Column(name=name, type=kind, required=name in key) for name, kind in drift.adds.items()]
+
+
+def schema_changes(drift: SchemaDrift, table_name: str) -> list[SchemaChange]:
+    """The changes that let ``table_name`` take a trigger's records; ``IncompatibleSchemaError`` naming each
+    column when some change is one Iceberg cannot express (nothing is committed then)."""
+    if drift.problems:
+        raise IncompatibleSchemaError(
+            f"the source's schema changed in a way {table_name} cannot follow: "
+            + "; ".join(drift.problems[name] for name in sorted(drift.problems))
+            + ". Nothing of this trigger was committed; see docs/connectors.md, \"Schema changes from the source\""
+        )
+    return ([SchemaChange("add", name, iceberg_type(kind)) for name, kind in drift.adds.items()]
+            + [SchemaChange("widen", name, iceberg_type(kind)) for name, kind in sorted(drift.widens.items())]
+            + [SchemaChange("make-optional", name) for name in sorted(drift.optional)])
