@@ -59,10 +59,12 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
                              "trigger to maxStagedSize or the source's per-trigger cap commits at once)."),
     "spec.commit.targetFileSize": "Target size of data files, e.g. 512Mi.",
     "spec.maintenance": "Table upkeep the job runs between triggers, under its fence, when the table's state calls "
-    "for it: compaction, rewriting deletes, snapshot expiry and orphan removal, each on unless its enabled is false. "
+    "for it: compaction, rewriting deletes, manifest rewrites, snapshot expiry and orphan removal, each on unless its "
+    "enabled is false. "
     "See docs/operations.md, Maintenance.",
     "spec.maintenance.compaction.enabled": "Compact small data files.",
     "spec.maintenance.rewriteDeletes.enabled": "Rewrite data files deletes apply to, and merge position delete files.",
+    "spec.maintenance.rewriteManifests.enabled": "Merge small manifests.",
     "spec.maintenance.expireSnapshots.enabled": "Expire old snapshots.",
     "spec.maintenance.removeOrphans.enabled": "Delete earlier attempts' unreferenced staged files periodically "
     "(a new attempt always deletes them once at start-up).",

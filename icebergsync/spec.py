@@ -288,6 +288,11 @@ class Compaction(Model):
     min_input_files: int = Field(
         default=5, ge=2, description="Compact a partition once it holds at least this many small data files.",
     )
+    max_extra_files_percent: int = Field(
+        default=25, ge=0, description="Also compact every partition with small data files to pack as soon as, across "
+        "the table, the data files packing them would save exceed this percentage of the data files it would leave "
+        "(a scan's cost grows with the files it opens; 0: per partition only).",
+    )
 
 
 class RewriteDeletes(Model):
@@ -369,18 +374,33 @@ class RemoveOrphans(_Periodic):
                             "(after a commit; also once at start-up, without the age limit).")
 
 
+class RewriteManifests(Model):
+    """Merge the current snapshot's small manifests (Iceberg's RewriteManifests), keeping every entry's sequence
+    numbers."""
+
+    enabled: bool = True
+    max_manifests: int = Field(
+        default=8, ge=1, description="Rewrite once main's current snapshot lists more than this many manifests: its "
+        "manifests below the table's commit.manifest.target-size-bytes (8 MiB by default) are merged, per content "
+        "and partition spec, into manifests of at most that size.",
+    )
+
+
 class Maintenance(Model):
     """Table maintenance the job runs between triggers, under its fence; every part is on unless turned off
     (docs/operations.md)."""
 
     compaction: Compaction = Field(default_factory=Compaction)
     rewrite_deletes: RewriteDeletes = Field(default_factory=RewriteDeletes)
+    rewrite_manifests: RewriteManifests = Field(default_factory=RewriteManifests)
     expire_snapshots: ExpireSnapshots = Field(default_factory=ExpireSnapshots)
     remove_orphans: RemoveOrphans = Field(default_factory=RemoveOrphans)
     max_bytes_per_run: Size = Field(
-        default=DEFAULT_MAX_REWRITE_BYTES, description="At most this many bytes of data files rewritten per run.",
+        default=DEFAULT_MAX_REWRITE_BYTES, description="At most this many bytes of data files (or of manifests) "
+        "rewritten per run.",
     )
-    max_files_per_run: int = Field(default=1000, ge=1, description="At most this many data files rewritten per run.")
+    max_files_per_run: int = Field(default=1000, ge=1, description="At most this many data files (or manifests) "
+                                   "rewritten per run.")
 
     @model_validator(mode="after")
     def _positive(self) -> Maintenance:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
@@ -55,6 +55,7 @@ from spark_app.iceberg_internals import (
     expire_snapshots,
     main_head_requirement,
     rewrite_files,
+    rewrite_manifests,
     row_delta,
 )
 from spark_app.key_index.file_keys import FileKeysCache
@@ -530,6 +531,20 @@ class SinkCommitter:
         (``FencedError``); when main moved past ``planned`` (another writer committed meanwhile)
         ``MaintenanceConflictError`` says to plan again. Either way the caller deletes ``added``.
         """
+        return self._commit_maintenance(planned, "rewrite", lambda transaction, summary: rewrite_files(
+            transaction, summary, removed, added, planned.sequence_number or 0))
+
+    def commit_manifest_rewrite(self, planned: Snapshot, bins: Sequence[Sequence[ManifestFile]]) -> Commit:
+        """Commit a manifest rewrite planned on the main snapshot ``planned`` (each of ``bins`` merged into one
+        manifest, every entry's sequence numbers kept) as ONE ``replace`` snapshot of kind maintenance, fenced
+        and dropped when main moved exactly as :meth:`commit_maintenance`."""
+        return self._commit_maintenance(planned, "manifest rewrite",
+                                        lambda transaction, summary: rewrite_manifests(transaction, summary, bins))
+
+    def _commit_maintenance(self, planned: Snapshot, what: str,
+                            stage: Callable[[Transaction, dict[str, str]], int]) -> Commit:
+        """Commit the snapshot ``stage`` stages (given its summary) on the head ``planned``, carrying this writer's
+        frontier and checkpoint, through the fenced compare-and-swap; main moved: ``MaintenanceConflictError``."""
         started = time.monotonic()
         last = protocol.parse_commit(self.last_snapshot) if self.last_snapshot is not None else None
         steady = self._steady_check(self.last_snapshot)
@@ -539,7 +554,7 @@ class SinkCommitter:
             if metadata.current_snapshot_id != planned.snapshot_id:
                 raise MaintenanceConflictError(
                     f"main moved from snapshot {planned.snapshot_id} to {metadata.current_snapshot_id} while the "
-                    "rewrite was planned; nothing was committed"
+                    f"{what} was planned; nothing was committed"
                 )
 
         def build(table: Table) -> tuple[Transaction, int]:
@@ -548,7 +563,7 @@ class SinkCommitter:
                 self.writer, protocol.KIND_MAINTENANCE, self.frontier, source=self.source,
                 max_event_time=last.max_event_time if last else None, source_lag=last.source_lag if last else None,
             )
-            snapshot_id = rewrite_files(transaction, summary, removed, added, planned.sequence_number or 0)
+            snapshot_id = stage(transaction, summary)
             checkpoint = protocol.checkpoint_value(
                 self.writer, self.frontier, snapshot_id, _pending_extra(self._pending_dead_letter_paths), self.source,
                 added_snapshot(transaction, snapshot_id),

@@ -509,6 +509,17 @@ class _RowLevelProducer(_SnapshotProducer[Any]):
             self._added_data_files, self._deleted_data_files = data_files, deleted
         return _count_dvs_apart(summary, added_deletes, removed)
 
+    def _replace_summary(self, snapshot_properties: dict[str, str], added_deletes: Sequence[DataFile],
+                         removed: Sequence[DataFile]) -> Summary:
+        """The summary of a ``replace`` snapshot, counted as :meth:`_summary_counting` counts."""
+        # pyiceberg totals the summary only for append, overwrite and delete; the counts of a replace are the same.
+        self._operation = Operation.OVERWRITE
+        try:
+            summary = self._summary_counting(snapshot_properties, added_deletes, removed)
+        finally:
+            self._operation = Operation.REPLACE
+        return Summary(Operation.REPLACE, **summary.additional_properties)
+
     def _commit(self) -> UpdatesAndRequirements:
         metadata = self._transaction.table_metadata
         if metadata.format_version < 3:
@@ -775,13 +786,7 @@ class RewriteFiles(_RowLevelProducer):
                 *existing]
 
     def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 (pyiceberg's signature)
-        # pyiceberg totals the summary only for append, overwrite and delete; the counts of a replace are the same.
-        self._operation = Operation.OVERWRITE
-        try:
-            summary = self._summary_counting(snapshot_properties, self._added_delete_files, self._removed)
-        finally:
-            self._operation = Operation.REPLACE
-        return Summary(Operation.REPLACE, **summary.additional_properties)
+        return self._replace_summary(snapshot_properties, self._added_delete_files, self._removed)
 
 
 def rewrite_files(transaction: Transaction, snapshot_properties: dict[str, str], removed: Sequence[DataFile],
@@ -802,3 +807,58 @@ def expire_snapshots(transaction: Transaction, snapshot_ids: Sequence[int]) -> N
 def main_head_requirement(metadata: TableMetadata) -> TableRequirement:
     """``assert-ref-snapshot-id(main == head)``: a metadata-only commit (expiry) swaps against the head it checked."""
     return AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=metadata.current_snapshot_id)  # type: ignore[call-arg]
+
+
+class RewriteManifests(_RowLevelProducer):
+    """One ``replace`` snapshot rewriting the live entries of some of the parent's manifests into fewer, like
+    Iceberg's ``RewriteManifests``: no file is added or removed.
+
+    Each bin of ``bins`` (manifests of one content and one partition spec) becomes one manifest holding
+    their live entries ``EXISTING``, with their snapshot ids, data and file sequence numbers and (format 3)
+    ``first_row_id`` kept as the parent had them (inherited values written out), so every delete applies to
+    exactly the data files it applied to before; the entries they held ``DELETED`` are dropped, and the
+    parent's other manifests are kept as they are. Raises ``ValueError`` when a manifest of ``bins`` is not
+    in the parent snapshot or a bin mixes contents or specs.
+    """
+
+    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str],
+                 bins: Sequence[Sequence[ManifestFile]]):
+        super().__init__(operation=Operation.REPLACE, transaction=transaction, io=transaction._table.io,
+                         branch=MAIN_BRANCH, snapshot_properties=snapshot_properties)
+        for manifests in bins:
+            if len({(m.content, m.partition_spec_id) for m in manifests}) != 1:
+                raise ValueError(f"a bin of manifests to rewrite mixes contents or specs: {manifests[0].manifest_path}")
+        self._bins = [list(manifests) for manifests in bins]
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
+            if self._parent_snapshot_id is not None else None
+        if parent is None:
+            raise ValueError("a manifest rewrite needs a parent snapshot")
+        manifests = manifest_files(self._io, parent)
+        rewritten = {m.manifest_path for manifests in self._bins for m in manifests}
+        missing = rewritten - {m.manifest_path for m in manifests}
+        if missing:
+            raise ValueError(f"manifests to rewrite are not in snapshot {parent.snapshot_id}: {sorted(missing)[:3]}")
+        written = []
+        for bin_manifests in self._bins:
+            first = bin_manifests[0]
+            with self._manifest_writer(self.spec(first.partition_spec_id), first.content) as writer:
+                for manifest in bin_manifests:
+                    for entry in manifest_entries(self._io, manifest):
+                        writer.existing(entry)
+            written.append(writer.to_manifest_file())
+        return [*written, *(m for m in manifests if m.manifest_path not in rewritten)]
+
+    def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 (pyiceberg's signature)
+        return self._replace_summary(snapshot_properties, [], [])
+
+
+def rewrite_manifests(transaction: Transaction, snapshot_properties: dict[str, str],
+                      bins: Sequence[Sequence[ManifestFile]]) -> int:
+    """Stage one ``replace`` snapshot on ``transaction`` merging each of ``bins`` into one manifest (see
+    :class:`RewriteManifests`); return its id."""
+    rewrite = RewriteManifests(transaction, snapshot_properties, bins)
+    with rewrite:
+        snapshot_id = rewrite.snapshot_id
+    return snapshot_id

@@ -1,6 +1,6 @@
 """Built-in table maintenance, run by the sink's driver after its commits, under the sink's fence.
 
-Four parts (``spec.maintenance``, every one on unless its ``enabled`` is false; docs/operations.md
+Five parts (``spec.maintenance``, every one on unless its ``enabled`` is false; docs/operations.md
 "Maintenance"), each scheduled by the table's state, checked after every data commit:
 
 - **compaction** and **rewriteDeletes**: the current main snapshot's live files (manifests read once
@@ -17,6 +17,13 @@ Four parts (``spec.maintenance``, every one on unless its ``enabled`` is false; 
   at or before it has been applied by the rewrite. It carries the sink's frontier and checkpoint
   unchanged and goes through the committer's fenced compare-and-swap, so a fenced sink never lands
   it, and it is dropped (and planned again after the next commit) when main moved meanwhile.
+- **rewriteManifests**: once main's current snapshot lists more than ``maxManifests`` manifests, its
+  small ones are merged (:mod:`spark_app.upkeep.manifests` plans which) into ONE ``replace``
+  snapshot of kind maintenance that adds and removes no file: every live entry keeps its snapshot
+  id, data and file sequence numbers and (format 3) ``first_row_id``, so each delete applies to
+  exactly the rows it did. Fenced, carrying the frontier, and dropped when main moved, as above.
+  (Iceberg merges manifests either in its appends, ``commit.manifest-merge.enabled``, or with
+  ``RewriteManifests``; the sink does it here so that a data commit stays a fast append.)
 - **expireSnapshots**: every ``every``, snapshots older than ``olderThan`` beyond the newest
   ``retainLast`` of main are expired through the same fenced compare-and-swap (when there are any),
   and so, as soon as a commit finds main longer than ``maxSnapshots``, are those older than main's
@@ -26,7 +33,8 @@ Four parts (``spec.maintenance``, every one on unless its ``enabled`` is false; 
 - **removeOrphans**: every ``every``, the files earlier attempts of the sink staged that no snapshot
   references and that are older than ``olderThan`` are deleted (as each attempt does once at start-up).
 
-One run's cost is bounded by ``maxBytesPerRun`` and ``maxFilesPerRun``; each run logs one line and
+One run's cost is bounded by ``maxBytesPerRun`` and ``maxFilesPerRun`` (of data files, or of manifests);
+each run logs one line and
 adds to :class:`UpkeepTotals` (the job's run summary).
 
 Crash points (spark_app/faults.py): ``maintenance-staged`` (replacements written, not committed) and
@@ -53,8 +61,9 @@ from icebergsync.spec import Maintenance
 from icebergsync.storage import normalize
 from spark_app.committer import MaintenanceConflictError, SinkCommitter, attempt_file_prefix
 from spark_app.faults import crash_point
-from spark_app.iceberg_internals import LiveFile, live_files
+from spark_app.iceberg_internals import LiveFile, live_files, manifest_files
 from spark_app.upkeep.deletes import PositionReferences
+from spark_app.upkeep.manifests import ManifestPlan, ManifestThresholds, plan_manifest_rewrite, target_bytes
 from spark_app.upkeep.plan import Thresholds, UpkeepPlan, plan_upkeep
 from spark_app.upkeep.rewrite import Outcome, RewriteContext, delete_written, run_plan
 
@@ -72,6 +81,9 @@ class UpkeepTotals:
     bytes_written: int = 0
     rows_dropped: int = 0
     delete_files_removed: int = 0
+    manifest_runs: int = 0  # committed manifest rewrites (``runs`` counts compaction and rewriteDeletes)
+    manifests_rewritten: int = 0
+    manifests_written: int = 0
     snapshots_expired: int = 0
     orphans_removed: int = 0
     seconds: float = 0.0
@@ -102,6 +114,19 @@ class RewriteResult:
 
 
 @dataclass
+class ManifestResult:
+    """One committed manifest rewrite."""
+
+    snapshot_id: int
+    manifests_before: int  # listed by the planned snapshot
+    rewritten: int
+    written: int
+    bytes_read: int
+    deferred_bins: int
+    seconds: float
+
+
+@dataclass
 class ExpiryResult:
     expired_snapshots: int
     deleted_files: int
@@ -115,7 +140,8 @@ def thresholds(settings: Maintenance, target_file_bytes: int, rewrite_deletes: b
                       target_file_bytes * compaction.small_file_percent // 100 if compaction.enabled else None,
                       compaction.min_input_files,
                       deletes.min_delete_files if deletes.enabled and rewrite_deletes else None,
-                      deletes.deleted_rows_percent / 100, settings.max_rewrite_bytes, settings.max_files_per_run)
+                      deletes.deleted_rows_percent / 100, settings.max_rewrite_bytes, settings.max_files_per_run,
+                      compaction.max_extra_files_percent / 100 if compaction.max_extra_files_percent else None)
 
 
 class Maintainer:
@@ -147,6 +173,8 @@ class Maintainer:
         self._commits_since_deletes += 1
         if self.settings.compaction.enabled or self.settings.rewrite_deletes.enabled:
             self._guarded("rewrite", self.rewrite)
+        if self.settings.rewrite_manifests.enabled:
+            self._guarded("rewriteManifests", self.rewrite_manifests)
         expire, orphans = self.settings.expire_snapshots, self.settings.remove_orphans
         if expire.enabled and (self._clock() - self._last_expiry >= expire.every_seconds or self._too_many_snapshots()):
             self._last_expiry = self._clock()
@@ -241,6 +269,35 @@ class Maintainer:
                  result.rows_read - result.rows_written, result.removed_delete_files, result.merged_position_files,
                  result.added_delete_files, result.deferred_groups, seconds,
                  "Spark tasks" if result.spark else "the driver")
+        return result
+
+    def plan_manifests(self, table: Table) -> ManifestPlan | None:
+        """Which of main's manifests a manifest rewrite would merge now (None: nothing is due)."""
+        snapshot = table.metadata.current_snapshot()
+        if snapshot is None:
+            return None
+        return plan_manifest_rewrite(snapshot, manifest_files(table.io, snapshot), ManifestThresholds(
+            self.settings.rewrite_manifests.max_manifests, target_bytes(table.metadata.properties),
+            self.settings.max_files_per_run, self.settings.max_rewrite_bytes))
+
+    def rewrite_manifests(self) -> ManifestResult | None:
+        """Plan on main's head and, when a rewrite is due, commit it as ONE fenced snapshot."""
+        started = time.monotonic()
+        table = self.catalog.load_table(self.identifier)
+        plan = self.plan_manifests(table)
+        if plan is None:
+            return None
+        commit = self.committer.commit_manifest_rewrite(plan.snapshot, plan.bins)
+        result = ManifestResult(commit.snapshot.snapshot_id, plan.listed, plan.manifests, len(plan.bins), plan.bytes,
+                                plan.deferred, time.monotonic() - started)
+        self.totals.manifest_runs += 1
+        self.totals.manifests_rewritten += result.rewritten
+        self.totals.manifests_written += result.written
+        self.totals.seconds += result.seconds
+        log.info("maintenance sink=%s version=%d snapshot=%d merged %d of %d manifest(s) (%d bytes) into %d, left %d "
+                 "bin(s) for a later run; %.1fs", self.committer.writer.sink_id, self.committer.writer.version,
+                 result.snapshot_id, result.rewritten, result.manifests_before, result.bytes_read, result.written,
+                 result.deferred_bins, result.seconds)
         return result
 
     def expire_snapshots(self, now_ms: int | None = None) -> ExpiryResult:

@@ -19,17 +19,22 @@ def _type_name(field_type: object) -> str | None:
 
 
 def table_columns(schema: Schema, table_name: str) -> list[Column]:
-    """The columns of a table schema as spec columns (what a sync following the source decodes into)."""
-    columns, unsupported = [], []
+    """The columns of a table schema as spec columns (what a sync following the source decodes into).
+
+    An optional column of a type IcebergSync does not write (nested, ``time``, ``uuid``: another engine's)
+    is left out: the sync's rows hold null there, as they do in any column its records lack. A required
+    one stops the sync: its rows could not be written.
+    """
+    columns, unwritable = [], []
     for field in schema.fields:
         type_name = _type_name(field.field_type)
-        if type_name is None:
-            unsupported.append(f"{field.name} ({field.field_type})")
-        else:
+        if type_name is not None:
             columns.append(Column(name=field.name, type=type_name, required=field.required))
-    if unsupported:
-        raise IncompatibleSchemaError(f"{table_name} has column(s) of types IcebergSync does not write: "
-                                      f"{', '.join(unsupported)}")
+        elif field.required:
+            unwritable.append(f"{field.name} ({field.field_type})")
+    if unwritable:
+        raise IncompatibleSchemaError(f"{table_name} has required column(s) of types IcebergSync does not write: "
+                                      f"{', '.join(unwritable)}")
     return columns
 
 

@@ -4,7 +4,9 @@
   of the target size is small; once ``compaction.minInputFiles`` of them have piled up, or when
   files of the partition are rewritten for their deletes anyway, they are packed first-fit
   decreasing into groups of at most the target size, each written again as one file (a group of one
-  small file is left alone).
+  small file is left alone). Read cost, table-wide: once the files packing would save (small files
+  less groups, over every partition) exceed ``compaction.maxExtraFilesPercent`` of the data files
+  packing would leave, every partition with files to save is packed, however few it holds.
 - **Deletes**: a data file is due when at least ``rewriteDeletes.minDeleteFiles`` of the sink's
   equality delete files apply to it, or position deletes (files, or a format-3 deletion vector) remove
   at least ``rewriteDeletes.deletedRowsPercent`` of its rows; it is written again without those rows
@@ -27,7 +29,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +66,7 @@ class Thresholds:
     deleted_rows_share: float
     max_bytes: int
     max_files: int
+    extra_files_share: float | None = None  # the read-cost budget (maxExtraFilesPercent / 100); None: off
 
 
 @dataclass(frozen=True)
@@ -139,17 +142,30 @@ def _position_deletes_by_data_file(data: Sequence[LiveFile], positions: Sequence
     return applying
 
 
+def _over_budget(small_files: Iterable[list[LiveFile]], data_files: int, thresholds: Thresholds) -> bool:
+    """Whether the data files packing every partition's ``small_files`` would save exceed the read-cost budget
+    (``extra_files_share`` of the ``data_files`` it would leave)."""
+    if thresholds.extra_files_share is None:
+        return False
+    extra = sum(len(small) - len(first_fit_decreasing(small, _size, thresholds.target_file_bytes, _path))
+                for small in small_files)
+    return extra > 0 and extra > thresholds.extra_files_share * (data_files - extra)
+
+
 def _candidate_bins(data: Sequence[LiveFile], due: set[str], pinned: set[str], thresholds: Thresholds) -> list[list[LiveFile]]:
     """Per partition, the files due for deletes and (once enough have piled up) the small ones, packed."""
     by_partition: dict[PartitionKey, list[LiveFile]] = {}
     for live in data:
         if live.path not in pinned:
             by_partition.setdefault(partition_of(live), []).append(live)
+    limit = thresholds.small_file_bytes
+    small_of = {partition: [f for f in files if limit is not None and _size(f) < limit]
+                for partition, files in by_partition.items()}
+    over_budget = _over_budget(small_of.values(), sum(map(len, by_partition.values())), thresholds)
     bins: list[list[LiveFile]] = []
-    for files in by_partition.values():
-        limit = thresholds.small_file_bytes
-        small = {f.path for f in files if limit is not None and _size(f) < limit}
-        if len(small) < thresholds.min_input_files and not any(f.path in due for f in files):
+    for partition, files in by_partition.items():
+        small = {f.path for f in small_of[partition]}
+        if len(small) < thresholds.min_input_files and not over_budget and not any(f.path in due for f in files):
             small = set()  # not enough to be worth a rewrite of their own; they join one that happens anyway
         chosen = [f for f in files if f.path in due or f.path in small]
         for packed in first_fit_decreasing(chosen, _size, thresholds.target_file_bytes, _path):

@@ -405,7 +405,11 @@ class KafkaBroker:
 
 
 def _kafka_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka's own ``Uuid.randomUuid`` makes it: never starting with ``-``, which the
+    storage tool's command line would take for an option."""
+    while (cluster_id := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cluster_id
 
 
 KAFKA_USERS = {  # mechanism -> (user, password) on the SASL listeners

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyiceberg.types import DecimalType, IntegerType, LongType
+from pyiceberg.types import DecimalType, IntegerType, LongType, NestedField, StringType, StructType, UUIDType
 from pyspark.sql import SparkSession
 
 from icebergsync import protocol
@@ -124,6 +124,30 @@ def test_a_restart_after_the_schema_commit_resumes_with_the_evolved_table(
         running.wait_until(lambda: frontier_reaches(kafka_broker, topic, catalog), "every offset committed")
     ids = catalog.load_table("sales.orders").scan().to_arrow().column("id").to_pylist()
     assert sorted(ids) == list(range(70))
+
+
+def test_columns_another_engine_added_stay_its_own(
+        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker) -> None:
+    """Another writer adds a nested and a uuid column to a table the sync follows the source into: the sync
+    goes on after a restart, its rows null there, the foreign columns untouched."""
+    topic = new_topic(kafka_broker, 1)
+    kafka_broker.produce(topic, events(range(0, 30), FIRST))
+    sync = parse_spec(keyed_document(tmp_path, kafka_broker, topic))
+    catalog = catalog_of(sync)
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(lambda: frontier_reaches(kafka_broker, topic, catalog), "the first records committed")
+    with catalog.load_table("sales.orders").update_schema() as update:
+        update.add_column("labels", StructType(NestedField(100, "colour", StringType(), required=False)))
+        update.add_column("ref", UUIDType())
+    kafka_broker.produce(topic, events(range(30, 60), WIDENED))
+    with BackgroundJob(SyncJob(sync, 2, spark)) as running:
+        running.wait_until(lambda: frontier_reaches(kafka_broker, topic, catalog), "every offset committed")
+    table = catalog.load_table("sales.orders")
+    assert [f.name for f in table.schema().fields] == ["id", "name", "qty", "labels", "ref", "price"]
+    rows = {row["id"]: row for row in spark.read.format("iceberg").load(table.metadata_location).collect()}
+    assert sorted(rows) == list(range(60))
+    assert (rows[45]["qty"], rows[45]["price"], rows[45]["labels"], rows[45]["ref"]) == (
+        3_000_000_045, Decimal("11.25"), None, None)
 
 
 def test_an_incompatible_change_stops_the_sync_naming_table_and_column(

@@ -5,7 +5,8 @@ applies, so the list cannot silently rot as the code moves. ``REVIEWED`` are the
 planted (issue 25); ``NEW`` are ten more, on the parts the protocol grows through: unknown outcomes,
 the compare-and-swap's requirements, maintenance commits, expiry, dead-letter recovery and the
 same-version rule; ``KEYED`` are bugs of keyed commits (issue 21): where the older rows of the
-touched keys are located, and how they are deleted.
+touched keys are located, and how they are deleted; ``UPKEEP`` are bugs of upkeep's rewrites, judged by
+their own integration tests.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 PROTOCOL = "icebergsync/protocol.py"
 COMMITTER = "spark_app/committer.py"
+INTERNALS = "spark_app/iceberg_internals.py"
 CUT = "spark_app/multi_table/cut.py"
 LOCATE = "spark_app/key_index/locate.py"
 CHANGES = "spark_app/changes.py"
@@ -117,4 +119,14 @@ KEYED = (
            ((POSITION_DELETES, "target.positions.union(read_deletion_vector(io, old))", "target.positions"),)),
 )
 
-MUTANTS = REVIEWED + NEW + KEYED
+UPKEEP = (
+    Mutant("manifest-rewrite-renumbers", "a manifest rewrite adds its entries anew: they take the rewrite's "
+           "sequence numbers, so the deletes committed before it no longer apply to them",
+           ((INTERNALS, "                    for entry in manifest_entries(self._io, manifest):\n"
+                        "                        writer.existing(entry)\n",
+             "                    for entry in manifest_entries(self._io, manifest):\n"
+             "                        writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, "
+             "snapshot_id=self._snapshot_id, data_file=entry.data_file))\n"),)),
+)
+
+MUTANTS = REVIEWED + NEW + KEYED + UPKEEP

@@ -4,9 +4,10 @@
 
 The judges: ``model`` is tests/integration/test_protocol_model.py in the suite's setting (derandomized,
 not shrunk, so a catch is fast); ``deterministic`` is the protocol and committer tests that need no
-Spark (and the unit tests of the keyed path). A mutant is caught when the judge's run fails. Exits 1 when
-the model catches fewer than ``REQUIRED`` of the reviewed or the new ten (issue 25's bar), or misses a
-keyed mutant.
+Spark (and the unit tests of the keyed path); ``upkeep`` is the integration test of upkeep's manifest
+rewrite. A mutant is caught when the judge's run fails. Exits 1 when the model catches fewer than
+``REQUIRED`` of the reviewed or the new ten (issue 25's bar), or misses a keyed mutant; or when the
+upkeep judge misses an upkeep mutant.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.mutation.mutants import KEYED, MUTANTS, NEW, REVIEWED, Mutant
+from tests.mutation.mutants import KEYED, MUTANTS, NEW, REVIEWED, UPKEEP, Mutant
 
 REPO = Path(__file__).resolve().parents[2]
-COPIED = ("icebergsync", "spark_app", "operator", "tests", "conftest.py", "pyproject.toml")
+COPIED = ("icebergsync", "spark_app", "operator", "tests", "scripts", "conftest.py", "pyproject.toml")
 JUDGES = {
     "model": ["tests/integration/test_protocol_model.py"],
     "deterministic": ["tests/unit/test_protocol.py", "tests/integration/test_table_changes.py",
                       "tests/integration/test_committer.py", "tests/unit/test_changes.py", "tests/unit/test_key_index.py",
                       "tests/unit/test_position_deletes.py"],
+    "upkeep": ["tests/integration/test_manifest_rewrite.py"],
 }
 REQUIRED = 9
 
@@ -55,7 +57,9 @@ def judge(mutant: Mutant, judge_name: str) -> tuple[bool, float]:
                 shutil.copy2(source, root / name)
         apply(mutant, root)
         # The copy comes first on the path: the venv's editable install maps to the real tree only as a fallback.
-        env = {**os.environ, "PYTHONPATH": str(root), "ICEBERGSYNC_MODEL_SHRINK": "0"}
+        # The services' scripts find Spark's jars in the venv: the real one (the copy has none).
+        env = {"ICEBERGSYNC_VENV": str(REPO / ".venv"), **os.environ, "PYTHONPATH": str(root),
+               "ICEBERGSYNC_MODEL_SHRINK": "0"}
         env.pop("ICEBERGSYNC_MODEL_EXAMPLES", None)
         started = time.monotonic()
         result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
@@ -81,14 +85,19 @@ def main() -> int:
             caught, seconds = results[(mutant, name)]
             cells.append(f"{'caught' if caught else 'MISSED':>7s} {seconds:6.0f}s")
         print(f"{mutant.name:36s} " + " ".join(f"{c:>15s}" for c in cells) + f"   {mutant.what}")
-    if "model" not in args.judge or args.only is not None:
+    if args.only is not None:
         return 0
     short = False
-    for label, group in (("reviewed", REVIEWED), ("new", NEW), ("keyed", KEYED)):
-        hits = sum(results[(m, "model")][0] for m in group)
-        needed = min(REQUIRED, len(group))
-        print(f"the model test caught {hits} of the {len(group)} {label} mutants (needed: {needed})")
-        short = short or hits < needed
+    if "model" in args.judge:
+        for label, group in (("reviewed", REVIEWED), ("new", NEW), ("keyed", KEYED)):
+            hits = sum(results[(m, "model")][0] for m in group)
+            needed = min(REQUIRED, len(group))
+            print(f"the model test caught {hits} of the {len(group)} {label} mutants (needed: {needed})")
+            short = short or hits < needed
+    if "upkeep" in args.judge:
+        hits = sum(results[(m, "upkeep")][0] for m in UPKEEP)
+        print(f"the upkeep tests caught {hits} of the {len(UPKEEP)} upkeep mutants (needed: {len(UPKEEP)})")
+        short = short or hits < len(UPKEEP)
     return 1 if short else 0
 
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.mutation.mutants import KEYED, MUTANTS, NEW, REVIEWED, Mutant
+from tests.mutation.mutants import KEYED, MUTANTS, NEW, REVIEWED, UPKEEP, Mutant
 from tests.mutation.run import REPO, apply
 
 
-def test_there_are_ten_reviewed_ten_new_and_five_keyed_mutants_with_distinct_names() -> None:
-    assert (len(REVIEWED), len(NEW), len(KEYED)) == (10, 10, 5)
-    assert len({m.name for m in MUTANTS}) == 25
+def test_there_are_ten_reviewed_ten_new_five_keyed_and_one_upkeep_mutants_with_distinct_names() -> None:
+    assert (len(REVIEWED), len(NEW), len(KEYED), len(UPKEEP)) == (10, 10, 5, 1)
+    assert len({m.name for m in MUTANTS}) == 26
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
