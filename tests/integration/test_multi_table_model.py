@@ -45,7 +45,7 @@ SOURCE = {"kind": "kafka"}
 TABLES = ("ns.lines", "ns.orders", "ns.payments")
 COVERAGE = {
     "trigger:landed": 100, "trigger:landed-on-several-tables": 40, "trigger:fenced": 10, "claim:fenced": 3,
-    "trigger:zombie-landed": 5, "trigger:rolled-back": 2, "rollback": 10, "expiry": 10, "compaction": 10,
+    "trigger:zombie-landed": 3, "trigger:rolled-back": 2, "rollback": 10, "expiry": 10, "compaction": 10,
 }
 ACTIONS = ["trigger"] * 6 + ["launch"] * 2 + ["kill", "compaction", "compaction", "expiry", "expiry", "rollback",
                                               "rollback"]
