@@ -145,15 +145,18 @@ class _Col:
     """How one declared column is read and checked."""
 
     name: str
-    kind: str  # string int long float double boolean decimal date timestamp timestamptz binary
+    kind: str  # string int long float double boolean decimal date timestamp timestamptz binary array
     type: pa.DataType  # the target type
     label: str  # the spec's type name, for reasons
     precision: int = 0
     scale: int = 0
+    element: _Col | None = None  # an array's elements (same name)
 
     @property
     def read_type(self) -> pa.DataType:
         """The type the vectorised JSON reader reads this column as."""
+        if self.element is not None:
+            return pa.list_(self.element.read_type)
         if self.kind in ("string", "date", "timestamp", "timestamptz", "binary"):
             return pa.string()
         if self.kind == "decimal":  # the column's scale (rounding is refused), any precision (checked here)
@@ -191,6 +194,9 @@ def _plan(schema: pa.Schema) -> list[_Col]:
         elif pa.types.is_timestamp(t):
             kind = "timestamptz" if t.tz is not None else "timestamp"
             cols.append(_Col(f.name, kind, t, kind))
+        elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and not pa.types.is_nested(t.value_type):
+            element = _plan(pa.schema([pa.field(f.name, t.value_type)]))[0]
+            cols.append(_Col(f.name, "array", t, f"array<{element.label}>", element=element))
         else:
             raise ValueError(f"column {f.name}: type {t} is not supported by the decoders")
     return cols
@@ -348,6 +354,27 @@ def _decimal_suspects(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return pc.if_else(bad, pa.scalar(None, arr.type), arr).cast(col.type), bad.to_numpy(zero_copy_only=False)
 
 
+def _check(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """What the JSON reader read for ``col`` in the column's type, and the values the cheap vectorised checks
+    flag (see the module's notes); an array's flagged elements flag it."""
+    bad = np.zeros(len(arr), dtype=bool)
+    if col.element is not None:
+        lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
+        elements, bad_elements = _check(col.element, _combine(pc.list_flatten(arr)))
+        bad[np.repeat(np.arange(len(arr)), lengths)[bad_elements]] = True
+        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
+        arr = pa.ListArray.from_arrays(offsets, elements, mask=pc.is_null(arr))
+    elif col.kind in ("float", "double"):
+        finite = pc.fill_null(pc.is_finite(arr), True)
+        if not pc.all(finite).as_py():
+            bad = ~finite.to_numpy(zero_copy_only=False)
+    elif col.kind == "decimal":
+        arr, bad = _decimal_suspects(col, arr)
+    elif col.kind in ("date", "timestamp", "timestamptz", "binary"):
+        arr, bad = _convert_text(col, arr)
+    return (arr.cast(col.type) if arr.type != col.type else arr), bad
+
+
 def _combine(array: pa.Array | pa.ChunkedArray) -> pa.Array:
     return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
@@ -499,6 +526,10 @@ def _convert_one(col: _Col, value: Any) -> tuple[Any, str | None, str | None]:
     """(value, strict error, mismatch error) of one JSON value for ``col``; errors as decode.py words them."""
     mismatch = f"field {col.name}: value {_jackson_json(value)} is not a {col.label}"
     kind = col.kind
+    if col.element is not None:
+        if isinstance(value, list):
+            return _convert_array(col, col.element, value)
+        return None, None, f"field {col.name}: value {_jackson_json(value)} is not an {col.label}"
     if kind == "string":
         if isinstance(value, str) and not isinstance(value, _Num):
             return value, None, None
@@ -540,6 +571,26 @@ def _convert_one(col: _Col, value: Any) -> tuple[Any, str | None, str | None]:
     if isinstance(value, str) and not isinstance(value, _Num):
         return _Pending(value), None, None
     return None, None, mismatch
+
+
+def _convert_array(col: _Col, element: _Col, items: list[Any]) -> tuple[Any, str | None, str | None]:
+    """:func:`_convert_one` of a JSON array: each element (null stays null), text ones converted at once."""
+    values: list[Any] = []
+    for item in items:
+        converted, strict, mismatch = (None, None, None) if item is None else _convert_one(element, item)
+        if strict or mismatch:
+            where = f" (an element of {col.label})"
+            return None, strict and strict + where, mismatch and mismatch + where
+        values.append(converted)
+    pending = [i for i, value in enumerate(values) if isinstance(value, _Pending)]
+    if pending:
+        converted_text, bad = _convert_text(element, pa.array([values[i] for i in pending], pa.string()))
+        if bad.any():
+            shown = values[pending[int(np.flatnonzero(bad)[0])]]
+            return None, None, f"field {col.name}: value {shown} is not a {element.label} (an element of {col.label})"
+        for i, value in zip(pending, converted_text.to_pylist(), strict=True):
+            values[i] = value
+    return values, None, None
 
 
 class _Pending(str):
@@ -950,18 +1001,9 @@ class _JsonDecoder:
         suspect = suspect.copy()
         arrays = []
         for col in self.cols:
-            arr = _combine(table.column(col.name))
-            if col.kind in ("float", "double"):
-                finite = pc.fill_null(pc.is_finite(arr), True)
-                if not pc.all(finite).as_py():
-                    suspect |= ~finite.to_numpy(zero_copy_only=False)
-            elif col.kind == "decimal":
-                arr, bad = _decimal_suspects(col, arr)
-                suspect |= bad
-            elif col.kind in ("date", "timestamp", "timestamptz", "binary"):
-                arr, bad = _convert_text(col, arr)
-                suspect |= bad
-            arrays.append(arr.cast(col.type) if arr.type != col.type else arr)
+            arr, bad = _check(col, _combine(table.column(col.name)))
+            suspect |= bad
+            arrays.append(arr)
         return pa.Table.from_arrays([*arrays, *_control(table.num_rows)], schema=self.out), suspect
 
     def _unknown_field(self, idx: np.ndarray, name: str, column: pa.ChunkedArray) -> np.ndarray:

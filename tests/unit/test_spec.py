@@ -187,7 +187,7 @@ def test_key_columns_are_required_columns_of_the_schema() -> None:
     assert problems == [
         "spec.table.key[1]: column 'nope' is not in the schema",
         "spec.table.key[2]: column 'name' must be required (a key column is never null)",
-        "spec.table.key[3]: column 'score' is double; a key column cannot be float or double",
+        "spec.table.key[3]: column 'score' is double; a key column cannot be float, double or an array",
         "spec.table.key[4]: column 'id' is listed twice",
     ]
 
