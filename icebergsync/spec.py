@@ -200,7 +200,7 @@ class Table(Model):
     properties: dict[str, str] = Field(default_factory=dict)
     key: list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=256)]] | None = Field(
         default=None, min_length=1, max_length=MAX_KEY_COLUMNS,
-        description="Key columns (each a required column of spec.schema, not float or double): the table's "
+        description="Key columns (each a required column of spec.schema, not float, double or an array): the table's "
         "identifier fields, by which spec.changes upserts and deletes rows. A keyed table is Iceberg format-version 2.",
     )
 
