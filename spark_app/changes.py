@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -89,9 +91,12 @@ _TIMESTAMP_UNITS = {
 UNAVAILABLE = "__debezium_unavailable_value"
 _UNAVAILABLE_VALUES = frozenset({UNAVAILABLE, base64.b64encode(UNAVAILABLE.encode()).decode(),
                                  UNAVAILABLE.encode().hex()})  # bytes as text: binary.handling.mode=base64 | hex
-# An unchanged TOASTed array: a one-element list of the placeholder (text, bytes as base64 or hex), or, in an
-# integer or date array, the placeholder's bytes as numbers (Debezium's UnchangedToastedPlaceholder).
-_UNAVAILABLE_ARRAYS = (*([value] for value in sorted(_UNAVAILABLE_VALUES)), list(UNAVAILABLE.encode()))
+# An unchanged TOASTed array: a one-element list of the placeholder (text, bytes as base64 or hex; in a uuid array
+# Java's UUID.nameUUIDFromBytes of its bytes, an MD5 version-3 UUID), or, in an integer or date array, the
+# placeholder's bytes as numbers (Debezium's UnchangedToastedPlaceholder).
+_UNAVAILABLE_UUID = str(uuid.UUID(bytes=hashlib.md5(UNAVAILABLE.encode(), usedforsecurity=False).digest(), version=3))
+_UNAVAILABLE_ARRAYS = (*([value] for value in sorted(_UNAVAILABLE_VALUES)), [_UNAVAILABLE_UUID],
+                       list(UNAVAILABLE.encode()))
 _CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 _ISO_TIMESTAMP = "io.debezium.time.IsoTimestamp"

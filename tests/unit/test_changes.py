@@ -468,8 +468,11 @@ def test_an_unsent_toasted_array_is_carried_like_other_placeholders() -> None:
         event("u", after={"id": 1, "tags": [PLACEHOLDER], "n": as_numbers, "days": as_numbers, "prices": PLACEHOLDER,
                           "blobs": [base64.b64encode(PLACEHOLDER.encode()).decode()], "seen": []}),
         event("u", after={"id": 2, "tags": [PLACEHOLDER, "more"], "n": as_numbers[:-1]}),
+        # uuid[]: Java's UUID.nameUUIDFromBytes of the placeholder's bytes (printed by the JDK)
+        event("u", after={"id": 3, "tags": ["b68a35a7-17ad-35b3-af2a-ae46edb4545a"]}),
     ], columns=ARRAYS)
     assert table.column(CARRY_COLUMN).to_pylist()[0] == ["tags", "n", "prices", "days", "blobs"]
+    assert table.column(CARRY_COLUMN).to_pylist()[2] == ["tags"]
     assert table.column("seen").to_pylist()[0] is not None
     # a list that only starts like the placeholder is a value
     assert table.column(CARRY_COLUMN).to_pylist()[1] is None and reasons(table)[1] is None
