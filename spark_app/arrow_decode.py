@@ -359,11 +359,8 @@ def _check(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     flag (see the module's notes); an array's flagged elements flag it."""
     bad = np.zeros(len(arr), dtype=bool)
     if col.element is not None:
-        lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
-        elements, bad_elements = _check(col.element, _combine(pc.list_flatten(arr)))
-        bad[np.repeat(np.arange(len(arr)), lengths)[bad_elements]] = True
-        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
-        arr = pa.ListArray.from_arrays(offsets, elements, mask=pc.is_null(arr))
+        element = col.element
+        arr, bad = _by_elements(arr, lambda elements: _check(element, elements))
     elif col.kind in ("float", "double"):
         finite = pc.fill_null(pc.is_finite(arr), True)
         if not pc.all(finite).as_py():
@@ -373,6 +370,17 @@ def _check(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     elif col.kind in ("date", "timestamp", "timestamptz", "binary"):
         arr, bad = _convert_text(col, arr)
     return (arr.cast(col.type) if arr.type != col.type else arr), bad
+
+
+def _by_elements(arr: pa.Array, convert: Callable[[pa.Array], tuple[pa.Array, np.ndarray]]) -> tuple[pa.Array, np.ndarray]:
+    """A list array with its elements (flattened) converted by ``convert``, and the lists holding an element
+    ``convert`` flags. (Arrow casts a sliced list array's whole child array: lists are never converted sliced.)"""
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
+    elements, bad_elements = convert(_combine(pc.list_flatten(arr)))
+    bad = np.zeros(len(arr), dtype=bool)
+    bad[np.repeat(np.arange(len(arr)), lengths)[bad_elements]] = True
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int64())
+    return pa.LargeListArray.from_arrays(offsets, elements, mask=pc.is_null(arr)), bad
 
 
 def _combine(array: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -1172,6 +1180,11 @@ def _safe_cast(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
     return lambda a: a.cast(target, safe=True)
 
 
+def _cast_masked(target: pa.DataType) -> Callable[[pa.Array], tuple[pa.Array, np.ndarray]]:
+    """:func:`_masked` safe casting to ``target``."""
+    return lambda arr: _masked(arr, _safe_cast(target), target)
+
+
 def conform_table(table: pa.Table, schema: pa.Schema, position: Callable[[int], dict[str, Any]]) -> pa.Table:
     """Conform typed rows (a Parquet file's) to ``schema``: absent declared columns are null, others are
     cast; a value that does not fit (overflow, lossy) makes its row a dead letter ``field X: value V is
@@ -1190,14 +1203,19 @@ def conform_table(table: pa.Table, schema: pa.Schema, position: Callable[[int], 
             arrays.append(pa.nulls(n, col.type))
             continue
         source = _combine(table.column(col.name))
-        converted, col_bad = _masked(source, _safe_cast(col.type), col.type)
+        element = col.element
+        if element is not None and (pa.types.is_list(source.type) or pa.types.is_large_list(source.type)):
+            converted, col_bad = _by_elements(source, _cast_masked(element.type))
+            converted = converted.cast(col.type)
+        else:
+            converted, col_bad = _cast_masked(col.type)(source)
         for i in np.flatnonzero(col_bad & ~bad):
             value = source[int(i)]
             try:
                 text = value.cast(pa.string()).as_py()
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 text = str(value.as_py())
-            reasons[i] = f"field {col.name}: value {text} is not a {col.label}"
+            reasons[i] = f"field {col.name}: value {text} is not {'an' if element is not None else 'a'} {col.label}"
         bad |= col_bad
         arrays.append(converted)
     mask = pa.array(bad)

@@ -545,3 +545,14 @@ def test_array_columns_have_the_tables_list_types() -> None:
     table = decode_json_block(ARRAY_GOOD.encode() + b"\n", ARRAY_SCHEMA, "f.json", 1)
     assert table.schema.field("prices").type == pa.large_list(pa.field("element", pa.decimal128(6, 2)))
     assert declared(rows(table)[0]) == ARRAY_GOOD_ROW
+
+
+def test_conform_table_checks_a_parquet_list_by_its_elements() -> None:
+    """A list element that does not fit makes its row a dead letter; its neighbours (sliced apart by the search for
+    the bad value) keep theirs."""
+    table = pa.table({"id": [1, 2, 3, 4], "n": pa.array([[1, None], [2**40], None, []], pa.list_(pa.int64()))})
+    schema = target_schema([Column(name="id", type="long", required=True), Column(name="n", type="array<int>")])
+    out = conform_table(table, schema, lambda i: {"row": i}).to_pylist()
+    assert [(row["id"], row["n"], row[ERROR_COLUMN]) for row in out] == [
+        (1, [1, None], None), (None, None, "field n: value [1099511627776] is not an array<int>"), (3, None, None),
+        (4, [], None)]
