@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -200,13 +201,16 @@ class Workload:
 
     # -- documents: unchanged TOASTed values under REPLICA IDENTITY DEFAULT ---------------------------
 
-    def create_documents(self) -> None:
-        """The documents table and its first rows (Debezium's snapshot reads them whole)."""
+    def _create_with_rows(self, table: SourceTable, insert: Callable[[Any], tuple[Any, ...]]) -> None:
+        """``table`` (REPLICA IDENTITY DEFAULT) and 16 rows by ``insert`` (Debezium's snapshot reads them whole)."""
         with self.connection, self.connection.cursor() as cursor:
-            cursor.execute(DOCUMENTS.ddl())
-            self.keys[DOCUMENTS.name] = []
+            cursor.execute(table.ddl())
+            self.keys[table.name] = []
             for _ in range(16):
-                self._insert_document(cursor)
+                insert(cursor)
+
+    def create_documents(self) -> None:
+        self._create_with_rows(DOCUMENTS, self._insert_document)
 
     def _insert_document(self, cursor: Any) -> tuple[Any, ...]:
         self.next_id += 1
@@ -215,9 +219,9 @@ class Workload:
         self.keys[DOCUMENTS.name].append((self.next_id,))
         return (self.next_id,)
 
-    def _touch(self, cursor: Any, key: tuple[Any, ...]) -> None:
-        """An update that leaves the TOASTed body as it is (Debezium cannot send it)."""
-        cursor.execute(f"UPDATE {DOCUMENTS.name} SET rev = rev + 1 WHERE id = %s", list(key))
+    def _touch(self, cursor: Any, key: tuple[Any, ...], table: SourceTable = DOCUMENTS) -> None:
+        """An update that leaves the TOASTed values (a document's body, a collection's arrays) untouched."""
+        cursor.execute(f"UPDATE {table.name} SET rev = rev + 1 WHERE id = %s", list(key))
 
     def documents_round(self) -> None:
         """Updates leaving the body untouched, alone and several of one row in a transaction, after an insert in
@@ -248,12 +252,7 @@ class Workload:
     # -- collections: arrays, TOASTed ones left untouched by most updates ------------------------------
 
     def create_collections(self) -> None:
-        """The collections table (REPLICA IDENTITY DEFAULT) and its first rows (Debezium's snapshot reads them)."""
-        with self.connection, self.connection.cursor() as cursor:
-            cursor.execute(COLLECTIONS.ddl())
-            self.keys[COLLECTIONS.name] = []
-            for _ in range(16):
-                self._insert_collection(cursor)
+        self._create_with_rows(COLLECTIONS, self._insert_collection)
 
     def _insert_collection(self, cursor: Any) -> tuple[Any, ...]:
         self.next_id += 1
@@ -263,10 +262,6 @@ class Workload:
                        list(row.values()))
         self.keys[COLLECTIONS.name].append((self.next_id,))
         return (self.next_id,)
-
-    def _touch_collection(self, cursor: Any, key: tuple[Any, ...]) -> None:
-        """An update that leaves every array untouched (Debezium cannot send the TOASTed ones)."""
-        cursor.execute(f"UPDATE {COLLECTIONS.name} SET rev = rev + 1 WHERE id = %s", list(key))
 
     def _change_arrays(self, cursor: Any, key: tuple[Any, ...]) -> None:
         """An update of one or two arrays (to NULL, empty, small or large ones), the others untouched."""
@@ -281,28 +276,29 @@ class Workload:
         keys = self.keys[COLLECTIONS.name]
         for _ in range(4):
             with self.connection, self.connection.cursor() as cursor:
-                self._touch_collection(cursor, self.rng.choice(keys))
+                self._touch(cursor, self.rng.choice(keys), COLLECTIONS)
             with self.connection, self.connection.cursor() as cursor:
                 self._change_arrays(cursor, self.rng.choice(keys))
         with self.connection, self.connection.cursor() as cursor:
             twice = self.rng.choice(keys)
-            self._touch_collection(cursor, twice)
+            self._touch(cursor, twice, COLLECTIONS)
             self._change_arrays(cursor, twice)
-            self._touch_collection(cursor, twice)
-            self._touch_collection(cursor, self._insert_collection(cursor))
+            self._touch(cursor, twice, COLLECTIONS)
+            self._touch(cursor, self._insert_collection(cursor), COLLECTIONS)
         with self.connection, self.connection.cursor() as cursor:
             gone = keys.pop(self.rng.randrange(len(keys)))
             cursor.execute(f"DELETE FROM {COLLECTIONS.name} WHERE id = %s", list(gone))
             self._insert_collection(cursor)
 
-    def last_collection(self) -> tuple[Any, ...]:
-        """Touch a collection, then insert one more: the last change to collections; returns its key."""
-        with self.connection, self.connection.cursor() as cursor:
-            self._touch_collection(cursor, self.rng.choice(self.keys[COLLECTIONS.name]))
-            return self._insert_collection(cursor)
-
     def last_document(self) -> tuple[Any, ...]:
         """Touch a document, then insert one more: the last change to documents; returns its key."""
+        return self._last(DOCUMENTS, self._insert_document)
+
+    def last_collection(self) -> tuple[Any, ...]:
+        """Touch a collection, then insert one more: the last change to collections; returns its key."""
+        return self._last(COLLECTIONS, self._insert_collection)
+
+    def _last(self, table: SourceTable, insert: Callable[[Any], tuple[Any, ...]]) -> tuple[Any, ...]:
         with self.connection, self.connection.cursor() as cursor:
-            self._touch(cursor, self.rng.choice(self.keys[DOCUMENTS.name]))
-            return self._insert_document(cursor)
+            self._touch(cursor, self.rng.choice(self.keys[table.name]), table)
+            return insert(cursor)
