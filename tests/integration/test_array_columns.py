@@ -23,13 +23,16 @@ SCHEMA = [{"name": "id", "type": "long", "required": True}, {"name": "tags", "ty
 COLUMNS = [column["name"] for column in SCHEMA]
 
 
-def _run_files(directory: Path, spark: SparkSession, files: list[list[str]], **spec: Any) -> Table:
+def _run_files(directory: Path, spark: SparkSession, files: list[list[str]], schema: list[dict[str, Any]] | None = SCHEMA,
+               **spec: Any) -> Table:
     """Sync the JSON lines of ``files`` (one a trigger) into ``sales.orders``; the table once the last is committed."""
     inbox = directory / "inbox"
     inbox.mkdir()
     for number, lines in enumerate(files):
         (inbox / f"{number:04d}.json").write_text("\n".join(lines) + "\n")
-    sync = make_sync(directory, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
+    if schema is not None:
+        spec["schema"] = schema
+    sync = make_sync(directory, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}},
                      deadLetter={"table": "sales.orders_dlq"}, **spec)
     catalog = catalog_of(sync)
     last = {"after": f"{len(files) - 1:04d}.json"}
@@ -160,3 +163,31 @@ def test_debezium_arrays_are_applied_and_unsent_toasted_arrays_keep_their_values
     assert _pyiceberg_rows(table) == expected
     reasons = _dead_letters(table)
     assert len(reasons) == 1 and reasons[0].startswith("field scores:") and "array<int>" in reasons[0], reasons
+
+
+def _evolving_change(row_fields: list[dict[str, Any]], after: dict[str, Any]) -> str:
+    row = {"type": "struct", "optional": True, "fields": [{"field": "id", "type": "int64", "optional": False},
+                                                          *row_fields]}
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"},
+                                           {"field": "op", "type": "string", "optional": False}]}
+    return json.dumps({"schema": schema, "payload": {"op": "c", "before": None, "after": after}})
+
+
+def test_without_spec_schema_arrays_are_created_widened_by_element_and_added(tmp_path: Path,
+                                                                            spark: SparkSession) -> None:
+    """The table is created from the first records' Connect ARRAY fields; a later schema widens an array's items
+    (int32 to int64: the element is widened) and adds an array of Connect Decimals."""
+    tags = {"field": "tags", "type": "array", "optional": True, "items": {"type": "string", "optional": True}}
+    scores = {"field": "scores", "type": "array", "optional": True, "items": {"type": "int32", "optional": True}}
+    wide = {**scores, "items": {"type": "int64", "optional": True}}
+    first = [_evolving_change([tags, scores], {"id": 1, "tags": ["a", None], "scores": [1, None]})]
+    later = [_evolving_change([tags, wide, _CONNECT_ROW["fields"][3]],
+                              {"id": 2, "tags": [], "scores": [2**40], "prices": [_decimal(150), None]})]
+    table = _run_files(tmp_path, spark, [first, later], schema=None, table={"key": ["id"]},
+                       changes={"format": "debezium"})
+    assert [(f.name, str(f.field_type)) for f in table.schema().fields] == [
+        ("id", "long"), ("tags", "list<string>"), ("scores", "list<long>"), ("prices", "list<decimal(8, 2)>")]
+    frame = spark.read.format("iceberg").load(table.metadata_location)
+    assert {row["id"]: row.asDict() for row in frame.collect()} == {
+        1: {"id": 1, "tags": ["a", None], "scores": [1, None], "prices": None},
+        2: {"id": 2, "tags": [], "scores": [2**40], "prices": [Decimal("1.50"), None]}}
