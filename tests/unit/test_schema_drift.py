@@ -64,9 +64,9 @@ def test_connect_types_map_to_iceberg_types(schema: dict[str, Any], expected: st
      "beyond Iceberg's decimal(38,s)"),
     (connect("a", "array"), "'array'"),
     ({**connect("a", "array"), "items": {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"}},
-     "an array of a numeric without a fixed scale"),
-    ({**connect("a", "array"), "items": {"type": "array", "items": {"type": "int32"}}}, "an array of arrays"),
-    ({**connect("a", "array"), "items": {"type": "map"}}, "an array of Connect type 'map'"),
+     "an array whose elements have no column type here (a numeric without a fixed scale"),
+    ({**connect("a", "array"), "items": {"type": "array", "items": {"type": "int32"}}}, "(arrays of arrays)"),
+    ({**connect("a", "array"), "items": {"type": "map"}}, "(Connect type 'map' has no"),
 ])
 def test_types_without_an_iceberg_column_say_why(schema: dict[str, Any], why: str) -> None:
     type_name, reason = iceberg_type_name(schema)
