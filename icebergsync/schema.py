@@ -152,6 +152,11 @@ def plan_evolution(table_schema: Schema, columns: list[Column], table_name: str,
             new_type = field.field_type
         if not widens(field.field_type, new_type):
             problems.append(f"column {column.name!r}: {field.field_type} cannot change to {new_type} (only widening)")
+        elif isinstance(field.field_type, ListType) and isinstance(new_type, ListType):
+            if field.field_type.element_type != new_type.element_type:
+                changes.append(widening(column.name, new_type))
+            if field.field_type.element_required:  # another writer's list: the sync writes null elements
+                changes.append(SchemaChange("make-optional", f"{column.name}.element"))
         elif field.field_type != new_type:
             changes.append(widening(column.name, new_type))
         if column.required and not field.required and not followed:

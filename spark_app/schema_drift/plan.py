@@ -12,8 +12,8 @@ from spark_app.schema_drift.drift import SchemaDrift
 
 
 def _type_name(field_type: object) -> str | None:
-    if isinstance(field_type, ListType):
-        element = _type_name(field_type.element_type)
+    if isinstance(field_type, ListType):  # one whose elements are required (another writer's) is not written
+        element = None if field_type.element_required else _type_name(field_type.element_type)
         return f"array<{element}>" if element is not None else None
     if isinstance(field_type, DecimalType):
         return f"decimal({field_type.precision},{field_type.scale})"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from pyiceberg.types import DecimalType, DoubleType, IntegerType, ListType, LongType, StringType
+from pyiceberg.schema import Schema
+from pyiceberg.types import DecimalType, DoubleType, IntegerType, ListType, LongType, NestedField, StringType
 
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.schema import iceberg_schema, plan_evolution, spark_ddl, spark_type
@@ -89,6 +90,10 @@ def test_array_columns_evolve_by_their_elements() -> None:
     assert changes == {("widen", "n.element"): LongType(), ("add", "prices"): ListType(0, DecimalType(8, 2), False)}
     followed = plan_evolution(iceberg_schema(evolved), ARRAYS, "t", followed=True)  # the table is wider already
     assert followed == []
+    required_elements = Schema(NestedField(1, "id", LongType(), required=True),
+                               NestedField(2, "n", ListType(9, IntegerType(), element_required=True)))
+    assert {(c.kind, c.column): c.new_type for c in plan_evolution(required_elements, ARRAYS[:1] + ARRAYS[2:3], "t")} \
+        == {("make-optional", "n.element"): None}
     for narrowed, message in [(Column(name="n", type="array<string>"), "list<int> cannot change to list<string>"),
                               (Column(name="n", type="int"), "list<int> cannot change to int"),
                               (Column(name="tags", type="string"), "list<string> cannot change to string")]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from pyiceberg.schema import Schema
-from pyiceberg.types import DecimalType, LongType, NestedField, StringType, TimeType
+from pyiceberg.types import DecimalType, ListType, LongType, NestedField, StringType, TimeType
 
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.schema import SchemaChange, iceberg_schema, plan_evolution
@@ -172,6 +172,8 @@ def test_a_tables_columns_as_spec_columns() -> None:
     assert table_columns(iceberg_schema(COLUMNS), "t") == COLUMNS
     arrays = [*COLUMNS, Column(name="tags", type="array<string>"), Column(name="p", type="array<decimal(8,2)>")]
     assert table_columns(iceberg_schema(arrays), "t") == arrays
+    required_elements = NestedField(98, "ids", ListType(97, LongType(), element_required=True), required=False)
+    assert table_columns(Schema(*iceberg_schema(COLUMNS).fields, required_elements), "t") == COLUMNS
     foreign = Schema(*iceberg_schema(COLUMNS).fields, NestedField(99, "at", TimeType(), required=False))
     assert table_columns(foreign, "t") == COLUMNS
     with pytest.raises(IncompatibleSchemaError,
