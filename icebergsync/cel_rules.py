@@ -15,6 +15,7 @@ from icebergsync.spec import (
     EXACTLY_ONE_SOURCE_MESSAGE,
     MIN_TARGET_FILE_BYTES,
     REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE,
+    SCHEMA_REQUIRED_MESSAGE,
     SOURCE_KINDS,
     ZERO_WIDTH_PATTERN,
 )
@@ -45,9 +46,11 @@ def _positive_duration(field: str) -> dict[str, str]:
 CEL_RULES: dict[str, list[dict[str, str]]] = {
     "spec": [
         {
-            "rule": "has(self.source.generator) || (has(self.schema) && size(self.schema) > 0)",
+            # (spec.changes with schemaEvolution evolve: the columns come from the records' Connect schema)
+            "rule": "has(self.source.generator) || (has(self.schema) && size(self.schema) > 0) || "
+                    "(has(self.changes) && (!has(self.schemaEvolution) || self.schemaEvolution == 'evolve'))",
             "fieldPath": ".schema",
-            "message": "schema is required for the files and kafka sources",
+            "message": SCHEMA_REQUIRED_MESSAGE,
         },
         {
             "rule": "!has(self.deadLetter) || self.deadLetter.table != self.table.name",

@@ -15,6 +15,7 @@ from pyiceberg.types import (
     FloatType,
     IcebergType,
     IntegerType,
+    ListType,
     LongType,
     NestedField,
     PrimitiveType,
@@ -24,7 +25,7 @@ from pyiceberg.types import (
 )
 
 from icebergsync.errors import IncompatibleSchemaError
-from icebergsync.spec import Column
+from icebergsync.spec import Column, element_type
 
 _ICEBERG_TYPES: dict[str, PrimitiveType] = {
     "boolean": BooleanType(),
@@ -44,8 +45,16 @@ _SPARK_TYPES = {
     "timestamptz": "timestamp",
 }
 
-def iceberg_type(type_name: str) -> PrimitiveType:
-    """Map a spec type name (``long``, ``decimal(10,2)`` …) to an Iceberg type."""
+def iceberg_type(type_name: str, element_id: int = 0) -> IcebergType:
+    """Map a spec type name (``long``, ``decimal(10,2)``, ``array<string>`` …) to an Iceberg type; an array's
+    element (optional) gets ``element_id`` (a catalog assigns fresh ids to a new table or column)."""
+    element = element_type(type_name)
+    if element is not None:
+        return ListType(element_id=element_id, element_type=_primitive(element), element_required=False)
+    return _primitive(type_name)
+
+
+def _primitive(type_name: str) -> PrimitiveType:
     decimal = re.fullmatch(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)", type_name)
     if decimal:
         return DecimalType(int(decimal.group(1)), int(decimal.group(2)))
@@ -54,19 +63,23 @@ def iceberg_type(type_name: str) -> PrimitiveType:
 
 def spark_type(type_name: str) -> str:
     """Map a spec type name to Spark SQL DDL."""
+    element = element_type(type_name)
+    if element is not None:
+        return f"array<{spark_type(element)}>"
     if type_name.startswith("decimal"):
         return type_name.replace(" ", "")
     return _SPARK_TYPES[type_name]
 
 
 def iceberg_schema(columns: list[Column]) -> Schema:
-    """An Iceberg schema for new tables (ids 1..n; the catalog may reassign them)."""
-    return Schema(
-        *[
-            NestedField(field_id=index, name=column.name, field_type=iceberg_type(column.type), required=column.required)
-            for index, column in enumerate(columns, start=1)
-        ]
-    )
+    """An Iceberg schema for new tables (ids 1..n, array elements' ids after them; the catalog may reassign them)."""
+    fields = []
+    next_id = len(columns) + 1
+    for index, column in enumerate(columns, start=1):
+        field_type = iceberg_type(column.type, next_id)
+        next_id += isinstance(field_type, ListType)
+        fields.append(NestedField(field_id=index, name=column.name, field_type=field_type, required=column.required))
+    return Schema(*fields)
 
 
 def spark_ddl(columns: list[Column]) -> str:
@@ -79,18 +92,27 @@ class SchemaChange:
     """One safe evolution step to apply before the first commit of a new version."""
 
     kind: str  # "add" | "widen" | "make-optional"
-    column: str
+    column: str  # an array's element: "<column>.element"
     new_type: IcebergType | None = None
 
     def describe(self) -> str:
         return f"{self.kind} {self.column}" + (f" -> {self.new_type}" if self.new_type else "")
 
 
+def widening(column: str, new_type: IcebergType) -> SchemaChange:
+    """The change that widens ``column`` to ``new_type`` (an array's: of its element, ``<column>.element``)."""
+    if isinstance(new_type, ListType):
+        return SchemaChange("widen", f"{column}.element", new_type.element_type)
+    return SchemaChange("widen", column, new_type)
+
+
 def widens(old: IcebergType, new: IcebergType) -> bool:
     """True when Iceberg can change a column of type ``old`` to ``new`` (equal, or int→long, float→double, a
-    decimal's precision up at the same scale)."""
+    decimal's precision up at the same scale; an array's elements likewise, whatever their field ids)."""
     if old == new:
         return True
+    if isinstance(old, ListType) and isinstance(new, ListType):
+        return old.element_required >= new.element_required and widens(old.element_type, new.element_type)
     if isinstance(old, IntegerType) and isinstance(new, LongType):
         return True
     if isinstance(old, FloatType) and isinstance(new, DoubleType):
@@ -117,8 +139,9 @@ def plan_evolution(table_schema: Schema, columns: list[Column], table_name: str,
     changes: list[SchemaChange] = []
     problems: list[str] = []
     for column in columns:
-        new_type: IcebergType = iceberg_type(column.type)
         field = existing.get(column.name)
+        element_id = field.field_type.element_id if field is not None and isinstance(field.field_type, ListType) else 0
+        new_type: IcebergType = iceberg_type(column.type, element_id)
         if field is None:
             if column.required:
                 problems.append(f"new column {column.name!r} is required: new columns must be optional")
@@ -129,8 +152,13 @@ def plan_evolution(table_schema: Schema, columns: list[Column], table_name: str,
             new_type = field.field_type
         if not widens(field.field_type, new_type):
             problems.append(f"column {column.name!r}: {field.field_type} cannot change to {new_type} (only widening)")
+        elif isinstance(field.field_type, ListType) and isinstance(new_type, ListType):
+            if field.field_type.element_type != new_type.element_type:
+                changes.append(widening(column.name, new_type))
+            if field.field_type.element_required:  # another writer's list: the sync writes null elements
+                changes.append(SchemaChange("make-optional", f"{column.name}.element"))
         elif field.field_type != new_type:
-            changes.append(SchemaChange("widen", column.name, new_type))
+            changes.append(widening(column.name, new_type))
         if column.required and not field.required and not followed:
             problems.append(f"column {column.name!r} is optional in the table and cannot become required")
         elif field.required and not column.required:

@@ -34,7 +34,9 @@ KIND = "IcebergSync"
 PRIMITIVE_TYPES = (
     "boolean", "int", "long", "float", "double", "string", "binary", "date", "timestamp", "timestamptz",
 )
-COLUMN_TYPE_PATTERN = r"^(boolean|int|long|float|double|string|binary|date|timestamp|timestamptz|decimal\(\s*[0-9]+\s*,\s*[0-9]+\s*\))$"
+_PRIMITIVE_PATTERN = r"(boolean|int|long|float|double|string|binary|date|timestamp|timestamptz|decimal\(\s*[0-9]+\s*,\s*[0-9]+\s*\))"
+COLUMN_TYPE_PATTERN = rf"^({_PRIMITIVE_PATTERN}|array<\s*{_PRIMITIVE_PATTERN}\s*>)$"
+_ARRAY_TYPE = re.compile(r"array<\s*(.+?)\s*>")
 PARTITION_PATTERN = (
     r"^\s*(identity\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)|(year|month|day|hour|void)\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)"
     r"|(bucket|truncate)\(\s*[0-9]+\s*,\s*[A-Za-z_][A-Za-z0-9_]*\s*\)|[A-Za-z_][A-Za-z0-9_]*)\s*$"
@@ -73,8 +75,15 @@ class SecretRef(Model):
 
 class Column(Model):
     name: str = Field(pattern=IDENTIFIER_PATTERN)
-    type: str = Field(pattern=COLUMN_TYPE_PATTERN, description="Iceberg primitive type, e.g. long or decimal(10,2).")
+    type: str = Field(pattern=COLUMN_TYPE_PATTERN, description="Iceberg primitive type, e.g. long or decimal(10,2), "
+                      "or an array of one, e.g. array<string> (its elements optional).")
     required: bool = False
+
+
+def element_type(type_name: str) -> str | None:
+    """The element type of an ``array<T>`` spec type (None: not an array)."""
+    array = _ARRAY_TYPE.fullmatch(type_name)
+    return array.group(1) if array else None
 
 
 class GeneratorSource(Model):
@@ -191,7 +200,7 @@ class Table(Model):
     properties: dict[str, str] = Field(default_factory=dict)
     key: list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=256)]] | None = Field(
         default=None, min_length=1, max_length=MAX_KEY_COLUMNS,
-        description="Key columns (each a required column of spec.schema, not float or double): the table's "
+        description="Key columns (each a required column of spec.schema, not float, double or an array): the table's "
         "identifier fields, by which spec.changes upserts and deletes rows. A keyed table is Iceberg format-version 2.",
     )
 
@@ -615,6 +624,9 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
             continue
         if column not in columns:
             problems.append(f"spec.table.partitionBy[{index}]: column {column!r} is not in the schema")
+        elif element_type(columns[column].type):
+            problems.append(f"spec.table.partitionBy[{index}]: column {column!r} is {columns[column].type}; "
+                            "an array column cannot be a partition source")
         elif expression.strip().startswith(("year", "month", "day", "hour")) and columns[column].type not in (
             "date", "timestamp", "timestamptz"
         ):
@@ -628,6 +640,10 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     if spec.changes is not None and spec.source.files is not None and spec.source.files.format != "json":
         problems.append(f"spec.source.files.format: changes are JSON records, one per line; "
                         f"{spec.source.files.format!r} is not supported with spec.changes")
+    arrays = [name for name, column in columns.items() if element_type(column.type)]
+    if arrays and spec.source.files is not None and spec.source.files.format == "csv":
+        problems.append(f"spec.schema: array column(s) {', '.join(arrays)} need JSON or Parquet records; "
+                        "CSV has no arrays")
     for index, name in enumerate(spec.table.key or []):
         if from_records:
             pass
@@ -635,13 +651,16 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
             problems.append(f"spec.table.key[{index}]: column {name!r} is not in the schema")
         elif not columns[name].required:
             problems.append(f"spec.table.key[{index}]: column {name!r} must be required (a key column is never null)")
-        elif columns[name].type in KEY_TYPES_REFUSED:
+        elif columns[name].type in KEY_TYPES_REFUSED or element_type(columns[name].type):
             problems.append(f"spec.table.key[{index}]: column {name!r} is {columns[name].type}; "
-                            "a key column cannot be float or double")
+                            "a key column cannot be float, double or an array")
         if name in (spec.table.key or [])[:index]:
             problems.append(f"spec.table.key[{index}]: column {name!r} is listed twice")
     if spec.event_time_column and spec.event_time_column not in columns and not from_records:
         problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is not in the schema")
+    elif spec.event_time_column in columns and element_type(columns[spec.event_time_column].type):
+        problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is "
+                        f"{columns[spec.event_time_column].type}; an event time is a date or timestamp")
     return problems
 
 

@@ -145,15 +145,18 @@ class _Col:
     """How one declared column is read and checked."""
 
     name: str
-    kind: str  # string int long float double boolean decimal date timestamp timestamptz binary
+    kind: str  # string int long float double boolean decimal date timestamp timestamptz binary array
     type: pa.DataType  # the target type
     label: str  # the spec's type name, for reasons
     precision: int = 0
     scale: int = 0
+    element: _Col | None = None  # an array's elements (same name)
 
     @property
     def read_type(self) -> pa.DataType:
         """The type the vectorised JSON reader reads this column as."""
+        if self.element is not None:
+            return pa.list_(self.element.read_type)
         if self.kind in ("string", "date", "timestamp", "timestamptz", "binary"):
             return pa.string()
         if self.kind == "decimal":  # the column's scale (rounding is refused), any precision (checked here)
@@ -191,6 +194,9 @@ def _plan(schema: pa.Schema) -> list[_Col]:
         elif pa.types.is_timestamp(t):
             kind = "timestamptz" if t.tz is not None else "timestamp"
             cols.append(_Col(f.name, kind, t, kind))
+        elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and not pa.types.is_nested(t.value_type):
+            element = _plan(pa.schema([pa.field(f.name, t.value_type)]))[0]
+            cols.append(_Col(f.name, "array", t, f"array<{element.label}>", element=element))
         else:
             raise ValueError(f"column {f.name}: type {t} is not supported by the decoders")
     return cols
@@ -348,6 +354,35 @@ def _decimal_suspects(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return pc.if_else(bad, pa.scalar(None, arr.type), arr).cast(col.type), bad.to_numpy(zero_copy_only=False)
 
 
+def _check(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """What the JSON reader read for ``col`` in the column's type, and the values the cheap vectorised checks
+    flag (see the module's notes); an array's flagged elements flag it."""
+    bad = np.zeros(len(arr), dtype=bool)
+    if col.element is not None:
+        element = col.element
+        arr, bad = _by_elements(arr, lambda elements: _check(element, elements))
+    elif col.kind in ("float", "double"):
+        finite = pc.fill_null(pc.is_finite(arr), True)
+        if not pc.all(finite).as_py():
+            bad = ~finite.to_numpy(zero_copy_only=False)
+    elif col.kind == "decimal":
+        arr, bad = _decimal_suspects(col, arr)
+    elif col.kind in ("date", "timestamp", "timestamptz", "binary"):
+        arr, bad = _convert_text(col, arr)
+    return (arr.cast(col.type) if arr.type != col.type else arr), bad
+
+
+def _by_elements(arr: pa.Array, convert: Callable[[pa.Array], tuple[pa.Array, np.ndarray]]) -> tuple[pa.Array, np.ndarray]:
+    """A list array with its elements (flattened) converted by ``convert``, and the lists holding an element
+    ``convert`` flags. (Arrow casts a sliced list array's whole child array: lists are never converted sliced.)"""
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
+    elements, bad_elements = convert(_combine(pc.list_flatten(arr)))
+    bad = np.zeros(len(arr), dtype=bool)
+    bad[np.repeat(np.arange(len(arr)), lengths)[bad_elements]] = True
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int64())
+    return pa.LargeListArray.from_arrays(offsets, elements, mask=pc.is_null(arr)), bad
+
+
 def _combine(array: pa.Array | pa.ChunkedArray) -> pa.Array:
     return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
@@ -499,6 +534,10 @@ def _convert_one(col: _Col, value: Any) -> tuple[Any, str | None, str | None]:
     """(value, strict error, mismatch error) of one JSON value for ``col``; errors as decode.py words them."""
     mismatch = f"field {col.name}: value {_jackson_json(value)} is not a {col.label}"
     kind = col.kind
+    if col.element is not None:
+        if isinstance(value, list):
+            return _convert_array(col, col.element, value)
+        return None, None, f"field {col.name}: value {_jackson_json(value)} is not an {col.label}"
     if kind == "string":
         if isinstance(value, str) and not isinstance(value, _Num):
             return value, None, None
@@ -540,6 +579,26 @@ def _convert_one(col: _Col, value: Any) -> tuple[Any, str | None, str | None]:
     if isinstance(value, str) and not isinstance(value, _Num):
         return _Pending(value), None, None
     return None, None, mismatch
+
+
+def _convert_array(col: _Col, element: _Col, items: list[Any]) -> tuple[Any, str | None, str | None]:
+    """:func:`_convert_one` of a JSON array: each element (null stays null), text ones converted at once."""
+    values: list[Any] = []
+    for item in items:
+        converted, strict, mismatch = (None, None, None) if item is None else _convert_one(element, item)
+        if strict or mismatch:
+            where = f" (an element of {col.label})"
+            return None, strict and strict + where, mismatch and mismatch + where
+        values.append(converted)
+    pending = [i for i, value in enumerate(values) if isinstance(value, _Pending)]
+    if pending:
+        converted_text, bad = _convert_text(element, pa.array([values[i] for i in pending], pa.string()))
+        if bad.any():
+            shown = values[pending[int(np.flatnonzero(bad)[0])]]
+            return None, None, f"field {col.name}: value {shown} is not a {element.label} (an element of {col.label})"
+        for i, value in zip(pending, converted_text.to_pylist(), strict=True):
+            values[i] = value
+    return values, None, None
 
 
 class _Pending(str):
@@ -950,18 +1009,9 @@ class _JsonDecoder:
         suspect = suspect.copy()
         arrays = []
         for col in self.cols:
-            arr = _combine(table.column(col.name))
-            if col.kind in ("float", "double"):
-                finite = pc.fill_null(pc.is_finite(arr), True)
-                if not pc.all(finite).as_py():
-                    suspect |= ~finite.to_numpy(zero_copy_only=False)
-            elif col.kind == "decimal":
-                arr, bad = _decimal_suspects(col, arr)
-                suspect |= bad
-            elif col.kind in ("date", "timestamp", "timestamptz", "binary"):
-                arr, bad = _convert_text(col, arr)
-                suspect |= bad
-            arrays.append(arr.cast(col.type) if arr.type != col.type else arr)
+            arr, bad = _check(col, _combine(table.column(col.name)))
+            suspect |= bad
+            arrays.append(arr)
         return pa.Table.from_arrays([*arrays, *_control(table.num_rows)], schema=self.out), suspect
 
     def _unknown_field(self, idx: np.ndarray, name: str, column: pa.ChunkedArray) -> np.ndarray:
@@ -1130,6 +1180,11 @@ def _safe_cast(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
     return lambda a: a.cast(target, safe=True)
 
 
+def _cast_masked(target: pa.DataType) -> Callable[[pa.Array], tuple[pa.Array, np.ndarray]]:
+    """:func:`_masked` safe casting to ``target``."""
+    return lambda arr: _masked(arr, _safe_cast(target), target)
+
+
 def conform_table(table: pa.Table, schema: pa.Schema, position: Callable[[int], dict[str, Any]]) -> pa.Table:
     """Conform typed rows (a Parquet file's) to ``schema``: absent declared columns are null, others are
     cast; a value that does not fit (overflow, lossy) makes its row a dead letter ``field X: value V is
@@ -1148,14 +1203,19 @@ def conform_table(table: pa.Table, schema: pa.Schema, position: Callable[[int], 
             arrays.append(pa.nulls(n, col.type))
             continue
         source = _combine(table.column(col.name))
-        converted, col_bad = _masked(source, _safe_cast(col.type), col.type)
+        element = col.element
+        if element is not None and (pa.types.is_list(source.type) or pa.types.is_large_list(source.type)):
+            converted, col_bad = _by_elements(source, _cast_masked(element.type))
+            converted = converted.cast(col.type)
+        else:
+            converted, col_bad = _cast_masked(col.type)(source)
         for i in np.flatnonzero(col_bad & ~bad):
             value = source[int(i)]
             try:
                 text = value.cast(pa.string()).as_py()
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 text = str(value.as_py())
-            reasons[i] = f"field {col.name}: value {text} is not a {col.label}"
+            reasons[i] = f"field {col.name}: value {text} is not {'an' if element is not None else 'a'} {col.label}"
         bad |= col_bad
         arrays.append(converted)
     mask = pa.array(bad)

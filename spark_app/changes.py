@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -49,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icebergsync.spec import Column as SpecColumn
+from icebergsync.spec import element_type
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
 from spark_app.schema_drift.drift import SchemaDrift, observe
 
@@ -88,6 +91,12 @@ _TIMESTAMP_UNITS = {
 UNAVAILABLE = "__debezium_unavailable_value"
 _UNAVAILABLE_VALUES = frozenset({UNAVAILABLE, base64.b64encode(UNAVAILABLE.encode()).decode(),
                                  UNAVAILABLE.encode().hex()})  # bytes as text: binary.handling.mode=base64 | hex
+# An unchanged TOASTed array: a one-element list of the placeholder (text, bytes as base64 or hex; in a uuid array
+# Java's UUID.nameUUIDFromBytes of its bytes, an MD5 version-3 UUID), or, in an integer or date array, the
+# placeholder's bytes as numbers (Debezium's UnchangedToastedPlaceholder).
+_UNAVAILABLE_UUID = str(uuid.UUID(bytes=hashlib.md5(UNAVAILABLE.encode(), usedforsecurity=False).digest(), version=3))
+_UNAVAILABLE_ARRAYS = (*([value] for value in sorted(_UNAVAILABLE_VALUES)), [_UNAVAILABLE_UUID],
+                       list(UNAVAILABLE.encode()))
 _CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 _ISO_TIMESTAMP = "io.debezium.time.IsoTimestamp"
@@ -318,7 +327,24 @@ _CONVERTERS: dict[str, Callable[[SpecColumn], Converter]] = {
 }
 
 
+def _array(column: SpecColumn, element: str) -> Converter:
+    """A JSON array of the element type (a Connect ``ARRAY``): the logical type is its items'; null elements stay."""
+    convert_element = _converter(column.model_copy(update={"type": element}))
+
+    def convert(value: Any, logical: Logical | None) -> Any:
+        if not isinstance(value, list):
+            raise _Bad(f"field {column.name}: value {_shown(value)} is {_kind(value)}, not an array")
+        try:
+            return [None if item is None else convert_element(item, logical) for item in value]
+        except _Bad as bad:
+            raise _Bad(f"{bad} (an element of {column.type})") from None
+    return convert
+
+
 def _converter(column: SpecColumn) -> Converter:
+    element = element_type(column.type)
+    if element is not None:
+        return _array(column, element)
     if column.type.startswith("decimal"):
         return _decimal(column)
     return _CONVERTERS[column.type](column)
@@ -360,7 +386,10 @@ class _Rows:
         self.declared = set(self.names)
         self.converters = [(column.name, _converter(column)) for column in columns]
         self.required_positions = [index for index, column in enumerate(columns) if column.required]
-        self.unavailable_positions = [index for index, column in enumerate(columns) if column.type in ("string", "binary")]
+        # Columns Debezium may not send (TOASTed in PostgreSQL), with whether each is an array.
+        self.unavailable_positions = [(index, element_type(column.type) is not None) for index, column
+                                      in enumerate(columns) if column.type in ("string", "binary")
+                                      or element_type(column.type) is not None]
         self.key = list(key)
         # A key column not among ``columns`` is only read for drift (the columns of a table yet to be created).
         self.key_positions = [self.names.index(name) for name in key if name in self.names]
@@ -383,8 +412,8 @@ class _Rows:
                 value = get(name)
                 values[position] = None if value is None else convert(value, hint(name))
         else:
-            unavailable = {position for position in self.unavailable_positions
-                           if get(self.names[position]) in _UNAVAILABLE_VALUES}
+            unavailable = {position for position, array in self.unavailable_positions
+                           if _unavailable(get(self.names[position]), array)}
             if unavailable.intersection(self.key_positions):
                 raise _Bad(f"key field(s) without a value ({UNAVAILABLE}) (in {where})")
             values = [None if (value := get(name)) is None or position in unavailable else convert(value, hint(name))
@@ -432,10 +461,19 @@ def _struct_fields(schema: Any, *path: str) -> list[dict[str, Any]] | None:
 
 
 def _logical_types(schema: Any, *path: str) -> dict[str, Logical]:
-    """Field name -> Kafka Connect logical type, from a record's Connect schema (struct fields along ``path``)."""
-    return {f["field"]: Logical(f["name"], f["parameters"] if isinstance(f.get("parameters"), dict) else {})
-            for f in _struct_fields(schema, *path) or []
-            if isinstance(f.get("field"), str) and isinstance(f.get("name"), str)}
+    """Field name -> Kafka Connect logical type, from a record's Connect schema (struct fields along ``path``;
+    an ``array`` field's is that of its items)."""
+    nodes = {f["field"]: f["items"] if f.get("type") == "array" and isinstance(f.get("items"), dict) else f
+             for f in _struct_fields(schema, *path) or [] if isinstance(f.get("field"), str)}
+    return {name: Logical(node["name"], node["parameters"] if isinstance(node.get("parameters"), dict) else {})
+            for name, node in nodes.items() if isinstance(node.get("name"), str)}
+
+
+def _unavailable(value: Any, array: bool) -> bool:
+    """Whether ``value`` is Debezium's placeholder for a value it did not send (``array``: of an array column)."""
+    if isinstance(value, str):
+        return value in _UNAVAILABLE_VALUES
+    return array and isinstance(value, list) and value in _UNAVAILABLE_ARRAYS
 
 
 def _unwrap(record: Any) -> tuple[Any, Any]:

@@ -177,12 +177,14 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     its indexes plus the dictionary are smaller than the plain values and the dictionary fits one
     dictionary page (1 MiB); otherwise it falls back to plain encoding. The same rule here, on
     estimated sizes: high-cardinality columns such as ids, timestamps and unique strings are
-    written plain, where a dictionary would only add bytes.
+    written plain, where a dictionary would only add bytes. A list column is judged by its elements (the Parquet
+    column ``<name>.list.element``).
     """
     sample = table.slice(0, _DICTIONARY_SAMPLE_ROWS)
     chosen = []
-    for name in sample.column_names:
-        column = sample.column(name)
+    for name, column in zip(sample.column_names, sample.columns, strict=True):
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            name, column = f"{name}.list.element", pc.list_flatten(column)
         values = len(column) - column.null_count
         if values == 0 or pa.types.is_boolean(column.type):
             continue

@@ -1,13 +1,16 @@
 """Kafka Connect / Debezium field schemas as Iceberg column types (spec type names: ``long``, ``decimal(10,2)``).
 
 One table, documented in docs/connectors.md: a logical type (the field schema's ``name``) decides
-first, then the Connect base type. A field without an Iceberg equivalent maps to None with the reason.
+first, then the Connect base type; an ``array`` of a type with a column type is ``array<T>``. A field
+without an Iceberg equivalent maps to None with the reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from icebergsync.spec import element_type
 
 MAX_DECIMAL_PRECISION = 38
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -53,6 +56,11 @@ def iceberg_type_name(field: Mapping[str, Any]) -> tuple[str | None, str]:
         return None, _REFUSED[name]
     if isinstance(name, str) and name in _LOGICAL_TYPES:
         return _LOGICAL_TYPES[name], ""
+    if base == "array" and isinstance(items := field.get("items"), dict):
+        element, why = iceberg_type_name(items)
+        if element is None or element_type(element) is not None:
+            return None, f"an array whose elements have no column type here ({why or 'arrays of arrays'})"
+        return f"array<{element}>", ""
     if isinstance(base, str) and base in _BASE_TYPES:
         return _BASE_TYPES[base], ""
     return None, f"Connect type {base!r}{f' ({name})' if name else ''} has no Iceberg column type here"

@@ -9,6 +9,7 @@ from enum import Enum
 from typing import Any
 
 from icebergsync.schema import iceberg_type, widens
+from icebergsync.spec import element_type
 from spark_app.schema_drift.connect_types import iceberg_type_name
 
 _INTEGRAL = frozenset({"int", "long"})
@@ -29,7 +30,12 @@ def _decimal(type_name: str) -> bool:
 
 
 def classify(column: str, source: str) -> Fit:
-    """How values of spec type ``source`` fit a column of spec type ``column``."""
+    """How values of spec type ``source`` fit a column of spec type ``column`` (arrays: as their elements do)."""
+    column_element, source_element = element_type(column), element_type(source)
+    if column_element is not None and source_element is not None:
+        return classify(column_element, source_element)
+    if column_element is not None or source_element is not None:
+        return Fit.INCOMPATIBLE
     if column == source or widens(iceberg_type(source), iceberg_type(column)):
         return Fit.FITS
     if widens(iceberg_type(column), iceberg_type(source)):

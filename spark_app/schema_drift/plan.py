@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pyiceberg.schema import Schema
-from pyiceberg.types import DecimalType, PrimitiveType
+from pyiceberg.types import DecimalType, ListType, PrimitiveType
 
 from icebergsync.errors import IncompatibleSchemaError
-from icebergsync.schema import SchemaChange, iceberg_type
-from icebergsync.spec import KEY_TYPES_REFUSED, PRIMITIVE_TYPES, Column
+from icebergsync.schema import SchemaChange, iceberg_type, widening
+from icebergsync.spec import KEY_TYPES_REFUSED, PRIMITIVE_TYPES, Column, element_type
 from spark_app.schema_drift.drift import SchemaDrift
 
 
 def _type_name(field_type: object) -> str | None:
+    if isinstance(field_type, ListType):  # one whose elements are required (another writer's) is not written
+        element = None if field_type.element_required else _type_name(field_type.element_type)
+        return f"array<{element}>" if element is not None else None
     if isinstance(field_type, DecimalType):
         return f"decimal({field_type.precision},{field_type.scale})"
     return next((name for name in PRIMITIVE_TYPES if isinstance(field_type, PrimitiveType)
@@ -47,8 +50,9 @@ def new_table_columns(drift: SchemaDrift, table_name: str, key: list[str]) -> li
     for name in key:
         if drift.adds and name not in drift.adds:
             problems.append(f"key column {name!r} (spec.table.key) is not in the records")
-        elif drift.adds.get(name) in KEY_TYPES_REFUSED:
-            problems.append(f"key column {name!r} is {drift.adds[name]}; a key column cannot be float or double")
+        elif drift.adds.get(name) in KEY_TYPES_REFUSED or element_type(drift.adds.get(name, "")):
+            problems.append(f"key column {name!r} is {drift.adds[name]}; a key column cannot be float, double or "
+                            "an array")
     if problems:
         raise IncompatibleSchemaError(f"spec.schema is empty and {table_name} cannot be created: " + "; ".join(problems))
     return [Column(name=name, type=kind, required=name in key) for name, kind in drift.adds.items()]
@@ -64,5 +68,5 @@ def schema_changes(drift: SchemaDrift, table_name: str) -> list[SchemaChange]:
             + ". Nothing of this trigger was committed; see docs/connectors.md, \"Schema changes from the source\""
         )
     return ([SchemaChange("add", name, iceberg_type(kind)) for name, kind in drift.adds.items()]
-            + [SchemaChange("widen", name, iceberg_type(kind)) for name, kind in sorted(drift.widens.items())]
+            + [widening(name, iceberg_type(kind)) for name, kind in sorted(drift.widens.items())]
             + [SchemaChange("make-optional", name) for name in sorted(drift.optional)])

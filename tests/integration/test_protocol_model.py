@@ -53,7 +53,7 @@ The suite runs a fixed, derandomized set of examples (a red run is reproducible)
 mix of actions and outcomes; it fails when the mix is too thin to judge (see ``COVERAGE`` and
 ``KEYED_COVERAGE``). Run it long and random with e.g. ``ICEBERGSYNC_MODEL_EXAMPLES=300
 ICEBERGSYNC_MODEL_STEPS=30 .venv/bin/pytest tests/integration/test_protocol_model.py`` (the keyed
-configuration runs ``ICEBERGSYNC_MODEL_KEYED_EXAMPLES``, default a quarter of the examples, on each format
+configuration runs ``ICEBERGSYNC_MODEL_KEYED_EXAMPLES``, default a third of the examples, on each format
 version in turn);
 ``scripts/mutate.sh`` plants known bugs and shows which tests catch each.
 """
@@ -129,7 +129,7 @@ from tests.integration.protocol_model.world import (
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
 EXAMPLES = examples(60)
-KEYED_EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_KEYED_EXAMPLES", str(max(1, EXAMPLES // 4))))
+KEYED_EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_KEYED_EXAMPLES", str(max(1, EXAMPLES // 3))))
 
 # Actions and their weights: triggers dominate; what breaks every sink's pin (schema change, recreation) is rare.
 ACTIONS = (["trigger"] * 20 + ["launch"] * 6 + ["foreign_append"] * 2 + ["foreign_compaction"] * 2
@@ -862,8 +862,8 @@ class KeyedProtocolModel(ProtocolModel):
     # More of what moves the touched keys' rows under a commit, and of the sink's own rewrite.
     ACTIONS = (*ACTIONS, "sink_compaction", "sink_compaction", "foreign_compaction", "source_schema_change")
     # (Hypothesis draws the last of a list often: it is what the keyed path must get right.)
-    DISTURBANCES = (*DISTURBANCES, "conflict", "lost-answer", "rollback", "other-sink-commit", "foreign-append",
-                    "foreign-compaction", "foreign-append")
+    DISTURBANCES = (*DISTURBANCES, "conflict", "lost-answer", "lost-request", "rollback", "other-sink-commit",
+                    "foreign-append", "foreign-compaction", "foreign-append")
     COMPACTION_INTERLEAVINGS = ("foreign-append", "foreign-compaction", None, None, None)
     SOURCE_SCHEMA_EVERY = 60
 

@@ -53,26 +53,28 @@ def declared(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if not k.startswith("_isync")}
 
 
-def alone(line: bytes) -> dict[str, Any]:
+def alone(line: bytes, schema: pa.Schema = SCHEMA) -> dict[str, Any]:
     """The record decoded on its own: the per-record decoder."""
-    [row] = rows(decode_json_block(line + b"\n", SCHEMA, "f.json", 1))
+    [row] = rows(decode_json_block(line + b"\n", schema, "f.json", 1))
     return row
 
 
-def among_good(line: bytes) -> dict[str, Any]:
+def among_good(line: bytes, schema: pa.Schema = SCHEMA, good: str = GOOD,
+               good_row: dict[str, Any] = GOOD_ROW) -> dict[str, Any]:
     """The record between good ones: the vectorised reader sees it; the good ones keep their values."""
-    block = b"\n".join([GOOD.encode()] * PAD + [line] + [GOOD.encode()] * PAD) + b"\n"
-    out = rows(decode_json_block(block, SCHEMA, "f.json", 1))
+    block = b"\n".join([good.encode()] * PAD + [line] + [good.encode()] * PAD) + b"\n"
+    out = rows(decode_json_block(block, schema, "f.json", 1))
     assert len(out) == 2 * PAD + 1
     for i, row in enumerate(out):
         if i != PAD:
             assert row[ERROR_COLUMN] is None, (i, row[ERROR_COLUMN])
-            assert declared(row) == GOOD_ROW
+            assert declared(row) == good_row
     return out[PAD]
 
 
-def both(line: bytes) -> dict[str, Any]:
-    first, second = alone(line), among_good(line)
+def both(line: bytes, schema: pa.Schema = SCHEMA, good: str = GOOD,
+         good_row: dict[str, Any] = GOOD_ROW) -> dict[str, Any]:
+    first, second = alone(line, schema), among_good(line, schema, good, good_row)
     assert repr(first) == repr({**second, POSITION_COLUMN: first[POSITION_COLUMN]})  # repr: NaN equals NaN
     assert json.loads(second[POSITION_COLUMN] or "null") in (None, {"file": "f.json", "line": PAD + 1})
     return second
@@ -496,3 +498,61 @@ def test_whole_input_row() -> None:
 ])
 def test_java_double_text(value: float, text: str) -> None:
     assert ad._java_double(value) == text
+
+
+# -- arrays -------------------------------------------------------------------------------------------
+
+ARRAY_SCHEMA = target_schema([
+    Column(name="id", type="long", required=True), Column(name="tags", type="array<string>"),
+    Column(name="n", type="array<int>"), Column(name="prices", type="array<decimal(6,2)>"),
+    Column(name="days", type="array<date>"), Column(name="at", type="array<timestamptz>"),
+    Column(name="bin", type="array<binary>"), Column(name="x", type="array<double>")])
+ARRAY_GOOD = ('{"id": 1, "tags": ["a", null], "n": [1, 2], "prices": [1.5, null], "days": ["2024-02-29"], '
+              '"at": ["2024-03-01T10:00:00+02:00"], "bin": ["aGk="], "x": []}')
+ARRAY_GOOD_ROW = {"id": 1, "tags": ["a", None], "n": [1, 2], "prices": [Decimal("1.50"), None],
+                  "days": [date(2024, 2, 29)], "at": [datetime(2024, 3, 1, 8, tzinfo=UTC)], "bin": [b"hi"], "x": []}
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("tags", '[]', []), ("tags", 'null', None), ("tags", '[null, null]', [None, None]),
+    ("tags", '["x", 1]', "field tags: value 1 is a number, not a string (an element of array<string>)"),
+    ("tags", '"x"', "field tags: value x is not an array<string>"),
+    ("tags", '{"a": 1}', 'field tags: value {"a":1} is not an array<string>'),
+    ("tags", '[["x"]]', 'field tags: value ["x"] is an array, not a string (an element of array<string>)'),
+    ("n", '[2147483648]', "field n: value 2147483648 is not a int (an element of array<int>)"),
+    ("n", '[1.5]', "field n: value 1.5 is not a int (an element of array<int>)"),
+    ("prices", '["2.25", 3]', [Decimal("2.25"), Decimal("3.00")]),
+    ("prices", '[1.234]', "field prices: value 1.234 does not fit decimal(6,2) without rounding "
+                          "(an element of array<decimal(6,2)>)"),
+    ("prices", '[12345.6]', "field prices: value 12345.6 is not a decimal(6,2) (an element of array<decimal(6,2)>)"),
+    ("days", '["2024-02-30"]', "field days: value 2024-02-30 is not a date (an element of array<date>)"),
+    ("days", '[19782]', "field days: value 19782 is not a date (an element of array<date>)"),
+    ("at", '["2024-03-01T10:00:00", null]', [datetime(2024, 3, 1, 10, tzinfo=UTC), None]),
+    ("at", '["soon"]', "field at: value soon is not a timestamptz (an element of array<timestamptz>)"),
+    ("bin", '["a Gk="]', "field bin: value a Gk= is not a binary (an element of array<binary>)"),
+    ("x", '[1e400]', "field x: value Infinity is not a double (an element of array<double>)"),
+])
+def test_array_values_decode_or_are_dead_letters_naming_the_field_on_both_paths(field: str, value: str,
+                                                                                expected: Any) -> None:
+    row = both(f'{{"id": 2, "{field}": {value}}}'.encode(), ARRAY_SCHEMA, ARRAY_GOOD, ARRAY_GOOD_ROW)
+    if isinstance(expected, str):
+        assert row[ERROR_COLUMN] == expected
+    else:
+        assert row[ERROR_COLUMN] is None and row[field] == expected
+
+
+def test_array_columns_have_the_tables_list_types() -> None:
+    table = decode_json_block(ARRAY_GOOD.encode() + b"\n", ARRAY_SCHEMA, "f.json", 1)
+    assert table.schema.field("prices").type == pa.large_list(pa.field("element", pa.decimal128(6, 2)))
+    assert declared(rows(table)[0]) == ARRAY_GOOD_ROW
+
+
+def test_conform_table_checks_a_parquet_list_by_its_elements() -> None:
+    """A list element that does not fit makes its row a dead letter; its neighbours (sliced apart by the search for
+    the bad value) keep theirs."""
+    table = pa.table({"id": [1, 2, 3, 4], "n": pa.array([[1, None], [2**40], None, []], pa.list_(pa.int64()))})
+    schema = target_schema([Column(name="id", type="long", required=True), Column(name="n", type="array<int>")])
+    out = conform_table(table, schema, lambda i: {"row": i}).to_pylist()
+    assert [(row["id"], row["n"], row[ERROR_COLUMN]) for row in out] == [
+        (1, [1, None], None), (None, None, "field n: value [1099511627776] is not an array<int>"), (3, None, None),
+        (4, [], None)]

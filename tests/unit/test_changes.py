@@ -402,3 +402,78 @@ def test_collapse_of_nothing() -> None:
 def test_unknown_format_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown changes format"):
         decode([], fmt="avro")
+
+
+ARRAYS = [Column(name="id", type="long", required=True), Column(name="tags", type="array<string>"),
+          Column(name="n", type="array<int>"), Column(name="prices", type="array<decimal(8,2)>"),
+          Column(name="days", type="array<date>"), Column(name="seen", type="array<timestamptz>"),
+          Column(name="blobs", type="array<binary>")]
+ARRAY_FIELDS = [
+    {"field": "tags", "type": "array", "optional": True, "items": {"type": "string", "optional": True}},
+    {"field": "n", "type": "array", "optional": True, "items": {"type": "int32", "optional": True}},
+    {"field": "prices", "type": "array", "optional": True, "items": {
+        "type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "2"}}},
+    {"field": "days", "type": "array", "optional": True,
+     "items": {"type": "int32", "optional": True, "name": "io.debezium.time.Date"}},
+    {"field": "seen", "type": "array", "optional": True,
+     "items": {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp"}},
+    {"field": "blobs", "type": "array", "optional": True, "items": {"type": "bytes", "optional": True}},
+]
+
+
+def test_connect_arrays_are_decoded_with_their_items_logical_types_and_null_elements() -> None:
+    table = decode([
+        wrapped_event(ARRAY_FIELDS, {"id": 1, "tags": ["a", None, ""], "n": [1, None], "prices": [unscaled(1999), None],
+                                     "days": [19782, None], "seen": [1709287200000001], "blobs": ["AAE="]}),
+        wrapped_event(ARRAY_FIELDS, {"id": 2, "tags": [], "n": None, "prices": [], "days": [], "seen": None}),
+        event("c", after={"id": 3, "prices": ["1.50", 2], "days": ["2024-02-29Z"], "seen": ["2024-03-01T10:00:00Z"]}),
+    ], columns=ARRAYS)
+    assert reasons(table) == [None, None, None]
+    rows = table.select([c.name for c in ARRAYS]).to_pylist()
+    assert rows == [
+        {"id": 1, "tags": ["a", None, ""], "n": [1, None], "prices": [Decimal("19.99"), None],
+         "days": [date(2024, 2, 29), None], "seen": [datetime(2024, 3, 1, 10, 0, 0, 1, tzinfo=UTC)],
+         "blobs": [b"\x00\x01"]},
+        {"id": 2, "tags": [], "n": None, "prices": [], "days": [], "seen": None, "blobs": None},
+        {"id": 3, "tags": None, "n": None, "prices": [Decimal("1.50"), Decimal("2.00")], "days": [date(2024, 2, 29)],
+         "seen": [datetime(2024, 3, 1, 10, tzinfo=UTC)], "blobs": None},
+    ]
+
+
+def test_bad_array_elements_are_dead_letters_naming_the_field() -> None:
+    table = decode([
+        event("c", after={"id": 1, "n": [1, "2"]}),
+        event("c", after={"id": 2, "n": [2**31]}),
+        event("c", after={"id": 3, "prices": ["1.234"]}),
+        event("c", after={"id": 4, "tags": "a"}),
+        event("c", after={"id": 5, "tags": [["nested"]]}),
+        event("c", after={"id": 6, "days": ["yesterday"]}),
+        event("c", after={"id": 7, "seen": [1709287200000]}),  # no schema: a numeric timestamp is ambiguous
+    ], columns=ARRAYS)
+    found = reasons(table)
+    assert found[0] == 'field n: value "2" is not a int (an element of array<int>)'
+    assert found[1].startswith("field n: value 2147483648 is not a int")
+    assert found[2] == 'field prices: value "1.234" does not fit decimal(8,2) without rounding (an element of ' \
+        "array<decimal(8,2)>)"
+    assert found[3] == 'field tags: value "a" is a string, not an array'
+    assert found[4].startswith('field tags: value ["nested"] is an array, not a string')
+    assert found[5].startswith("field days:") and found[6].startswith("field seen: numeric value")
+
+
+def test_an_unsent_toasted_array_is_carried_like_other_placeholders() -> None:
+    """Debezium's placeholder of an unchanged TOASTed array: a list of the placeholder text (text[]), of its base64
+    (bytea[]), of its bytes as numbers (integer[], bigint[], date[]), or the placeholder text itself (other arrays)."""
+    as_numbers = list(PLACEHOLDER.encode())
+    table = decode([
+        event("u", after={"id": 1, "tags": [PLACEHOLDER], "n": as_numbers, "days": as_numbers, "prices": PLACEHOLDER,
+                          "blobs": [base64.b64encode(PLACEHOLDER.encode()).decode()], "seen": []}),
+        event("u", after={"id": 2, "tags": [PLACEHOLDER, "more"], "n": as_numbers[:-1]}),
+        # uuid[]: Java's UUID.nameUUIDFromBytes of the placeholder's bytes (printed by the JDK)
+        event("u", after={"id": 3, "tags": ["b68a35a7-17ad-35b3-af2a-ae46edb4545a"]}),
+    ], columns=ARRAYS)
+    assert table.column(CARRY_COLUMN).to_pylist()[0] == ["tags", "n", "prices", "days", "blobs"]
+    assert table.column(CARRY_COLUMN).to_pylist()[2] == ["tags"]
+    assert table.column("seen").to_pylist()[0] is not None
+    # a list that only starts like the placeholder is a value
+    assert table.column(CARRY_COLUMN).to_pylist()[1] is None and reasons(table)[1] is None
+    assert table.column("tags").to_pylist()[1] == [PLACEHOLDER, "more"]

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from icebergsync import crd, generate, resource_status
-from icebergsync.spec import IcebergSyncSpec
+from icebergsync.spec import SCHEMA_REQUIRED_MESSAGE, IcebergSyncSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,7 +111,7 @@ def test_cel_rules_cover_cross_field_checks() -> None:
     messages = {rule["message"] for _, node in _walk(spec) for rule in node.get("x-kubernetes-validations", [])}
     assert {
         "exactly one of generator, files, kafka must be set",
-        "schema is required for the files and kafka sources",
+        SCHEMA_REQUIRED_MESSAGE,
         "deadLetter.table must differ from table.name",
         "interval must be greater than zero",
         "bucket and truncate need a width of at least 1",

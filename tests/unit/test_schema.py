@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from pyiceberg.types import DecimalType, DoubleType, LongType, StringType
+from pyiceberg.schema import Schema
+from pyiceberg.types import DecimalType, DoubleType, IntegerType, ListType, LongType, NestedField, StringType
 
 from icebergsync.errors import IncompatibleSchemaError
-from icebergsync.schema import iceberg_schema, plan_evolution
+from icebergsync.schema import iceberg_schema, plan_evolution, spark_ddl, spark_type
 from icebergsync.spec import Column
 
 BASE = [
@@ -62,3 +65,37 @@ def test_incompatible_changes_are_named(columns: list[Column], message: str) -> 
         plan_evolution(iceberg_schema(BASE), columns, "demo.t")
     assert message in str(caught.value)
     assert "demo.t" in str(caught.value)
+
+
+ARRAYS = [Column(name="id", type="long", required=True), Column(name="tags", type="array<string>"),
+          Column(name="n", type="array<int>"), Column(name="prices", type="array< decimal(8, 2) >")]
+
+
+def test_array_columns_are_lists_of_optional_elements_with_ids_after_the_top_level_ones() -> None:
+    schema = iceberg_schema(ARRAYS)
+    assert [(f.field_id, f.name) for f in schema.fields] == [(1, "id"), (2, "tags"), (3, "n"), (4, "prices")]
+    lists = [schema.find_field(name).field_type for name in ("tags", "n", "prices")]
+    assert lists == [ListType(5, StringType(), element_required=False), ListType(6, IntegerType(), False),
+                     ListType(7, DecimalType(8, 2), False)]
+    assert spark_ddl(ARRAYS) == "`id` bigint, `tags` array<string>, `n` array<int>, `prices` array<decimal(8,2)>"
+    assert spark_type("array<timestamp>") == "array<timestamp_ntz>"
+    assert plan_evolution(schema, ARRAYS, "t") == []
+
+
+def test_array_columns_evolve_by_their_elements() -> None:
+    """An array is added whole; its element widens (the change names ``<column>.element``, whatever its field id)."""
+    table = iceberg_schema(ARRAYS[:3])
+    evolved = [ARRAYS[0], ARRAYS[1], Column(name="n", type="array<long>"), ARRAYS[3]]
+    changes = {(c.kind, c.column): c.new_type for c in plan_evolution(table, evolved, "t")}
+    assert changes == {("widen", "n.element"): LongType(), ("add", "prices"): ListType(0, DecimalType(8, 2), False)}
+    followed = plan_evolution(iceberg_schema(evolved), ARRAYS, "t", followed=True)  # the table is wider already
+    assert followed == []
+    required_elements = Schema(NestedField(1, "id", LongType(), required=True),
+                               NestedField(2, "n", ListType(9, IntegerType(), element_required=True)))
+    assert {(c.kind, c.column): c.new_type for c in plan_evolution(required_elements, ARRAYS[:1] + ARRAYS[2:3], "t")} \
+        == {("make-optional", "n.element"): None}
+    for narrowed, message in [(Column(name="n", type="array<string>"), "list<int> cannot change to list<string>"),
+                              (Column(name="n", type="int"), "list<int> cannot change to int"),
+                              (Column(name="tags", type="string"), "list<string> cannot change to string")]:
+        with pytest.raises(IncompatibleSchemaError, match=re.escape(message)):
+            plan_evolution(table, [ARRAYS[0], narrowed], "t")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from pyiceberg.schema import Schema
-from pyiceberg.types import DecimalType, LongType, NestedField, StringType, TimeType
+from pyiceberg.types import DecimalType, ListType, LongType, NestedField, StringType, TimeType
 
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.schema import SchemaChange, iceberg_schema, plan_evolution
@@ -48,6 +48,11 @@ def connect(name: str, kind: str, logical: str | None = None, **parameters: str)
     (connect("a", "string", "io.debezium.data.Uuid"), "string"),
     (connect("a", "string", "io.debezium.data.Json"), "string"),
     (connect("a", "string", "io.debezium.data.Enum"), "string"),
+    ({**connect("a", "array"), "items": {"type": "string", "optional": True}}, "array<string>"),
+    ({**connect("a", "array"), "items": {"type": "int32", "name": "io.debezium.time.Date"}}, "array<date>"),
+    ({**connect("a", "array"), "items": {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+                                         "parameters": {"scale": "2", "connect.decimal.precision": "8"}}},
+     "array<decimal(8,2)>"),
 ])
 def test_connect_types_map_to_iceberg_types(schema: dict[str, Any], expected: str) -> None:
     assert iceberg_type_name(schema) == (expected, "")
@@ -58,6 +63,10 @@ def test_connect_types_map_to_iceberg_types(schema: dict[str, Any], expected: st
     (connect("a", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2", **{"connect.decimal.precision": "40"}),
      "beyond Iceberg's decimal(38,s)"),
     (connect("a", "array"), "'array'"),
+    ({**connect("a", "array"), "items": {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"}},
+     "an array whose elements have no column type here (a numeric without a fixed scale"),
+    ({**connect("a", "array"), "items": {"type": "array", "items": {"type": "int32"}}}, "(arrays of arrays)"),
+    ({**connect("a", "array"), "items": {"type": "map"}}, "(Connect type 'map' has no"),
 ])
 def test_types_without_an_iceberg_column_say_why(schema: dict[str, Any], why: str) -> None:
     type_name, reason = iceberg_type_name(schema)
@@ -70,6 +79,10 @@ def test_types_without_an_iceberg_column_say_why(schema: dict[str, Any], why: st
     ("decimal(10,2)", "decimal(10,3)", Fit.INCOMPATIBLE), ("int", "string", Fit.INCOMPATIBLE),
     ("string", "long", Fit.INCOMPATIBLE), ("long", "double", Fit.INCOMPATIBLE), ("binary", "string", Fit.INCOMPATIBLE),
     ("timestamptz", "timestamp", Fit.FITS), ("decimal(38,18)", "string", Fit.FITS), ("long", "timestamp", Fit.FITS),
+    ("array<int>", "array<int>", Fit.FITS), ("array<int>", "array<long>", Fit.WIDEN),
+    ("array<long>", "array<int>", Fit.FITS), ("array<int>", "array<string>", Fit.INCOMPATIBLE),
+    ("array<string>", "string", Fit.INCOMPATIBLE), ("string", "array<string>", Fit.INCOMPATIBLE),
+    ("array<decimal(8,2)>", "array<decimal(10,2)>", Fit.WIDEN),
 ])
 def test_a_source_type_fits_widens_or_is_incompatible(column: str, source: str, fit: Fit) -> None:
     assert classify(column, source) is fit
@@ -133,6 +146,16 @@ def test_drift_becomes_schema_changes_or_an_error_naming_table_and_columns() -> 
                        "sales.orders")
 
 
+def test_an_arrays_element_widens_as_the_element_column() -> None:
+    """A Connect array whose items widen becomes a change of ``<column>.element`` (what Iceberg updates)."""
+    fields = [connect("id", "int64"), {**connect("tags", "array"), "items": {"type": "int64"}}]
+    drift = observe(fields, {"id": "long", "tags": "array<int>"}, frozenset({"id"}), frozenset({"id"}), whole_row=True)
+    assert drift.widens == {"tags": "array<long>"}
+    assert schema_changes(drift, "t") == [SchemaChange("widen", "tags.element", LongType())]
+    with pytest.raises(IncompatibleSchemaError, match="key column 'tags' is array<string>; a key column cannot"):
+        new_table_columns(SchemaDrift(adds={"tags": "array<string>"}), "t", ["tags"])
+
+
 def test_a_new_tables_columns_come_from_its_first_records_with_the_key_required() -> None:
     drift = SchemaDrift(adds={"id": "long", "note": "string"})
     assert new_table_columns(drift, "t", ["id"]) == [Column(name="id", type="long", required=True),
@@ -147,6 +170,10 @@ def test_a_tables_columns_as_spec_columns() -> None:
     """Another engine's optional column of a type the sync does not write stays null in the sync's rows;
     a required one stops the sync, naming it."""
     assert table_columns(iceberg_schema(COLUMNS), "t") == COLUMNS
+    arrays = [*COLUMNS, Column(name="tags", type="array<string>"), Column(name="p", type="array<decimal(8,2)>")]
+    assert table_columns(iceberg_schema(arrays), "t") == arrays
+    required_elements = NestedField(98, "ids", ListType(97, LongType(), element_required=True), required=False)
+    assert table_columns(Schema(*iceberg_schema(COLUMNS).fields, required_elements), "t") == COLUMNS
     foreign = Schema(*iceberg_schema(COLUMNS).fields, NestedField(99, "at", TimeType(), required=False))
     assert table_columns(foreign, "t") == COLUMNS
     with pytest.raises(IncompatibleSchemaError,

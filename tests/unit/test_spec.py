@@ -187,7 +187,7 @@ def test_key_columns_are_required_columns_of_the_schema() -> None:
     assert problems == [
         "spec.table.key[1]: column 'nope' is not in the schema",
         "spec.table.key[2]: column 'name' must be required (a key column is never null)",
-        "spec.table.key[3]: column 'score' is double; a key column cannot be float or double",
+        "spec.table.key[3]: column 'score' is double; a key column cannot be float, double or an array",
         "spec.table.key[4]: column 'id' is listed twice",
     ]
 
@@ -266,3 +266,23 @@ def test_maintenance_problems_are_refused_at_their_path() -> None:
         "spec.maintenance.removeOrphans: every must be greater than zero"]
     assert problems_of(with_spec(maintenance={"expireSnapshots": {"every": "0ms"}})) == [
         "spec.maintenance.expireSnapshots: every must be greater than zero"]
+
+
+def test_array_columns_of_primitives_and_where_they_are_refused() -> None:
+    schema = [{"name": "id", "type": "long", "required": True}, {"name": "tags", "type": "array<string>", "required": True},
+              {"name": "prices", "type": "array<decimal(8, 2)>"}, {"name": "days", "type": "array< date >"}]
+    spec = parse_spec(with_spec(source={"files": {"path": "/in"}}, schema=schema, table={"name": "a.b"})).spec
+    assert [column.type for column in spec.schema_] == ["long", "array<string>", "array<decimal(8, 2)>", "array< date >"]
+    for bad in ("array<array<int>>", "array<>", "array<uuid>", "list<int>", "array<int"):
+        problems = problems_of(with_spec(source={"files": {"path": "/in"}}, table={"name": "a.b"},
+                                         schema=[{"name": "x", "type": bad}]))
+        assert [p.split(":")[0] for p in problems] == ["spec.schema[0].type"], (bad, problems)
+    refused = problems_of(with_spec(source={"files": {"path": "/in", "format": "csv"}}, schema=schema,
+                                    eventTimeColumn="days", changes={"format": "upsert"},
+                                    table={"name": "a.b", "key": ["tags"], "partitionBy": ["truncate(4, tags)"]}))
+    assert "spec.table.key[0]: column 'tags' is array<string>; a key column cannot be float, double or an array" \
+        in refused
+    assert "spec.table.partitionBy[0]: column 'tags' is array<string>; an array column cannot be a partition source" \
+        in refused
+    assert "spec.eventTimeColumn: column 'days' is array< date >; an event time is a date or timestamp" in refused
+    assert any(p.startswith("spec.schema: array column(s) tags, prices, days need JSON or Parquet") for p in refused)

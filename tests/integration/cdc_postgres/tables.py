@@ -13,6 +13,7 @@ Values are compared after a type-aware normalization, the same for PostgreSQL's 
   or, where the variant maps it to ``timestamptz`` (wall time written as UTC), µs since the epoch of the
   wall time taken as UTC;
 * ``time``: µs since midnight (a ``long`` column) or the time parsed from Debezium's ISO text;
+* arrays: their elements normalized as above (NULL elements stay);
 * ``uuid``: lower-case text; ``json``/``jsonb``: the parsed JSON value (PostgreSQL keeps json's text
   and reformats jsonb's; Debezium sends the text); ``bytea``: the bytes.
 """
@@ -83,12 +84,19 @@ TABLES = [CUSTOMERS, ORDER_LINES, DEVICES]
 # __debezium_unavailable_value for it, and the sync keeps the stored value (docs/connectors.md,
 # "Unchanged TOASTed values"). Its primary keys never change (with DEFAULT that needs FULL: "Primary-key updates").
 DOCUMENTS = SourceTable("documents", [("id", "bigint"), ("rev", "integer"), ("body", "text")], ["id"])
+# Arrays (Debezium's Connect ARRAY): NULL elements, empty and NULL arrays, and, under REPLICA IDENTITY DEFAULT,
+# large TOASTed arrays that most updates leave untouched (Debezium then sends its array placeholder).
+COLLECTIONS = SourceTable("collections", [
+    ("id", "bigint"), ("rev", "integer"), ("tags", "text[]"), ("scores", "integer[]"), ("prices", "numeric(8,2)[]"),
+    ("days", "date[]"), ("counts", "bigint[]")], ["id"])
 
 UNSCALED_NUMERIC = "decimal(38,18)"  # an unconstrained numeric: the workload's values fit 20.18 digits
 
 
 def spec_type(pg_type: str, variant: Variant) -> str:
     """The spec column type a PostgreSQL type maps to under a Debezium variant."""
+    if pg_type.endswith("[]"):
+        return f"array<{spec_type(pg_type[:-2], variant)}>"
     if pg_type.startswith("numeric("):
         return "decimal" + pg_type[len("numeric"):]
     if pg_type.startswith("varchar"):
@@ -110,6 +118,8 @@ def _normal(pg_type: str, spec: str, value: Any) -> Any:
     """A PostgreSQL value (as psycopg2 returns it) in the comparable form."""
     if value is None:
         return None
+    if pg_type.endswith("[]"):
+        return [_normal(pg_type[:-2], spec[len("array<"):-1], item) for item in value]
     if pg_type == "real":
         return float(np.float32(value))
     if pg_type == "timestamptz" or (pg_type == "timestamp" and spec == "timestamptz"):
@@ -125,6 +135,8 @@ def _spark_normal(pg_type: str, spec: str, value: Any) -> Any:
     """A value as Spark returns it (timestamptz columns selected as ``unix_micros``) in the comparable form."""
     if value is None:
         return None
+    if pg_type.endswith("[]"):
+        return [_spark_normal(pg_type[:-2], spec[len("array<"):-1], item) for item in value]
     if pg_type == "real":
         return float(np.float32(value))
     if pg_type == "time":
