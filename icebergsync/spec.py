@@ -299,8 +299,8 @@ class Compaction(Model):
     )
     max_extra_files_percent: int = Field(
         default=25, ge=0, description="Also compact every partition with small data files to pack as soon as, across "
-        "the table, the data files packing them would save exceed this percentage of the data files it would leave "
-        "(a scan's cost grows with the files it opens; 0: per partition only).",
+        "the table, the data files packing them would save are at least minInputFiles and exceed this percentage of "
+        "the data files it would leave (a scan's cost grows with the files it opens; 0: per partition only).",
     )
 
 

@@ -144,12 +144,13 @@ def _position_deletes_by_data_file(data: Sequence[LiveFile], positions: Sequence
 
 def _over_budget(small_files: Iterable[list[LiveFile]], data_files: int, thresholds: Thresholds) -> bool:
     """Whether the data files packing every partition's ``small_files`` would save exceed the read-cost budget
-    (``extra_files_share`` of the ``data_files`` it would leave)."""
+    (``extra_files_share`` of the ``data_files`` it would leave) and number at least ``min_input_files``: a
+    table of a few files is not rewritten for one more (each such rewrite would copy its small files again)."""
     if thresholds.extra_files_share is None:
         return False
     extra = sum(len(small) - len(first_fit_decreasing(small, _size, thresholds.target_file_bytes, _path))
                 for small in small_files)
-    return extra > 0 and extra > thresholds.extra_files_share * (data_files - extra)
+    return extra >= max(1, thresholds.min_input_files) and extra > thresholds.extra_files_share * (data_files - extra)
 
 
 def _candidate_bins(data: Sequence[LiveFile], due: set[str], pinned: set[str], thresholds: Thresholds) -> list[list[LiveFile]]:

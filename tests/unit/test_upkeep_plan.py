@@ -188,13 +188,17 @@ def test_bounds_take_deletes_first_oldest_first_and_always_one_group() -> None:
 
 def test_the_read_cost_budget_compacts_every_partition_once_the_files_to_save_exceed_their_share() -> None:
     """One new small file in each of many partitions never reaches minInputFiles anywhere; the table-wide budget
-    (files packing would save against the files it would leave) compacts them all at once."""
-    fresh = [data(f"old{day}", 300, day) for day in range(8)]
+    (files packing would save against the files it would leave, at least minInputFiles of them) compacts them
+    all at once."""
+    fresh = [data(f"old{day}", 300, day) for day in range(16)]
     budget = dataclasses.replace(DEFAULTS, extra_files_share=0.25)
-    two = [*fresh, data("new0", 50, 0), data("new1", 50, 1)]
-    assert plan(two, budget) is None  # 2 files to save against 8 left: within 25 %
-    three = [*two, data("new2", 50, 2)]
-    assert groups(plan(three, budget)) == [["new0", "old0"], ["new1", "old1"], ["new2", "old2"]]
-    assert plan(three) is None  # without the budget: per partition only
+    four = [*fresh, *(data(f"new{day}", 50, day) for day in range(4))]
+    assert plan(four, budget) is None  # 4 files to save against 16 left: within 25 %
+    five = [*fresh, *(data(f"new{day}", 50, day) for day in range(5))]
+    assert groups(plan(five, budget)) == [[f"new{day}", f"old{day}"] for day in range(5)]
+    assert plan(five) is None  # without the budget: per partition only
+    # A small table is not rewritten for one more file: fewer than minInputFiles to save, whatever the share.
+    small = [data("old0", 300, 0), data("old1", 300, 1), *(data(f"new{day}", 50, day) for day in range(2))]
+    assert plan(small, budget) is None
     full = [data(f"full{day}", 900, day) for day in range(3)]
     assert plan([*full, *(data(f"n{day}", 50, day) for day in range(3))], budget) is None  # nothing small to pack with
