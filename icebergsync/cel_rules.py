@@ -17,6 +17,11 @@ from icebergsync.spec import (
     REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE,
     SCHEMA_REQUIRED_MESSAGE,
     SOURCE_KINDS,
+    DEAD_LETTER_TEMPLATE_MESSAGE,
+    TABLES_NEED_TEMPLATE_MESSAGE,
+    TEMPLATE_NEEDS_KAFKA_MESSAGE,
+    TOPIC_OR_PATTERN_MESSAGE,
+    TABLE_NAME_PATTERN,
     ZERO_WIDTH_PATTERN,
 )
 from icebergsync.units import SIZE_UNITS
@@ -58,6 +63,22 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "deadLetter.table must differ from table.name",
         },
         {
+            # a table name holds '{' only as a field of a template (the name's pattern)
+            "rule": "!self.table.name.contains('{') || has(self.source.kafka)",
+            "fieldPath": ".table.name",
+            "message": TEMPLATE_NEEDS_KAFKA_MESSAGE,
+        },
+        {
+            "rule": "!has(self.deadLetter) || self.deadLetter.table.contains('{') == self.table.name.contains('{')",
+            "fieldPath": ".deadLetter.table",
+            "message": DEAD_LETTER_TEMPLATE_MESSAGE,
+        },
+        {
+            "rule": "!has(self.tables) || size(self.tables) == 0 || self.table.name.contains('{')",
+            "fieldPath": ".tables",
+            "message": TABLES_NEED_TEMPLATE_MESSAGE,
+        },
+        {
             "rule": "!has(self.changes) || (has(self.table.key) && size(self.table.key) > 0)",
             "fieldPath": ".changes",
             "message": CHANGES_NEED_KEY_MESSAGE,
@@ -89,6 +110,13 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "rule": " + ".join(f"(has(self.{kind}) ? 1 : 0)" for kind in SOURCE_KINDS) + " == 1",
             "message": EXACTLY_ONE_SOURCE_MESSAGE,
         }
+    ],
+    "spec.tables": [
+        {"rule": f"self.all(name, size(name) <= 512 && name.matches({_cel_string(TABLE_NAME_PATTERN)}))",
+         "message": "each key of tables is a table name, namespace.table"},
+    ],
+    "spec.source.kafka": [
+        {"rule": "has(self.topic) != has(self.topicPattern)", "message": TOPIC_OR_PATTERN_MESSAGE},
     ],
     "spec.table": [
         {"rule": "!(has(self.catalog) && has(self.catalogRef))", "message": CATALOG_OR_REF_MESSAGE},

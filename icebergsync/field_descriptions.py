@@ -69,7 +69,7 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.maintenance.removeOrphans.enabled": "Delete earlier attempts' unreferenced staged files periodically "
     "(a new attempt always deletes them once at start-up).",
     "spec.deadLetter": "Where records that cannot be decoded go.",
-    "spec.deadLetter.table": "Dead-letter table (namespace.table); must differ from table.name.",
+    "spec.deadLetter.table": "Dead-letter table (namespace.table); must differ from table.name. With a table.name template, a template too (e.g. lake.{1}_dead_letters): one dead-letter table per table.",
     "spec.spark": "How the Spark job runs.",
     "spec.spark.image": "Container image; defaults to the operator's configured image.",
     "spec.spark.serviceAccount": "Service account of the driver pod.",

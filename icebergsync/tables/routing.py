@@ -17,6 +17,23 @@ _FIELD = re.compile(r"\{(topic|[1-9][0-9]*)\}")
 _NOT_IN_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 
 
+def is_template(name: str) -> bool:
+    """True when a table name holds a field (``{topic}``, ``{1}``, …): one table per stream."""
+    return _FIELD.search(name) is not None
+
+
+def template_fields(name: str) -> list[str]:
+    """The fields a table-name template names, in order (``topic``, ``1``, …)."""
+    return _FIELD.findall(name)
+
+
+def template_matcher(template: str) -> re.Pattern[str]:
+    """What the names ``template`` gives look like: its text, each field any identifier part."""
+    parts = _FIELD.split(template)
+    return re.compile("".join(re.escape(text) if index % 2 == 0 else "[A-Za-z0-9_]+"
+                              for index, text in enumerate(parts)))
+
+
 def identifier_part(text: str) -> str:
     """``text`` as a part of a table identifier: every character but letters, digits and ``_`` becomes ``_``,
     and a leading digit gets a ``_`` before it."""
