@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
-COMMIT_LINE = re.compile(r"\bcommit sink=\S+ version=\d+ snapshot=\d+ records=(\d+)")
-FENCE_LINE = re.compile(r" fenced the table; resuming from ")
+COMMIT_LINE = re.compile(r"\bcommit sink=\S+ version=\d+ table=\S+ snapshot=\d+ records=(\d+)")
+FENCE_LINE = re.compile(r" fenced \S+; resuming it from ")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
 

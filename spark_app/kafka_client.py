@@ -329,6 +329,24 @@ class OffsetLookup:
                 found.extend((topic, int(p)) for p in meta.partitions)
         return sorted(found)
 
+    def matching_partitions(self, pattern: re.Pattern[str]) -> list[tuple[str, int]]:
+        """The partitions of every topic whose whole name ``pattern`` matches (Kafka's internal topics, named
+        ``__…``, never), from one listing of the cluster's topics."""
+        admin = self._open()
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                metadata = admin.list_topics(timeout=min(5.0, max(0.1, deadline - time.monotonic())))
+                break
+            except Exception:
+                admin.poll(0)
+                self._errors.check(f"listing topics at {self.settings.bootstrap_servers}")
+                if time.monotonic() >= deadline:
+                    raise
+        return sorted((name, int(p)) for name, meta in metadata.topics.items()
+                      if meta.error is None and not name.startswith("__") and pattern.fullmatch(name)
+                      for p in meta.partitions)
+
     def offsets(self, partitions: list[tuple[str, int]]) -> tuple[Offsets, Offsets]:
         """(earliest, latest) offset of each partition."""
         from confluent_kafka import IsolationLevel, TopicPartition

@@ -149,7 +149,7 @@ class Maintainer:
 
     def __init__(self, settings: Maintenance, committer: SinkCommitter, catalog: Catalog, identifier: str,
                  target_file_bytes: int, spark: Callable[[], SparkSession] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, totals: UpkeepTotals | None = None):
         self.settings = settings
         self.committer = committer
         self.catalog = catalog
@@ -161,7 +161,7 @@ class Maintainer:
         self._last_deletes = self._last_expiry = self._last_orphans = clock()
         self._manifests: dict[str, list[LiveFile]] = {}
         self._references = PositionReferences()
-        self.totals = UpkeepTotals()
+        self.totals = totals if totals is not None else UpkeepTotals()  # shared by the lanes of a sync
 
     def after_commit(self) -> None:
         """Called by the job loop after each data commit: run what the table's state (and ``every``) makes due.

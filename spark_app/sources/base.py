@@ -88,6 +88,19 @@ class Source(ABC):
         """The columns of the source's records: what ``spec.transform`` sees as the view ``source``."""
         return list(self.spec.schema_)
 
+    def stream_of(self, unit: WorkUnit) -> str | None:
+        """The stream ``unit`` reads (a Kafka topic), which names its table in a sync of many; None for a source
+        that is one stream."""
+        return None
+
+    def streams(self) -> list[str]:
+        """The streams the source has now (Kafka: its topics, those of ``topicPattern`` listed again)."""
+        return []
+
+    def restricted(self, pending: Pending, owns: Callable[[str], bool]) -> Pending:
+        """``pending`` as one table of a sync of many sees it: the lag and notes of the streams it ``owns``."""
+        return pending
+
     def trigger_notes(self, pending: Pending, stats: UnitStats) -> dict[str, Any] | None:
         """The commit's ``icebergsync.source-notes``: the planning notes and what reading the units counted."""
         notes = {**(pending.notes or {}), **stats.counters}

@@ -36,6 +36,7 @@ Offsets and partitions are looked up on the driver with the same client (an Admi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -173,7 +174,7 @@ class KafkaSource(Source):
         settings = self.spec.source.kafka
         assert settings is not None
         self.settings = settings
-        self.topics = [settings.topic] if isinstance(settings.topic, str) else list(settings.topic)
+        self.topics = ([settings.topic] if isinstance(settings.topic, str) else list(settings.topic or []))
         self.options = source_options(settings.bootstrap_servers, settings.options, read_secret(settings.secret_ref),
                                       "spec.source.kafka.options")
         self.lookup = OffsetLookup(self.options.client)
@@ -183,6 +184,10 @@ class KafkaSource(Source):
     # -- planning -------------------------------------------------------------------------------
 
     def _partitions(self) -> list[tuple[str, int]]:
+        if self.settings.pattern is not None:  # listed again at every poll: a topic created later is read too
+            partitions = self.lookup.matching_partitions(self.settings.pattern)
+            self.topics = sorted({topic for topic, _ in partitions})
+            return partitions
         partitions = self.lookup.partitions(self.topics)
         for topic in self.topics:
             if not any(t == topic for t, _ in partitions) and topic not in self._missing_topics_reported:
@@ -283,6 +288,29 @@ class KafkaSource(Source):
             starts=starts,
             full=records >= limit,
         )
+
+    def streams(self) -> list[str]:
+        self._partitions()
+        return list(self.topics)
+
+    def stream_of(self, unit: WorkUnit) -> str:
+        assert isinstance(unit, KafkaUnit)
+        return unit.topic
+
+    def restricted(self, pending: Pending, owns: Callable[[str], bool]) -> Pending:
+        lag = pending.lag
+        if lag is not None:
+            partitions = {topic: parts for topic, parts in lag["partitions"].items() if owns(topic)}
+            lag = {"records": sum(max(0, n) for parts in partitions.values() for n in parts.values()),
+                   "partitions": partitions}
+        notes = dict(pending.notes or {})
+        for name in ("lost-offsets", "frontier-beyond-end"):
+            if name in notes:
+                notes[name] = {topic: parts for topic, parts in notes[name].items() if owns(topic)} or None
+        if "lost-records" in notes:
+            lost = notes.get("lost-offsets") or {}
+            notes["lost-records"] = sum(b - a for parts in lost.values() for a, b in parts.values())
+        return dataclasses.replace(pending, lag=lag, notes={k: v for k, v in notes.items() if v} or None)
 
     # -- planning units ---------------------------------------------------------------------------
 

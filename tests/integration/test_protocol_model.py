@@ -87,8 +87,8 @@ from spark_app import committer as committer_module
 from spark_app.committer import MaintenanceConflictError, TriggerOutput
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.iceberg_internals import live_files
-from spark_app.job import table_plan
 from spark_app.maintenance import Maintainer
+from spark_app.writer import table_plan
 from tests.integration.committer_support import SCHEMA, dead_letter_rows, open_catalog, stage_rows
 from tests.integration.protocol_model.judging import examples, judge
 from tests.integration.protocol_model.keyed import (
