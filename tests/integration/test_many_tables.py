@@ -106,3 +106,29 @@ def test_restarts_and_upgrades_resume_each_table_from_its_own_frontier(
         commits = sink_commits(catalog.load_table(f"shop.{name}"), SINK)
         assert {topic for c in commits if c.frontier for topic in c.frontier} == {f"{prefix}.{name}"}
         assert commits[-1].writer.version == newest, name
+
+
+def test_each_table_has_its_own_dead_letters_and_settings(
+        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker) -> None:
+    prefix = f"db{uuid.uuid4().hex[:6]}"
+    _topics(kafka_broker, prefix, ["good", "mixed"], partitions=1)
+    produce_orders(kafka_broker, f"{prefix}.good", range(30))
+    produce_orders(kafka_broker, f"{prefix}.mixed", range(20))
+    kafka_broker.produce(f"{prefix}.mixed", [("k", "{broken", 0), ("k", '{"id": "x"}', 0)])
+    sync = parse_spec(_document(tmp_path, kafka_broker, prefix, deadLetter={"table": "shop.{1}_dlq"},
+                                tables={"shop.mixed": {"partitionBy": ["bucket(4, id)"],
+                                                       "properties": {"comment": "mixed"}}}))
+    catalog = catalog_of(sync)
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(lambda: all(_committed(catalog, f"shop.{n}", f"{prefix}.{n}", kafka_broker)
+                                       for n in ("good", "mixed")), "both topics committed")
+    assert table_ids(catalog.load_table("shop.good")) == list(range(30))
+    assert table_ids(catalog.load_table("shop.mixed")) == list(range(20))
+    dead = catalog.load_table("shop.mixed_dlq").scan().to_arrow()
+    assert dead.num_rows == 2
+    assert ("shop", "good_dlq") in catalog.list_tables("shop") and \
+        catalog.load_table("shop.good_dlq").scan().to_arrow().num_rows == 0
+    mixed = catalog.load_table("shop.mixed")
+    assert [str(f.transform) for f in mixed.spec().fields] == ["bucket[4]"]
+    assert mixed.metadata.properties["comment"] == "mixed"
+    assert not catalog.load_table("shop.good").spec().fields
