@@ -31,6 +31,8 @@ PRINTER_COLUMNS = [
     {"name": "Last Commit", "type": "date", "jsonPath": ".status.lastCommit.committedAt",
      "description": "Time of the newest snapshot this sink committed."},
     {"name": "Lag", "type": "string", "jsonPath": ".status.lag", "description": "Source backlog."},
+    {"name": "Tables", "type": "integer", "jsonPath": ".status.tables.count", "priority": 1,
+     "description": "Tables of a sync of many tables (kubectl get -o wide)."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

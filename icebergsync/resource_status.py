@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 PHASES = ("Pending", "Running", "Suspended", "Degraded", "Failed", "Completed")
-CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "AtomicCuts")
+CONDITION_TYPES = ("Ready", "Reconciling", "Stalled")
+SYNC_CONDITION_TYPES = (*CONDITION_TYPES, "AtomicCuts")
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 
@@ -24,13 +25,20 @@ class StatusModel(BaseModel):
 class Condition(StatusModel):
     """A kstatus-style condition."""
 
-    type: Literal["Ready", "Reconciling", "Stalled", "AtomicCuts"] = Field(
-        description="Ready, Reconciling or Stalled; AtomicCuts for a sync of many tables.")
+    type: Literal["Ready", "Reconciling", "Stalled"] = Field(description="Ready, Reconciling or Stalled.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(pattern=r"^[A-Z][A-Za-z0-9]*$", description="One CamelCase word saying why.")
     message: str = Field(default="", description="Human-readable details.")
     last_transition_time: Timestamp = Field(description="When status last changed.")
     observed_generation: int | None = Field(default=None, description="Generation the condition is about.")
+
+
+class SyncCondition(Condition):
+    """A condition of an IcebergSync: kstatus's three, and AtomicCuts for a sync of many tables."""
+
+    type: Literal["Ready", "Reconciling", "Stalled", "AtomicCuts"] = Field(  # type: ignore[assignment]
+        description="Ready, Reconciling or Stalled; AtomicCuts (a sync of many tables): whether the catalog commits "
+        "the tables of one trigger atomically.")
 
 
 class LastCommit(StatusModel):
@@ -96,5 +104,5 @@ class SyncStatus(StatusModel):
     tables: TablesStatus | None = Field(default=None, description="A sync of many tables (table.name a template): "
                                         "its tables; lastCommit is then the newest commit of any of them, lag "
                                         "the sum of their backlogs.")
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, Reconciling, Stalled; and "
+    conditions: list[SyncCondition] = Field(default_factory=list, description="Ready, Reconciling, Stalled; and "
                                         "AtomicCuts for a sync of many tables.")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.catalog import Catalog as PyIcebergCatalog
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table.metadata import TableMetadata
 
 from icebergsync import protocol
@@ -104,6 +105,23 @@ def read_lanes(template: str, names: Iterable[str], read: Callable[[str], TableM
         elif isinstance(found, OtherSinkTable):
             others.append(found)
     return Lanes(tuple(states), tuple(others), max(0, len(matched) - limit))
+
+
+def read_catalog_lanes(catalog: PyIcebergCatalog, template: str, sink_id: str, now: float | None = None) -> Lanes:
+    """``read_lanes`` through a pyiceberg catalog: its ``list_tables`` of the template's namespace (none when the
+    namespace does not exist yet), then ``load_table`` of each matching one."""
+    try:
+        identifiers = catalog.list_tables(namespace_of(template))[:MAX_LISTED_ROWS]
+    except NoSuchNamespaceError:
+        return Lanes()
+
+    def read(name: str) -> TableMetadata | None:
+        try:
+            return catalog.load_table(name).metadata
+        except NoSuchTableError:  # dropped since it was listed
+            return None
+
+    return read_lanes(template, [".".join(identifier) for identifier in identifiers], read, sink_id, now)
 
 
 def backlog(state: SinkState) -> float | None:

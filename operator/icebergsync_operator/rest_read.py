@@ -5,13 +5,12 @@ from __future__ import annotations
 import requests
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.rest.auth import AuthManagerAdapter
-from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import EMPTY_DICT, Properties
 
 from icebergsync import spec as model
-from icebergsync.tables.status import MAX_LISTED_ROWS, Lanes, namespace_of, read_lanes
+from icebergsync.tables.status import Lanes, read_catalog_lanes
 from icebergsync_operator.bounded_http import bounded_session
 from icebergsync_operator.catalog_access import (
     CatalogAccessError,
@@ -88,13 +87,4 @@ def read_rest_lanes(catalog: model.Catalog, properties: dict[str, str], template
                     deadline: Deadline, settings: OperatorSettings) -> Lanes:
     """The tables of a sync of many tables: ``GET /v1/namespaces/{ns}/tables`` (every page, each answer bounded),
     then each one the template names loaded (all within ``deadline``, at most ``MAX_READ`` tables)."""
-    rest = open_rest_catalog(catalog, properties, deadline, settings)
-    names = [".".join(identifier) for identifier in rest.list_tables(namespace_of(template))[:MAX_LISTED_ROWS]]
-
-    def read(name: str) -> TableMetadata | None:
-        try:
-            return rest.load_table(name).metadata
-        except NoSuchTableError:  # dropped since it was listed
-            return None
-
-    return read_lanes(template, names, read, sink_id)
+    return read_catalog_lanes(open_rest_catalog(catalog, properties, deadline, settings), template, sink_id)

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from icebergsync.protocol import encode_json
-from icebergsync.resource_status import Condition, LastCommit, SyncStatus
+from icebergsync.resource_status import LastCommit, SyncCondition, SyncStatus
 from icebergsync.sink_state import SinkState
 from icebergsync.tables.cuts import CutSupport
 from icebergsync.tables.status import Lanes, cut_text, tables_status, total_backlog
@@ -89,12 +89,12 @@ def parse_status(raw: Mapping[str, Any] | None) -> SyncStatus:
         return SyncStatus()
 
 
-def condition(status: SyncStatus, kind: str) -> Condition | None:
+def condition(status: SyncStatus, kind: str) -> SyncCondition | None:
     return next((item for item in status.conditions if item.type == kind), None)
 
 
 def conditions(previous: SyncStatus, assessment: Assessment, generation: int, now: datetime,
-               cuts: CutSupport | None = None) -> list[Condition]:
+               cuts: CutSupport | None = None) -> list[SyncCondition]:
     """The new conditions (``AtomicCuts`` too for a sync of many tables, whose ``cuts`` are given);
     lastTransitionTime only moves when a condition's status changes."""
     verdicts = [("Ready", assessment.ready), ("Reconciling", assessment.reconciling), ("Stalled", assessment.stalled)]
@@ -104,7 +104,7 @@ def conditions(previous: SyncStatus, assessment: Assessment, generation: int, no
     for kind, verdict in verdicts:
         before = condition(previous, kind)
         moved = before is None or before.status != verdict.status
-        result.append(Condition(
+        result.append(SyncCondition(
             type=kind,  # type: ignore[arg-type]
             status=verdict.status,  # type: ignore[arg-type]
             reason=verdict.reason,
