@@ -2,14 +2,16 @@
 
 A sync whose ``table.name`` is a template keeps no list of its tables: they are the tables of the template's
 namespace whose names the template matches and that hold the sink's checkpoint property (a table is created,
-and checkpointed, with its first records). The dead-letter tables of the sync hold that checkpoint too; they
-are told apart by the field only their checkpoint has (``protocol.MAIN_SNAPSHOT_ID``). Both the ``icebergsync status`` command and the operator read the tables through ``read_lanes`` with
-their own listing and reading, and summarize them with ``tables_status``.
+and checkpointed, with its first records). The sync's dead-letter tables hold that checkpoint too; they are
+told apart by the field only their checkpoint has (``protocol.MAIN_SNAPSHOT_ID``). A table the template matches
+that another sink wrote last, and this one never, is reported apart (``OtherSinkTable``).
+
+The ``icebergsync status`` command and the operator read the tables through ``read_lanes``, each with its own
+listing and reading (the operator's within its catalog deadline), and summarize them with ``tables_status``.
 """
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -124,13 +126,16 @@ def read_catalog_lanes(catalog: PyIcebergCatalog, template: str, sink_id: str, n
     return read_lanes(template, [".".join(identifier) for identifier in identifiers], read, sink_id, now)
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def backlog(state: SinkState) -> float | None:
     """The table's source backlog at its newest commit: the sum of the lag's numbers (Kafka: records), None
     when its commit reported none."""
     if not state.source_lag:
         return None
-    return sum(value for value in state.source_lag.values()
-               if isinstance(value, numbers.Real) and not isinstance(value, bool))
+    return float(sum(value for value in state.source_lag.values() if _is_number(value)))
 
 
 def is_lagging(state: SinkState) -> bool:
@@ -142,7 +147,7 @@ def is_lagging(state: SinkState) -> bool:
 def backlog_text(source_lag: Mapping[str, Any] | None) -> str | None:
     """The numbers of a source's lag for humans (``1200 records``); per-partition detail is left out."""
     numbers_only = {unit: value for unit, value in (source_lag or {}).items()
-                    if isinstance(value, numbers.Real) and not isinstance(value, bool)}
+                    if _is_number(value)}
     return ", ".join(f"{value} {unit}" for unit, value in sorted(numbers_only.items())) or None
 
 
@@ -151,7 +156,7 @@ def total_backlog(states: Iterable[SinkState]) -> dict[str, float]:
     total: dict[str, float] = {}
     for state in states:
         for unit, value in (state.source_lag or {}).items():
-            if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            if _is_number(value):
                 total[unit] = total.get(unit, 0) + value
     return total
 
