@@ -261,7 +261,10 @@ class SyncJob:
                 return initial
             claimed = lane.claim(source.identity(), source.check_frontier).frontier
             return claimed if claimed is not None else initial
-        routed = {stream: self.table_of(stream) for stream in source.streams()}
+        while (streams := source.streams()) is None:  # the source is unreachable: wait for it, or a stop
+            if self.stop_requested.wait(self.spec.commit.poll_seconds):
+                return initial
+        routed = {stream: self.table_of(stream) for stream in streams}
         progress: dict[str, Frontier | None] = {}
         for name in sorted(set(routed.values())):
             try:

@@ -93,8 +93,9 @@ class Source(ABC):
         that is one stream."""
         return None
 
-    def streams(self) -> list[str]:
-        """The streams the source has now (Kafka: its topics, those of ``topicPattern`` listed again)."""
+    def streams(self) -> list[str] | None:
+        """The streams the source has now (Kafka: its topics, those of ``topicPattern`` listed again); None when
+        they cannot be listed now (ask again later)."""
         return []
 
     def restricted(self, pending: Pending, owns: Callable[[str], bool]) -> Pending:
