@@ -81,8 +81,9 @@ class Source(ABC):
         """
 
     @abstractmethod
-    def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
-        """The picklable reader the tasks run: a unit's records decoded into ``columns``."""
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> UnitReader:
+        """The picklable reader the tasks run: a unit's records decoded into ``columns`` (change records by
+        ``key``, the table's key columns; ``spec.table.key`` when None)."""
 
     def record_columns(self) -> list[SpecColumn]:
         """The columns of the source's records: what ``spec.transform`` sees as the view ``source``."""
