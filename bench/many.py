@@ -43,6 +43,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -227,6 +228,42 @@ def triggers(commit_lines: list[dict[str, Any]], gap: float = 0.5) -> list[dict[
     return out
 
 
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+COMMIT_MS = re.compile(r" commit sink=\S+ .*\bcommit_ms=(\d+)")
+UPKEEP_LINE = " icebergsync.maintenance maintenance sink="
+
+
+def cycle_breakdown(lines: list[str], interval: float, skip: int = 3) -> dict[str, Any] | None:
+    """Where a trigger's wall time goes, from a job's log: per trigger (the first ``skip`` left out, start-up)
+    the tables it committed, its cut's ``commit_ms``, the upkeep runs logged after it and how long they took,
+    and the time to stage the next trigger: from when it was due (``interval`` after the cut, or when upkeep
+    ended if later) to the start of its cut. Medians, and the staging time per table committed."""
+    cycles: list[dict[str, Any]] = []
+    for line in lines:
+        stamp = LOG_TIME.match(line)
+        if not stamp:
+            continue
+        at = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        commit = COMMIT_MS.search(line)
+        if commit:
+            if cycles and at - cycles[-1]["t"] < 0.5:
+                cycles[-1]["tables"] += 1
+            else:
+                cycles.append({"t": at, "cut_s": int(commit.group(1)) / 1000, "tables": 1, "upkeep_end": at, "upkeep": 0})
+        elif UPKEEP_LINE in line and cycles:
+            cycles[-1]["upkeep_end"] = at
+            cycles[-1]["upkeep"] += 1
+    rows = [{"tables": b["tables"], "cut_s": b["cut_s"], "upkeep_runs": a["upkeep"], "upkeep_s": a["upkeep_end"] - a["t"],
+             "stage_s": (b["t"] - b["cut_s"]) - max(a["t"] + interval, a["upkeep_end"]), "period_s": b["t"] - a["t"]}
+            for a, b in itertools.pairwise(cycles)][skip:]
+    if not rows:
+        return None
+    out: dict[str, Any] = {name: statistics.median(r[name] for r in rows) for name in rows[0]}
+    out["stage_s_per_table"] = statistics.median(r["stage_s"] / r["tables"] for r in rows)
+    out["triggers"] = len(rows)
+    return out
+
+
 def steady_window(commit_lines: list[dict[str, Any]], stopped_at: float, warmup: float, skip: float) -> tuple[float, float]:
     """From ``warmup`` seconds after the first data commit (``skip`` seconds after start when none) to the stop."""
     data = [c["t"] for c in commit_lines if c["records"] > 0]
@@ -392,7 +429,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rare-every", type=float, default=Load.rare_every)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--render", action="store_true", help="re-render the page from its .json")
     args = parser.parse_args(argv)
+    if args.render:
+        publish(render(json.loads(args.output.with_suffix(".json").read_text())), args.output)
+        return 0
     from tests.infra.services import start_kafka, stop_kafka
 
     started = time.monotonic()
@@ -441,7 +482,9 @@ def summarize(args: argparse.Namespace, load: Load, producer: Producer, many: Ru
             "exit": measured["exit"], "timed_out": measured["timed_out"], "wall_s": measured["process_wall_s"],
             "cpu_total_s": measured["cpu_s"], "window": window, **window_figures(measured, window),
             "freshness": fresh_summary(by_topic, kinds), "load_before": run.load_before, "load_after": run.load_after,
-            "log": log_problems(run.directory / "job.log"), "first_commit_s": next(
+            "log": log_problems(run.directory / "job.log"),
+            "cycle": cycle_breakdown((run.directory / "job.log").read_text(errors="replace").splitlines(), 5.0),
+            "first_commit_s": next(
                 (c["t"] for c in measured["commit_lines"] if c["records"] > 0), None),
         }
     many_figures = runs["many"]
@@ -545,6 +588,26 @@ def render(results: dict[str, Any]) -> str:
     if fa:
         lines.append(f"| freshness, all tables: p50 / p95 of the tables' p50, p95 of the tables' p95 | "
                      f"{_s(fa['topic_p50_median'])} / {_s(fa['topic_p95_p95'])} | - | - | - |")
+    if multi["rss"] and many["rss_median"] and many["cpu_per_min"]:
+        fh = hot["freshness"].get("hot") or {}
+        fm = many["freshness"].get("hot") or {}
+        lines += ["", f"Ratios: 200 single syncs (measured and multiplied) ÷ one sync of 200 topics: memory "
+                  f"**{multi['rss'] / many['rss_median']:.0f}x**, CPU a minute **{multi['cpu_per_min'] / many['cpu_per_min']:.1f}x**. "
+                  "Freshness of a hot table, the many-table sync ÷ a single sync of that topic: p50 "
+                  + (f"**{fm['records_p50'] / fh['records_p50']:.1f}x**" if fm and fh else "-") + "."]
+    cycles = [(name, runs[name].get("cycle")) for name in ("many", "hot") if runs[name].get("cycle")]
+    if cycles:
+        lines += ["", "Where a trigger's wall time goes (from the job's log, medians over its triggers after the first "
+                  "three): `commit.interval` counts from the end of the previous cut; staging runs from when the trigger "
+                  "is due (or upkeep ended) to the start of its cut (listing offsets, planning, claiming new tables, the "
+                  "Spark job of each touched table, merging small files).", "",
+                  "| sync | triggers | tables per trigger | staging | staging per table | cut (`commit_ms`) "
+                  "| upkeep runs after a trigger | upkeep time | time between triggers |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for name, c in cycles:
+            assert c is not None
+            lines.append(f"| {name} | {c['triggers']} | {c['tables']:.0f} | {_s(c['stage_s'], 2)} | {_s(c['stage_s_per_table'], 2)} "
+                         f"| {_s(c['cut_s'], 2)} | {c['upkeep_runs']:.0f} | {_s(c['upkeep_s'], 2)} | {_s(c['period_s'], 2)} |")
     lines += ["", "Data commits a minute in the many-table sync, by kind of topic (in the steady window):", "",
               "| kind | tables committed | commits a minute, all its tables | per table |", "| --- | ---: | ---: | ---: |"]
     for kind in ("hot", "warm", "rare", "idle"):

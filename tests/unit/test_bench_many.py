@@ -10,6 +10,7 @@ import pytest
 
 from bench.many import (
     Load,
+    cycle_breakdown,
     fresh_summary,
     freshness,
     multiplied,
@@ -127,3 +128,29 @@ def test_multiplied_is_200_idle_syncs_plus_the_rows_at_the_hot_syncs_marginal_co
     assert out["marginal_cpu_ms_per_row"] == 2.0
     assert out["cpu_per_min"] == 140.0
     assert out["cpu_ms_per_row"] == 7.0
+
+
+def test_cycle_breakdown_splits_a_trigger_into_staging_cut_and_upkeep() -> None:
+    def commit(at: str, table: str, ms: int) -> str:
+        return (f"2026-11-26 06:00:{at} INFO icebergsync.job commit sink=b/m version=1 table={table} snapshot=1 "
+                f"records=1 dead_letters=0 files=1 bytes=1 commit_ms={ms} frontier={{}}")
+
+    upkeep = "2026-11-26 06:00:{} INFO icebergsync.maintenance maintenance sink=b/m version=1 snapshot=2 rewrote …".format
+    log = [
+        "2026-11-26 06:00:00,000 INFO icebergsync starting",
+        commit("10,000", "lake.a", 500), commit("10,001", "lake.b", 500),
+        upkeep("11,000"), upkeep("16,000"),  # upkeep ends 6 s after the cut: later than the 5 s interval
+        commit("20,000", "lake.a", 1000), commit("20,002", "lake.b", 1000), commit("20,003", "lake.c", 1000),
+        "a line Spark wrote without a time",
+        commit("30,000", "lake.a", 0),
+    ]
+    out = cycle_breakdown(log, 5.0, skip=0)
+    assert out is not None
+    assert out["triggers"] == 2
+    # trigger 2: due at 16 (upkeep end), its cut started at 19: 3 s staging for 3 tables; trigger 3: due at 25
+    # (20 + 5, no upkeep), cut at 30: 5 s for 1 table
+    assert out["stage_s"] == pytest.approx(4.0)
+    assert out["stage_s_per_table"] == pytest.approx(3.0)
+    assert out["tables"] == 2 and out["upkeep_runs"] == 1 and out["period_s"] == pytest.approx(10.0, abs=0.01)
+    assert out["cut_s"] == 0.5
+    assert cycle_breakdown(log, 5.0, skip=3) is None
