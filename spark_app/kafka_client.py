@@ -48,8 +48,11 @@ POLL_SECONDS = 0.5
 # (default 1 s): a reader draining the queue faster than that sat idle most of the time (measured on
 # one partition: 300k records in 3.9 s with the defaults, 0.5 s with a 10 ms backoff and 8 MiB
 # fetches). Larger fetches per partition: a range reader reads one partition.
+# A reader reads a range whose records already exist: the broker's long poll (fetch.wait.max.ms, 500 ms in
+# librdkafka) only ever waits at the range's tail, for a record past it or the partition's end.
 DEFAULT_CONSUMER = {"queued.max.messages.kbytes": "16384", "metadata.max.age.ms": "10000",
-                    "fetch.queue.backoff.ms": "10", "max.partition.fetch.bytes": "8388608"}
+                    "fetch.queue.backoff.ms": "10", "max.partition.fetch.bytes": "8388608",
+                    "fetch.wait.max.ms": "20"}
 
 RAW_SCHEMA = pa.schema([("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
 
@@ -427,13 +430,13 @@ def read_range(settings: ClientSettings, topic: str, partition: int, start: int,
         last_progress = time.monotonic()
         done = False
         while not done:
-            # Ask for no more than the range can still hold (+1: a record past it or the EOF event) and than
+            # Ask for no more than the range can still hold (its last record ends the read at once; when its
+            # last offsets hold no record, a record past it, the EOF event or the position says so) and than
             # fits the batch's byte budget at the record size seen so far (before any: 1 KiB a record).
             seen = counts.records + len(offsets)
             average = (total_bytes // seen) if seen else 1024
             room = max(1, (batch_bytes - size) // max(1, average))
-            messages = consumer.consume(num_messages=min(batch_records, end - position + 1, room),
-                                        timeout=POLL_SECONDS)
+            messages = consumer.consume(num_messages=min(batch_records, end - position, room), timeout=POLL_SECONDS)
             errors.check(f"reading {where}")
             for message in messages:
                 error = message.error()
