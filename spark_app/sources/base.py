@@ -101,6 +101,10 @@ class Source(ABC):
         """``pending`` as one table of a sync of many sees it: the lag and notes of the streams it ``owns``."""
         return pending
 
+    def within(self, pending: Pending, end: dict[tuple[str, int], int]) -> Pending:
+        """``pending`` ending at ``end`` instead (a source with partitioned streams: the Kafka source)."""
+        raise NotImplementedError(f"the {self.spec.source.kind} source has no partitioned ranges")
+
     def trigger_notes(self, pending: Pending, stats: UnitStats) -> dict[str, Any] | None:
         """The commit's ``icebergsync.source-notes``: the planning notes and what reading the units counted."""
         notes = {**(pending.notes or {}), **stats.counters}
