@@ -545,13 +545,24 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
     return [new]
 
 
+_POSTGRES_TRANSACTION_ID = re.compile(r"(\d+):\d+")
+
+
+def transaction_key(transaction: str) -> str:
+    """What identifies a source transaction in Debezium's ``id``: the id itself, but for PostgreSQL's
+    ``<txId>:<LSN>`` (Debezium 2.0 on, DBZ-5329) the txId alone: the LSN is that of each event, so it differs
+    between a transaction's events and its BEGIN and END events."""
+    postgres = _POSTGRES_TRANSACTION_ID.fullmatch(transaction)
+    return postgres.group(1) if postgres else transaction
+
+
 def transaction_id(record: Any) -> str | None:
-    """The id of the source transaction of a (parsed) Debezium change event, or None (no ``transaction`` block:
-    a snapshot read, a connector without transaction metadata)."""
+    """The source transaction of a (parsed) Debezium change event (:func:`transaction_key` of its id), or None (no
+    ``transaction`` block: a snapshot read, a connector without transaction metadata)."""
     envelope, _ = _unwrap(record)
     block = envelope.get("transaction") if isinstance(envelope, dict) else None
     transaction = block.get("id") if isinstance(block, dict) else None
-    return transaction if isinstance(transaction, str) and transaction else None
+    return transaction_key(transaction) if isinstance(transaction, str) and transaction else None
 
 
 def _deleted_flag(value: Any) -> bool:

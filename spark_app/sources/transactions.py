@@ -7,7 +7,8 @@ to its transaction topic; the END says how many change events the transaction ha
 ``[frontier, end)`` chosen without regard to transactions; this module decides, after the trigger is staged and
 before anything is committed, whether that range holds every transaction it touches whole:
 
-* the tasks note, per partition, for each transaction id they decoded the offsets of its first and last event
+* the tasks note, per partition, for each transaction they decoded (its id; PostgreSQL's ``<txId>:<LSN>`` by its
+  txId, :func:`spark_app.changes.transaction_key`) the offsets of its first and last event
   and how many events they read (:class:`spark_app.units.UnitStats`);
 * :class:`TransactionLog` reads the transaction topic on the driver (from where it stopped; after a start,
   backwards from the topic's end only as far as the transactions asked about need) for each transaction's
@@ -35,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from spark_app.changes import transaction_key
 from spark_app.kafka_client import ClientSettings, OffsetLookup, read_range
 
 log = logging.getLogger("icebergsync.transactions")
@@ -176,8 +178,9 @@ def parse_event(value: bytes | None) -> tuple[str, str, End | None] | None:
     if not isinstance(record, dict) or not isinstance(record.get("id"), str):
         return None
     status = record.get("status")
+    transaction = transaction_key(record["id"])
     if status == "BEGIN":
-        return "BEGIN", record["id"], None
+        return "BEGIN", transaction, None
     if status != "END" or not isinstance(record.get("event_count"), int):
         return None
     collections: dict[str, int] = {}
@@ -185,7 +188,7 @@ def parse_event(value: bytes | None) -> tuple[str, str, End | None] | None:
         if isinstance(entry, dict) and isinstance(entry.get("data_collection"), str) \
                 and isinstance(entry.get("event_count"), int):
             collections[entry["data_collection"]] = entry["event_count"]
-    return "END", record["id"], End(record["event_count"], collections)
+    return "END", transaction, End(record["event_count"], collections)
 
 
 class TransactionLog:

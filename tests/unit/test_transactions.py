@@ -109,14 +109,19 @@ def test_transaction_topic_events() -> None:
     end = {"status": "END", "id": "571:53195829", "ts_ms": 2, "event_count": 3,
            "data_collections": [{"data_collection": "public.orders", "event_count": 1},
                                 {"data_collection": "public.order_lines", "event_count": 2}]}
-    assert parse_event(json.dumps(begin).encode()) == ("BEGIN", "571:53195829", None)
+    assert parse_event(json.dumps(begin).encode()) == ("BEGIN", "571", None)
     status, transaction, ended = parse_event(json.dumps({"schema": {}, "payload": end}).encode()) or ("", "", None)
-    assert (status, transaction) == ("END", "571:53195829") and ended is not None
+    assert (status, transaction) == ("END", "571") and ended is not None
     assert ended.expected("db", {"db.public.orders", "db.public.order_lines"}) == 3
     assert ended.expected("db", {"db.public.order_lines"}) == 2  # the sync reads one of the two tables
     assert ended.expected("db", {"other"}) == 3  # no data collection maps to a topic: the total
     assert End(5).expected(None, set()) == 5
     assert parse_event(b"not json") is None and parse_event(None) is None
+    # PostgreSQL: <txId>:<LSN>, the LSN that of each event (BEGIN, END and every change event differ): by txId.
+    postgres = {**end, "id": "727:22185376"}
+    assert parse_event(json.dumps(postgres).encode()) == ("END", "727", ended)
+    assert parse_event(json.dumps({**begin, "id": "727:22184848"}).encode()) == ("BEGIN", "727", None)
+    assert parse_event(json.dumps({**begin, "id": "mysql-bin.000003:1234"}).encode())[1] == "mysql-bin.000003:1234"  # type: ignore[index]
 
 
 def test_the_tasks_note_each_events_transaction() -> None:
@@ -124,10 +129,11 @@ def test_the_tasks_note_each_events_transaction() -> None:
                                                                         "data_collection_order": 1}}).encode()
               for i in range(4)]
     events.append(json.dumps({"op": "r", "after": {"id": 9}, "transaction": None}).encode())
+    events.append(json.dumps({"op": "c", "after": {"id": 10}, "transaction": {"id": "727:22185080"}}).encode())
     noted: list[tuple[int, str]] = []
     decode_changes(events, None, lambda i: {"offset": i}, [Column(name="id", type="long", required=True)], ["id"],
                    "debezium", 0, transactions=noted)
-    assert noted == [(0, "tx0"), (1, "tx0"), (2, "tx1"), (3, "tx1")]
+    assert noted == [(0, "tx0"), (1, "tx0"), (2, "tx1"), (3, "tx1"), (5, "727")]
     stats, other = UnitStats(), UnitStats()
     stats.saw_transaction("t", 0, "tx0", 10, 10)
     stats.saw_transaction("t", 0, "tx0", 12, 12)
