@@ -343,7 +343,7 @@ class SyncJob:
             if not lane.columns:
                 lane.columns = lane.existing_columns() or []
             if not lane.columns:
-                lane.columns_from_drift(read_drift(self.spark, units[name], source.unit_reader([])))
+                lane.columns_from_drift(read_drift(self.spark, units[name], source.unit_reader([], lane.settings.key)))
             progress = lane.claim(source.identity(), source.check_frontier)
             if progress.frontier is None:  # no progress of the sink on the table: its streams start where planned
                 continue
@@ -405,7 +405,7 @@ class SyncJob:
             results, stats = run_transform(self.spark, units, source.unit_reader(record_columns), lane.plan,
                                            lane.columns, record_columns, self.spec.transform)
         else:
-            results, stats = run_units(self.spark, units, source.unit_reader(lane.columns), lane.plan)
+            results, stats = run_units(self.spark, units, source.unit_reader(lane.columns, lane.settings.key), lane.plan)
         seen = source.restricted(pending, lane.owns) if lane.owns is not None else pending
         return Written(lane, results, seen, source.trigger_notes(seen, stats), lane.plan, stats.drift,
                        stats.transactions)

@@ -81,8 +81,9 @@ class Source(ABC):
         """
 
     @abstractmethod
-    def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
-        """The picklable reader the tasks run: a unit's records decoded into ``columns``."""
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> UnitReader:
+        """The picklable reader the tasks run: a unit's records decoded into ``columns``; change records by ``key``
+        (a table's own key in a sync of many; None: ``spec.table.key``)."""
 
     def record_columns(self) -> list[SpecColumn]:
         """The columns of the source's records: what ``spec.transform`` sees as the view ``source``."""

@@ -159,11 +159,12 @@ class ChangeReading:
     transactions: bool = False  # spec.changes.transactions: note each record's source transaction in the stats
 
     @classmethod
-    def of(cls, spec: IcebergSyncSpec, columns: list[SpecColumn]) -> ChangeReading | None:
-        """How ``spec``'s change records decode into ``columns`` (None for a sync of appends)."""
+    def of(cls, spec: IcebergSyncSpec, columns: list[SpecColumn], key: list[str] | None = None) -> ChangeReading | None:
+        """How ``spec``'s change records decode into ``columns`` by ``key`` (default ``spec.table.key``; a table's own
+        in a sync of many); None for a sync of appends."""
         if spec.changes is None:
             return None
-        return cls(tuple(columns), tuple(spec.table.key or ()), spec.changes.format, spec.follows_source_schema,
+        return cls(tuple(columns), tuple(key or spec.table.key or ()), spec.changes.format, spec.follows_source_schema,
                    spec.changes.transactions is not None)
 
     def decode_lines(self, block: bytes, uri: str, first_line: int, base: int,

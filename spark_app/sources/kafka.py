@@ -347,8 +347,8 @@ class KafkaSource(Source):
         return [KafkaUnit(index, topic, partition, start, end)
                 for index, (topic, partition, start, end) in enumerate(splits)]
 
-    def unit_reader(self, columns: list[SpecColumn]) -> KafkaUnitReader:
-        reading = ChangeReading.of(self.spec, columns)
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> KafkaUnitReader:
+        reading = ChangeReading.of(self.spec, columns, key)
         return KafkaUnitReader(self.options.client, list(columns), self.settings.format, reading)
 
 
