@@ -292,3 +292,80 @@ def test_a_reader_never_sees_part_of_a_source_transaction(tmp_path: Path, spark:
     finally:
         connection.close()
         debezium.stop()
+
+
+def change(event_id: int, transaction: str, order: int) -> str:
+    return json.dumps({"op": "c", "before": None, "after": {"id": event_id, "grp": order},
+                       "transaction": {"id": transaction, "total_order": order, "data_collection_order": order}})
+
+
+def marker(status: str, transaction: str, events: int | None = None) -> str:
+    collections = None if events is None else [{"data_collection": "public.items", "event_count": events}]
+    return json.dumps({"status": status, "id": transaction, "ts_ms": 0, "event_count": events,
+                       "data_collections": collections})
+
+
+def test_one_table_over_two_partitions_waits_then_splits_and_commits_large_transactions_in_parts(
+        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker) -> None:
+    """One table, two partitions, Debezium-shaped events written by a Kafka producer: transactions of 3 events over
+    both partitions with a cap of 4 records a trigger are never split; one of 10 events (larger than a trigger) is
+    committed in parts, and one whose END never comes is committed after maxWait; both noted transaction-split."""
+    prefix = f"fake{uuid.uuid4().hex[:8]}"
+    topic, transactions_topic = f"{prefix}.public.items", f"{prefix}.transaction"
+    kafka_broker.create_topic(topic, 2)
+    kafka_broker.create_topic(transactions_topic, 1)
+    events: list[tuple[str, str, int]] = []  # (key, value, partition)
+    markers: list[tuple[str, str]] = []
+    event_id = 0
+    sizes = [3] * 12 + [10] + [3] * 4
+    for number, size in enumerate(sizes):
+        transaction = f"tx-{number}"
+        markers.append((transaction, marker("BEGIN", transaction)))
+        for order in range(1, size + 1):
+            events.append((str(event_id), change(event_id, transaction, order), (event_id + number) % 2))
+            event_id += 1
+        markers.append((transaction, marker("END", transaction, size)))
+    markers.append(("tx-open", marker("BEGIN", "tx-open")))  # its END never comes
+    for order in (1, 2):
+        events.append((str(event_id), change(event_id, "tx-open", order), order % 2))
+        event_id += 1
+    kafka_broker.produce(topic, events)
+    kafka_broker.produce(transactions_topic, markers)
+
+    document = sync_document(
+        tmp_path, {"kafka": {"bootstrapServers": kafka_broker.bootstrap_servers, "topic": topic,
+                             "maxRecordsPerTrigger": 4}},
+        name="items", schema=[{"name": "id", "type": "long", "required": True}, {"name": "grp", "type": "long"}],
+        table={"name": "sales.items", "key": ["id"]},
+        changes={"format": "debezium", "transactions": {"topic": transactions_topic, "maxWait": "3s"}})
+    catalog = catalog_of(parse_spec(document))
+    ends = kafka_broker.end_offsets(topic)
+    started = time.monotonic()
+    with BackgroundJob(SyncJob(parse_spec(document), 1, spark)) as running:
+        running.wait_until(lambda: holds(lambda: (sink_frontier(catalog) or {}).get(topic) == {
+            str(p): o for p, o in ends.items()}), "every event committed", 300)
+    assert time.monotonic() - started >= 3, "the open transaction was not waited for"
+
+    table = catalog.load_table("sales.items")
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == list(range(event_id))
+    by_offset = {}
+    for record in kafka_broker.consume(topic, timeout=10):
+        by_offset[(topic, record.partition, record.offset)] = json.loads(record.value or b"{}")["transaction"]["id"]
+    split_by_note: set[str] = set()
+    split_seen: set[str] = set()
+    for snapshot in protocol.main_ancestry(table.metadata):
+        commit = protocol.parse_commit(snapshot)
+        if commit is None or commit.kind != "data":
+            continue
+        notes = json.loads(snapshot.summary.get(protocol.SOURCE_NOTES) or "{}")
+        split_by_note |= set(notes.get("transaction-split", []))
+        split_seen |= split_transactions(commit.frontier or {}, by_offset)
+    assert split_seen <= {"tx-12", "tx-open"}, split_seen
+    assert "tx-12" in split_seen and split_seen <= split_by_note, (split_seen, split_by_note)
+    assert "tx-open" in split_by_note  # committed once it waited maxWait
+
+
+def sink_frontier(catalog: Any) -> dict[str, Any] | None:
+    commits = [c for c in (protocol.parse_commit(s) for s in protocol.main_ancestry(
+        catalog.load_table("sales.items").metadata)) if c is not None and c.kind == "data"]
+    return commits[0].frontier if commits else None
