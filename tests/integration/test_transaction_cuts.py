@@ -133,7 +133,7 @@ def document_of(directory: Path, broker: KafkaBroker, prefix: str, name: str, al
 def consistent_read(catalog: SqlCatalog) -> tuple[dict[int, int], dict[tuple[int, int], int]]:
     """Both tables as of ONE reading of the catalog's pointers (one statement: one database snapshot)."""
     with catalog.engine.connect() as connection:
-        pointers = dict(connection.execute(text(
+        pointers: dict[str, str] = dict(connection.execute(text(
             "SELECT table_name, metadata_location FROM iceberg_tables WHERE catalog_name = :name "
             "AND table_namespace = 'shop' AND table_name IN ('orders', 'order_lines')"),
             {"name": catalog.name}).all())
@@ -178,7 +178,8 @@ def cut_frontiers(catalog: Any, sink_id: str) -> list[dict[str, dict[str, int]]]
             commit = protocol.parse_commit(snapshot)
             if commit is None or commit.writer.sink_id != sink_id or commit.kind != "data":
                 continue
-            cut = json.loads(snapshot.summary[protocol.CUT])["id"] if protocol.CUT in snapshot.summary else ""
+            raw_cut = snapshot.summary.get(protocol.CUT) if snapshot.summary is not None else None
+            cut = json.loads(raw_cut)["id"] if raw_cut else ""
             changes.append((commit.timestamp_ms, cut or str(snapshot.snapshot_id), table, commit.frontier or {}))
     order: list[str] = []
     by_cut: dict[str, list[dict[str, Any]]] = {}
@@ -357,7 +358,7 @@ def test_one_table_over_two_partitions_waits_then_splits_and_commits_large_trans
         commit = protocol.parse_commit(snapshot)
         if commit is None or commit.kind != "data":
             continue
-        notes = json.loads(snapshot.summary.get(protocol.SOURCE_NOTES) or "{}")
+        notes = json.loads((snapshot.summary.get(protocol.SOURCE_NOTES) if snapshot.summary else None) or "{}")
         split_by_note |= set(notes.get("transaction-split", []))
         split_seen |= split_transactions(commit.frontier or {}, by_offset)
     assert split_seen <= {"tx-12", "tx-open"}, split_seen
