@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from spark_app.changes import transaction_key
-from spark_app.kafka_client import ClientSettings, OffsetLookup, read_range
+from spark_app.kafka_client import ClientSettings, KafkaAccessError, OffsetLookup, read_range
 
 log = logging.getLogger("icebergsync.transactions")
 
@@ -208,6 +208,7 @@ class TransactionLog:
         self.position: dict[int, int] = {}  # per partition: everything below it up to floor has been read
         self.floor: dict[int, int] = {}
         self.records_read = 0
+        self.missing_reported = False
 
     def known(self, transaction: str) -> bool:
         return transaction in self.ends or transaction in self.begun
@@ -216,6 +217,10 @@ class TransactionLog:
         """Read what is new, and, for transactions of ``wanted`` not known yet, further back."""
         partitions = self.lookup.partitions([self.topic])
         if not partitions:
+            if not self.missing_reported:
+                self.missing_reported = True
+                log.warning("transactions: topic %r has no partitions (does it exist?): transactions cannot be "
+                            "aligned until it does", self.topic)
             return
         begin, end = self.lookup.offsets(partitions)
         for tp in partitions:
@@ -291,7 +296,15 @@ class TransactionAligner:
         if not counts:
             return Verdict("commit")
         wanted = [t for t in counts if t not in self.split_before]
-        self.log.refresh(wanted)
+        try:
+            self.log.refresh(wanted)
+        except KafkaAccessError:
+            raise  # a wrong password or an untrusted certificate: waiting will not help
+        except Exception as exc:  # the broker is unreachable or slow: decide at the next poll
+            log.warning("transactions: cannot read %s: %s; the trigger waits", self.topic,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            self.log.lookup.close()
+            return Verdict("wait", waiting=frozenset(counts))
         streams = set(self.streams())
         expected: dict[str, int | None] = {}
         for transaction in counts:

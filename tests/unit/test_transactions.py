@@ -4,7 +4,9 @@ verdicts, the transaction topic's events, and what the tasks note."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -140,3 +142,44 @@ def test_the_tasks_note_each_events_transaction() -> None:
     other.saw_transaction("t", 0, "tx0", 7, 8, 2)
     stats.merge(other)
     assert stats.transactions == {("t", 0): {"tx0": [7, 12, 4]}}
+
+
+def test_the_transaction_log_reads_back_only_as_far_as_needed_then_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow as pa
+
+    import spark_app.sources.transactions as transactions
+    from spark_app.kafka_client import ClientSettings
+
+    log_records: list[bytes] = []
+    for number in range(6000):  # BEGIN and END of transaction n at offsets 2n and 2n + 1
+        log_records.append(json.dumps({"status": "BEGIN", "id": f"t{number}"}).encode())
+        log_records.append(json.dumps({"status": "END", "id": f"t{number}", "event_count": 2,
+                                       "data_collections": []}).encode())
+    reads: list[tuple[int, int]] = []
+
+    class Lookup:
+        def partitions(self, topics: list[str]) -> list[tuple[str, int]]:
+            return [("db.transaction", 0)]
+
+        def offsets(self, partitions: list[tuple[str, int]]) -> tuple[dict[tuple[str, int], int], ...]:
+            return {("db.transaction", 0): 0}, {("db.transaction", 0): len(log_records)}
+
+        def close(self) -> None:
+            pass
+
+    def read_range(_client: object, _topic: str, _partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        reads.append((start, end))
+        yield pa.RecordBatch.from_pydict({"value": pa.array(log_records[start:end], pa.binary())})
+
+    monkeypatch.setattr(transactions, "read_range", read_range)
+    log = transactions.TransactionLog(ClientSettings("k:9092"), "db.transaction", Lookup())  # type: ignore[arg-type]
+    log.refresh(["t5990"])  # near the end: one chunk back
+    assert reads == [(12000 - transactions.FIRST_READ_CHUNK, 12000)] and log.ends["t5990"].events == 2
+    log.refresh(["t10"])  # far back: further chunks, doubling, down to the first offset
+    assert reads[-1][0] == 0 and "t10" in log.ends
+    log_records.append(json.dumps({"status": "BEGIN", "id": "t-new"}).encode())
+    reads.clear()
+    log.refresh(["t-new"])  # what is new, forward
+    assert reads == [(12000, 12001)] and log.known("t-new") and "t-new" not in log.ends
+    log.refresh(["t-missing"])
+    assert not log.known("t-missing")  # unknown: the whole topic has been read
