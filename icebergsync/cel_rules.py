@@ -22,6 +22,7 @@ from icebergsync.spec import (
     TABLES_NEED_TEMPLATE_MESSAGE,
     TEMPLATE_NEEDS_KAFKA_MESSAGE,
     TOPIC_OR_PATTERN_MESSAGE,
+    TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE,
     ZERO_WIDTH_PATTERN,
 )
 from icebergsync.units import SIZE_UNITS
@@ -88,7 +89,14 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".changes",
             "message": CHANGES_NEED_FILES_OR_KAFKA_MESSAGE,
         },
+        {
+            "rule": "!has(self.changes) || !has(self.changes.transactions) || "
+                    "(self.changes.format == 'debezium' && has(self.source.kafka))",
+            "fieldPath": ".changes.transactions",
+            "message": TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE,
+        },
     ],
+    "spec.changes.transactions": [_positive_duration("maxWait")],
     "spec.maintenance": [
         {
             "rule": f"!has(self.maxBytesPerRun) || {_size_bytes('maxBytesPerRun')} > 0.0",

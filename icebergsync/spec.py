@@ -61,6 +61,8 @@ CHANGE_FORMATS = ("debezium", "upsert")
 CHANGES_NEED_KEY_MESSAGE = "changes needs table.key: the columns each change upserts or deletes by"
 CHANGES_NEED_FILES_OR_KAFKA_MESSAGE = "changes needs the files or kafka source"
 TOPIC_OR_PATTERN_MESSAGE = "set exactly one of topic and topicPattern"
+TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE = ("changes.transactions needs changes.format debezium and the kafka source "
+                                            "(Debezium's transaction metadata)")
 TEMPLATE_NEEDS_KAFKA_MESSAGE = ("a table.name template ({topic}, {N}: one table per topic) needs the kafka source")
 DEAD_LETTER_TEMPLATE_MESSAGE = ("with a table.name template, deadLetter.table is a template too (one dead-letter "
                                 "table per table), and differs from it")
@@ -311,6 +313,34 @@ class Commit(Model):
         return self
 
 
+class Transactions(Model):
+    """Debezium's transaction metadata (``provide.transaction.metadata=true``): a trigger never splits a source
+    transaction (docs/connectors.md, "Transaction metadata")."""
+
+    topic: str = Field(
+        min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$",
+        description="The connector's transaction topic (<topic.prefix>.transaction, e.g. dbserver1.transaction): "
+        "its BEGIN and END events say how many change events each source transaction has. Not one of the sync's "
+        "topics.",
+    )
+    max_wait: Duration = Field(
+        default="5m",
+        description="How long a trigger waits for a transaction whose events are not all in Kafka (or whose END "
+        "event is not) before it commits what it has, splitting the transaction (a WARNING and the source note "
+        "transaction-split).",
+    )
+
+    @property
+    def max_wait_seconds(self) -> float:
+        return parse_duration(self.max_wait)
+
+    @model_validator(mode="after")
+    def _positive_wait(self) -> Transactions:
+        if self.max_wait_seconds <= 0:
+            raise ValueError("maxWait must be greater than zero")
+        return self
+
+
 class Changes(Model):
     """Records are changes to rows: each one upserts or deletes the row of its ``table.key``."""
 
@@ -327,6 +357,12 @@ class Changes(Model):
         "equality: one equality delete file of the touched keys, cheaper to write and costlier to read "
         "(every reader pays for it on every scan until maintenance rewrites it away; some engines cannot "
         "read it at all). See docs/dataplane.md.",
+    )
+    transactions: Transactions | None = Field(
+        default=None,
+        description="Debezium's transaction metadata (provide.transaction.metadata=true; format debezium, kafka "
+        "source): each trigger ends at source transaction boundaries, so a transaction's changes to several rows "
+        "and tables land in one commit (one atomic cut on a SQL catalog). See docs/connectors.md.",
     )
 
 
@@ -587,6 +623,9 @@ class IcebergSyncSpec(Model):
             raise ValueError(DEAD_LETTER_TEMPLATE_MESSAGE)
         if self.tables and not self.table.is_template:
             raise ValueError(TABLES_NEED_TEMPLATE_MESSAGE)
+        if self.changes is not None and self.changes.transactions is not None and (
+                self.changes.format != "debezium" or self.source.kafka is None):
+            raise ValueError(TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE)
         return self
 
     def table_settings(self, name: str, stream: str | None = None) -> TableSettings:
@@ -719,6 +758,13 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     if spec.changes is not None and spec.transform:
         problems.append("spec.transform: not supported with spec.changes (a change record is decoded into "
                         "the row it upserts or deletes; declare spec.schema as the row)")
+    transactions = spec.changes.transactions if spec.changes is not None else None
+    kafka = spec.source.kafka
+    if transactions is not None and kafka is not None and (
+            transactions.topic in ([kafka.topic] if isinstance(kafka.topic, str) else kafka.topic or [])
+            or (kafka.pattern is not None and kafka.pattern.fullmatch(transactions.topic))):
+        problems.append("spec.changes.transactions.topic: the transaction topic is one of spec.source.kafka's topics; "
+                        "its records are not change events (leave it out of topic / topicPattern)")
     if spec.changes is not None and spec.source.files is not None and spec.source.files.format != "json":
         problems.append(f"spec.source.files.format: changes are JSON records, one per line; "
                         f"{spec.source.files.format!r} is not supported with spec.changes")

@@ -11,6 +11,7 @@ loop starts from the frontiers they hold and keeps nothing else across restarts.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -43,6 +44,7 @@ from spark_app.pipeline import read_drift, run_transform, run_units
 from spark_app.schema_drift.drift import SchemaDrift
 from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
+from spark_app.sources.transactions import SPLIT_NOTE, TransactionAligner, Verdict, aligner_for, check_pending
 from spark_app.units import WorkUnit
 from spark_app.writer import TaskResult, WritePlan
 
@@ -61,6 +63,7 @@ class Written:
     source_notes: dict[str, Any] | None
     plan: WritePlan
     drift: SchemaDrift = field(default_factory=SchemaDrift)  # what its records' Connect schemas ask of the table
+    transactions: dict[tuple[str, int], dict[str, list[int]]] = field(default_factory=dict)  # UnitStats.transactions
 
     @property
     def rejected(self) -> bool:
@@ -73,10 +76,22 @@ class Trigger:
 
     end: Frontier
     parts: list[Written]
+    pending: Pending | None = None  # the range as planned
 
     @property
     def drifted(self) -> list[Written]:
         return [part for part in self.parts if part.drift]
+
+    @property
+    def transactions(self) -> dict[tuple[str, int], dict[str, list[int]]]:
+        """The source transactions its tasks saw, per partition (spark_app/sources/transactions.py)."""
+        return {tp: seen for part in self.parts for tp, seen in part.transactions.items()}
+
+    def noting_split(self, transactions: tuple[str, ...]) -> Trigger:
+        """This trigger with ``transaction-split`` (the transactions it holds only part of) in its source notes."""
+        parts = [dataclasses.replace(part, source_notes={**(part.source_notes or {}), SPLIT_NOTE: list(transactions)})
+                 for part in self.parts]
+        return dataclasses.replace(self, parts=parts)
 
     @property
     def rejected(self) -> bool:
@@ -147,6 +162,7 @@ class SyncJob:
         self.catalog = catalog or open_catalog(self.spec.table.catalog_or_default)
         self.upkeep = UpkeepTotals()
         self.lanes: dict[str, Lane] = {}
+        self.aligner: TransactionAligner | None = None  # spec.changes.transactions (spark_app/sources/transactions.py)
 
     @property
     def spark(self) -> SparkSession:
@@ -181,6 +197,7 @@ class SyncJob:
         """Fence, resume from the tables' frontiers and commit until the source ends or a stop is requested."""
         summary = RunSummary(self.writer, upkeep=self.upkeep)
         source = make_source(lambda: self.spark, self.spec)
+        self.aligner = aligner_for(source, self.spec)
         frontier = self._resume(source)
         summary.frontier = frontier
         log.info("%s v%d attempt %s resumes from %s", self.writer.sink_id, self.writer.version, self.writer.attempt,
@@ -188,6 +205,7 @@ class SyncJob:
         last_commit = time.monotonic()
         commit_settings = self.spec.commit
         ahead: Future[Trigger | None] | None = None  # the next trigger, written while this one merges and commits
+        replanned: Pending | None = None  # a range to stage at once instead of polling (aligned with transactions)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-stage") as stager:
             try:
                 while not self.stop_requested.is_set():
@@ -198,15 +216,19 @@ class SyncJob:
                             log.info("%s v%d: source finished at %s; every record is committed", self.writer.sink_id,
                                      self.writer.version, encode_json(frontier))
                             break
-                        pending = source.pending(frontier, commit_settings.max_staged_bytes)
-                        if pending is None:
-                            self.stop_requested.wait(commit_settings.poll_seconds)
-                            continue
-                        until_due = 0.0 if self._cannot_grow(pending) else (
-                            commit_settings.interval_seconds - (time.monotonic() - last_commit))
-                        if until_due > 0:  # poll again for more, but stage as soon as the interval is up
-                            self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
-                            continue
+                        if replanned is not None:
+                            pending, replanned = replanned, None
+                        else:
+                            polled = source.pending(frontier, commit_settings.max_staged_bytes)
+                            if polled is None:
+                                self.stop_requested.wait(commit_settings.poll_seconds)
+                                continue
+                            pending = polled
+                            until_due = 0.0 if self._cannot_grow(pending) else (
+                                commit_settings.interval_seconds - (time.monotonic() - last_commit))
+                            if until_due > 0:  # poll again for more, but stage as soon as the interval is up
+                                self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
+                                continue
                         units = self._units_by_lane(source, frontier, pending)
                         claimed = self._claim(source, frontier, units)
                         if claimed != frontier:  # a table's claim read a frontier other than the one planned from
@@ -218,6 +240,16 @@ class SyncJob:
                         for drifted in trigger.drifted:
                             drifted.lane.follow_schema(drifted.drift)
                         continue
+                    verdict = self._check_transactions(trigger)
+                    if verdict is not None and verdict.action != "commit":  # not aligned: another range, or wait
+                        self._discard(trigger)
+                        if verdict.action == "restage" and trigger.pending is not None:
+                            replanned = source.within(trigger.pending, verdict.end or {})
+                        else:
+                            self.stop_requested.wait(commit_settings.poll_seconds)
+                        continue
+                    if verdict is not None and verdict.split:
+                        trigger = trigger.noting_split(verdict.split)
                     merged = {id(part): part.results for part in trigger.parts}
                     if not trigger.rejected:  # a refused trigger is discarded: neither followed nor merged
                         ahead = self._stage_ahead(stager, source, trigger.end)
@@ -234,6 +266,8 @@ class SyncJob:
                     crash_point("committed")
                     last_commit = time.monotonic()
                     frontier = trigger.end
+                    if self.aligner is not None:
+                        self.aligner.committed(trigger.transactions, verdict.split if verdict is not None else ())
                     for part in staged:
                         self._log_commit(summary, part, commits[part.lane.name])
                     summary.frontier = frontier
@@ -245,7 +279,27 @@ class SyncJob:
                     following = ahead.result()
                     if following is not None:
                         self._discard(following)
+                if self.aligner is not None:
+                    self.aligner.close()
         return summary
+
+    def _check_transactions(self, trigger: Trigger) -> Verdict | None:
+        """Whether a staged trigger holds every source transaction it touches whole (spec.changes.transactions;
+        None without): commit it, stage another range, or wait (spark_app/sources/transactions.py)."""
+        if self.aligner is None or trigger.rejected or trigger.pending is None:
+            return None
+        verdict = check_pending(self.aligner, trigger.pending, trigger.transactions)
+        if verdict.action == "restage":
+            log.info("%s v%d: the trigger's range splits a source transaction; staging %s instead", self.writer.sink_id,
+                     self.writer.version, encode_json(verdict.end and {f"{t}/{p}": o for (t, p), o in verdict.end.items()}))
+        elif verdict.action == "wait":
+            log.info("%s v%d: waiting for source transaction(s) %s: not all their events are in Kafka yet",
+                     self.writer.sink_id, self.writer.version, ", ".join(sorted(verdict.waiting)[:5]))
+        if verdict.split:
+            log.warning("%s v%d: committing source transaction(s) %s SPLIT across commits (larger than one trigger, or "
+                        "not complete after spec.changes.transactions.maxWait); noted as %s in the commit",
+                        self.writer.sink_id, self.writer.version, ", ".join(verdict.split[:10]), SPLIT_NOTE)
+        return verdict
 
     def _resume(self, source: Source) -> Frontier:
         """The sync's frontier at start. A sync of one table claims it now when its columns are known (declared,
@@ -326,7 +380,7 @@ class SyncJob:
         as files (side by side when there are several)."""
         lanes = [self.lanes[name] for name in sorted(units)]
         if len(lanes) == 1:
-            return Trigger(pending.end, [self._stage_lane(source, pending, lanes[0], units[lanes[0].name])])
+            return Trigger(pending.end, [self._stage_lane(source, pending, lanes[0], units[lanes[0].name])], pending)
         with ThreadPoolExecutor(max_workers=LANES_STAGED_AT_ONCE, thread_name_prefix="isync-lane") as lanes_pool:
             futures = [lanes_pool.submit(self._stage_lane, source, pending, lane, units[lane.name]) for lane in lanes]
             parts: list[Written] = []
@@ -339,7 +393,7 @@ class SyncJob:
         if failure is not None:
             self._discard(Trigger(pending.end, parts))
             raise failure
-        return Trigger(pending.end, parts)
+        return Trigger(pending.end, parts, pending)
 
     def _stage_lane(self, source: Source, pending: Pending, lane: Lane, units: list[WorkUnit]) -> Written:
         """One table's units staged as files by the tasks.
@@ -356,7 +410,8 @@ class SyncJob:
         else:
             results, stats = run_units(self.spark, units, source.unit_reader(lane.columns, lane.settings.key), lane.plan)
         seen = source.restricted(pending, lane.owns) if lane.owns is not None else pending
-        return Written(lane, results, seen, source.trigger_notes(seen, stats), lane.plan, stats.drift)
+        return Written(lane, results, seen, source.trigger_notes(seen, stats), lane.plan, stats.drift,
+                       stats.transactions)
 
     def _commit(self, staged: list[Staged]) -> dict[str, Commit]:
         """The trigger's data commits: one table's, or the cut of every table it touched."""

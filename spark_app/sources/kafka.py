@@ -166,6 +166,7 @@ class KafkaPending(Pending):
     """A planned range; ``starts`` is where each partition's read begins (past records the broker deleted)."""
 
     starts: dict[tuple[str, int], int] = field(default_factory=dict)
+    log_ends: dict[tuple[str, int], int] = field(default_factory=dict)  # each partition's end when planned
 
 
 class KafkaSource(Source):
@@ -284,8 +285,24 @@ class KafkaSource(Source):
                  "partitions": as_frontier(lag_by_partition)},
             notes=notes or None,
             starts=starts,
+            log_ends=dict(end),
             full=records >= limit,
         )
+
+    def within(self, pending: Pending, end: Offsets) -> KafkaPending:
+        """``pending`` with each partition ending at ``end`` instead (narrowed or grown, never past the partition's
+        end when planned nor below its start): the range :mod:`spark_app.sources.transactions` asks for."""
+        assert isinstance(pending, KafkaPending)
+        ends = topic_partitions(pending.end)
+        for tp, offset in end.items():
+            if tp in pending.starts:
+                ends[tp] = max(pending.starts[tp], min(offset, pending.log_ends.get(tp, offset)))
+        records = sum(ends[tp] - start for tp, start in pending.starts.items())
+        lag_by_partition = {tp: pending.log_ends[tp] - ends[tp] for tp in pending.log_ends}
+        return dataclasses.replace(
+            pending, end=as_frontier(ends), estimated_bytes=records * ESTIMATED_BYTES_PER_RECORD,
+            lag={"records": sum(max(0, lag) for lag in lag_by_partition.values()),
+                 "partitions": as_frontier(lag_by_partition)})
 
     def streams(self) -> list[str] | None:
         try:
@@ -397,10 +414,16 @@ class KafkaUnitReader:
         for raw in read_range(self.client, unit.topic, unit.partition, unit.start, unit.end, counts):
             offsets = raw.column("offset")
             if self.changes is not None:
+                transactions: list[tuple[int, str]] | None = [] if self.changes.transactions else None
                 yield from self.changes.decode_records(raw.column("value"), raw.column("key"),
                                                        _record_positions(unit.topic, unit.partition, offsets),
-                                                       order_base(unit) + read, stats).to_batches()
+                                                       order_base(unit) + read, stats, transactions).to_batches()
                 read += raw.num_rows
+                if transactions:
+                    offset_list = offsets.to_pylist()
+                    for index, transaction in transactions:
+                        stats.saw_transaction(unit.topic, unit.partition, transaction, offset_list[index],
+                                              offset_list[index])
                 continue
             yield from decode_json_values(raw.column("value"), schema,
                                           _record_positions(unit.topic, unit.partition, offsets)).to_batches()

@@ -79,6 +79,13 @@ CASES: dict[str, dict[str, Any]] = {
     "maxBytesPerRun 0Mi": {"maintenance": {"maxBytesPerRun": "0Mi"}},
     "removeOrphans every 0s": {"maintenance": {"removeOrphans": {"every": "0s"}}},
     "removeOrphans older than 0s": {"maintenance": {"removeOrphans": {"olderThan": "0s"}}},
+    "transactions of debezium on kafka": {**KEYED, "source": KAFKA, "changes": {
+        "format": "debezium", "transactions": {"topic": "db.transaction", "maxWait": "1m"}}},
+    "transactions on files": {**KEYED, "changes": {"format": "debezium", "transactions": {"topic": "db.transaction"}}},
+    "transactions of upserts": {**KEYED, "source": KAFKA, "changes": {"format": "upsert",
+                                                                      "transactions": {"topic": "db.transaction"}}},
+    "transactions maxWait 0s": {**KEYED, "source": KAFKA, "changes": {
+        "format": "debezium", "transactions": {"topic": "db.transaction", "maxWait": "0s"}}},
     "a catalog resource": {"table": {"name": "db.trips", "catalogRef": {"name": "lake"}}},
     "an inline catalog": {"table": {"name": "db.trips", "catalog": {"type": "rest", "uri": "http://c/"}}},
     "an inline catalog and a catalog resource": {"table": {"name": "db.trips", "catalog": {"uri": "sqlite:///x.db"},
