@@ -19,6 +19,7 @@ from icebergsync.spec import (
     SCHEMA_REQUIRED_MESSAGE,
     SOURCE_KINDS,
     TABLE_NAME_PATTERN,
+    TABLES_KEY_MESSAGE,
     TABLES_NEED_TEMPLATE_MESSAGE,
     TEMPLATE_NEEDS_KAFKA_MESSAGE,
     TOPIC_OR_PATTERN_MESSAGE,
@@ -121,7 +122,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     ],
     "spec.tables": [
         {"rule": f"self.all(name, size(name) <= 512 && name.matches({_cel_string(TABLE_NAME_PATTERN)}))",
-         "message": "each key of tables is a table name, namespace.table"},
+         "message": TABLES_KEY_MESSAGE},
     ],
     "spec.source.kafka": [
         {"rule": "has(self.topic) != has(self.topicPattern)", "message": TOPIC_OR_PATTERN_MESSAGE},

@@ -66,6 +66,7 @@ TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE = ("changes.transactions needs changes.
 TEMPLATE_NEEDS_KAFKA_MESSAGE = ("a table.name template ({topic}, {N}: one table per topic) needs the kafka source")
 DEAD_LETTER_TEMPLATE_MESSAGE = ("with a table.name template, deadLetter.table is a template too (one dead-letter "
                                 "table per table), and differs from it")
+TABLES_KEY_MESSAGE = "each key of tables is a table name, namespace.table"
 TABLES_NEED_TEMPLATE_MESSAGE = "tables (per-table settings) needs a table.name template ({topic} or {N})"
 SCHEMA_REQUIRED_MESSAGE = ("schema is required for the files and kafka sources, except for spec.changes with "
                            "schemaEvolution evolve (the table's columns then come from the records' Kafka Connect schema)")
@@ -574,7 +575,7 @@ class IcebergSyncSpec(Model):
     event_time_column: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN)
     transform: str | None = Field(default=None, min_length=1, description="Spark SQL over a view named source.")
     table: Table
-    tables: dict[Annotated[str, Field(pattern=TABLE_NAME_PATTERN, max_length=512)], TableOverride] = Field(
+    tables: dict[str, TableOverride] = Field(
         default_factory=dict, max_length=1000,
         description="Per-table settings of a sync of many tables (table.name a template), by table name "
         "(namespace.table as the template names it): key, partitionBy, properties (added) and schema.",
@@ -585,6 +586,14 @@ class IcebergSyncSpec(Model):
     maintenance: Maintenance = Field(default_factory=Maintenance)
     spark: Spark = Field(default_factory=Spark)
     suspend: bool = False
+
+    @field_validator("tables")
+    @classmethod
+    def _table_names(cls, tables: dict[str, TableOverride]) -> dict[str, TableOverride]:
+        bad = [name for name in tables if len(name) > 512 or not re.match(TABLE_NAME_PATTERN, name)]
+        if bad:
+            raise ValueError(f"{TABLES_KEY_MESSAGE} (got {shown(bad)})")
+        return tables
 
     @field_validator("changes")
     @classmethod
