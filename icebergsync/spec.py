@@ -380,12 +380,15 @@ class Compaction(Model):
         description="A data file smaller than this percentage of commit.targetFileSize is small.",
     )
     min_input_files: int = Field(
-        default=5, ge=2, description="Compact a partition once it holds at least this many small data files.",
+        default=5, ge=2, description="Compact a partition once this many of its small data files would merge by size "
+        "tier: smallest first, the longest run whose largest is at most 4 times the others together (a file under 256 KiB "
+        "counted as 256 KiB).",
     )
     max_extra_files_percent: int = Field(
-        default=25, ge=0, description="Also compact every partition with small data files to pack as soon as, across "
-        "the table, the data files packing them would save are at least minInputFiles and exceed this percentage of "
-        "the data files it would leave (a scan's cost grows with the files it opens; 0: per partition only).",
+        default=25, ge=0, description="Also compact every partition where two or more small data files would merge as "
+        "soon as, across the table, the data files packing every small file would save are at least minInputFiles and "
+        "exceed this percentage of the data files it would leave (a scan's cost grows with the files it opens; 0: per "
+        "partition only).",
     )
 
 

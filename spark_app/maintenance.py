@@ -64,7 +64,7 @@ from spark_app.faults import crash_point
 from spark_app.iceberg_internals import LiveFile, live_files, manifest_files
 from spark_app.upkeep.deletes import PositionReferences
 from spark_app.upkeep.manifests import ManifestPlan, ManifestThresholds, plan_manifest_rewrite, target_bytes
-from spark_app.upkeep.plan import Thresholds, UpkeepPlan, plan_upkeep
+from spark_app.upkeep.plan import TIER_FLOOR_BYTES, Thresholds, UpkeepPlan, plan_upkeep
 from spark_app.upkeep.rewrite import Outcome, RewriteContext, delete_written, run_plan
 
 log = logging.getLogger("icebergsync.maintenance")
@@ -141,7 +141,8 @@ def thresholds(settings: Maintenance, target_file_bytes: int, rewrite_deletes: b
                       compaction.min_input_files,
                       deletes.min_delete_files if deletes.enabled and rewrite_deletes else None,
                       deletes.deleted_rows_percent / 100, settings.max_rewrite_bytes, settings.max_files_per_run,
-                      compaction.max_extra_files_percent / 100 if compaction.max_extra_files_percent else None)
+                      compaction.max_extra_files_percent / 100 if compaction.max_extra_files_percent else None,
+                      TIER_FLOOR_BYTES)
 
 
 class Maintainer:
