@@ -456,7 +456,8 @@ class ExpireSnapshots(_Periodic):
     max_snapshots: int = Field(
         default=100, ge=1, description="Expire main's snapshots beyond this many newest ones even when younger than "
         "olderThan, as soon as a commit finds more (frequent commits would otherwise grow the metadata every reader "
-        "and commit reads).",
+        "and commit reads): down to a fifth below it (at least retainLast), so that expiry runs once every "
+        "maxSnapshots/5 commits, not after every commit.",
     )
     every: Duration = Field(default="10m", description="How often the table is checked for snapshots to expire "
                             "(after a commit).")

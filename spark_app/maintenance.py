@@ -308,8 +308,9 @@ class Maintainer:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         cutoff_ms = now_ms - int(settings.older_than_seconds * 1000)
         main = list(protocol.main_ancestry(self.catalog.load_table(self.identifier).metadata))
-        if len(main) > settings.max_snapshots:  # the max_snapshots-th newest stays, and everything newer
-            cutoff_ms = max(cutoff_ms, main[settings.max_snapshots - 1].timestamp_ms)
+        if len(main) > settings.max_snapshots:  # down to a fifth below the limit: due again only after as many commits
+            keep = max(settings.retain_last, settings.max_snapshots - settings.max_snapshots // 5)
+            cutoff_ms = max(cutoff_ms, main[keep - 1].timestamp_ms)
         expired = self.committer.expire_snapshots(cutoff_ms, settings.retain_last)
         deleted = delete_unreferenced(self.catalog.load_table(self.identifier), expired) if expired else 0
         result = ExpiryResult(len(expired), deleted, time.monotonic() - started)
