@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from tests.infra.cluster import NodeCluster
+from tests.infra.cluster import ClusterError, NodeCluster
 from tests.infra.image import BUILD_TIMEOUT, IMAGE_SCRIPT, BuiltImage, run_script
 from tests.infra.kube import ensure_kube_tools
 from tests.infra.services import _kafka_cluster_id
@@ -361,8 +361,12 @@ def _uninstall(cluster: NodeCluster, helm: Path, namespace: str, controller: Spa
     runs (it deletes their SparkApplications), the applications while the Spark Operator runs (its
     finalizer), then the controller, the chart and the namespace."""
     try:
-        cluster.kubectl("-n", namespace, "delete", "isync", "--all", "--timeout=300s", timeout=330)
-        cluster.kubectl("-n", namespace, "delete", "sparkapplications", "--all", "--timeout=300s", timeout=330)
+        for kind in ("isync", "sparkapplications"):
+            try:
+                cluster.kubectl("-n", namespace, "delete", kind, "--all", "--timeout=300s", timeout=330)
+            except ClusterError as exc:
+                if "doesn't have a resource type" not in str(exc):  # the install failed before its CRD
+                    raise
     finally:
         if controller is not None:
             controller.stop()
