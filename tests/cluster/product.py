@@ -357,11 +357,11 @@ def installed_product(cluster: NodeCluster, image: BuiltImage, namespace: str, b
 
 
 def _uninstall(cluster: NodeCluster, helm: Path, namespace: str, controller: SparkOperatorController | None) -> None:
-    """Undo :func:`installed_product`, in the order the finalizers need: the syncs while the operator
-    runs (it deletes their SparkApplications), the applications while the Spark Operator runs (its
-    finalizer), then the controller, the chart and the namespace."""
+    """Undo :func:`installed_product`, in the order the finalizers need: the syncs and catalogs while the
+    operator runs (its finalizer on both; it deletes the syncs' SparkApplications), the applications while
+    the Spark Operator runs (its finalizer), then the controller, the chart and the namespace."""
     try:
-        for kind in ("isync", "sparkapplications"):
+        for kind in ("isync", "icebergcatalogs", "sparkapplications"):
             try:
                 cluster.kubectl("-n", namespace, "delete", kind, "--all", "--timeout=300s", timeout=330)
             except ClusterError as exc:
