@@ -37,6 +37,8 @@ SOURCE = "icebergsync.source"
 # A commit of a sync of several tables: {"atomic": bool, "id": cut id, "tables": tables in the cut}.
 CUT = "icebergsync.cut"
 CHECKPOINT_PREFIX = "icebergsync.checkpoint."
+# Only a dead-letter table's checkpoint holds this field: the main snapshot whose dead letters it covers.
+MAIN_SNAPSHOT_ID = "main-snapshot-id"
 
 KIND_FENCE = "fence"
 KIND_DATA = "data"

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("icebergsync.committer")
 
 MAIN_SEQUENCE = "main-sequence-number"
-MAIN_SNAPSHOT = "main-snapshot-id"
+MAIN_SNAPSHOT = protocol.MAIN_SNAPSHOT_ID
 PENDING_DEAD_LETTERS = "pending-dead-letter-files"
 UNKNOWN_OUTCOME_DEADLINE_SECONDS = 300.0
 

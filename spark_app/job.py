@@ -261,7 +261,10 @@ class SyncJob:
                 return initial
             claimed = lane.claim(source.identity(), source.check_frontier).frontier
             return claimed if claimed is not None else initial
-        routed = {stream: self.table_of(stream) for stream in source.streams()}
+        while (streams := source.streams()) is None:  # the source is unreachable: wait for it, or a stop
+            if self.stop_requested.wait(self.spec.commit.poll_seconds):
+                return initial
+        routed = {stream: self.table_of(stream) for stream in streams}
         progress: dict[str, Frontier | None] = {}
         for name in sorted(set(routed.values())):
             try:
@@ -289,7 +292,7 @@ class SyncJob:
             if not lane.columns:
                 lane.columns = lane.existing_columns() or []
             if not lane.columns:
-                lane.columns_from_drift(read_drift(self.spark, units[name], source.unit_reader([])))
+                lane.columns_from_drift(read_drift(self.spark, units[name], source.unit_reader([], lane.settings.key)))
             progress = lane.claim(source.identity(), source.check_frontier)
             if progress.frontier is None:  # no progress of the sink on the table: its streams start where planned
                 continue
@@ -348,10 +351,10 @@ class SyncJob:
         assert lane.plan is not None
         if self.spec.transform:
             record_columns = source.record_columns()
-            results, stats = run_transform(self.spark, units, source.unit_reader(record_columns), lane.plan,
+            results, stats = run_transform(self.spark, units, source.unit_reader(record_columns, lane.settings.key), lane.plan,
                                            lane.columns, record_columns, self.spec.transform)
         else:
-            results, stats = run_units(self.spark, units, source.unit_reader(lane.columns), lane.plan)
+            results, stats = run_units(self.spark, units, source.unit_reader(lane.columns, lane.settings.key), lane.plan)
         seen = source.restricted(pending, lane.owns) if lane.owns is not None else pending
         return Written(lane, results, seen, source.trigger_notes(seen, stats), lane.plan, stats.drift)
 

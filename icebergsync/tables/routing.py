@@ -27,6 +27,11 @@ def template_fields(name: str) -> list[str]:
     return _FIELD.findall(name)
 
 
+def template_texts(template: str) -> list[str]:
+    """The literal texts of a template around its fields (``db.t_{topic}`` gives ``["db.t_", ""]``)."""
+    return _FIELD.split(template)[::2]
+
+
 def template_matcher(template: str) -> re.Pattern[str]:
     """What the names ``template`` gives look like: its text, each field any identifier part."""
     parts = _FIELD.split(template)

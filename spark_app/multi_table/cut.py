@@ -32,6 +32,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from icebergsync.errors import IcebergSyncError
+from icebergsync.tables.cuts import catalog_cut_support
 
 
 class AtomicCutUnsupportedError(IcebergSyncError):
@@ -52,8 +53,9 @@ class TableChange:
 
 def atomic_cut_supported(catalog: Catalog) -> bool:
     """Whether ``catalog`` commits a cut of several tables atomically (a SQL catalog whose driver reports
-    the rows an UPDATE matched)."""
-    return isinstance(catalog, SqlCatalog) and bool(catalog.engine.dialect.supports_sane_rowcount)
+    the rows an UPDATE matched: :func:`icebergsync.tables.cuts.catalog_cut_support`, which the operator's
+    ``AtomicCuts`` condition shares)."""
+    return catalog_cut_support(catalog).atomic
 
 
 def commit_cut(catalog: Catalog, changes: Sequence[TableChange]) -> list[CommitTableResponse]:

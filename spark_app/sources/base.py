@@ -81,8 +81,9 @@ class Source(ABC):
         """
 
     @abstractmethod
-    def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
-        """The picklable reader the tasks run: a unit's records decoded into ``columns``."""
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> UnitReader:
+        """The picklable reader the tasks run: a unit's records decoded into ``columns`` (change records by
+        ``key``, the table's key columns; ``spec.table.key`` when None)."""
 
     def record_columns(self) -> list[SpecColumn]:
         """The columns of the source's records: what ``spec.transform`` sees as the view ``source``."""
@@ -93,8 +94,9 @@ class Source(ABC):
         that is one stream."""
         return None
 
-    def streams(self) -> list[str]:
-        """The streams the source has now (Kafka: its topics, those of ``topicPattern`` listed again)."""
+    def streams(self) -> list[str] | None:
+        """The streams the source has now (Kafka: its topics, those of ``topicPattern`` listed again); None when
+        they cannot be listed now (ask again later)."""
         return []
 
     def restricted(self, pending: Pending, owns: Callable[[str], bool]) -> Pending:

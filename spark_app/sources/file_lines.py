@@ -158,11 +158,13 @@ class ChangeReading:
     follow_schema: bool = False  # spec.schemaEvolution evolve: note the records' schema drift in the stats
 
     @classmethod
-    def of(cls, spec: IcebergSyncSpec, columns: list[SpecColumn]) -> ChangeReading | None:
-        """How ``spec``'s change records decode into ``columns`` (None for a sync of appends)."""
+    def of(cls, spec: IcebergSyncSpec, columns: list[SpecColumn], key: list[str] | None = None) -> ChangeReading | None:
+        """How ``spec``'s change records decode into ``columns`` by ``key`` (the table's: ``spec.table.key``
+        unless a ``spec.tables`` entry overrides it; None for a sync of appends)."""
         if spec.changes is None:
             return None
-        return cls(tuple(columns), tuple(spec.table.key or ()), spec.changes.format, spec.follows_source_schema)
+        key = key if key is not None else spec.table.key
+        return cls(tuple(columns), tuple(key or ()), spec.changes.format, spec.follows_source_schema)
 
     def decode_lines(self, block: bytes, uri: str, first_line: int, base: int,
                      stats: UnitStats) -> tuple[pa.Table, int]:

@@ -115,7 +115,7 @@ class FilesSource(Source):
         self._late_unnoted = [rel for rel in self._late_unnoted if rel not in notes.get("files-before-frontier", [])]
         return notes
 
-    def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> UnitReader:
         header = tuple(c.name for c in columns) if self.settings.format == "csv" and self.settings.csv_header else None
-        reading = ChangeReading.of(self.spec, columns)
+        reading = ChangeReading.of(self.spec, columns, key)
         return FileReader(self._io_properties, self.settings.format, header, tuple(columns), reading)

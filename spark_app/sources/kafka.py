@@ -232,9 +232,7 @@ class KafkaSource(Source):
         except (KafkaAccessError, SpecError):
             raise  # a wrong password or an untrusted certificate: waiting will not help
         except Exception as exc:  # the broker is unreachable or slow: try again at the next poll
-            log.warning("kafka source: cannot read offsets from %s: %s", self.settings.bootstrap_servers,
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-            self.lookup.close()
+            self._unreachable(exc)
             return None
         committed = topic_partitions(frontier)
         starts: Offsets = {}
@@ -289,9 +287,20 @@ class KafkaSource(Source):
             full=records >= limit,
         )
 
-    def streams(self) -> list[str]:
-        self._partitions()
+    def streams(self) -> list[str] | None:
+        try:
+            self._partitions()
+        except (KafkaAccessError, SpecError):
+            raise
+        except Exception as exc:  # the broker is unreachable or slow: the caller asks again
+            self._unreachable(exc)
+            return None
         return list(self.topics)
+
+    def _unreachable(self, exc: Exception) -> None:
+        log.warning("kafka source: cannot read the topics or offsets from %s: %s", self.settings.bootstrap_servers,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        self.lookup.close()
 
     def stream_of(self, unit: WorkUnit) -> str:
         assert isinstance(unit, KafkaUnit)
@@ -330,8 +339,8 @@ class KafkaSource(Source):
         return [KafkaUnit(index, topic, partition, start, end)
                 for index, (topic, partition, start, end) in enumerate(splits)]
 
-    def unit_reader(self, columns: list[SpecColumn]) -> KafkaUnitReader:
-        reading = ChangeReading.of(self.spec, columns)
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> KafkaUnitReader:
+        reading = ChangeReading.of(self.spec, columns, key)
         return KafkaUnitReader(self.options.client, list(columns), self.settings.format, reading)
 
 

@@ -53,11 +53,11 @@ def test_each_topic_lands_once_in_its_own_table_and_a_trigger_is_one_atomic_cut(
     catalog = catalog_of(sync)
     with BackgroundJob(SyncJob(sync, 1, spark)) as running:
         running.wait_until(lambda: all(_committed(catalog, f"shop.{n}", f"{prefix}.{n}", kafka_broker) for n in sizes),
-                           "every topic committed to its table")
+                           "every topic committed to its table", timeout=240)
         # A topic created while the sync runs is found by the pattern and gets its table.
         [late] = _topics(kafka_broker, prefix, ["returns"])
         produce_orders(kafka_broker, late, range(25))
-        running.wait_until(lambda: _committed(catalog, "shop.returns", late, kafka_broker), "the new topic's table")
+        running.wait_until(lambda: _committed(catalog, "shop.returns", late, kafka_broker), "the new topic's table", timeout=240)
     for name, count in {**sizes, "returns": 25}.items():
         assert table_ids(catalog.load_table(f"shop.{name}")) == list(range(count)), name
     # An idle topic costs no table and no commit.
@@ -93,7 +93,7 @@ def test_restarts_and_upgrades_resume_each_table_from_its_own_frontier(
     for version in (1, 2):  # the same version restarted, then an upgrade
         with BackgroundJob(SyncJob(sync, version, spark)) as running:
             running.wait_until(lambda: all(_committed(catalog, f"shop.{n}", f"{prefix}.{n}", kafka_broker)
-                                           for n in "abc"), "every table caught up")
+                                           for n in "abc"), "every table caught up", timeout=240)
         produce_orders(kafka_broker, f"{prefix}.c", range(70 + version * 10, 80 + version * 10))
     with BackgroundJob(SyncJob(sync, 2, spark)) as running:
         running.wait_until(lambda: _committed(catalog, "shop.c", f"{prefix}.c", kafka_broker), "c caught up")
@@ -106,3 +106,29 @@ def test_restarts_and_upgrades_resume_each_table_from_its_own_frontier(
         commits = sink_commits(catalog.load_table(f"shop.{name}"), SINK)
         assert {topic for c in commits if c.frontier for topic in c.frontier} == {f"{prefix}.{name}"}
         assert commits[-1].writer.version == newest, name
+
+
+def test_each_table_has_its_own_dead_letters_and_settings(
+        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker) -> None:
+    prefix = f"db{uuid.uuid4().hex[:6]}"
+    _topics(kafka_broker, prefix, ["good", "mixed"], partitions=1)
+    produce_orders(kafka_broker, f"{prefix}.good", range(30))
+    produce_orders(kafka_broker, f"{prefix}.mixed", range(20))
+    kafka_broker.produce(f"{prefix}.mixed", [("k", "{broken", 0), ("k", '{"id": "x"}', 0)])
+    sync = parse_spec(_document(tmp_path, kafka_broker, prefix, deadLetter={"table": "shop.{1}_dlq"},
+                                tables={"shop.mixed": {"partitionBy": ["bucket(4, id)"],
+                                                       "properties": {"comment": "mixed"}}}))
+    catalog = catalog_of(sync)
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(lambda: all(_committed(catalog, f"shop.{n}", f"{prefix}.{n}", kafka_broker)
+                                       for n in ("good", "mixed")), "both topics committed")
+    assert table_ids(catalog.load_table("shop.good")) == list(range(30))
+    assert table_ids(catalog.load_table("shop.mixed")) == list(range(20))
+    dead = catalog.load_table("shop.mixed_dlq").scan().to_arrow()
+    assert dead.num_rows == 2
+    assert ("shop", "good_dlq") in catalog.list_tables("shop") and \
+        catalog.load_table("shop.good_dlq").scan().to_arrow().num_rows == 0
+    mixed = catalog.load_table("shop.mixed")
+    assert [str(f.transform) for f in mixed.spec().fields] == ["bucket[4]"]
+    assert mixed.metadata.properties["comment"] == "mixed"
+    assert not catalog.load_table("shop.good").spec().fields
