@@ -7,7 +7,9 @@ and executor pods. The test produces from the host to the broker the pods read.
 Asserted from the tables (read from the host with pyiceberg) and the API, never from log text: every
 non-idle topic's records in its own table exactly once, each table's commits carrying only its topic's
 positions; an idle topic gets no table; a topic created while the sync runs gets its table; a deleted
-driver pod recovers with a new version and no duplicates. The tests run in order and share one sync.
+driver pod recovers with a new version and no duplicates; the status says Running and lists every table
+(``status.tables``, found in the catalog by the operator) with the version that last committed it, and that
+the REST catalog's cuts are not atomic (condition ``AtomicCuts``). The tests run in order and share one sync.
 """
 
 from __future__ import annotations
@@ -109,6 +111,24 @@ class ManyTables:
         expected = {name: count for name, count in self.produced.items() if count}
         return wait_for(f"every record in its table ({expected})", probe, PROGRESS_SECONDS, interval=5)
 
+    def wait_status_of_every_table(self) -> dict[str, Any]:
+        """Wait until the status says Running, and lists every table with records, each last committed by the
+        running version with no backlog; return the status."""
+        expected = {f"e2e.{name}" for name, count in self.produced.items() if count}
+
+        def settled() -> dict[str, Any] | None:
+            status = self.status()
+            tables = status.get("tables") or {}
+            items = tables.get("items") or []
+            ok = (status.get("phase") == "Running" and status.get("lastCommit")
+                  and tables.get("count") == len(expected) and tables.get("lagging") == 0
+                  and tables.get("problems") == 0 and not tables.get("omitted") and not tables.get("unread")
+                  and {item["table"] for item in items} == expected
+                  and all(item.get("sinkVersion") == status.get("sinkVersion") for item in items))
+            return status if ok else None
+
+        return wait_for(f"phase Running and status.tables listing {sorted(expected)}", settled, 300, interval=5)
+
     def assert_exactly_once(self) -> None:
         ids = self.wait_all_rows()
         assert ids == {name: list(range(count)) for name, count in self.produced.items() if count}
@@ -152,11 +172,16 @@ def test_each_topic_lands_once_in_its_own_table_and_the_status_says_running(many
         # A table's commits carry its own topic's positions only: it is a single-table sink of that topic.
         assert {t for c in commits if c.frontier for t in c.frontier} == {topic(name)}, name
 
-    def running() -> dict[str, Any] | None:
-        status = many.status()
-        return status if status.get("phase") == "Running" and status.get("sinkVersion") else None
-
-    status = wait_for("phase Running with a sink version", running, 300)
+    status = many.wait_status_of_every_table()
+    tables = status["tables"]
+    assert {item["table"] for item in tables["items"]} == {f"e2e.{name}" for name in FIRST_RECORDS}  # not idle
+    assert {item["lag"] for item in tables["items"]} == {"0 records"}
+    newest = tables["newestCommitTable"]
+    assert int(status["lastCommit"]["snapshotId"]) in {c.snapshot_id for c in sink_commits(
+        many.table(newest.split(".", 1)[1]), SINK_ID)}
+    # The REST catalog commits a trigger's tables one by one: said by the condition, not hidden.
+    (atomic,) = [c for c in status["conditions"] if c["type"] == "AtomicCuts"]
+    assert (atomic["status"], atomic["reason"]) == ("False", "CatalogCommitsTablesOneByOne")
     application = json.loads(many.product.kubectl("get", "sparkapplication", status["application"], "-o", "json"))
     assert application["status"]["applicationState"]["state"] == "RUNNING"
     assert len(many.product.pods("spark-role=driver")) == 1
@@ -170,6 +195,7 @@ def test_a_topic_created_while_the_sync_runs_gets_its_table(many: ManyTables) ->
 
     many.assert_exactly_once()
     assert many.tables() == {*FIRST_RECORDS, LATE}
+    assert many.wait_status_of_every_table()["tables"]["count"] == len(FIRST_RECORDS) + 1
 
 
 def test_a_deleted_driver_pod_recovers_without_duplicates(many: ManyTables) -> None:
@@ -190,3 +216,4 @@ def test_a_deleted_driver_pod_recovers_without_duplicates(many: ManyTables) -> N
     # The new version claimed every table that got records after it started (lazily, at their records).
     for name in after:
         assert sink_commits(many.table(name), SINK_ID)[-1].writer.version > version_before, name
+    assert int(many.wait_status_of_every_table()["sinkVersion"]) > version_before
