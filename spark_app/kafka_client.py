@@ -317,35 +317,28 @@ class OffsetLookup:
         admin = self._open()
         found: list[tuple[str, int]] = []
         for topic in topics:
-            deadline = time.monotonic() + self.timeout
-            while True:
-                try:
-                    metadata = admin.list_topics(topic=topic, timeout=min(2.0, max(0.1, deadline - time.monotonic())))
-                    break
-                except Exception:
-                    admin.poll(0)
-                    self._errors.check(f"listing topics at {self.settings.bootstrap_servers}")
-                    if time.monotonic() >= deadline:
-                        raise
+            metadata = self._list_topics(admin, topic, 2.0)
             meta = metadata.topics.get(topic)
             if meta is not None and meta.error is None:
                 found.extend((topic, int(p)) for p in meta.partitions)
         return sorted(found)
 
-    def matching_partitions(self, pattern: re.Pattern[str]) -> list[tuple[str, int]]:
-        """The partitions of every topic whose whole name ``pattern`` matches (Kafka's internal topics, named
-        ``__…``, never), from one listing of the cluster's topics."""
-        admin = self._open()
+    def _list_topics(self, admin: Any, topic: str | None, attempt_seconds: float) -> Any:
+        """The cluster's metadata of ``topic`` (None: of every topic), asked again until ``self.timeout`` passes."""
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                metadata = admin.list_topics(timeout=min(5.0, max(0.1, deadline - time.monotonic())))
-                break
+                return admin.list_topics(topic=topic, timeout=min(attempt_seconds, max(0.1, deadline - time.monotonic())))
             except Exception:
                 admin.poll(0)
                 self._errors.check(f"listing topics at {self.settings.bootstrap_servers}")
                 if time.monotonic() >= deadline:
                     raise
+
+    def matching_partitions(self, pattern: re.Pattern[str]) -> list[tuple[str, int]]:
+        """The partitions of every topic whose whole name ``pattern`` matches (Kafka's internal topics, named
+        ``__…``, never), from one listing of the cluster's topics."""
+        metadata = self._list_topics(self._open(), None, 5.0)
         return sorted((name, int(p)) for name, meta in metadata.topics.items()
                       if meta.error is None and not name.startswith("__") and pattern.fullmatch(name)
                       for p in meta.partitions)

@@ -10,7 +10,7 @@ server that authenticates and then goes silent is cut at the deadline like an HT
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -113,11 +113,7 @@ def read_sql_metadata(catalog: model.Catalog, properties: Mapping[str, str], tab
         location = metadata_location(engine, catalog.name, table_name)
     finally:
         engine.dispose()
-    s3 = checked_endpoints({key: value for key, value in properties.items() if key.startswith("s3.")},
-                           settings.allowed_catalog_uris)
-    session = bounded_session(deadline, partial(check_endpoint, allow_list=settings.allowed_catalog_uris),
-                              settings.catalog_max_bytes)
-    return read_metadata_file(location, s3, session, deadline, settings.catalog_max_bytes)
+    return _metadata_file_reader(properties, deadline, settings)(location)
 
 
 def read_sql_lanes(catalog: model.Catalog, properties: Mapping[str, str], template: str, sink_id: str,
@@ -129,9 +125,15 @@ def read_sql_lanes(catalog: model.Catalog, properties: Mapping[str, str], templa
         locations = namespace_tables(engine, catalog.name, template, MAX_LISTED_ROWS)
     finally:
         engine.dispose()
+    read = _metadata_file_reader(properties, deadline, settings)
+    return read_lanes(template, locations, lambda name: read(locations[name]), sink_id)
+
+
+def _metadata_file_reader(properties: Mapping[str, str], deadline: Deadline,
+                          settings: OperatorSettings) -> Callable[[str], TableMetadata]:
+    """Reads a metadata file by its location, through the allowed S3 endpoints, bounded by ``deadline``."""
     s3 = checked_endpoints({key: value for key, value in properties.items() if key.startswith("s3.")},
                            settings.allowed_catalog_uris)
     session = bounded_session(deadline, partial(check_endpoint, allow_list=settings.allowed_catalog_uris),
                               settings.catalog_max_bytes)
-    return read_lanes(template, locations, lambda name: read_metadata_file(
-        locations[name], s3, session, deadline, settings.catalog_max_bytes), sink_id)
+    return lambda location: read_metadata_file(location, s3, session, deadline, settings.catalog_max_bytes)

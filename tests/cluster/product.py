@@ -27,7 +27,7 @@ import yaml
 from tests.infra.cluster import ClusterError, NodeCluster
 from tests.infra.image import BUILD_TIMEOUT, IMAGE_SCRIPT, BuiltImage, run_script
 from tests.infra.kube import ensure_kube_tools
-from tests.infra.services import _kafka_cluster_id
+from tests.infra.services import SINGLE_BROKER_PROPERTIES, _kafka_cluster_id
 from tests.infra.spark_operator import SparkOperatorController, start_spark_operator
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -459,18 +459,7 @@ def install_kafka(cluster: NodeCluster, namespace: str, image: BuiltImage) -> Ka
         "inter.broker.listener.name=PLAINTEXT",
         "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs=/data/kafka",
-        "num.partitions=1",
-        "default.replication.factor=1",
-        "min.insync.replicas=1",
-        "offsets.topic.replication.factor=1",
-        "offsets.topic.num.partitions=1",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
-        "transaction.state.log.num.partitions=1",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
-        "group.initial.rebalance.delay.ms=0",
-        "auto.create.topics.enable=false",
+        *SINGLE_BROKER_PROPERTIES,
         "",
     ])  # fmt: skip
     log4j = "\n".join([

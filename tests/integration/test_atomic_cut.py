@@ -23,6 +23,7 @@ from sqlalchemy import event, text
 
 from spark_app.multi_table.cut import AtomicCutUnsupportedError, TableChange, atomic_cut_supported, commit_cut
 from tests.infra.services import RestCatalog
+from tests.integration.cut_support import broken_orders
 
 ORDERS = Schema(NestedField(1, "order_id", LongType()), NestedField(2, "total", DoubleType()))
 LINES = Schema(NestedField(1, "order_id", LongType()), NestedField(2, "amount", DoubleType()))
@@ -135,15 +136,6 @@ def consistent_read(catalog: SqlCatalog) -> tuple[pa.Table, pa.Table]:
     io_properties = catalog.properties
     return (StaticTable.from_metadata(pointers["orders"], io_properties).scan().to_arrow(),
             StaticTable.from_metadata(pointers["lines"], io_properties).scan().to_arrow())
-
-
-def broken_orders(orders: pa.Table, lines: pa.Table) -> list[int]:
-    """Orders whose lines do not sum to their total, and lines without their order."""
-    sums: dict[int, float] = {}
-    for order_id, amount in zip(lines["order_id"].to_pylist(), lines["amount"].to_pylist(), strict=True):
-        sums[order_id] = sums.get(order_id, 0.0) + amount
-    totals = dict(zip(orders["order_id"].to_pylist(), orders["total"].to_pylist(), strict=True))
-    return sorted({i for i, total in totals.items() if sums.get(i) != total} | (sums.keys() - totals.keys()))
 
 
 def test_a_reader_of_the_catalog_never_sees_an_order_without_its_lines(catalog: SqlCatalog) -> None:

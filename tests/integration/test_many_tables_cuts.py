@@ -47,6 +47,7 @@ from icebergsync import protocol
 from icebergsync.spec import IcebergSync, parse_spec
 from spark_app.job import SyncJob
 from tests.infra.services import KafkaBroker, RestCatalog
+from tests.integration.cut_support import broken_orders
 from tests.integration.sync_support import (
     BackgroundJob,
     catalog_of,
@@ -131,13 +132,6 @@ class Shop:
                              commit={"interval": "300ms", "pollInterval": "100ms", "targetFileSize": "8Mi"})
 
 
-def broken_orders(orders: pa.Table, lines: pa.Table) -> list[int]:
-    """Orders whose lines do not sum to their total, and lines without their order."""
-    sums: dict[int, float] = {}
-    for order_id, amount in zip(lines["order_id"].to_pylist(), lines["amount"].to_pylist(), strict=True):
-        sums[order_id] = sums.get(order_id, 0.0) + amount
-    totals = dict(zip(orders["order_id"].to_pylist(), orders["total"].to_pylist(), strict=True))
-    return sorted({i for i, total in totals.items() if sums.get(i) != total} | (sums.keys() - totals.keys()))
 
 
 def cut_ids(table: Table | StaticTable | None) -> dict[str, int]:

@@ -19,11 +19,9 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
 from pyspark.sql import SparkSession
@@ -34,7 +32,7 @@ from icebergsync.spec import parse_spec
 from spark_app.changes import transaction_key
 from spark_app.job import SyncJob
 from tests.infra.services import KafkaBroker
-from tests.integration.cdc_postgres.servers import Postgres, start_debezium, start_postgres
+from tests.integration.cdc_postgres.servers import Postgres, start_debezium
 from tests.integration.sync_support import BackgroundJob, catalog_of, holds, sync_document
 
 PARTITIONS = 2
@@ -43,16 +41,6 @@ SETTINGS = {"converter.schemas.enable": "false", "provide.transaction.metadata":
 ORDERS_SCHEMA = [{"name": "id", "type": "long", "required": True}, {"name": "total", "type": "long"}]
 LINES_SCHEMA = [{"name": "order_id", "type": "long", "required": True},
                 {"name": "line_no", "type": "int", "required": True}, {"name": "amount", "type": "long"}]
-
-
-@pytest.fixture
-def postgres(tmp_path: Path) -> Iterator[Postgres]:
-    (tmp_path / "postgres").mkdir()
-    server = start_postgres(tmp_path / "postgres")
-    try:
-        yield server
-    finally:
-        server.server.stop()
 
 
 class Shop:
