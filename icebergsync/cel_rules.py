@@ -65,7 +65,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         },
         {
             # a table name holds '{' only as a field of a template (the name's pattern)
-            "rule": "!self.table.name.contains('{') || has(self.source.kafka)",
+            "rule": "!self.table.name.contains('{') || has(self.source.kafka) || has(self.source.files)",
             "fieldPath": ".table.name",
             "message": TEMPLATE_NEEDS_KAFKA_MESSAGE,
         },

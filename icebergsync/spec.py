@@ -63,7 +63,8 @@ CHANGES_NEED_FILES_OR_KAFKA_MESSAGE = "changes needs the files or kafka source"
 TOPIC_OR_PATTERN_MESSAGE = "set exactly one of topic and topicPattern"
 TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE = ("changes.transactions needs changes.format debezium and the kafka source "
                                             "(Debezium's transaction metadata)")
-TEMPLATE_NEEDS_KAFKA_MESSAGE = ("a table.name template ({topic}, {N}: one table per topic) needs the kafka source")
+TEMPLATE_NEEDS_KAFKA_MESSAGE = ("a table.name template ({topic}, {N}: one table per topic or directory) needs the "
+                                "kafka or files source")
 DEAD_LETTER_TEMPLATE_MESSAGE = ("with a table.name template, deadLetter.table is a template too (one dead-letter "
                                 "table per table), and differs from it")
 TABLES_KEY_MESSAGE = "each key of tables is a table name, namespace.table"
@@ -237,8 +238,9 @@ class Table(Model):
     catalog_ref: CatalogRef | None = None
     name: str = Field(
         pattern=TABLE_TEMPLATE_PATTERN, max_length=512,
-        description="namespace.table; or, for one table per Kafka topic, a template whose last part holds {topic} "
-        "(the topic's name) or {1}, {2}, … (groups of source.kafka.topicPattern), each made an identifier part "
+        description="namespace.table; or, for one table per Kafka topic (or per directory of the files source), a "
+        "template whose last part holds {topic} (the topic's or directory's name) or {1}, {2}, … (groups of "
+        "source.kafka.topicPattern), each made an identifier part "
         "(characters other than letters, digits and _ become _). Tables are created when their first records "
         "arrive; spec.tables overrides key, partitionBy, properties and schema per table.",
     )
@@ -630,7 +632,7 @@ class IcebergSyncSpec(Model):
             raise ValueError(f"schema has duplicate columns: {duplicates}")
         if self.dead_letter and self.dead_letter.table == self.table.name:
             raise ValueError("deadLetter.table must differ from table.name")
-        if self.table.is_template and self.source.kafka is None:
+        if self.table.is_template and self.source.kafka is None and self.source.files is None:
             raise ValueError(TEMPLATE_NEEDS_KAFKA_MESSAGE)
         if self.dead_letter and is_template(self.dead_letter.table) != self.table.is_template:
             raise ValueError(DEAD_LETTER_TEMPLATE_MESSAGE)
@@ -832,17 +834,18 @@ def _table_problems(column_list: list[Column], partition_by: list[str], key: lis
 
 def _template_problems(spec: IcebergSyncSpec) -> list[str]:
     """A table.name template's fields against the source, and each spec.tables entry against the template."""
-    if not spec.table.is_template or spec.source.kafka is None:
+    if not spec.table.is_template or (spec.source.kafka is None and spec.source.files is None):
         return []
     problems = []
-    pattern = spec.source.kafka.pattern
+    pattern = spec.source.kafka.pattern if spec.source.kafka is not None else None
     groups = pattern.groups if pattern is not None else 0
     for name in ("table.name", "deadLetter.table"):
         template = spec.table.name if name == "table.name" else spec.dead_letter.table if spec.dead_letter else ""
         for field in template_fields(template):
             if field != "topic" and int(field) > groups:
                 problems.append(f"spec.{name}: {{{field}}} names group {field} of source.kafka.topicPattern, which "
-                                f"has {groups} group(s)" + ("" if pattern is not None else " (topic is set, not topicPattern)"))
+                                f"has {groups} group(s)" + ("" if pattern is not None else
+                                                            " (topic or files is set, not topicPattern)"))
     namer = template_matcher(spec.table.name)
     for name, override in spec.tables.items():
         where = f"spec.tables[{name}]"

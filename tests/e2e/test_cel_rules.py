@@ -87,7 +87,8 @@ CASES: dict[str, dict[str, Any]] = {
     "transactions maxWait 0s": {**KEYED, "source": KAFKA, "changes": {
         "format": "debezium", "transactions": {"topic": "db.transaction", "maxWait": "0s"}}},
     "a table per topic": {"source": KAFKA, "schema": SCHEMA, "table": {"name": "db.{topic}"}},
-    "a table per topic of files": {"source": FILES, "schema": SCHEMA, "table": {"name": "db.{topic}"}},
+    "a table per directory of files": {"source": FILES, "schema": SCHEMA, "table": {"name": "db.{topic}"}},
+    "a table per generator": {"table": {"name": "db.{topic}"}},
     "a dead-letter table per topic": {"source": KAFKA, "schema": SCHEMA, "table": {"name": "db.{topic}"},
                                       "deadLetter": {"table": "db.{topic}_dead"}},
     "one dead-letter table for a table per topic": {"source": KAFKA, "schema": SCHEMA, "table": {"name": "db.{topic}"},

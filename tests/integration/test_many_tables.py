@@ -132,3 +132,40 @@ def test_each_table_has_its_own_dead_letters_and_settings(
     assert [str(f.transform) for f in mixed.spec().fields] == ["bucket[4]"]
     assert mixed.metadata.properties["comment"] == "mixed"
     assert not catalog.load_table("shop.good").spec().fields
+
+
+def _drop(directory: Path, name: str, ids: range) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = directory / f".{name}"
+    staging.write_text("".join(json.dumps({"id": i, "customer": f"c{i % 7}", "amount": i * 0.5}) + "\n" for i in ids))
+    staging.rename(directory / name)  # moved into place whole, as files must be
+
+
+def test_a_directory_per_table_of_the_files_source(tmp_path: Path, spark: SparkSession) -> None:
+    inbox = tmp_path / "inbox"
+    _drop(inbox / "orders", "0001.json", range(0, 40))
+    _drop(inbox / "orders", "0002.json", range(40, 70))
+    _drop(inbox / "lines", "0001.json", range(100))
+    (inbox / "stray.json").write_text('{"id": 1}\n')  # not in a directory: no table's file
+    document = sync_document(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 2}}, schema=SCHEMA,
+                             table={"name": "shop.{topic}"}, deadLetter={"table": "shop.{topic}_dlq"})
+    sync = parse_spec(document)
+    catalog = catalog_of(sync)
+
+    def holds_ids(name: str, count: int) -> bool:
+        return table_ids(catalog.load_table(name)) == list(range(count))
+
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(lambda: holds_ids("shop.orders", 70) and holds_ids("shop.lines", 100), "both directories")
+        _drop(inbox / "returns", "0001.json", range(5))  # a new directory is a new table
+        _drop(inbox / "lines", "0002.json", range(100, 130))
+        running.wait_until(lambda: holds_ids("shop.returns", 5) and holds_ids("shop.lines", 130), "the new files")
+    _drop(inbox / "orders", "0003.json", range(70, 75))
+    with BackgroundJob(SyncJob(sync, 2, spark)) as running:  # an upgrade resumes each directory where it was
+        running.wait_until(lambda: holds_ids("shop.orders", 75), "orders after the upgrade")
+    assert holds_ids("shop.lines", 130) and holds_ids("shop.returns", 5)
+    assert sorted(catalog.list_tables("shop")) == sorted(
+        ("shop", name) for name in ("orders", "lines", "returns", "orders_dlq", "lines_dlq", "returns_dlq"))
+    for name, last in {"orders": "0003.json", "lines": "0002.json", "returns": "0001.json"}.items():
+        commits = sink_commits(catalog.load_table(f"shop.{name}"), SINK)
+        assert commits[-1].frontier == {name: {"after": last}}, name
