@@ -4,6 +4,7 @@ pytest_plugins = [
     "tests.infra.cluster",
     "tests.infra.image",
     "tests.infra.kube",
+    "tests.infra.postgres",
     "tests.infra.services",
     "tests.infra.spark_operator",
 ]

@@ -18,6 +18,10 @@ in one local[2] Spark session:
   Debezium event's ``source.lsn``), and merged (matched d: DELETE, matched: UPDATE, not matched and
   not d: INSERT).
 
+Before any of it, a small stream (2,000 keys, 6,000 changes) goes once through every contender, untimed:
+the first run of a session pays the JVM's warm-up (the position-delete sync, which ran first, took 20 s
+of which about 8 s were that, at 100,000-change batches, against 11 s when run again).
+
 Figures: changes per second over the whole stream (wall time from the first batch to the last
 commit; IcebergSync includes its fence and its upkeep, on by default), then the read time of each
 table afterwards (a full scan with Spark: every column of every live row) against a
@@ -26,8 +30,9 @@ after the last table was written (median of 5 rounds: a table read early in the 
 the JVM warmed up, would look slower than one read at the end), the files each table
 holds and the files its commits added per batch. Every table is checked equal to the stream's model
 (key -> row) first. Each ``--batch`` size is one run of the whole stream; the page lists the issue's
-targets next to the measured ratios. Writes docs/benchmarks/cdc.md. ``--deletes`` runs the sync in
-the layouts named only.
+targets next to the measured ratios, and what the sync's upkeep rewrote (its run summary). Writes
+docs/benchmarks/cdc.md. ``--deletes`` runs the sync in the layouts named only; ``--maintenance`` gives
+the sync a ``spec.maintenance`` (JSON, e.g. ``'{"compaction": {"maxExtraFilesPercent": 0}}'``).
 """
 
 from __future__ import annotations
@@ -165,10 +170,12 @@ def files_added(summaries: list[dict[str, str]]) -> int:
     return sum(int(s.get("added-data-files", 0)) + int(s.get("added-delete-files", 0)) for s in summaries)
 
 
-def run_sync(spark: Any, workdir: Path, inbox: Path, last: str, deletes: str) -> tuple[float, str, dict[str, int], int]:
+def run_sync(spark: Any, workdir: Path, inbox: Path, last: str, deletes: str,
+             maintenance: dict[str, Any]) -> tuple[float, str, dict[str, int], int, dict[str, float]]:
     from icebergsync.catalog import open_catalog
 
     document = sync_document("cdc", {
+        **({"maintenance": maintenance} if maintenance else {}),
         "source": {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}},
         "schema": SCHEMA,
         "table": {"catalog": {"type": "sql", "uri": f"sqlite:///{workdir}/catalog-{deletes}.db",
@@ -191,7 +198,11 @@ def run_sync(spark: Any, workdir: Path, inbox: Path, last: str, deletes: str) ->
     snapshot = table.current_snapshot()
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
     added = files_added([s.summary.additional_properties for s in table.snapshots() if s.summary])
-    return elapsed, table.metadata_location, table_files(summary), added
+    assert sync.summary is not None
+    upkeep = sync.summary.upkeep
+    rewrites = {"runs": upkeep.runs, "data files": upkeep.data_files_rewritten, "MB": upkeep.bytes_rewritten / 1e6,
+                "seconds": upkeep.seconds}
+    return elapsed, table.metadata_location, table_files(summary), added, rewrites
 
 
 def run_merge(spark: Any, files: list[Path]) -> tuple[float, list[float], dict[str, int], int]:
@@ -262,6 +273,13 @@ def render_run(run: dict[str, Any]) -> list[str]:
     ]
     for name in ("data files", "delete files", "equality deletes", "position deletes", "rows in data files"):
         lines.append(row(name, lambda r, name=name: f"{r['files'].get(name, 0):,}"))
+
+    def upkeep(r: dict[str, Any]) -> str:
+        done = r.get("upkeep")
+        return "-" if done is None else (f"{done['runs']} runs, {done['data files']:,} files, {done['MB']:.1f} MB "
+                                         f"read, {done['seconds']:.1f} s")
+
+    lines.append(row("upkeep rewrites (runs, data files and bytes rewritten, time)", upkeep))
     lines += [
         row("live rows", lambda r: f"{run['live_rows']:,}"),
         "",
@@ -282,6 +300,7 @@ def render(results: dict[str, Any]) -> str:
         f"applied batch by batch to tables partitioned by `day(updated_at)`, in one local[{CORES}] Spark session,",
         "once per batch size. Every table was checked equal to the stream's model before the reads were timed.",
         f"The issue's targets: {TARGETS}.",
+        *([f"The sync's `spec.maintenance`: `{json.dumps(results['maintenance'])}`."] if results["maintenance"] else []),
         "",
         f"Run: {results['date']} on {results['machine']['nproc']} cores of a shared machine (figures are noisy; "
         "the ratios compare runs of one session).",
@@ -293,7 +312,8 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_stream(spark: Any, workdir: Path, keys: int, changes: int, batch: int, layouts: list[str]) -> dict[str, Any]:
+def run_stream(spark: Any, workdir: Path, keys: int, changes: int, batch: int, layouts: list[str],
+               maintenance: dict[str, Any]) -> dict[str, Any]:
     """The whole stream in batches of ``batch``, through every sync layout and MERGE INTO, checked and read."""
     shutil.rmtree(workdir, ignore_errors=True)
     inbox = workdir / "inbox"
@@ -304,15 +324,18 @@ def run_stream(spark: Any, workdir: Path, keys: int, changes: int, batch: int, l
     syncs: dict[str, dict[str, Any]] = {}
     frames: dict[str, Any] = {}
     for deletes in layouts:
-        seconds, location, sync_files, added = run_sync(spark, workdir, inbox, files[-1].name, deletes)
-        print(f"[cdc] batch {batch:,}: IcebergSync ({deletes} deletes): {total:,} changes in {seconds:.1f} s", flush=True)
+        seconds, location, sync_files, added, upkeep = run_sync(spark, workdir, inbox, files[-1].name, deletes,
+                                                                maintenance)
+        print(f"[cdc] batch {batch:,}: IcebergSync ({deletes} deletes): {total:,} changes in {seconds:.1f} s; "
+              f"upkeep {upkeep}", flush=True)
 
         def sync_frame(location: str = location) -> Any:
             return spark.read.format("iceberg").load(location)
 
         assert table_rows(spark, sync_frame()) == model, f"IcebergSync's table ({deletes}) differs from the model"
         frames[deletes] = sync_frame
-        syncs[deletes] = {"seconds": seconds, "per_second": total / seconds, "files": sync_files, "files_added": added}
+        syncs[deletes] = {"seconds": seconds, "per_second": total / seconds, "files": sync_files, "files_added": added,
+                          "upkeep": upkeep}
     merge_seconds, per_batch, merge_files, merge_added = run_merge(spark, files)
     print(f"[cdc] batch {batch:,}: MERGE INTO: {total:,} changes in {merge_seconds:.1f} s", flush=True)
 
@@ -332,6 +355,17 @@ def run_stream(spark: Any, workdir: Path, keys: int, changes: int, batch: int, l
     }
 
 
+def warm_up(spark: Any, workdir: Path, layouts: list[str], maintenance: dict[str, Any]) -> None:
+    """A small stream through every contender, untimed, so that none of them pays the JVM's warm-up."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    inbox = workdir / "inbox"
+    inbox.mkdir(parents=True)
+    files, _ = change_files(inbox, 2_000, 6_000, 2_000)
+    for deletes in layouts:
+        run_sync(spark, workdir, inbox, files[-1].name, deletes, maintenance)
+    run_merge(spark, files)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--keys", type=int, default=100_000)
@@ -341,14 +375,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=OUTPUT)
     parser.add_argument("--deletes", choices=["position", "equality"], nargs="*", default=["position", "equality"],
                         help="the sync's delete layouts to run (default: both)")
+    parser.add_argument("--maintenance", type=json.loads, default={},
+                        help="the sync's spec.maintenance as JSON (default: none, every default)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-cdc-"))
 
     spark = iceberg_session("bench-cdc", workdir / "merge-warehouse")
-    runs = [run_stream(spark, workdir / f"batch-{batch}", args.keys, args.changes, batch, args.deletes)
-            for batch in args.batch]
-    results = {"keys": args.keys, "changes": args.changes, "runs": runs,
+    warm_up(spark, workdir / "warm-up", args.deletes, args.maintenance)
+    runs = [run_stream(spark, workdir / f"batch-{batch}", args.keys, args.changes, batch, args.deletes,
+                       args.maintenance) for batch in args.batch]
+    results = {"keys": args.keys, "changes": args.changes, "runs": runs, "maintenance": args.maintenance,
                "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
     spark.stop()
     publish(render(results), args.output)

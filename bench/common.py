@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from spark_app.job import RunSummary
+
 REPO = Path(__file__).resolve().parents[1]
 CORES = 2  # local[2]: every Spark contender gets the same two cores
 GENERATOR_BYTES_PER_ROW = 26  # spark_app.sources.generator.ESTIMATED_BYTES_PER_ROW
@@ -399,12 +401,13 @@ class SyncInThread:
 
         self.sync = parse_spec(document)
         self.job = SyncJob(self.sync, 1, spark)
+        self.summary: RunSummary | None = None  # the job's, once it returned (its upkeep totals among them)
         self._errors: list[BaseException] = []
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         try:
-            self.job.run()
+            self.summary = self.job.run()
         except BaseException as exc:  # raised by check()
             self._errors.append(exc)
 

@@ -15,7 +15,8 @@ Every ``--sample-minutes`` the table, at the snapshot current then, is read in f
 Iceberg's Spark reader (every column of every live row), and so is a *fresh copy* of the same live
 rows written once by Spark (CTAS, same partitioning), the two read in turn (median of 5 rounds);
 the page shows the ratio next to the issue's target (at most 1.5x) and the table's data files, delete files, snapshots and
-metadata file size, which should stay flat while the stream runs. Writes docs/benchmarks/longrun.md.
+metadata file size, which should stay flat while the stream runs, and what upkeep rewrote over the run
+(the job's run summary). Writes docs/benchmarks/longrun.md.
 """
 
 from __future__ import annotations
@@ -133,7 +134,11 @@ def run_mode(spark: Any, mode: str, workdir: Path, args: argparse.Namespace) -> 
     if feeder:
         feeder.stop.set()
     sync.stop()
-    return {"mode": mode, "samples": samples, "load_before": load_before, "load_after": load_average()}
+    assert sync.summary is not None
+    upkeep = sync.summary.upkeep
+    return {"mode": mode, "samples": samples, "load_before": load_before, "load_after": load_average(),
+            "commits": sync.summary.commits, "upkeep": {"runs": upkeep.runs, "files": upkeep.data_files_rewritten,
+                                                        "MB": upkeep.bytes_rewritten / 1e6, "seconds": upkeep.seconds}}
 
 
 def render(results: dict[str, Any], args: argparse.Namespace) -> str:
@@ -162,8 +167,11 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
             lines.append(f"| {s['minute']:.1f} | {s['scan']:.2f} s | {s['fresh']:.2f} s | {s['scan'] / s['fresh']:.2f}x "
                          f"| {s['data_files']:,} ({s['fresh_files']:,}) | {s['delete_files']:,} | {s['snapshots']:,} "
                          f"| {s['metadata_kib']:,.0f} KiB | {s['rows']:,} |")
-        lines += ["", "Load average before {:.1f} {:.1f} {:.1f}, after {:.1f} {:.1f} {:.1f}.".format(
-            *run["load_before"], *run["load_after"]), ""]
+        upkeep = run["upkeep"]
+        lines += ["", f"Upkeep over the run's {run['commits']:,} data commits: {upkeep['runs']:,} compaction and delete "
+                  f"rewrite runs rewrote {upkeep['files']:,} data files ({upkeep['MB']:,.1f} MB) in {upkeep['seconds']:.1f} s.",
+                  "", "Load average before {:.1f} {:.1f} {:.1f}, after {:.1f} {:.1f} {:.1f}.".format(
+                      *run["load_before"], *run["load_after"]), ""]
     lines += ["Machine: " + ", ".join(f"{k} {v}" for k, v in results["machine"].items()), ""]
     return "\n".join(lines)
 

@@ -14,6 +14,9 @@
 * ``--stop-after-records N``: for a command that does not end by itself (``icebergsync run`` on a
   files or Kafka source keeps polling), its ``commit … records=K`` log lines are summed and the
   command gets SIGTERM (the sink's clean stop: finish the trigger, stop Spark) once N are committed.
+  ``--stop-after-seconds S``: SIGTERM S seconds after the start (a sync with nothing to commit).
+* Each commit line's time, records, table and frontier (``commit_lines``); the tree's RSS over time
+  (``rss_timeline``, one sample a second) next to its cumulative CPU (``cpu_timeline``).
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
-COMMIT_LINE = re.compile(r"\bcommit sink=\S+ version=\d+ snapshot=\d+ records=(\d+)")
-FENCE_LINE = re.compile(r" fenced the table; resuming from ")
+COMMIT_LINE = re.compile(r"\bcommit sink=\S+ version=\d+ table=\S+ snapshot=\d+ records=(\d+)")
+COMMIT_DETAIL = re.compile(r"\btable=(\S+) .*\bfrontier=(\{.*\})\s*$")
+FENCE_LINE = re.compile(r" fenced \S+; resuming it from ")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -92,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("result", type=Path)
     parser.add_argument("log", type=Path)
     parser.add_argument("--stop-after-records", type=int, default=0)
+    parser.add_argument("--stop-after-seconds", type=float, default=0)
     parser.add_argument("--timeout", type=float, default=1800)
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
     seen: dict[tuple[int, int], float] = {}
     state: dict[str, Any] = {"records": 0, "stopped_at": None, "commit_lines": [], "peak_rss": 0,
-                             "cpu_timeline": [], "fenced_at": None}
+                             "cpu_timeline": [], "rss_timeline": [], "fenced_at": None}
     cpu_before = children_cpu()
     start_epoch = time.time()
     started = time.monotonic()
@@ -121,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                 match = COMMIT_LINE.search(text)
                 if match:
                     state["records"] += int(match.group(1))
-                    state["commit_lines"].append({"t": time.monotonic() - started, "records": int(match.group(1))})
+                    state["commit_lines"].append({"t": time.monotonic() - started, "records": int(match.group(1)),
+                                                  **commit_detail(text)})
                     if args.stop_after_records and state["records"] >= args.stop_after_records \
                             and state["stopped_at"] is None:
                         state["stopped_at"] = time.monotonic() - started
@@ -130,11 +136,20 @@ def main(argv: list[str] | None = None) -> int:
     def sample() -> None:
         # The tree's cumulative CPU over time (every process's own CPU, exited ones at their last
         # sample), so a caller can take the CPU between two commits (steady state).
+        samples = 0
         while process.poll() is None:
             pids = descendants(os.getpid()) - {os.getpid()}  # the command's tree and orphans re-parented here
-            state["peak_rss"] = max(state["peak_rss"], rss(pids))
+            tree_rss = rss(pids)
+            state["peak_rss"] = max(state["peak_rss"], tree_rss)
             own_cpu(pids, seen)
-            state["cpu_timeline"].append((round(time.monotonic() - started, 3), round(sum(seen.values()), 3)))
+            elapsed = round(time.monotonic() - started, 3)
+            state["cpu_timeline"].append((elapsed, round(sum(seen.values()), 3)))
+            if samples % 4 == 0:
+                state["rss_timeline"].append((elapsed, tree_rss))
+            samples += 1
+            if args.stop_after_seconds and elapsed >= args.stop_after_seconds and state["stopped_at"] is None:
+                state["stopped_at"] = elapsed
+                process.send_signal(signal.SIGTERM)
             time.sleep(0.25)
 
     reader = threading.Thread(target=pump, daemon=True)
@@ -173,9 +188,22 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_reaped_s": round(children_cpu() - cpu_before, 3), "cpu_sampled_s": round(sum(seen.values()), 3),
         "peak_rss": state["peak_rss"], "records_logged": state["records"], "stopped_at_s": state["stopped_at"],
         "commit_lines": state["commit_lines"], "cpu_timeline": state["cpu_timeline"], "fenced_s": state["fenced_at"],
+        "rss_timeline": state["rss_timeline"],
     }
     args.result.write_text(json.dumps(result, indent=1))
     return 0
+
+
+def commit_detail(line: str) -> dict[str, Any]:
+    """The table and frontier of a ``commit … table=T … frontier={…}`` log line ({} when absent)."""
+    match = COMMIT_DETAIL.search(line)
+    if not match:
+        return {}
+    try:
+        frontier = json.loads(match.group(2))
+    except ValueError:
+        frontier = None
+    return {"table": match.group(1), "frontier": frontier}
 
 
 class _quiet:

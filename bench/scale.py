@@ -74,8 +74,7 @@ def load_table(sync: Any, rows: int) -> None:
     from icebergsync.schema import iceberg_schema
     from icebergsync.spec import effective_columns
     from spark_app import iceberg_internals
-    from spark_app.job import table_plan
-    from spark_app.writer import PartitionedWriter, conform
+    from spark_app.writer import PartitionedWriter, conform, table_plan
 
     table_spec = sync.spec.table
     catalog = open_catalog(table_spec.catalog_or_default)

@@ -12,11 +12,17 @@ from icebergsync.spec import (
     CATALOG_OR_REF_MESSAGE,
     CHANGES_NEED_FILES_OR_KAFKA_MESSAGE,
     CHANGES_NEED_KEY_MESSAGE,
+    DEAD_LETTER_TEMPLATE_MESSAGE,
     EXACTLY_ONE_SOURCE_MESSAGE,
     MIN_TARGET_FILE_BYTES,
     REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE,
     SCHEMA_REQUIRED_MESSAGE,
     SOURCE_KINDS,
+    TABLE_NAME_PATTERN,
+    TABLES_KEY_MESSAGE,
+    TABLES_NEED_TEMPLATE_MESSAGE,
+    TEMPLATE_NEEDS_KAFKA_MESSAGE,
+    TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE,
     ZERO_WIDTH_PATTERN,
 )
 from icebergsync.units import SIZE_UNITS
@@ -58,6 +64,22 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "deadLetter.table must differ from table.name",
         },
         {
+            # a table name holds '{' only as a field of a template (the name's pattern)
+            "rule": "!self.table.name.contains('{') || has(self.source.kafka) || has(self.source.files)",
+            "fieldPath": ".table.name",
+            "message": TEMPLATE_NEEDS_KAFKA_MESSAGE,
+        },
+        {
+            "rule": "!has(self.deadLetter) || self.deadLetter.table.contains('{') == self.table.name.contains('{')",
+            "fieldPath": ".deadLetter.table",
+            "message": DEAD_LETTER_TEMPLATE_MESSAGE,
+        },
+        {
+            "rule": "!has(self.tables) || size(self.tables) == 0 || self.table.name.contains('{')",
+            "fieldPath": ".tables",
+            "message": TABLES_NEED_TEMPLATE_MESSAGE,
+        },
+        {
             "rule": "!has(self.changes) || (has(self.table.key) && size(self.table.key) > 0)",
             "fieldPath": ".changes",
             "message": CHANGES_NEED_KEY_MESSAGE,
@@ -67,7 +89,14 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".changes",
             "message": CHANGES_NEED_FILES_OR_KAFKA_MESSAGE,
         },
+        {
+            "rule": "!has(self.changes) || !has(self.changes.transactions) || "
+                    "(self.changes.format == 'debezium' && has(self.source.kafka))",
+            "fieldPath": ".changes.transactions",
+            "message": TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE,
+        },
     ],
+    "spec.changes.transactions": [_positive_duration("maxWait")],
     "spec.maintenance": [
         {
             "rule": f"!has(self.maxBytesPerRun) || {_size_bytes('maxBytesPerRun')} > 0.0",
@@ -90,6 +119,14 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": EXACTLY_ONE_SOURCE_MESSAGE,
         }
     ],
+    "spec.tables": [
+        {"rule": f"self.all(name, size(name) <= 512 && name.matches({_cel_string(TABLE_NAME_PATTERN)}))",
+         "message": TABLES_KEY_MESSAGE},
+    ],
+    # No rule on spec.source.kafka for "exactly one of topic and topicPattern" (TOPIC_OR_PATTERN_MESSAGE, checked
+    # by the operator): topic (a string or a list) is untyped in the CRD, and the API server's CEL leaves untyped
+    # fields out of an object's type, so `has(self.topic)` does not compile ("undefined field 'topic'") and the
+    # API server refuses the whole CRD.
     "spec.table": [
         {"rule": "!(has(self.catalog) && has(self.catalogRef))", "message": CATALOG_OR_REF_MESSAGE},
     ],

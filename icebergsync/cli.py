@@ -12,9 +12,13 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from icebergsync.errors import EXIT_FAILED, EXIT_OK, IcebergSyncError
-from icebergsync.spec import load_spec
+from icebergsync.spec import IcebergSync, load_spec
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
 log = logging.getLogger("icebergsync")
 
@@ -30,12 +34,15 @@ def _configure_logging(level: str) -> None:
 
 
 def status_command(args: argparse.Namespace) -> int:
-    """Print what the table says about the sync."""
+    """Print what the table (each table, for a table.name template) says about the sync."""
     from icebergsync.catalog import open_catalog
     from icebergsync.sink_state import read_sink_state
 
     sync = load_spec(args.spec)
-    status = read_sink_state(open_catalog(sync.spec.table.catalog_or_default), sync.spec.table.name, sync.sink_id)
+    catalog = open_catalog(sync.spec.table.catalog_or_default)
+    if sync.spec.table.is_template:
+        return _print_tables(catalog, sync, args.json)
+    status = read_sink_state(catalog, sync.spec.table.name, sync.sink_id)
     if args.json:
         print(json.dumps(status.as_dict(), indent=2, sort_keys=True))
         return EXIT_OK
@@ -47,8 +54,40 @@ def status_command(args: argparse.Namespace) -> int:
         ("dead letters added", status.dead_letters_added), ("table records", status.total_records),
         ("max event time", status.max_event_time), ("source lag", json.dumps(status.source_lag)),
     ]
+    _print_rows(rows)
+    return EXIT_OK
+
+
+def _print_rows(rows: Sequence[tuple[str, object]]) -> None:
     for name, value in rows:
         print(f"{name:>20}: {value if value is not None else '-'}")
+
+
+def _print_tables(catalog: Catalog, sync: IcebergSync, as_json: bool) -> int:
+    """A sync of many tables: the aggregate of its tables, then the listed ones (worst first)."""
+    from icebergsync.tables.cuts import catalog_cut_support
+    from icebergsync.tables.status import read_catalog_lanes, tables_status
+
+    template = sync.spec.table.name
+    summary = tables_status(read_catalog_lanes(catalog, template, sync.sink_id))
+    cuts = catalog_cut_support(catalog)
+    if as_json:
+        print(json.dumps({"sink": sync.sink_id, "template": template, "atomicCuts": cuts.atomic,
+                          "tables": summary.model_dump(by_alias=True, mode="json")}, indent=2, sort_keys=True))
+        return EXIT_OK
+    _print_rows([
+        ("sink", sync.sink_id), ("tables of", template), ("tables", summary.count), ("lagging", summary.lagging),
+        ("worst lag", f"{summary.worst_lag} ({summary.worst_lag_table})" if summary.worst_lag else None),
+        ("newest commit", summary.newest_commit_table), ("with problems", summary.problems),
+        ("atomic cuts", f"{'yes' if cuts.atomic else 'no'} ({cuts.reason})"),
+        ("other sinks' tables", ", ".join(summary.other_sinks) or None),
+    ])
+    for item in summary.items:
+        age = f"{item.seconds_since_commit:.1f}s ago" if item.seconds_since_commit is not None else "no commit"
+        print(f"{item.table}: snapshot {item.snapshot_id or '-'} v{item.sink_version or '-'} {age}, "
+              f"lag {item.lag or '-'}, frontier {item.frontier or '-'}" + (f"; {item.problem}" if item.problem else ""))
+    if summary.omitted or summary.unread:
+        print(f"({summary.omitted} more tables not listed, {summary.unread} matching tables not read)")
     return EXIT_OK
 
 

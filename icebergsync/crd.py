@@ -23,7 +23,7 @@ SINGULAR = "icebergsync"
 SHORT_NAMES = ("isync",)
 CATEGORIES = ["icebergsync"]
 
-PRINTER_COLUMNS = [
+PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Summary phase."},
     {"name": "Version", "type": "integer", "jsonPath": ".status.sinkVersion", "description": "Current sink version."},
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
@@ -31,6 +31,8 @@ PRINTER_COLUMNS = [
     {"name": "Last Commit", "type": "date", "jsonPath": ".status.lastCommit.committedAt",
      "description": "Time of the newest snapshot this sink committed."},
     {"name": "Lag", "type": "string", "jsonPath": ".status.lag", "description": "Source backlog."},
+    {"name": "Tables", "type": "integer", "jsonPath": ".status.tables.count", "priority": 1,
+     "description": "Tables of a sync of many tables (kubectl get -o wide)."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
@@ -54,7 +56,7 @@ SYNC_NAMES = ResourceNames(KIND, PLURAL, SINGULAR, SHORT_NAMES)
 
 
 def crd_document(names: ResourceNames, description: str, spec: dict[str, Any], status: dict[str, Any],
-                 printer_columns: list[dict[str, str]], rules: list[dict[str, str]]) -> dict[str, Any]:
+                 printer_columns: list[dict[str, Any]], rules: list[dict[str, str]]) -> dict[str, Any]:
     """A CustomResourceDefinition of one served and stored version with a status subresource."""
     root: dict[str, Any] = {
         "type": "object",

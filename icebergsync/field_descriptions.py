@@ -52,6 +52,11 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "bucket(N, col), truncate(N, col).",
     "spec.table.properties": "Table properties set when the table is created.",
     "spec.table.key[]": "A key column.",
+    "spec.tables.*.key": "This table's key columns (instead of spec.table.key).",
+    "spec.tables.*.partitionBy": "This table's partition transforms (instead of spec.table.partitionBy).",
+    "spec.tables.*.schema": "This table's columns (instead of spec.schema).",
+    "spec.tables.*.schema[].name": "Column name.",
+    "spec.tables.*.schema[].required": "Whether the column is NOT NULL.",
     "spec.changes": "Change data capture: records upsert and delete rows by spec.table.key (needs table.key "
     "and the files or kafka source). See docs/connectors.md.",
     "spec.commit": "When the job commits.",
@@ -69,7 +74,7 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.maintenance.removeOrphans.enabled": "Delete earlier attempts' unreferenced staged files periodically "
     "(a new attempt always deletes them once at start-up).",
     "spec.deadLetter": "Where records that cannot be decoded go.",
-    "spec.deadLetter.table": "Dead-letter table (namespace.table); must differ from table.name.",
+    "spec.deadLetter.table": "Dead-letter table (namespace.table); must differ from table.name. With a table.name template, a template too (e.g. lake.{1}_dead_letters): one dead-letter table per table.",
     "spec.spark": "How the Spark job runs.",
     "spec.spark.image": "Container image; defaults to the operator's configured image.",
     "spec.spark.serviceAccount": "Service account of the driver pod.",

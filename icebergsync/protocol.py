@@ -34,7 +34,11 @@ MAX_EVENT_TIME = "icebergsync.max-event-time"
 SOURCE_LAG = "icebergsync.source-lag"
 SOURCE_NOTES = "icebergsync.source-notes"
 SOURCE = "icebergsync.source"
+# A commit of a sync of several tables: {"atomic": bool, "id": cut id, "tables": tables in the cut}.
+CUT = "icebergsync.cut"
 CHECKPOINT_PREFIX = "icebergsync.checkpoint."
+# Only a dead-letter table's checkpoint holds this field: the main snapshot whose dead letters it covers.
+MAIN_SNAPSHOT_ID = "main-snapshot-id"
 
 KIND_FENCE = "fence"
 KIND_DATA = "data"
@@ -116,6 +120,7 @@ def snapshot_properties(
     max_event_time: str | None = None,
     source_lag: Mapping[str, Any] | None = None,
     source_notes: Mapping[str, Any] | None = None,
+    cut: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
     """The summary properties of a snapshot committed by ``writer``."""
     properties = {
@@ -138,6 +143,8 @@ def snapshot_properties(
         properties[SOURCE_LAG] = encode_json(dict(source_lag))
     if source_notes:
         properties[SOURCE_NOTES] = encode_json(dict(source_notes))
+    if cut:
+        properties[CUT] = encode_json(dict(cut))
     return properties
 
 

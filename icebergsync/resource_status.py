@@ -13,6 +13,7 @@ from pydantic.alias_generators import to_camel
 
 PHASES = ("Pending", "Running", "Suspended", "Degraded", "Failed", "Completed")
 CONDITION_TYPES = ("Ready", "Reconciling", "Stalled")
+SYNC_CONDITION_TYPES = (*CONDITION_TYPES, "AtomicCuts")
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 
@@ -32,6 +33,14 @@ class Condition(StatusModel):
     observed_generation: int | None = Field(default=None, description="Generation the condition is about.")
 
 
+class SyncCondition(Condition):
+    """A condition of an IcebergSync: kstatus's three, and AtomicCuts for a sync of many tables."""
+
+    type: Literal["Ready", "Reconciling", "Stalled", "AtomicCuts"] = Field(  # type: ignore[assignment]
+        description="Ready, Reconciling or Stalled; AtomicCuts (a sync of many tables): whether the catalog commits "
+        "the tables of one trigger atomically.")
+
+
 class LastCommit(StatusModel):
     """The newest snapshot this sink committed, as the table records it."""
 
@@ -40,6 +49,41 @@ class LastCommit(StatusModel):
     frontier: str | None = Field(default=None, description="Source position covered, as canonical JSON.")
     records_added: int | None = Field(default=None, description="Records the snapshot added.")
     sink_version: int | None = Field(default=None, description="Sink version that wrote the snapshot.")
+
+
+class TableStatus(StatusModel):
+    """One table of a sync of many tables: its newest commit by the sink, as the table records it."""
+
+    table: str = Field(description="namespace.table.")
+    snapshot_id: int | None = Field(default=None, description="Newest snapshot of the sink on the table's main.")
+    committed_at: Timestamp | None = Field(default=None, description="That snapshot's timestamp.")
+    seconds_since_commit: float | None = Field(default=None, description="Age of that snapshot when observed.")
+    sink_version: int | None = Field(default=None, description="Sink version that wrote that snapshot.")
+    frontier: str | None = Field(default=None, description="The table's frontier (its topics only) as canonical "
+                                 "JSON; a long one is cut and ends with an ellipsis.")
+    lag: str | None = Field(default=None, description="Source backlog of the table's topics at that commit.")
+    lagging: bool = Field(default=False, description="True when that commit reported a backlog above zero.")
+    problem: str | None = Field(default=None, description="Why the sink cannot go on with this table, if it cannot "
+                                "(another sink wrote it since, or its record of the sink cannot be resumed from).")
+
+
+class TablesStatus(StatusModel):
+    """A sync whose table.name is a template: its tables as the catalog shows them, bounded in size."""
+
+    count: int = Field(default=0, description="Tables holding this sink's checkpoint (its tables).")
+    lagging: int = Field(default=0, description="Tables whose newest commit reported a source backlog above zero.")
+    worst_lag: str | None = Field(default=None, description="The largest backlog of one table.")
+    worst_lag_table: str | None = Field(default=None, description="The table with the largest backlog.")
+    newest_commit_table: str | None = Field(default=None, description="The table of the newest commit (lastCommit).")
+    problems: int = Field(default=0, description="Tables with a problem (see items[].problem).")
+    items: list[TableStatus] = Field(default_factory=list, description="At most 20 tables: those with a problem, "
+                                     "then the worst-lagging, then the longest without a commit.")
+    omitted: int = Field(default=0, description="Tables of the sink not listed in items.")
+    unread: int = Field(default=0, description="Tables the template matches that were not read (past the "
+                        "operator's bound on tables read per status refresh).")
+    other_sinks: list[str] = Field(default_factory=list, description="At most 20 tables the template matches that "
+                                   "another sink wrote last and this one never did, as table (sink id).")
+    other_sink_tables: int = Field(default=0, description="How many such tables there are in all.")
 
 
 class SyncStatus(StatusModel):
@@ -57,4 +101,8 @@ class SyncStatus(StatusModel):
     restarts: int = Field(default=0, description="Relaunches after failures, over the sync's lifetime.")
     consecutive_failures: int = Field(default=0, description="Failures since the last healthy commit.")
     next_retry_at: Timestamp | None = Field(default=None, description="When a failed job is relaunched.")
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, Reconciling, Stalled.")
+    tables: TablesStatus | None = Field(default=None, description="A sync of many tables (table.name a template): "
+                                        "its tables; lastCommit is then the newest commit of any of them, lag "
+                                        "the sum of their backlogs.")
+    conditions: list[SyncCondition] = Field(default_factory=list, description="Ready, Reconciling, Stalled; and "
+                                        "AtomicCuts for a sync of many tables.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
@@ -25,6 +26,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from icebergsync.errors import SpecError
+from icebergsync.tables.routing import is_template, table_for, template_fields, template_matcher
 from icebergsync.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 API_GROUP = "icebergsync.io"
@@ -43,6 +45,9 @@ PARTITION_PATTERN = (
 )
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 TABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+# A table name, or a template of one for a sync of many tables: the last part may hold {topic} and {N}
+# (icebergsync.tables.routing), the namespace is fixed.
+TABLE_TEMPLATE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\.([A-Za-z0-9_]|\{topic\}|\{[1-9][0-9]?\})+$"
 K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 # The length bounds also let the API server's CEL cost estimator accept the rules on these strings.
@@ -55,6 +60,15 @@ MAX_KEY_COLUMNS = 16
 CHANGE_FORMATS = ("debezium", "upsert")
 CHANGES_NEED_KEY_MESSAGE = "changes needs table.key: the columns each change upserts or deletes by"
 CHANGES_NEED_FILES_OR_KAFKA_MESSAGE = "changes needs the files or kafka source"
+TOPIC_OR_PATTERN_MESSAGE = "set exactly one of topic and topicPattern"
+TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE = ("changes.transactions needs changes.format debezium and the kafka source "
+                                            "(Debezium's transaction metadata)")
+TEMPLATE_NEEDS_KAFKA_MESSAGE = ("a table.name template ({topic}, {N}: one table per topic or directory) needs the "
+                                "kafka or files source")
+DEAD_LETTER_TEMPLATE_MESSAGE = ("with a table.name template, deadLetter.table is a template too (one dead-letter "
+                                "table per table), and differs from it")
+TABLES_KEY_MESSAGE = "each key of tables is a table name, namespace.table"
+TABLES_NEED_TEMPLATE_MESSAGE = "tables (per-table settings) needs a table.name template ({topic} or {N})"
 SCHEMA_REQUIRED_MESSAGE = ("schema is required for the files and kafka sources, except for spec.changes with "
                            "schemaEvolution evolve (the table's columns then come from the records' Kafka Connect schema)")
 # Iceberg refuses floating-point identifier fields (equality of floats is not a key).
@@ -113,7 +127,13 @@ class KafkaSource(Model):
     """Kafka topics read by the tasks with a Kafka client (librdkafka); offsets live in the table, not in Kafka."""
 
     bootstrap_servers: str = Field(min_length=1)
-    topic: str | list[str]
+    topic: str | list[str] | None = Field(default=None, description="A topic, or a list of topics.")
+    topic_pattern: str | None = Field(
+        default=None, min_length=1, max_length=1024,
+        description="Instead of topic: every topic whose whole name matches this regular expression (Python re "
+        "syntax), checked again at every poll, so a topic created later is read from its start. Its groups name "
+        "tables in a table.name template ({1}, {2}, …).",
+    )
     starting_offsets: str = Field(default="earliest", description="earliest, latest, or per-partition JSON.")
     max_records_per_trigger: int = Field(default=1_000_000, ge=1)
     format: Literal["json"] = "json"
@@ -134,6 +154,27 @@ class KafkaSource(Model):
         if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
             raise ValueError("per-partition JSON must look like {\"topic\":{\"0\":42}}")
         return value
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _topic_or_pattern(self) -> KafkaSource:
+        if (self.topic is None) == (self.topic_pattern is None):
+            raise ValueError(TOPIC_OR_PATTERN_MESSAGE)
+        return self
+
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        """``topicPattern`` compiled."""
+        return re.compile(self.topic_pattern) if self.topic_pattern is not None else None
 
 
 class Source(Model):
@@ -195,7 +236,14 @@ class CatalogRef(Model):
 class Table(Model):
     catalog: Catalog | None = None
     catalog_ref: CatalogRef | None = None
-    name: str = Field(pattern=TABLE_NAME_PATTERN, description="namespace.table")
+    name: str = Field(
+        pattern=TABLE_TEMPLATE_PATTERN, max_length=512,
+        description="namespace.table; or, for one table per Kafka topic (or per directory of the files source), a "
+        "template whose last part holds {topic} (the topic's or directory's name) or {1}, {2}, … (groups of "
+        "source.kafka.topicPattern), each made an identifier part "
+        "(characters other than letters, digits and _ become _). Tables are created when their first records "
+        "arrive; spec.tables overrides key, partitionBy, properties and schema per table.",
+    )
     partition_by: list[PartitionTransform] = Field(default_factory=list, max_length=64)
     properties: dict[str, str] = Field(default_factory=dict)
     key: list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=256)]] | None = Field(
@@ -216,6 +264,11 @@ class Table(Model):
         if self.catalog is not None and self.catalog_ref is not None:
             raise ValueError(CATALOG_OR_REF_MESSAGE)
         return self
+
+    @property
+    def is_template(self) -> bool:
+        """True when ``name`` is a template: one table per source stream (a sync of many tables)."""
+        return is_template(self.name)
 
     @property
     def catalog_or_default(self) -> Catalog:
@@ -263,6 +316,34 @@ class Commit(Model):
         return self
 
 
+class Transactions(Model):
+    """Debezium's transaction metadata (``provide.transaction.metadata=true``): a trigger never splits a source
+    transaction (docs/connectors.md, "Transaction metadata")."""
+
+    topic: str = Field(
+        min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$",
+        description="The connector's transaction topic (<topic.prefix>.transaction, e.g. dbserver1.transaction): "
+        "its BEGIN and END events say how many change events each source transaction has. Not one of the sync's "
+        "topics.",
+    )
+    max_wait: Duration = Field(
+        default="5m",
+        description="How long a trigger waits for a transaction whose events are not all in Kafka (or whose END "
+        "event is not) before it commits what it has, splitting the transaction (a WARNING and the source note "
+        "transaction-split).",
+    )
+
+    @property
+    def max_wait_seconds(self) -> float:
+        return parse_duration(self.max_wait)
+
+    @model_validator(mode="after")
+    def _positive_wait(self) -> Transactions:
+        if self.max_wait_seconds <= 0:
+            raise ValueError("maxWait must be greater than zero")
+        return self
+
+
 class Changes(Model):
     """Records are changes to rows: each one upserts or deletes the row of its ``table.key``."""
 
@@ -280,6 +361,12 @@ class Changes(Model):
         "(every reader pays for it on every scan until maintenance rewrites it away; some engines cannot "
         "read it at all). See docs/dataplane.md.",
     )
+    transactions: Transactions | None = Field(
+        default=None,
+        description="Debezium's transaction metadata (provide.transaction.metadata=true; format debezium, kafka "
+        "source): each trigger ends at source transaction boundaries, so a transaction's changes to several rows "
+        "and tables land in one commit (one atomic cut on a SQL catalog). See docs/connectors.md.",
+    )
 
 
 REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE = "set at most one of every and afterCommits"
@@ -295,12 +382,15 @@ class Compaction(Model):
         description="A data file smaller than this percentage of commit.targetFileSize is small.",
     )
     min_input_files: int = Field(
-        default=5, ge=2, description="Compact a partition once it holds at least this many small data files.",
+        default=5, ge=2, description="Compact a partition once this many of its small data files would merge by size "
+        "tier: smallest first, the longest run whose largest is at most 4 times the others together (a file under 256 KiB "
+        "counted as 256 KiB).",
     )
     max_extra_files_percent: int = Field(
-        default=25, ge=0, description="Also compact every partition with small data files to pack as soon as, across "
-        "the table, the data files packing them would save are at least minInputFiles and exceed this percentage of "
-        "the data files it would leave (a scan's cost grows with the files it opens; 0: per partition only).",
+        default=25, ge=0, description="Also compact every partition where two or more small data files would merge as "
+        "soon as, across the table, the data files packing every small file would save are at least minInputFiles and "
+        "exceed this percentage of the data files it would leave (a scan's cost grows with the files it opens; 0: per "
+        "partition only).",
     )
 
 
@@ -368,7 +458,8 @@ class ExpireSnapshots(_Periodic):
     max_snapshots: int = Field(
         default=100, ge=1, description="Expire main's snapshots beyond this many newest ones even when younger than "
         "olderThan, as soon as a commit finds more (frequent commits would otherwise grow the metadata every reader "
-        "and commit reads).",
+        "and commit reads): down to a fifth below it (at least retainLast), so that expiry runs once every "
+        "maxSnapshots/5 commits, not after every commit.",
     )
     every: Duration = Field(default="10m", description="How often the table is checked for snapshots to expire "
                             "(after a commit).")
@@ -423,7 +514,29 @@ class Maintenance(Model):
 
 
 class DeadLetter(Model):
-    table: str = Field(pattern=TABLE_NAME_PATTERN)
+    table: str = Field(pattern=TABLE_TEMPLATE_PATTERN, max_length=512)
+
+
+class TableOverride(Model):
+    """One table's own settings in a sync of many tables; what is left out comes from spec.table (and spec.schema)."""
+
+    key: list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=256)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_KEY_COLUMNS)
+    partition_by: list[PartitionTransform] | None = Field(default=None, max_length=64)
+    properties: dict[str, str] = Field(default_factory=dict, description="Added to spec.table.properties.")
+    schema_: list[Column] | None = Field(default=None, alias="schema")
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """What one table of a sync is created and written with: spec.table (and spec.schema) with its override."""
+
+    name: str
+    key: list[str] | None
+    partition_by: list[str]
+    properties: dict[str, str]
+    columns: list[Column]
+    dead_letter: str | None
 
 
 class Resources(Model):
@@ -468,12 +581,25 @@ class IcebergSyncSpec(Model):
     event_time_column: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN)
     transform: str | None = Field(default=None, min_length=1, description="Spark SQL over a view named source.")
     table: Table
+    tables: dict[str, TableOverride] = Field(
+        default_factory=dict, max_length=1000,
+        description="Per-table settings of a sync of many tables (table.name a template), by table name "
+        "(namespace.table as the template names it): key, partitionBy, properties (added) and schema.",
+    )
     changes: Changes | None = None
     commit: Commit = Field(default_factory=Commit)
     dead_letter: DeadLetter | None = None
     maintenance: Maintenance = Field(default_factory=Maintenance)
     spark: Spark = Field(default_factory=Spark)
     suspend: bool = False
+
+    @field_validator("tables")
+    @classmethod
+    def _table_names(cls, tables: dict[str, TableOverride]) -> dict[str, TableOverride]:
+        bad = [name for name in tables if len(name) > 512 or not re.match(TABLE_NAME_PATTERN, name)]
+        if bad:
+            raise ValueError(f"{TABLES_KEY_MESSAGE} (got {shown(bad)})")
+        return tables
 
     @field_validator("changes")
     @classmethod
@@ -506,7 +632,32 @@ class IcebergSyncSpec(Model):
             raise ValueError(f"schema has duplicate columns: {duplicates}")
         if self.dead_letter and self.dead_letter.table == self.table.name:
             raise ValueError("deadLetter.table must differ from table.name")
+        if self.table.is_template and self.source.kafka is None and self.source.files is None:
+            raise ValueError(TEMPLATE_NEEDS_KAFKA_MESSAGE)
+        if self.dead_letter and is_template(self.dead_letter.table) != self.table.is_template:
+            raise ValueError(DEAD_LETTER_TEMPLATE_MESSAGE)
+        if self.tables and not self.table.is_template:
+            raise ValueError(TABLES_NEED_TEMPLATE_MESSAGE)
+        if self.changes is not None and self.changes.transactions is not None and (
+                self.changes.format != "debezium" or self.source.kafka is None):
+            raise ValueError(TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE)
         return self
+
+    def table_settings(self, name: str, stream: str | None = None) -> TableSettings:
+        """The settings of table ``name`` (for a template: the table ``stream`` is routed to, whose dead-letter
+        table the deadLetter template names for the same stream)."""
+        override = self.tables.get(name, TableOverride())
+        dead_letter = self.dead_letter.table if self.dead_letter else None
+        if dead_letter is not None and stream is not None and self.table.is_template:
+            dead_letter = table_for(dead_letter, stream, self.source.kafka.pattern if self.source.kafka else None)
+        return TableSettings(
+            name=name,
+            key=override.key if override.key is not None else self.table.key,
+            partition_by=override.partition_by if override.partition_by is not None else self.table.partition_by,
+            properties={**self.table.properties, **override.properties},
+            columns=list(override.schema_) if override.schema_ is not None else effective_columns(self),
+            dead_letter=dead_letter,
+        )
 
 
 
@@ -615,28 +766,20 @@ def parse_spec(document: dict[str, Any]) -> IcebergSync:
 
 def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     """Cross-field checks that need the parsed spec (partition source columns, event time)."""
+    problems = _table_problems(effective_columns(spec), spec.table.partition_by, spec.table.key, "spec.table")
     columns = {column.name: column for column in effective_columns(spec)}
     from_records = not columns  # the columns come from the records: checked when the table is created
-    problems = []
-    for index, expression in enumerate(spec.table.partition_by):
-        column = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expression)[-1]
-        if from_records:
-            continue
-        if column not in columns:
-            problems.append(f"spec.table.partitionBy[{index}]: column {column!r} is not in the schema")
-        elif element_type(columns[column].type):
-            problems.append(f"spec.table.partitionBy[{index}]: column {column!r} is {columns[column].type}; "
-                            "an array column cannot be a partition source")
-        elif expression.strip().startswith(("year", "month", "day", "hour")) and columns[column].type not in (
-            "date", "timestamp", "timestamptz"
-        ):
-            problems.append(
-                f"spec.table.partitionBy[{index}]: {expression!r} needs a date or timestamp column, "
-                f"{column!r} is {columns[column].type}"
-            )
+    problems += _template_problems(spec)
     if spec.changes is not None and spec.transform:
         problems.append("spec.transform: not supported with spec.changes (a change record is decoded into "
                         "the row it upserts or deletes; declare spec.schema as the row)")
+    transactions = spec.changes.transactions if spec.changes is not None else None
+    kafka = spec.source.kafka
+    if transactions is not None and kafka is not None and (
+            transactions.topic in ([kafka.topic] if isinstance(kafka.topic, str) else kafka.topic or [])
+            or (kafka.pattern is not None and kafka.pattern.fullmatch(transactions.topic))):
+        problems.append("spec.changes.transactions.topic: the transaction topic is one of spec.source.kafka's topics; "
+                        "its records are not change events (leave it out of topic / topicPattern)")
     if spec.changes is not None and spec.source.files is not None and spec.source.files.format != "json":
         problems.append(f"spec.source.files.format: changes are JSON records, one per line; "
                         f"{spec.source.files.format!r} is not supported with spec.changes")
@@ -644,23 +787,73 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     if arrays and spec.source.files is not None and spec.source.files.format == "csv":
         problems.append(f"spec.schema: array column(s) {', '.join(arrays)} need JSON or Parquet records; "
                         "CSV has no arrays")
-    for index, name in enumerate(spec.table.key or []):
-        if from_records:
-            pass
-        elif name not in columns:
-            problems.append(f"spec.table.key[{index}]: column {name!r} is not in the schema")
-        elif not columns[name].required:
-            problems.append(f"spec.table.key[{index}]: column {name!r} must be required (a key column is never null)")
-        elif columns[name].type in KEY_TYPES_REFUSED or element_type(columns[name].type):
-            problems.append(f"spec.table.key[{index}]: column {name!r} is {columns[name].type}; "
-                            "a key column cannot be float, double or an array")
-        if name in (spec.table.key or [])[:index]:
-            problems.append(f"spec.table.key[{index}]: column {name!r} is listed twice")
     if spec.event_time_column and spec.event_time_column not in columns and not from_records:
         problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is not in the schema")
     elif spec.event_time_column in columns and element_type(columns[spec.event_time_column].type):
         problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is "
                         f"{columns[spec.event_time_column].type}; an event time is a date or timestamp")
+    return problems
+
+
+def _table_problems(column_list: list[Column], partition_by: list[str], key: list[str] | None, where: str) -> list[str]:
+    """A table's partition transforms and key columns checked against its columns (none: they come from the
+    records, checked when the table is created)."""
+    columns = {column.name: column for column in column_list}
+    from_records = not columns
+    problems = []
+    for index, expression in enumerate(partition_by):
+        column = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expression)[-1]
+        if from_records:
+            continue
+        if column not in columns:
+            problems.append(f"{where}.partitionBy[{index}]: column {column!r} is not in the schema")
+        elif element_type(columns[column].type):
+            problems.append(f"{where}.partitionBy[{index}]: column {column!r} is {columns[column].type}; "
+                            "an array column cannot be a partition source")
+        elif expression.strip().startswith(("year", "month", "day", "hour")) and columns[column].type not in (
+            "date", "timestamp", "timestamptz"
+        ):
+            problems.append(
+                f"{where}.partitionBy[{index}]: {expression!r} needs a date or timestamp column, "
+                f"{column!r} is {columns[column].type}"
+            )
+    for index, name in enumerate(key or []):
+        if from_records:
+            pass
+        elif name not in columns:
+            problems.append(f"{where}.key[{index}]: column {name!r} is not in the schema")
+        elif not columns[name].required:
+            problems.append(f"{where}.key[{index}]: column {name!r} must be required (a key column is never null)")
+        elif columns[name].type in KEY_TYPES_REFUSED or element_type(columns[name].type):
+            problems.append(f"{where}.key[{index}]: column {name!r} is {columns[name].type}; "
+                            "a key column cannot be float, double or an array")
+        if name in (key or [])[:index]:
+            problems.append(f"{where}.key[{index}]: column {name!r} is listed twice")
+    return problems
+
+
+def _template_problems(spec: IcebergSyncSpec) -> list[str]:
+    """A table.name template's fields against the source, and each spec.tables entry against the template."""
+    if not spec.table.is_template or (spec.source.kafka is None and spec.source.files is None):
+        return []
+    problems = []
+    pattern = spec.source.kafka.pattern if spec.source.kafka is not None else None
+    groups = pattern.groups if pattern is not None else 0
+    for name in ("table.name", "deadLetter.table"):
+        template = spec.table.name if name == "table.name" else spec.dead_letter.table if spec.dead_letter else ""
+        for field in template_fields(template):
+            if field != "topic" and int(field) > groups:
+                problems.append(f"spec.{name}: {{{field}}} names group {field} of source.kafka.topicPattern, which "
+                                f"has {groups} group(s)" + ("" if pattern is not None else
+                                                            " (topic or files is set, not topicPattern)"))
+    namer = template_matcher(spec.table.name)
+    for name, override in spec.tables.items():
+        where = f"spec.tables[{name}]"
+        if not namer.fullmatch(name):
+            problems.append(f"{where}: the table.name template {spec.table.name!r} never names this table")
+        columns = override.schema_ if override.schema_ is not None else effective_columns(spec)
+        problems += _table_problems(columns, override.partition_by if override.partition_by is not None else
+                                    spec.table.partition_by, override.key or spec.table.key, where)
     return problems
 
 

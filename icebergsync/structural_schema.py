@@ -22,7 +22,8 @@ from icebergsync.spec import IcebergSyncSpec
 # cannot see into untyped fields, so the operator's own validation (condition InvalidSpec) checks them.
 UNTYPED_FIELDS = {"spec.source.kafka.topic"}
 
-_DROPPED_KEYS = {"title", "additionalProperties", "$defs", "properties", "items", "required", "anyOf"}
+_DROPPED_KEYS = {"title", "additionalProperties", "$defs", "properties", "items", "required", "anyOf",
+                 "patternProperties", "propertyNames"}
 _KEY_ORDER = ("description", "type", "format", "enum", "default", "pattern", "minimum", "minLength", "maxLength",
               "maxItems", "required", "properties", "additionalProperties", "items")
 
@@ -92,6 +93,9 @@ class _StructuralConverter:
                 out["description"] = model.__doc__.strip().splitlines()[0]
         elif isinstance(node.get("additionalProperties"), dict):
             out["additionalProperties"] = self.convert(node["additionalProperties"], f"{path}.*")
+        elif "patternProperties" in node:  # keys with a pattern: checked by a CEL rule of the path (cel_rules)
+            [values] = node["patternProperties"].values()
+            out["additionalProperties"] = self.convert(values, f"{path}.*")
         if node.get("type") == "array":
             out["items"] = self.convert(node["items"], f"{path}[]")
             if "name" in out["items"].get("required", []):

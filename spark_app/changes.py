@@ -30,7 +30,9 @@ base64 in a bytes column) means "unchanged": the row is decoded with that column
 ``_isync_carry``, and keeps its raw record and position. :func:`collapse` carries the value from an
 earlier change of the key in the trigger; what it cannot is carried from the table's live row at
 commit time (:mod:`spark_app.carry`), or becomes a dead letter: the placeholder is never stored.
-A Debezium ``transaction`` block (``provide.transaction.metadata=true``) is accepted and not used.
+A Debezium ``transaction`` block (``provide.transaction.metadata=true``) does not change the row; with
+``spec.changes.transactions`` the transaction id of each record is handed to the caller (``transactions``), which
+aligns the trigger's end with the source's transactions (:mod:`spark_app.sources.transactions`).
 """
 
 from __future__ import annotations
@@ -543,6 +545,26 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
     return [new]
 
 
+_POSTGRES_TRANSACTION_ID = re.compile(r"(\d+):\d+")
+
+
+def transaction_key(transaction: str) -> str:
+    """What identifies a source transaction in Debezium's ``id``: the id itself, but for PostgreSQL's
+    ``<txId>:<LSN>`` (Debezium 2.0 on, DBZ-5329) the txId alone: the LSN is that of each event, so it differs
+    between a transaction's events and its BEGIN and END events."""
+    postgres = _POSTGRES_TRANSACTION_ID.fullmatch(transaction)
+    return postgres.group(1) if postgres else transaction
+
+
+def transaction_id(record: Any) -> str | None:
+    """The source transaction of a (parsed) Debezium change event (:func:`transaction_key` of its id), or None (no
+    ``transaction`` block: a snapshot read, a connector without transaction metadata)."""
+    envelope, _ = _unwrap(record)
+    block = envelope.get("transaction") if isinstance(envelope, dict) else None
+    transaction = block.get("id") if isinstance(block, dict) else None
+    return transaction_key(transaction) if isinstance(transaction, str) and transaction else None
+
+
 def _deleted_flag(value: Any) -> bool:
     if value is None or value is False or value == "false":
         return False
@@ -589,6 +611,7 @@ def decode_changes(
     format: str,
     order_base: int,
     drift: SchemaDrift | None = None,
+    transactions: list[tuple[int, str]] | None = None,
 ) -> pa.Table:
     """Decode change records into a table of changes (schema: :func:`changes_schema`).
 
@@ -607,6 +630,9 @@ def decode_changes(
     With ``drift`` (the table follows the source's schema) each record's Connect schema is compared with
     ``columns`` and what it asks of the table is merged into ``drift``: the caller then discards the
     trigger, changes the schema and decodes again (spark_app/schema_drift/).
+
+    With ``transactions`` (a list), ``(i, id)`` is appended for each Debezium record ``i`` that names its source
+    transaction, a dead letter included (it is one of the transaction's events all the same).
     """
     if format not in FORMATS:
         raise ValueError(f"unknown changes format {format!r} (expected one of {FORMATS})")
@@ -632,7 +658,12 @@ def decode_changes(
                     continue  # a Kafka tombstone follows every Debezium delete: not a change
                 changes = _tombstone_key(rows, keys[index] if keys is not None else None)
             else:
-                changes = decode(rows, _loads(_text(value)))
+                parsed = _loads(_text(value))
+                if transactions is not None and format == "debezium":
+                    transaction = transaction_id(parsed)
+                    if transaction is not None:
+                        transactions.append((index, transaction))
+                changes = decode(rows, parsed)
         except _Bad as bad:
             out_rows.append([None] * width)
             ops.append(OP_UPSERT)

@@ -51,6 +51,7 @@ from spark_app.iceberg_internals import (
     added_snapshot,
     appended_snapshot_id,
     commit_transaction,
+    commit_transactions,
     expire_snapshots,
     main_head_requirement,
     rewrite_files,
@@ -59,6 +60,7 @@ from spark_app.iceberg_internals import (
 )
 from spark_app.key_index.file_keys import FileKeysCache
 from spark_app.key_index.locate import LocateStats, locate_rows
+from spark_app.multi_table.cut import AtomicCutUnsupportedError, TableChange, atomic_cut_supported
 from spark_app.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
 from spark_app.writer import TaskResult, WritePlan, stage_partition
 
@@ -68,7 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("icebergsync.committer")
 
 MAIN_SEQUENCE = "main-sequence-number"
-MAIN_SNAPSHOT = "main-snapshot-id"
+MAIN_SNAPSHOT = protocol.MAIN_SNAPSHOT_ID
 PENDING_DEAD_LETTERS = "pending-dead-letter-files"
 UNKNOWN_OUTCOME_DEADLINE_SECONDS = 300.0
 
@@ -201,6 +203,68 @@ class TriggerOutput:
         return [f.file_path for f in self.data_files + self.delete_files + self.dead_letter_files]
 
 
+@dataclass(frozen=True)
+class SwapPart:
+    """One table's part of a compare-and-swap: its pin (once fenced), the check its head must pass, and the
+    transaction built on that head (with the id of the snapshot it adds)."""
+
+    identifier: str
+    pin: TablePin | None
+    check: Callable[[TableMetadata], None]
+    build: Callable[[Table], tuple[Transaction, int]]
+
+
+def swap_cut(catalog: Catalog, parts: Sequence[SwapPart]) -> list[tuple[Snapshot, TableMetadata]]:
+    """Commit every part's transaction, all in one cut (spark_app/multi_table/cut.py), iff every part's
+    ``check`` passes on the head its transaction was built on; per part the snapshot that landed and the
+    metadata it landed in.
+
+    Each round loads every table, checks its pin and its ``check``, builds its transaction and sends the
+    cut, requiring each table's uuid and current schema to be those checked: a schema change by another
+    writer between the check and the commit (which moves no head) is a conflict, never files of the old
+    schema landing under the new. A conflict on any table starts a new round for all; after an unknown
+    outcome the tables are searched for the snapshot ids attempted, which a cut shows on every table or on none.
+    """
+    attempted: list[list[int]] = [[] for _ in parts]
+    names = ", ".join(part.identifier for part in parts)
+    retry = _Retry("commit", names)
+    while True:
+        tables = [catalog.load_table(part.identifier) for part in parts]
+        landed = [next((s for s in map(table.metadata.snapshot_by_id, ids) if s is not None), None)
+                  for table, ids in zip(tables, attempted, strict=True)]
+        if any(snapshot is not None for snapshot in landed):
+            if any(snapshot is None for snapshot in landed):
+                raise CommitStateUnknownError(f"a cut of {names} landed on some of its tables only: the catalog "
+                                              "did not commit it atomically; nothing more was written")
+            return [(snapshot, table.metadata) for snapshot, table in zip(landed, tables, strict=True)
+                    if snapshot is not None]
+        changes, snapshot_ids = [], []
+        for part, table in zip(parts, tables, strict=True):
+            if part.pin is not None:
+                part.pin.check(part.identifier, table.metadata)
+            part.check(table.metadata)
+        for part, table, ids in zip(parts, tables, attempted, strict=True):
+            transaction, snapshot_id = part.build(table)
+            ids.append(snapshot_id)
+            snapshot_ids.append(snapshot_id)
+            changes.append(TableChange(table, transaction, (
+                AssertTableUUID(uuid=table.metadata.table_uuid),
+                AssertCurrentSchemaId(current_schema_id=table.metadata.current_schema_id),  # type: ignore[call-arg]
+            )))
+        responses = retry.attempt(partial(commit_transactions, catalog, changes),
+                                  f"looking for snapshot(s) {attempted}")
+        if responses is None:
+            continue
+        result = []
+        for part, response, snapshot_id in zip(parts, responses, snapshot_ids, strict=True):
+            snapshot = response.metadata.snapshot_by_id(snapshot_id)
+            if snapshot is None:
+                raise CommitStateUnknownError(
+                    f"commit to {part.identifier} succeeded but snapshot {snapshot_id} is missing")
+            result.append((snapshot, response.metadata))
+        return result
+
+
 class SinkCommitter:
     """Owns every write the sink makes to the catalog."""
 
@@ -230,35 +294,10 @@ class SinkCommitter:
         check: Callable[[TableMetadata], None],
         build: Callable[[Table], tuple[Transaction, int]],
     ) -> tuple[Snapshot, TableMetadata]:
-        """Commit ``build``'s transaction iff ``check`` passes on the head it was built on.
-
-        Returns the snapshot that landed and the table metadata it landed in. The table's pin (when
-        fenced) is asserted before every round, and the commit requires the table's uuid and current
-        schema to be those checked: a schema change by another writer between the check and the
-        commit (which moves no head) is a conflict, never files of the old schema landing under the new.
-        """
-        attempted: list[int] = []
-        retry = _Retry("commit", identifier)
-        while True:
-            table = self._catalog.load_table(identifier)
-            landed = next((s for s in map(table.metadata.snapshot_by_id, attempted) if s is not None), None)
-            if landed is not None:
-                return landed, table.metadata
-            if identifier in self.pins:
-                self.pins[identifier].check(identifier, table.metadata)
-            check(table.metadata)
-            transaction, snapshot_id = build(table)
-            attempted.append(snapshot_id)
-            response = retry.attempt(partial(commit_transaction, self._catalog, table, transaction,
-                                             AssertTableUUID(uuid=table.metadata.table_uuid),
-                                             AssertCurrentSchemaId(current_schema_id=table.metadata.current_schema_id)),  # type: ignore[call-arg]
-                                     f"looking for snapshot(s) {attempted}")
-            if response is None:
-                continue
-            snapshot = response.metadata.snapshot_by_id(snapshot_id)
-            if snapshot is None:
-                raise CommitStateUnknownError(f"commit to {identifier} succeeded but snapshot {snapshot_id} is missing")
-            return snapshot, response.metadata
+        """Commit ``build``'s transaction iff ``check`` passes on the head it was built on: the cut of one table
+        (:func:`swap_cut`). Returns the snapshot that landed and the table metadata it landed in."""
+        [landed] = swap_cut(self._catalog, [SwapPart(identifier, self.pins.get(identifier), check, build)])
+        return landed
 
     def _transaction(
         self, table: Table, kind: str, frontier: Frontier | None, files: list[DataFile],
@@ -446,52 +485,24 @@ class SinkCommitter:
         With delete files the snapshot holds the data files and the equality delete files together
         (operation ``overwrite``, or ``delete`` without data files), as Iceberg's RowDelta does.
         Position deletes and carried rows are written for the head of each round, into that round's snapshot.
+        This is the cut of one table (:func:`commit_together`).
         """
-        started = time.monotonic()
-        max_event_time = output.max_event_time
-        rounds: dict[int, _Round] = {}  # what was written for each attempted snapshot
+        [commit] = commit_together([self.data_commit(output, frontier)])
+        return commit
 
-        def build(table: Table) -> tuple[Transaction, int]:
-            carried = self._carry(table, output) or TaskResult()  # first: it may refuse the trigger
-            deletes = self._position_deletes(table, output.touched_keys)
-            written = _Round(deletes.added, carried)
-            dead_letters = output.dead_letter_files + written.carried_dead_letters
-            dead_letter_paths = [f.file_path for f in dead_letters]
-            transaction, snapshot_id = self._transaction(
-                table, protocol.KIND_DATA, frontier, output.data_files + written.carried_data,
-                checkpoint_extra=_pending_extra(dead_letter_paths if self._dead_letter_identifier else []),
-                delete_files=output.delete_files + deletes.added, removed_delete_files=deletes.removed,
-                records=output.records + written.carried.records,
-                dead_letters=output.dead_letters + written.carried.dead_letters, dead_letter_files=dead_letter_paths,
-                max_event_time=max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
-            )
-            rounds[snapshot_id] = written
-            return transaction, snapshot_id
+    def data_commit(self, output: TriggerOutput, frontier: Frontier, cut: Mapping[str, object] | None = None,
+                    ) -> DataCommit:
+        """This table's part of a trigger's commit, for :func:`commit_together` (``cut``: the snapshot's
+        ``icebergsync.cut``, for a sync of several tables)."""
+        return DataCommit(self, output, frontier, cut)
 
-        try:
-            snapshot, _ = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot), build)
-        except (FencedError, ProgressConflictError, TableChangedError, BadInputError):
-            self.discard(output)  # certainly not committed: the check refused before the commit was sent
-            self._delete_files([f for written in rounds.values() for f in written.files])
-            raise
-        self._delete_files([f for snapshot_id, written in rounds.items() if snapshot_id != snapshot.snapshot_id
-                            for f in written.files])  # written for rounds that did not land
-        landed = rounds.get(snapshot.snapshot_id, _Round([], TaskResult()))
-        dead_letters = output.dead_letter_files + landed.carried_dead_letters
-        output.records += landed.carried.records  # what the job logs and counts: the rows that landed
-        output.dead_letters += landed.carried.dead_letters
-        for reason, count in landed.carried.dead_letter_reasons.items():
-            output.dead_letter_reasons[reason] = output.dead_letter_reasons.get(reason, 0) + count
-        self.last_snapshot = snapshot
-        self.frontier = frontier
-        self._pending_dead_letter_paths = [f.file_path for f in dead_letters] if self._dead_letter_identifier else []
-        crash_point("main-committed")
-        if dead_letters and self._dead_letter_identifier:
-            # From here on every staged file is listed by a main commit: whatever happens to the
-            # dead-letter commit, nothing is discarded (a newer writer's fence recovers the dead letters).
-            self._commit_dead_letters(dead_letters, frontier, snapshot)
-        self._pending_dead_letter_paths = []
-        return Commit(snapshot, (time.monotonic() - started) * 1000)
+    @property
+    def identifier(self) -> str:
+        return self._identifier
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog
 
     def _commit_dead_letters(self, files: list[DataFile], frontier: Frontier, main: Snapshot) -> None:
         assert self._dead_letter_identifier is not None
@@ -703,6 +714,95 @@ class SinkCommitter:
         for data_file in files:
             with contextlib.suppress(FileNotFoundError):
                 io.delete(data_file.file_path)
+
+
+@dataclass
+class DataCommit:
+    """One table's data commit of a trigger: its part of the cut, and what follows once it landed or was refused.
+
+    Position deletes and carried rows are written for the head of each round, into that round's snapshot
+    (``rounds``: what was written for each attempted snapshot).
+    """
+
+    committer: SinkCommitter
+    output: TriggerOutput
+    frontier: Frontier
+    cut: Mapping[str, object] | None = None
+    rounds: dict[int, _Round] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    def part(self) -> SwapPart:
+        committer = self.committer
+        return SwapPart(committer.identifier, committer.pins.get(committer.identifier),
+                        committer._steady_check(committer.last_snapshot), self._build)
+
+    def _build(self, table: Table) -> tuple[Transaction, int]:
+        committer, output = self.committer, self.output
+        carried = committer._carry(table, output) or TaskResult()  # first: it may refuse the trigger
+        deletes = committer._position_deletes(table, output.touched_keys)
+        written = _Round(deletes.added, carried)
+        dead_letters = output.dead_letter_files + written.carried_dead_letters
+        dead_letter_paths = [f.file_path for f in dead_letters]
+        transaction, snapshot_id = committer._transaction(
+            table, protocol.KIND_DATA, self.frontier, output.data_files + written.carried_data,
+            checkpoint_extra=_pending_extra(dead_letter_paths if committer.dead_letter_identifier else []),
+            delete_files=output.delete_files + deletes.added, removed_delete_files=deletes.removed,
+            records=output.records + written.carried.records,
+            dead_letters=output.dead_letters + written.carried.dead_letters, dead_letter_files=dead_letter_paths,
+            max_event_time=output.max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
+            cut=self.cut,
+        )
+        self.rounds[snapshot_id] = written
+        return transaction, snapshot_id
+
+    def abandon(self) -> None:
+        """Delete everything staged for this commit: it certainly did not land (the check refused before it
+        was sent)."""
+        self.committer.discard(self.output)
+        self.committer._delete_files([f for written in self.rounds.values() for f in written.files])
+
+    def land(self, snapshot: Snapshot) -> Commit:
+        """Book the snapshot that landed, delete what other rounds wrote, then commit the dead letters."""
+        committer, output, frontier = self.committer, self.output, self.frontier
+        committer._delete_files([f for snapshot_id, written in self.rounds.items()
+                                 if snapshot_id != snapshot.snapshot_id for f in written.files])
+        landed = self.rounds.get(snapshot.snapshot_id, _Round([], TaskResult()))
+        dead_letters = output.dead_letter_files + landed.carried_dead_letters
+        output.records += landed.carried.records  # what the job logs and counts: the rows that landed
+        output.dead_letters += landed.carried.dead_letters
+        for reason, count in landed.carried.dead_letter_reasons.items():
+            output.dead_letter_reasons[reason] = output.dead_letter_reasons.get(reason, 0) + count
+        committer.last_snapshot = snapshot
+        committer.frontier = frontier
+        committer._pending_dead_letter_paths = ([f.file_path for f in dead_letters]
+                                                if committer.dead_letter_identifier else [])
+        crash_point("main-committed")
+        if dead_letters and committer.dead_letter_identifier:
+            # From here on every staged file is listed by a main commit: whatever happens to the
+            # dead-letter commit, nothing is discarded (a newer writer's fence recovers the dead letters).
+            committer._commit_dead_letters(dead_letters, frontier, snapshot)
+        committer._pending_dead_letter_paths = []
+        return Commit(snapshot, (time.monotonic() - self.started) * 1000)
+
+
+def commit_together(commits: Sequence[DataCommit]) -> list[Commit]:
+    """Land the data commits of one trigger (to one table, or to several of one catalog) as ONE cut, or none.
+
+    Every table's fence is checked on the head its snapshot is built on, and the cut is sent once all
+    pass; a conflict on any table rebuilds all. A refusal on any table (fenced, rolled back, changed, bad
+    input) deletes what every commit staged and raises. Several tables need a catalog that commits them
+    atomically (``AtomicCutUnsupportedError`` otherwise, before anything is sent).
+    """
+    catalog = commits[0].committer.catalog
+    if len(commits) > 1 and not atomic_cut_supported(catalog):
+        raise AtomicCutUnsupportedError(f"catalog {catalog.name!r} cannot commit {len(commits)} tables atomically")
+    try:
+        landed = swap_cut(catalog, [commit.part() for commit in commits])
+    except (FencedError, ProgressConflictError, TableChangedError, BadInputError):
+        for commit in commits:
+            commit.abandon()
+        raise
+    return [commit.land(snapshot) for commit, (snapshot, _) in zip(commits, landed, strict=True)]
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Crash injection for the exactly-once tests: ``ICEBERGSYNC_CRASH_AT=<point>:<n>`` kills the job
 with SIGKILL the n-th time it reaches ``point`` (``fenced``, ``staged``,
-``main-committed`` — between the main and the dead-letter commit — ``committed``, and for keyed
-tables' maintenance ``maintenance-staged`` and ``maintenance-committed``).
+``main-committed`` — between the main and the dead-letter commit — ``committed``, for keyed
+tables' maintenance ``maintenance-staged`` and ``maintenance-committed``, and ``table-committed``
+after each table's commit of a trigger that a catalog without atomic cuts commits table by table).
 
 Unset (always, outside tests) it does nothing.
 """

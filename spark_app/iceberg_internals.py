@@ -97,23 +97,33 @@ from pyiceberg.table.update.snapshot import (
 from pyiceberg.typedef import IcebergBaseModel, TableVersion
 from pyiceberg.types import IcebergType, IntegerType, ListType, MapType, NestedField, StructType
 
+from spark_app.multi_table.cut import TableChange, commit_cut
+
 
 def commit_transaction(catalog: Catalog, table: Table, transaction: Transaction,
                        *extra_requirements: TableRequirement) -> CommitTableResponse:
-    """Send ``transaction``'s updates once, with its requirements plus ``extra_requirements``.
+    """Send ``transaction``'s updates once, with its requirements plus ``extra_requirements``: the cut of one
+    table (:func:`commit_transactions`)."""
+    [response] = commit_transactions(catalog, [TableChange(table, transaction, extra_requirements)])
+    return response
+
+
+def commit_transactions(catalog: Catalog, changes: Sequence[TableChange]) -> list[CommitTableResponse]:
+    """Send every change once, as one cut (spark_app/multi_table/cut.py: atomic, or refused for several tables
+    where the catalog cannot commit them atomically).
 
     Unlike ``Transaction.commit_transaction`` nothing is retried or rebased: a conflict raises
     ``CommitFailedException`` for the caller to re-check and rebuild.
     """
-    requirements = (*transaction._requirements, *extra_requirements)
-    response = catalog.commit_table(table, requirements, transaction._updates)
+    responses = commit_cut(catalog, changes)
     # As pyiceberg's own commits do: metadata files beyond write.metadata.previous-versions-max go when
     # write.metadata.delete-after-commit.enabled is set. The commit has landed: a failed delete only leaves a file.
-    try:
-        Catalog._delete_old_metadata(table.io, table.metadata, response.metadata)
-    except Exception as exc:
-        log.warning("could not delete metadata files the commit to %s retired: %s", table.name(), exc)
-    return response
+    for change, response in zip(changes, responses, strict=True):
+        try:
+            Catalog._delete_old_metadata(change.table.io, change.table.metadata, response.metadata)
+        except Exception as exc:
+            log.warning("could not delete metadata files the commit to %s retired: %s", change.table.name(), exc)
+    return responses
 
 
 def appended_snapshot_id(append: _FastAppendFiles | RowDelta) -> int:

@@ -3,12 +3,15 @@
     spec → fence (schema evolution, claim) → [pending? due? → read range → executors stage files
          → ONE commit with sink id, version, frontier] → … → stop (bounded source done, or fenced)
 
-The table is the only durable record: the loop starts from the frontier the table holds and
-keeps nothing else across restarts.
+A sync writes one table, or one table per source stream (``table.name`` a template): each table is a lane
+(:mod:`spark_app.multi_table.lane`), a single-table sink of its streams, and a trigger's commits to the tables
+it touched are one cut (:mod:`spark_app.multi_table.trigger`). The tables are the only durable record: the
+loop starts from the frontiers they hold and keeps nothing else across restarts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -22,43 +25,45 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
-from pyiceberg.typedef import Record
 from pyspark.sql import SparkSession
 
-from icebergsync.catalog import ensure_table, open_catalog, partition_spec
-from icebergsync.errors import EXIT_OK, IcebergSyncError
+from icebergsync import protocol
+from icebergsync.catalog import open_catalog
+from icebergsync.errors import EXIT_OK
 from icebergsync.protocol import Frontier, Writer, encode_json
-from icebergsync.schema import iceberg_schema, plan_evolution, spark_ddl
-from icebergsync.spec import Column, IcebergSync, effective_columns
-from spark_app.committer import Commit, SinkCommitter, TriggerOutput, attempt_file_prefix
-from spark_app.deadletter import DEAD_LETTER_SCHEMA, Rejection
-from spark_app.deletes import delete_plan, table_key
+from icebergsync.spec import IcebergSync
+from icebergsync.tables.routing import resume_frontier, table_for
+from spark_app.committer import Commit, TriggerOutput
+from spark_app.deadletter import Rejection
 from spark_app.faults import crash_point
-from spark_app.maintenance import Maintainer, UpkeepTotals
+from spark_app.maintenance import UpkeepTotals
 from spark_app.merge import merge_small_files
+from spark_app.multi_table.lane import Lane
+from spark_app.multi_table.trigger import commit_trigger
 from spark_app.pipeline import read_drift, run_transform, run_units
 from spark_app.schema_drift.drift import SchemaDrift
-from spark_app.schema_drift.plan import new_table_columns, schema_changes, table_columns
 from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
-from spark_app.writer import TablePlan, TaskResult, WritePlan, data_file_from_footer
+from spark_app.sources.transactions import SPLIT_NOTE, TransactionAligner, Verdict, aligner_for, check_pending
+from spark_app.units import WorkUnit
+from spark_app.writer import TaskResult, WritePlan
 
 log = logging.getLogger("icebergsync.job")
 
-WRITER_MEMORY_BYTES = 256 * 1024 * 1024
+LANES_STAGED_AT_ONCE = 4  # a trigger's tables staged side by side (Spark jobs from driver threads share executors)
 
 
 @dataclass(frozen=True)
 class Written:
-    """A trigger's range as its tasks staged it, before the merge of small files."""
+    """One table's part of a trigger's range as its tasks staged it, before the merge of small files."""
 
+    lane: Lane
     results: list[TaskResult]
-    pending: Pending
+    pending: Pending  # the trigger's range, as this table sees it (its lag and notes)
     source_notes: dict[str, Any] | None
     plan: WritePlan
     drift: SchemaDrift = field(default_factory=SchemaDrift)  # what its records' Connect schemas ask of the table
+    transactions: dict[tuple[str, int], dict[str, list[int]]] = field(default_factory=dict)  # UnitStats.transactions
 
     @property
     def rejected(self) -> bool:
@@ -66,16 +71,45 @@ class Written:
 
 
 @dataclass(frozen=True)
-class Staged:
-    """A staged trigger: its output, the range's end, and the rejection of bad input (no dead-letter table)."""
+class Trigger:
+    """A trigger's range as staged: ``end`` is the sync's frontier after it, ``parts`` the tables it touched."""
 
+    end: Frontier
+    parts: list[Written]
+    pending: Pending | None = None  # the range as planned
+
+    @property
+    def drifted(self) -> list[Written]:
+        return [part for part in self.parts if part.drift]
+
+    @property
+    def transactions(self) -> dict[tuple[str, int], dict[str, list[int]]]:
+        """The source transactions its tasks saw, per partition (spark_app/sources/transactions.py)."""
+        return {tp: seen for part in self.parts for tp, seen in part.transactions.items()}
+
+    def noting_split(self, transactions: tuple[str, ...]) -> Trigger:
+        """This trigger with ``transaction-split`` (the transactions it holds only part of) in its source notes."""
+        parts = [dataclasses.replace(part, source_notes={**(part.source_notes or {}), SPLIT_NOTE: list(transactions)})
+                 for part in self.parts]
+        return dataclasses.replace(self, parts=parts)
+
+    @property
+    def rejected(self) -> bool:
+        return any(part.rejected for part in self.parts)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A staged table of a trigger: its output, its frontier, and the rejection of bad input (no dead-letter table)."""
+
+    lane: Lane
     output: TriggerOutput
     end: Frontier
     rejection: Rejection | None
 
     @classmethod
     def of(cls, written: Written, results: list[TaskResult]) -> Staged:
-        """The trigger of ``written`` with the tasks' ``results`` (merged or not) added up."""
+        """The part ``written`` with the tasks' ``results`` (merged or not) added up."""
         output = TriggerOutput(source_lag=written.pending.lag, source_notes=written.source_notes)
         newest_event: int | None = None
         rejection: Rejection | None = None
@@ -99,7 +133,7 @@ class Staged:
                 newest_event = result.max_event_time_us
         if newest_event is not None:
             output.max_event_time = datetime.fromtimestamp(newest_event / 1e6, tz=UTC).isoformat()
-        return cls(output, written.pending.end, rejection)
+        return cls(written.lane, output, written.lane.part_of(written.pending.end), rejection)
 
 
 @dataclass
@@ -107,32 +141,12 @@ class RunSummary:
     """What a run did, for the CLI and tests."""
 
     writer: Writer
-    commits: int = 0
+    commits: int = 0  # data commits, one per table a trigger touched
     records: int = 0
     dead_letters: int = 0
     frontier: Frontier | None = None
     exit_status: int = EXIT_OK
     upkeep: UpkeepTotals = field(default_factory=UpkeepTotals)  # what maintenance did (spark_app/maintenance.py)
-
-
-def table_plan(table: Table) -> TablePlan:
-    return TablePlan(
-        location=table.metadata.location,
-        properties=dict(table.metadata.properties),
-        schema=table.schema(),
-        spec=table.spec(),
-        io_properties=dict(table.io.properties),
-    )
-
-
-def rebuild_data_file(table: Table, path: str) -> DataFile:
-    """A DataFile for an unpartitioned table's staged file, from its Parquet footer (dead-letter recovery)."""
-    import pyarrow.parquet as pq
-
-    input_file = table.io.new_input(path)
-    with input_file.open() as stream:
-        metadata = pq.ParquetFile(stream).metadata
-    return data_file_from_footer(table_plan(table), path, len(input_file), Record(), metadata)
 
 
 class SyncJob:
@@ -145,8 +159,10 @@ class SyncJob:
         self._session = spark
         self.writer = Writer(sync.sink_id, version, uuid.uuid4().hex[:12])
         self.stop_requested = stop_requested or threading.Event()
-        self.columns = effective_columns(self.spec)
         self.catalog = catalog or open_catalog(self.spec.table.catalog_or_default)
+        self.upkeep = UpkeepTotals()
+        self.lanes: dict[str, Lane] = {}
+        self.aligner: TransactionAligner | None = None  # spec.changes.transactions (spark_app/sources/transactions.py)
 
     @property
     def spark(self) -> SparkSession:
@@ -155,208 +171,276 @@ class SyncJob:
             self._session = self._session()
         return self._session
 
-    def _open_tables(self) -> tuple[Table, Table | None]:
-        table = ensure_table(self.catalog, self.spec.table.name, iceberg_schema(self.columns),
-                             self.spec.table.partition_by, self.spec.table.properties, key=self.spec.table.key)
-        dead = None
-        if self.spec.dead_letter:
-            dead = ensure_table(self.catalog, self.spec.dead_letter.table, DEAD_LETTER_SCHEMA, [], {})
-        return table, dead
+    @property
+    def many_tables(self) -> bool:
+        return self.spec.table.is_template
+
+    def table_of(self, stream: str | None) -> str:
+        """The table ``stream`` goes to (the one table of a sync that is not a template)."""
+        if not self.many_tables or stream is None:
+            return self.spec.table.name
+        kafka = self.spec.source.kafka
+        return table_for(self.spec.table.name, stream, kafka.pattern if kafka is not None else None)
+
+    def lane(self, stream: str | None) -> Lane:
+        """The lane of ``stream``'s table, set up (not claimed) when first needed."""
+        name = self.table_of(stream)
+        lane = self.lanes.get(name)
+        if lane is None:
+            owns = (lambda other: self.table_of(other) == name) if self.many_tables else None
+            lane = Lane(self.spec, self.spec.table_settings(name, stream), owns, self.writer, self.catalog,
+                        lambda: self.spark, self.upkeep)
+            self.lanes[name] = lane
+        return lane
 
     def run(self) -> RunSummary:
-        """Fence, resume from the table's frontier and commit until the source ends or a stop is requested."""
-        summary = RunSummary(self.writer)
+        """Fence, resume from the tables' frontiers and commit until the source ends or a stop is requested."""
+        summary = RunSummary(self.writer, upkeep=self.upkeep)
         source = make_source(lambda: self.spark, self.spec)
-        if not self.columns:  # spec.schema is empty: the table's columns come from the records
-            columns = self._existing_columns() or self._columns_from_records(source)
-            if columns is None:
-                return summary  # stopped before the first record arrived
-            self.columns = columns
-        table, dead = self._open_tables()
-        self._warn_on_partition_change(table)
-        changes = plan_evolution(table.schema(), self.columns, self.spec.table.name,
-                                 followed=self.spec.follows_source_schema)
-        committer = SinkCommitter(self.catalog, self.spec.table.name, self.writer,
-                                  self.spec.dead_letter.table if self.spec.dead_letter else None, rebuild_data_file,
-                                  lambda: self.spark)
-        progress = committer.start(changes, source.identity(), source.check_frontier)
-        crash_point("fenced")
-        if changes:
-            log.info("%s v%d: evolved the schema of %s: %s", self.writer.sink_id, self.writer.version,
-                     self.spec.table.name, ", ".join(change.describe() for change in changes))
-        table, dead = self._open_tables()
-        committer.cleanup_orphans(table)
-        if dead is not None:
-            committer.cleanup_orphans(dead)
-        frontier = progress.frontier if progress.frontier is not None else source.initial_frontier()
-        log.info("%s v%d attempt %s fenced the table; resuming from %s (%s)", self.writer.sink_id,
-                 self.writer.version, self.writer.attempt, encode_json(frontier), progress.resumed_from)
+        self.aligner = aligner_for(source, self.spec)
+        frontier = self._resume(source)
         summary.frontier = frontier
-        self._decode_into(table)
-        plan = self._write_plan(table, dead)
-        maintainer = Maintainer(self.spec.maintenance, committer, self.catalog, self.spec.table.name,
-                                self.spec.commit.target_file_bytes, lambda: self.spark)
-        summary.upkeep = maintainer.totals
+        log.info("%s v%d attempt %s resumes from %s", self.writer.sink_id, self.writer.version, self.writer.attempt,
+                 encode_json(frontier))
         last_commit = time.monotonic()
         commit_settings = self.spec.commit
-        ahead: Future[Written] | None = None  # the next trigger, written while this one merges and commits
+        ahead: Future[Trigger | None] | None = None  # the next trigger, written while this one merges and commits
+        replanned: Pending | None = None  # a range to stage at once instead of polling (aligned with transactions)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-stage") as stager:
             try:
                 while not self.stop_requested.is_set():
-                    if ahead is not None:
-                        written, ahead = ahead.result(), None
-                    else:
+                    trigger = ahead.result() if ahead is not None else None
+                    ahead = None
+                    if trigger is None:
                         if source.exhausted(frontier):
                             log.info("%s v%d: source finished at %s; every record is committed", self.writer.sink_id,
                                      self.writer.version, encode_json(frontier))
                             break
-                        pending = source.pending(frontier, commit_settings.max_staged_bytes)
-                        if pending is None:
-                            self.stop_requested.wait(commit_settings.poll_seconds)
+                        if replanned is not None:
+                            pending, replanned = replanned, None
+                        else:
+                            polled = source.pending(frontier, commit_settings.max_staged_bytes)
+                            if polled is None:
+                                self.stop_requested.wait(commit_settings.poll_seconds)
+                                continue
+                            pending = polled
+                            until_due = 0.0 if self._cannot_grow(pending) else (
+                                commit_settings.interval_seconds - (time.monotonic() - last_commit))
+                            if until_due > 0:  # poll again for more, but stage as soon as the interval is up
+                                self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
+                                continue
+                        units = self._units_by_lane(source, frontier, pending)
+                        claimed = self._claim(source, frontier, units)
+                        if claimed != frontier:  # a table's claim read a frontier other than the one planned from
+                            frontier = claimed
                             continue
-                        until_due = 0.0 if self._cannot_grow(pending) else (
-                            commit_settings.interval_seconds - (time.monotonic() - last_commit))
-                        if until_due > 0:  # poll again for more, but stage as soon as the interval is up
-                            self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
-                            continue
-                        written = self._stage(source, frontier, pending, plan)
-                    if written.drift:  # the source's schema changed: follow it, then stage the same range again
-                        committer.discard(Staged.of(written, written.results).output)
-                        table = self._follow_schema(committer, written.drift)
-                        plan = self._write_plan(table, dead)
+                        trigger = self._stage(source, frontier, pending, units)
+                    if trigger.drifted:  # the source's schema changed: follow it, then stage the same range again
+                        self._discard(trigger)
+                        for drifted in trigger.drifted:
+                            drifted.lane.follow_schema(drifted.drift)
                         continue
-                    results = written.results
-                    if not written.rejected:  # a refused trigger is discarded: neither followed nor merged
-                        ahead = self._stage_ahead(stager, source, written.pending.end, plan)
-                        results = merge_small_files(self.spark, plan, results)
-                    staged = Staged.of(written, results)
-                    if staged.rejection is not None:
-                        committer.discard(staged.output)
-                        raise staged.rejection.error()
+                    verdict = self._check_transactions(trigger)
+                    if verdict is not None and verdict.action != "commit":  # not aligned: another range, or wait
+                        self._discard(trigger)
+                        if verdict.action == "restage" and trigger.pending is not None:
+                            replanned = source.within(trigger.pending, verdict.end or {})
+                        else:
+                            self.stop_requested.wait(commit_settings.poll_seconds)
+                        continue
+                    if verdict is not None and verdict.split:
+                        trigger = trigger.noting_split(verdict.split)
+                    merged = {id(part): part.results for part in trigger.parts}
+                    if not trigger.rejected:  # a refused trigger is discarded: neither followed nor merged
+                        ahead = self._stage_ahead(stager, source, trigger.end)
+                        merged = {id(part): merge_small_files(self.spark, part.plan, part.results)
+                                  for part in trigger.parts}
+                    staged = [Staged.of(written, merged[id(written)]) for written in trigger.parts]
+                    rejected = [part.rejection for part in staged if part.rejection is not None]
+                    if rejected:
+                        for refused in staged:
+                            refused.lane.committer.discard(refused.output)
+                        raise rejected[0].error()
                     crash_point("staged")
-                    commit = committer.commit(staged.output, staged.end)  # on refusal it deletes what it staged
+                    commits = self._commit(staged)  # on refusal it deletes what it staged
                     crash_point("committed")
                     last_commit = time.monotonic()
-                    frontier = staged.end
-                    self._log_commit(summary, staged, commit)
-                    maintainer.after_commit()  # between triggers, under the fence (spark_app/maintenance.py)
+                    frontier = trigger.end
+                    if self.aligner is not None:
+                        self.aligner.committed(trigger.transactions, verdict.split if verdict is not None else ())
+                    for part in staged:
+                        self._log_commit(summary, part, commits[part.lane.name])
+                    summary.frontier = frontier
+                    for part in staged:  # between triggers, under the fence (spark_app/maintenance.py)
+                        assert part.lane.maintainer is not None
+                        part.lane.maintainer.after_commit()
             finally:
                 if ahead is not None:  # stopped, failed or fenced while the next trigger was staged: not committed
                     following = ahead.result()
-                    committer.discard(Staged.of(following, following.results).output)
+                    if following is not None:
+                        self._discard(following)
+                if self.aligner is not None:
+                    self.aligner.close()
         return summary
 
-    def _existing_columns(self) -> list[Column] | None:
-        try:
-            table = self.catalog.load_table(self.spec.table.name)
-        except NoSuchTableError:
+    def _check_transactions(self, trigger: Trigger) -> Verdict | None:
+        """Whether a staged trigger holds every source transaction it touches whole (spec.changes.transactions;
+        None without): commit it, stage another range, or wait (spark_app/sources/transactions.py)."""
+        if self.aligner is None or trigger.rejected or trigger.pending is None:
             return None
-        return table_columns(table.schema(), self.spec.table.name)
+        verdict = check_pending(self.aligner, trigger.pending, trigger.transactions)
+        if verdict.action == "restage":
+            log.info("%s v%d: the trigger's range splits a source transaction; staging %s instead", self.writer.sink_id,
+                     self.writer.version, encode_json(verdict.end and {f"{t}/{p}": o for (t, p), o in verdict.end.items()}))
+        elif verdict.action == "wait":
+            log.info("%s v%d: waiting for source transaction(s) %s: not all their events are in Kafka yet",
+                     self.writer.sink_id, self.writer.version, ", ".join(sorted(verdict.waiting)[:5]))
+        if verdict.split:
+            log.warning("%s v%d: committing source transaction(s) %s SPLIT across commits (larger than one trigger, or "
+                        "not complete after spec.changes.transactions.maxWait); noted as %s in the commit",
+                        self.writer.sink_id, self.writer.version, ", ".join(verdict.split[:10]), SPLIT_NOTE)
+        return verdict
 
-    def _columns_from_records(self, source: Source) -> list[Column] | None:
-        """A new table's columns from the Connect schema of the source's first records (key columns required);
-        None when a stop is requested before there are any."""
-        frontier = source.initial_frontier()
-        while (pending := source.pending(frontier, self.spec.commit.max_staged_bytes)) is None:
+    def _resume(self, source: Source) -> Frontier:
+        """The sync's frontier at start. A sync of one table claims it now when its columns are known (declared,
+        or the table's); a table created from its first records, and every table of a sync of many, is claimed
+        when a trigger first has records for it (:meth:`_claim`). A sync of many resumes each stream from the
+        frontier its table holds, read here without a claim."""
+        initial = source.initial_frontier()
+        if not self.many_tables:
+            lane = self.lane(None)
+            if not lane.columns:  # spec.schema is empty: the table's columns come from the records
+                lane.columns = lane.existing_columns() or []
+            if not lane.columns:
+                return initial
+            claimed = lane.claim(source.identity(), source.check_frontier).frontier
+            return claimed if claimed is not None else initial
+        while (streams := source.streams()) is None:  # the source is unreachable: wait for it, or a stop
             if self.stop_requested.wait(self.spec.commit.poll_seconds):
-                return None
-        drift = read_drift(self.spark, source.plan_units(frontier, pending), source.unit_reader([]))
-        columns = new_table_columns(drift, self.spec.table.name, self.spec.table.key or [])
-        log.info("%s: spec.schema is empty; creating %s with the columns of the first records: %s",
-                 self.writer.sink_id, self.spec.table.name, spark_ddl(columns))
-        return columns
+                return initial
+        routed = {stream: self.table_of(stream) for stream in streams}
+        progress: dict[str, Frontier | None] = {}
+        for name in sorted(set(routed.values())):
+            try:
+                metadata = self.catalog.load_table(name).metadata
+            except NoSuchTableError:
+                continue
+            progress[name] = protocol.read_progress(metadata, self.writer.sink_id).frontier
+        return resume_frontier(routed, progress, initial)
 
-    def _decode_into(self, table: Table) -> None:
-        """A sync following the source's schema decodes into the table's columns (the spec's, evolved)."""
-        if self.spec.follows_source_schema:
-            self.columns = table_columns(table.schema(), self.spec.table.name)
+    def _units_by_lane(self, source: Source, frontier: Frontier, pending: Pending) -> dict[str, list[WorkUnit]]:
+        """``[frontier, pending.end)`` as work units, by the table each unit's stream goes to."""
+        units: dict[str, list[WorkUnit]] = {}
+        for unit in source.plan_units(frontier, pending):
+            units.setdefault(self.lane(source.stream_of(unit)).name, []).append(unit)
+        return units
 
-    def _follow_schema(self, committer: SinkCommitter, drift: SchemaDrift) -> Table:
-        """Commit the schema change a trigger's records asked for (its own fenced commit); the table after it."""
-        changes = schema_changes(drift, self.spec.table.name)  # raises, naming the columns, when Iceberg cannot
-        if not changes:
-            raise IcebergSyncError(f"{self.spec.table.name}: records asked for a schema change the table already "
-                                   f"has ({drift.describe()}); nothing was committed")
-        commit = committer.evolve_schema(changes)
-        crash_point("schema-committed")
-        log.info("%s v%d: the source's schema changed; %s now has: %s (snapshot %d, frontier unchanged)",
-                 self.writer.sink_id, self.writer.version, self.spec.table.name,
-                 ", ".join(change.describe() for change in changes), commit.snapshot.snapshot_id)
-        table = self.catalog.load_table(self.spec.table.name)
-        self._decode_into(table)
-        return table
+    def _claim(self, source: Source, frontier: Frontier, units: dict[str, list[WorkUnit]]) -> Frontier:
+        """Claim each table of a trigger not claimed yet (creating it, from its first records when no columns
+        are declared); the sync's frontier with each claimed table's part as its claim read it."""
+        claimed = dict(frontier)
+        for name in sorted(units):
+            lane = self.lanes[name]
+            if lane.claimed:
+                continue
+            if not lane.columns:
+                lane.columns = lane.existing_columns() or []
+            if not lane.columns:
+                lane.columns_from_drift(read_drift(self.spark, units[name], source.unit_reader([], lane.settings.key)))
+            progress = lane.claim(source.identity(), source.check_frontier)
+            if progress.frontier is None:  # no progress of the sink on the table: its streams start where planned
+                continue
+            if lane.owns is None:
+                claimed = dict(progress.frontier)
+            else:
+                claimed = {stream: position for stream, position in claimed.items() if not lane.owns(stream)}
+                claimed.update(lane.part_of(progress.frontier))
+        return claimed
 
-    def _stage_ahead(self, stager: ThreadPoolExecutor, source: Source, frontier: Frontier,
-                     plan: WritePlan) -> Future[Written] | None:
+    def _stage_ahead(self, stager: ThreadPoolExecutor, source: Source, frontier: Frontier) -> Future[Trigger | None] | None:
         """Start staging the trigger after ``frontier`` while the current one merges and commits, when that
-        trigger cannot grow."""
+        trigger cannot grow (and touches only tables already claimed)."""
         if self.stop_requested.is_set() or source.exhausted(frontier):
             return None
         pending = source.pending(frontier, self.spec.commit.max_staged_bytes)
         if pending is None or not self._cannot_grow(pending):
             return None
-        return stager.submit(self._stage, source, frontier, pending, plan)
+        units = self._units_by_lane(source, frontier, pending)
+        if not all(self.lanes[name].claimed for name in units):
+            return None
+        return stager.submit(self._stage, source, frontier, pending, units)
 
     def _cannot_grow(self, pending: Pending) -> bool:
         """A trigger is as large as it gets (so it is due now, and may be staged ahead): it reached the
         staging size or the source's per-trigger cap with more waiting, or a bounded source's end."""
         return pending.full or pending.reaches_end or pending.estimated_bytes >= self.spec.commit.max_staged_bytes
 
-    def _log_commit(self, summary: RunSummary, staged: Staged, commit: Commit) -> None:
-        output = staged.output
-        summary.commits += 1
-        summary.records += output.records
-        summary.dead_letters += output.dead_letters
-        summary.frontier = staged.end
-        if output.dead_letter_reasons:
-            log.warning("%s v%d: %d record(s) went to the dead-letter table: %s", self.writer.sink_id,
-                        self.writer.version, output.dead_letters, encode_json(output.dead_letter_reasons))
-        log.info(
-            "commit sink=%s version=%d snapshot=%d records=%d dead_letters=%d files=%d bytes=%d "
-            "commit_ms=%.0f frontier=%s", self.writer.sink_id, self.writer.version, commit.snapshot.snapshot_id,
-            output.records, output.dead_letters, len(output.data_files) + len(output.dead_letter_files),
-            output.bytes, commit.commit_ms, encode_json(staged.end),
-        )
+    def _stage(self, source: Source, frontier: Frontier, pending: Pending, units: dict[str, list[WorkUnit]]) -> Trigger:
+        """Phase 1: stage ``[frontier, pending.end)``, planned as ``units`` by table: each touched table's units
+        as files (side by side when there are several)."""
+        lanes = [self.lanes[name] for name in sorted(units)]
+        if len(lanes) == 1:
+            return Trigger(pending.end, [self._stage_lane(source, pending, lanes[0], units[lanes[0].name])], pending)
+        with ThreadPoolExecutor(max_workers=LANES_STAGED_AT_ONCE, thread_name_prefix="isync-lane") as lanes_pool:
+            futures = [lanes_pool.submit(self._stage_lane, source, pending, lane, units[lane.name]) for lane in lanes]
+            parts: list[Written] = []
+            failure: BaseException | None = None
+            for future in futures:  # every lane's staging finishes, so that a failure leaves nothing unknown
+                try:
+                    parts.append(future.result())
+                except BaseException as exc:
+                    failure = failure or exc
+        if failure is not None:
+            self._discard(Trigger(pending.end, parts))
+            raise failure
+        return Trigger(pending.end, parts, pending)
 
-    def _warn_on_partition_change(self, table: Table) -> None:
-        """``partitionBy`` applies when the table is created; say so loudly when the spec now differs."""
-        wanted = partition_spec(table.schema(), self.spec.table.partition_by)
-        current = [(f.source_id, str(f.transform)) for f in table.spec().fields]
-        if [(f.source_id, str(f.transform)) for f in wanted.fields] != current:
-            log.warning("%s: spec.table.partitionBy %s differs from the partitioning of %s (%s); the table keeps "
-                        "its partitioning (partition evolution is not applied by IcebergSync)", self.writer.sink_id,
-                        self.spec.table.partition_by, self.spec.table.name, table.spec())
-
-    def _write_plan(self, table: Table, dead: Table | None) -> WritePlan:
-        return WritePlan(
-            sink_id=self.writer.sink_id,
-            sink_version=self.writer.version,
-            file_prefix=attempt_file_prefix(self.writer),
-            table=table_plan(table),
-            dead_letter=table_plan(dead) if dead is not None else None,
-            target_file_bytes=self.spec.commit.target_file_bytes,
-            writer_memory_bytes=WRITER_MEMORY_BYTES,
-            required_columns=tuple(f.name for f in table.schema().fields if f.required),
-            event_time_column=self.spec.event_time_column,
-            key=table_key(table) if self.spec.changes else None,
-            deletes=delete_plan(table) if self.spec.changes and self.spec.changes.deletes == "equality" else None,
-        )
-
-    def _stage(self, source: Source, frontier: Frontier, pending: Pending, plan: WritePlan) -> Written:
-        """Phase 1: plan ``[frontier, pending.end)`` as work units and let the tasks stage them as files.
+    def _stage_lane(self, source: Source, pending: Pending, lane: Lane, units: list[WorkUnit]) -> Written:
+        """One table's units staged as files by the tasks.
 
         The tasks' results may hold the rejection of bad input when there is no dead-letter table (the
         caller discards the output then). Their small files are merged afterwards, while the next
         trigger's tasks already run (:meth:`run`).
         """
-        units = source.plan_units(frontier, pending)
+        assert lane.plan is not None
         if self.spec.transform:
             record_columns = source.record_columns()
-            results, stats = run_transform(self.spark, units, source.unit_reader(record_columns), plan, self.columns,
-                                           record_columns, self.spec.transform)
+            results, stats = run_transform(self.spark, units, source.unit_reader(record_columns, lane.settings.key), lane.plan,
+                                           lane.columns, record_columns, self.spec.transform)
         else:
-            results, stats = run_units(self.spark, units, source.unit_reader(self.columns), plan)
-        return Written(results, pending, source.trigger_notes(pending, stats), plan, stats.drift)
+            results, stats = run_units(self.spark, units, source.unit_reader(lane.columns, lane.settings.key), lane.plan)
+        seen = source.restricted(pending, lane.owns) if lane.owns is not None else pending
+        return Written(lane, results, seen, source.trigger_notes(seen, stats), lane.plan, stats.drift,
+                       stats.transactions)
+
+    def _commit(self, staged: list[Staged]) -> dict[str, Commit]:
+        """The trigger's data commits: one table's, or the cut of every table it touched."""
+        if not self.many_tables:
+            [part] = staged
+            return {part.lane.name: part.lane.committer.commit(part.output, part.end)}
+        return commit_trigger([(part.lane.committer, part.output, part.end) for part in staged])
+
+    @staticmethod
+    def _discard(trigger: Trigger) -> None:
+        for part in trigger.parts:
+            part.lane.committer.discard(Staged.of(part, part.results).output)
+
+    def _log_commit(self, summary: RunSummary, staged: Staged, commit: Commit) -> None:
+        output = staged.output
+        summary.commits += 1
+        summary.records += output.records
+        summary.dead_letters += output.dead_letters
+        if output.dead_letter_reasons:
+            log.warning("%s v%d: %d record(s) of %s went to the dead-letter table: %s", self.writer.sink_id,
+                        self.writer.version, output.dead_letters, staged.lane.name,
+                        encode_json(output.dead_letter_reasons))
+        log.info(
+            "commit sink=%s version=%d table=%s snapshot=%d records=%d dead_letters=%d files=%d bytes=%d "
+            "commit_ms=%.0f frontier=%s", self.writer.sink_id, self.writer.version, staged.lane.name,
+            commit.snapshot.snapshot_id, output.records, output.dead_letters,
+            len(output.data_files) + len(output.dead_letter_files), output.bytes, commit.commit_ms,
+            encode_json(staged.end),
+        )
 
 
 def install_stop_handlers(stop_requested: threading.Event) -> None:

@@ -48,8 +48,11 @@ POLL_SECONDS = 0.5
 # (default 1 s): a reader draining the queue faster than that sat idle most of the time (measured on
 # one partition: 300k records in 3.9 s with the defaults, 0.5 s with a 10 ms backoff and 8 MiB
 # fetches). Larger fetches per partition: a range reader reads one partition.
+# A reader reads a range whose records already exist: the broker's long poll (fetch.wait.max.ms, 500 ms in
+# librdkafka) only ever waits at the range's tail, for a record past it or the partition's end.
 DEFAULT_CONSUMER = {"queued.max.messages.kbytes": "16384", "metadata.max.age.ms": "10000",
-                    "fetch.queue.backoff.ms": "10", "max.partition.fetch.bytes": "8388608"}
+                    "fetch.queue.backoff.ms": "10", "max.partition.fetch.bytes": "8388608",
+                    "fetch.wait.max.ms": "20"}
 
 RAW_SCHEMA = pa.schema([("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
 
@@ -314,20 +317,31 @@ class OffsetLookup:
         admin = self._open()
         found: list[tuple[str, int]] = []
         for topic in topics:
-            deadline = time.monotonic() + self.timeout
-            while True:
-                try:
-                    metadata = admin.list_topics(topic=topic, timeout=min(2.0, max(0.1, deadline - time.monotonic())))
-                    break
-                except Exception:
-                    admin.poll(0)
-                    self._errors.check(f"listing topics at {self.settings.bootstrap_servers}")
-                    if time.monotonic() >= deadline:
-                        raise
+            metadata = self._list_topics(admin, topic, 2.0)
             meta = metadata.topics.get(topic)
             if meta is not None and meta.error is None:
                 found.extend((topic, int(p)) for p in meta.partitions)
         return sorted(found)
+
+    def _list_topics(self, admin: Any, topic: str | None, attempt_seconds: float) -> Any:
+        """The cluster's metadata of ``topic`` (None: of every topic), asked again until ``self.timeout`` passes."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return admin.list_topics(topic=topic, timeout=min(attempt_seconds, max(0.1, deadline - time.monotonic())))
+            except Exception:
+                admin.poll(0)
+                self._errors.check(f"listing topics at {self.settings.bootstrap_servers}")
+                if time.monotonic() >= deadline:
+                    raise
+
+    def matching_partitions(self, pattern: re.Pattern[str]) -> list[tuple[str, int]]:
+        """The partitions of every topic whose whole name ``pattern`` matches (Kafka's internal topics, named
+        ``__…``, never), from one listing of the cluster's topics."""
+        metadata = self._list_topics(self._open(), None, 5.0)
+        return sorted((name, int(p)) for name, meta in metadata.topics.items()
+                      if meta.error is None and not name.startswith("__") and pattern.fullmatch(name)
+                      for p in meta.partitions)
 
     def offsets(self, partitions: list[tuple[str, int]]) -> tuple[Offsets, Offsets]:
         """(earliest, latest) offset of each partition."""
@@ -409,13 +423,13 @@ def read_range(settings: ClientSettings, topic: str, partition: int, start: int,
         last_progress = time.monotonic()
         done = False
         while not done:
-            # Ask for no more than the range can still hold (+1: a record past it or the EOF event) and than
+            # Ask for no more than the range can still hold (its last record ends the read at once; when its
+            # last offsets hold no record, a record past it, the EOF event or the position says so) and than
             # fits the batch's byte budget at the record size seen so far (before any: 1 KiB a record).
             seen = counts.records + len(offsets)
             average = (total_bytes // seen) if seen else 1024
             room = max(1, (batch_bytes - size) // max(1, average))
-            messages = consumer.consume(num_messages=min(batch_records, end - position + 1, room),
-                                        timeout=POLL_SECONDS)
+            messages = consumer.consume(num_messages=min(batch_records, end - position, room), timeout=POLL_SECONDS)
             errors.check(f"reading {where}")
             for message in messages:
                 error = message.error()

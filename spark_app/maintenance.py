@@ -64,7 +64,7 @@ from spark_app.faults import crash_point
 from spark_app.iceberg_internals import LiveFile, live_files, manifest_files
 from spark_app.upkeep.deletes import PositionReferences
 from spark_app.upkeep.manifests import ManifestPlan, ManifestThresholds, plan_manifest_rewrite, target_bytes
-from spark_app.upkeep.plan import Thresholds, UpkeepPlan, plan_upkeep
+from spark_app.upkeep.plan import TIER_FLOOR_BYTES, Thresholds, UpkeepPlan, plan_upkeep
 from spark_app.upkeep.rewrite import Outcome, RewriteContext, delete_written, run_plan
 
 log = logging.getLogger("icebergsync.maintenance")
@@ -141,7 +141,8 @@ def thresholds(settings: Maintenance, target_file_bytes: int, rewrite_deletes: b
                       compaction.min_input_files,
                       deletes.min_delete_files if deletes.enabled and rewrite_deletes else None,
                       deletes.deleted_rows_percent / 100, settings.max_rewrite_bytes, settings.max_files_per_run,
-                      compaction.max_extra_files_percent / 100 if compaction.max_extra_files_percent else None)
+                      compaction.max_extra_files_percent / 100 if compaction.max_extra_files_percent else None,
+                      TIER_FLOOR_BYTES)
 
 
 class Maintainer:
@@ -149,7 +150,7 @@ class Maintainer:
 
     def __init__(self, settings: Maintenance, committer: SinkCommitter, catalog: Catalog, identifier: str,
                  target_file_bytes: int, spark: Callable[[], SparkSession] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, totals: UpkeepTotals | None = None):
         self.settings = settings
         self.committer = committer
         self.catalog = catalog
@@ -161,7 +162,7 @@ class Maintainer:
         self._last_deletes = self._last_expiry = self._last_orphans = clock()
         self._manifests: dict[str, list[LiveFile]] = {}
         self._references = PositionReferences()
-        self.totals = UpkeepTotals()
+        self.totals = totals if totals is not None else UpkeepTotals()  # shared by the lanes of a sync
 
     def after_commit(self) -> None:
         """Called by the job loop after each data commit: run what the table's state (and ``every``) makes due.
@@ -307,8 +308,9 @@ class Maintainer:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         cutoff_ms = now_ms - int(settings.older_than_seconds * 1000)
         main = list(protocol.main_ancestry(self.catalog.load_table(self.identifier).metadata))
-        if len(main) > settings.max_snapshots:  # the max_snapshots-th newest stays, and everything newer
-            cutoff_ms = max(cutoff_ms, main[settings.max_snapshots - 1].timestamp_ms)
+        if len(main) > settings.max_snapshots:  # down to a fifth below the limit: due again only after as many commits
+            keep = max(settings.retain_last, settings.max_snapshots - settings.max_snapshots // 5)
+            cutoff_ms = max(cutoff_ms, main[keep - 1].timestamp_ms)
         expired = self.committer.expire_snapshots(cutoff_ms, settings.retain_last)
         deleted = delete_unreferenced(self.catalog.load_table(self.identifier), expired) if expired else 0
         result = ExpiryResult(len(expired), deleted, time.monotonic() - started)

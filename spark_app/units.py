@@ -64,14 +64,30 @@ class UnitStats:
 
     counters: dict[str, int] = field(default_factory=dict)
     drift: SchemaDrift = field(default_factory=SchemaDrift)  # what the records' Connect schemas ask of the table
+    # Source transactions seen (spec.changes.transactions): per (topic, partition), per transaction id, the
+    # offsets of its first and last event read and how many events were read: [first, last, count].
+    transactions: dict[tuple[str, int], dict[str, list[int]]] = field(default_factory=dict)
 
     def add(self, name: str, count: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + count
+
+    def saw_transaction(self, topic: str, partition: int, transaction: str, first: int, last: int,
+                        count: int = 1) -> None:
+        """Events of ``transaction`` at offsets ``first``..``last`` of a partition (``count`` of them)."""
+        seen = self.transactions.setdefault((topic, partition), {})
+        known = seen.get(transaction)
+        if known is None:
+            seen[transaction] = [first, last, count]
+        else:
+            known[0], known[1], known[2] = min(known[0], first), max(known[1], last), known[2] + count
 
     def merge(self, other: UnitStats) -> None:
         for name, count in other.counters.items():
             self.add(name, count)
         self.drift.merge(other.drift)
+        for (topic, partition), seen in other.transactions.items():
+            for transaction, (first, last, count) in seen.items():
+                self.saw_transaction(topic, partition, transaction, first, last, count)
 
 
 class UnitReader(Protocol):

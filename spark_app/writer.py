@@ -27,6 +27,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table import Table
 from pyiceberg.table.locations import LocationProvider, load_location_provider
 from pyiceberg.typedef import Record
 
@@ -480,3 +481,22 @@ def make_stage_function(plan: WritePlan) -> Any:
         yield pa.RecordBatch.from_pydict({"result": [pickle.dumps(result)]}, schema=pa.schema([("result", pa.binary())]))
 
     return stage
+
+
+def table_plan(table: Table) -> TablePlan:
+    """What the tasks need of ``table`` to write its files."""
+    return TablePlan(
+        location=table.metadata.location,
+        properties=dict(table.metadata.properties),
+        schema=table.schema(),
+        spec=table.spec(),
+        io_properties=dict(table.io.properties),
+    )
+
+
+def rebuild_data_file(table: Table, path: str) -> DataFile:
+    """A DataFile for an unpartitioned table's staged file, from its Parquet footer (dead-letter recovery)."""
+    input_file = table.io.new_input(path)
+    with input_file.open() as stream:
+        metadata = pq.ParquetFile(stream).metadata
+    return data_file_from_footer(table_plan(table), path, len(input_file), Record(), metadata)

@@ -22,6 +22,7 @@ from typing import Any
 
 from icebergsync.errors import SpecError
 from icebergsync.spec import IcebergSync, parse_spec, qualified_sink_id
+from icebergsync.tables.cuts import spec_cut_support
 from icebergsync_operator import metrics
 from icebergsync_operator.applications import parse_application
 from icebergsync_operator.catalog_reads import CatalogReads
@@ -122,6 +123,7 @@ def observe(context: OperatorContext, reading: Reading, table: TableObservation,
         source_exhausted=bool(sync and table.sink and sync.spec.source.exhausted(table.sink.frontier)),
         policy_problems=refused,
         catalog_refusal=reading.catalog_refusal,
+        cuts=spec_cut_support(sync.spec.table.catalog_or_default) if sync and sync.spec.table.is_template else None,
     )
 
 

@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from icebergsync.resource_status import SyncStatus
+from icebergsync.sink_state import SinkState
+from icebergsync.tables.cuts import CutSupport
+from icebergsync.tables.routing import is_template
+from icebergsync.tables.status import is_lagging
 from icebergsync_operator.applications import ObservedApplication, Outcome
 from icebergsync_operator.catalogs.resolve import CatalogRefusal
 from icebergsync_operator.render import application_name
@@ -62,6 +66,12 @@ class Observation:
     source_exhausted: bool = False  #: the table's committed frontier is the bounded source's end
     policy_problems: tuple[str, ...] = ()  #: what the operator's policy refuses in a valid spec
     catalog_refusal: CatalogRefusal | None = None  #: why a valid spec may not use its catalog
+    cuts: CutSupport | None = None  #: a sync of many tables: whether its catalog commits its cuts atomically
+
+    @property
+    def tables_text(self) -> str:
+        """``table <name>``, or for a template ``the tables of <template>``."""
+        return f"the tables of {self.table_name}" if is_template(self.table_name) else f"table {self.table_name}"
 
 
 @dataclass(frozen=True)
@@ -135,8 +145,8 @@ def _early_exit(observation: Observation, current: ObservedApplication) -> str:
 def next_version(observation: Observation, previous: SyncStatus) -> int:
     """A version above every one this sink ever used: in status, in applications, in the table."""
     known = [previous.sink_version or 0, *(app.version for app in observation.applications)]
-    if observation.table.sink is not None and observation.table.sink.sink_version is not None:
-        known.append(observation.table.sink.sink_version)
+    if observation.table.highest_version is not None:
+        known.append(observation.table.highest_version)
     return max(known) + 1
 
 
@@ -176,7 +186,7 @@ def _finish(observation: Observation, previous: SyncStatus, assessment: Assessme
         "observed_generation": observation.generation,
         **updates,
         "phase": assessment.phase,
-        "conditions": conditions(previous, assessment, observation.generation, observation.now),
+        "conditions": conditions(previous, assessment, observation.generation, observation.now, observation.cuts),
     })
     return Decision(status=status, launch=launch, delete=delete, events=events)
 
@@ -235,8 +245,8 @@ def _suspend(observation: Observation, previous: SyncStatus) -> Decision:
 def _launch(observation: Observation, previous: SyncStatus, reason: str, settings: OperatorSettings) -> Decision:
     if observation.table.error is not None:
         return _waiting_for_catalog(observation, previous, reason, settings)
-    if observation.table.sink is not None and observation.table.sink.other_sink is not None:
-        return _table_in_use(observation, previous, observation.table.sink.other_sink)
+    if observation.table.in_use is not None:
+        return _table_in_use(observation, previous, *observation.table.in_use)
     version = next_version(observation, previous)
     name = application_name(observation.name, version)
     messages = {
@@ -277,9 +287,10 @@ def _waiting_for_catalog(observation: Observation, previous: SyncStatus, reason:
     return _finish(observation, previous, assessment, events=events, observed_generation=previous.observed_generation)
 
 
-def _table_in_use(observation: Observation, previous: SyncStatus, other_sink: str) -> Decision:
-    """A launch is due but another sink wrote the table last: never launch into it (checked again each refresh)."""
-    message = (f"not launching: table {observation.table_name} is written by sink {other_sink}, not {observation.sink_id} "
+def _table_in_use(observation: Observation, previous: SyncStatus, table: str, other_sink: str) -> Decision:
+    """A launch is due but another sink wrote the table (one of the sync's tables) last: never launch into it
+    (checked again each refresh)."""
+    message = (f"not launching: table {table} is written by sink {other_sink}, not {observation.sink_id} "
                "(its newest IcebergSync commit); a sink never writes a table another sink writes. Point spec.table.name "
                "at another table or stop the other writer; a sync renamed within this namespace keeps its sink "
                "with spec.sinkId set to its former name")
@@ -320,9 +331,9 @@ def _failed(observation: Observation, previous: SyncStatus, current: ObservedApp
 
 def _fenced(observation: Observation, previous: SyncStatus, current: ObservedApplication) -> Decision:
     """The current version was fenced: someone else writes this sink; relaunching would fight it."""
-    owner = observation.table.sink.sink_version if observation.table.sink else None
+    owner = observation.table.highest_version
     message = (f"version {current.version} was fenced: {f'version {owner}' if owner else 'a newer writer'} of sink "
-               f"{observation.sink_id} owns table {observation.table_name}; another IcebergSync or operator "
+               f"{observation.sink_id} owns {observation.tables_text}; another IcebergSync or operator "
                f"writes with the same sink id. Not relaunching; change the spec to launch a newer version.")
     assessment, events = _stalled(previous, "Fenced", message)
     return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events)
@@ -399,9 +410,8 @@ def _active(observation: Observation, previous: SyncStatus, current: ObservedApp
         assert sink is not None and sink.seconds_since_commit is not None
         age = sink.seconds_since_commit
         if age <= window:
-            assessment = Assessment("Running", Verdict(TRUE, "Committing", (
-                f"version {current.version} committed snapshot {sink.snapshot_id} {age:.0f}s ago")),
-                Verdict(FALSE, "Reconciled"), stalled)
+            assessment = Assessment("Running", Verdict(TRUE, "Committing", _committing(current, sink, table)),
+                                    Verdict(FALSE, "Reconciled"), stalled)
         else:
             assessment = _silent(current, age, window, stalled)
     else:
@@ -414,6 +424,17 @@ def _active(observation: Observation, previous: SyncStatus, current: ObservedApp
             assessment = _silent(current, running_for, window, stalled)
     return _finish(observation, previous, assessment, delete=_others(observation, current.name), events=events,
                    consecutive_failures=failures, next_retry_at=None)
+
+
+def _committing(current: ObservedApplication, sink: SinkState, table: TableObservation) -> str:
+    """The Ready message of a committing sync (of many tables: their number, the newest commit's table, the lag)."""
+    age = sink.seconds_since_commit or 0.0
+    if table.lanes is None:
+        return f"version {current.version} committed snapshot {sink.snapshot_id} {age:.0f}s ago"
+    lanes = table.lanes
+    lagging = sum(1 for state in lanes.states if is_lagging(state))
+    return (f"running, {len(lanes.states)} tables ({lagging} lagging): version {current.version} committed snapshot "
+            f"{sink.snapshot_id} to {sink.table} {age:.0f}s ago")
 
 
 def _silent(current: ObservedApplication, seconds: float, window: float, stalled: Verdict) -> Assessment:

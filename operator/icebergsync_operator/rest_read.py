@@ -10,6 +10,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import EMPTY_DICT, Properties
 
 from icebergsync import spec as model
+from icebergsync.tables.status import Lanes, read_catalog_lanes
 from icebergsync_operator.bounded_http import bounded_session
 from icebergsync_operator.catalog_access import (
     CatalogAccessError,
@@ -80,3 +81,10 @@ def read_rest_metadata(catalog: model.Catalog, properties: dict[str, str], table
                        deadline: Deadline, settings: OperatorSettings) -> TableMetadata:
     """The table's metadata as the REST catalog answers it (config, token exchange, load table)."""
     return open_rest_catalog(catalog, properties, deadline, settings).load_table(table_name).metadata
+
+
+def read_rest_lanes(catalog: model.Catalog, properties: dict[str, str], template: str, sink_id: str,
+                    deadline: Deadline, settings: OperatorSettings) -> Lanes:
+    """The tables of a sync of many tables: ``GET /v1/namespaces/{ns}/tables`` (every page, each answer bounded),
+    then each one the template names loaded (all within ``deadline``, at most ``MAX_READ`` tables)."""
+    return read_catalog_lanes(open_rest_catalog(catalog, properties, deadline, settings), template, sink_id)

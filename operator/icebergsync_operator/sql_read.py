@@ -10,7 +10,7 @@ server that authenticates and then goes silent is cut at the deadline like an HT
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -23,6 +23,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
 from icebergsync import spec as model
+from icebergsync.tables.routing import template_texts
+from icebergsync.tables.status import MAX_LISTED_ROWS, Lanes, namespace_of, read_lanes
 from icebergsync_operator.bounded_http import bounded_session
 from icebergsync_operator.catalog_access import check_endpoint, checked_endpoints
 from icebergsync_operator.deadline import Deadline
@@ -71,6 +73,28 @@ def metadata_location(engine: Engine, catalog_name: str, table_name: str) -> str
     return location
 
 
+def like_pattern(template_table: str) -> str:
+    """A SQL LIKE pattern (escape ``\\``) of the names a template's table part gives: each field is ``%``."""
+    return "%".join(text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                    for text in template_texts(template_table))
+
+
+def namespace_tables(engine: Engine, catalog_name: str, template: str, limit: int) -> dict[str, str]:
+    """Each table of the template's namespace whose name its LIKE pattern matches (``namespace.table``), with its
+    metadata location; at most ``limit`` rows, in name order."""
+    namespace = namespace_of(template)
+    pattern = like_pattern(PyIcebergCatalog.table_name_from(template))
+    with engine.connect() as connection:
+        if not inspect(connection).has_table(IcebergTables.__tablename__):
+            return {}
+        rows = connection.execute(
+            select(IcebergTables.table_name, IcebergTables.metadata_location)
+            .where(IcebergTables.catalog_name == catalog_name, IcebergTables.table_namespace == namespace,
+                   IcebergTables.table_name.like(pattern, escape="\\"))
+            .order_by(IcebergTables.table_name).limit(limit)).all()
+    return {f"{namespace}.{name}": location for name, location in rows if location}
+
+
 def check_sql_catalog(catalog: model.Catalog, deadline: Deadline, settings: OperatorSettings) -> None:
     """Connect to the catalog database and run one trivial query."""
     engine = _engine(catalog, deadline, settings.allowed_catalog_uris)
@@ -89,8 +113,27 @@ def read_sql_metadata(catalog: model.Catalog, properties: Mapping[str, str], tab
         location = metadata_location(engine, catalog.name, table_name)
     finally:
         engine.dispose()
+    return _metadata_file_reader(properties, deadline, settings)(location)
+
+
+def read_sql_lanes(catalog: model.Catalog, properties: Mapping[str, str], template: str, sink_id: str,
+                   deadline: Deadline, settings: OperatorSettings) -> Lanes:
+    """The tables of a sync of many tables: one query lists the namespace's tables the template names, then each
+    one's metadata file is read (all within ``deadline``, at most ``MAX_READ`` files)."""
+    engine = _engine(catalog, deadline, settings.allowed_catalog_uris)
+    try:
+        locations = namespace_tables(engine, catalog.name, template, MAX_LISTED_ROWS)
+    finally:
+        engine.dispose()
+    read = _metadata_file_reader(properties, deadline, settings)
+    return read_lanes(template, locations, lambda name: read(locations[name]), sink_id)
+
+
+def _metadata_file_reader(properties: Mapping[str, str], deadline: Deadline,
+                          settings: OperatorSettings) -> Callable[[str], TableMetadata]:
+    """Reads a metadata file by its location, through the allowed S3 endpoints, bounded by ``deadline``."""
     s3 = checked_endpoints({key: value for key, value in properties.items() if key.startswith("s3.")},
                            settings.allowed_catalog_uris)
     session = bounded_session(deadline, partial(check_endpoint, allow_list=settings.allowed_catalog_uris),
                               settings.catalog_max_bytes)
-    return read_metadata_file(location, s3, session, deadline, settings.catalog_max_bytes)
+    return lambda location: read_metadata_file(location, s3, session, deadline, settings.catalog_max_bytes)

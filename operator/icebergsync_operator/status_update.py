@@ -15,8 +15,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from icebergsync.protocol import encode_json
-from icebergsync.resource_status import Condition, LastCommit, SyncStatus
+from icebergsync.resource_status import LastCommit, SyncCondition, SyncStatus
 from icebergsync.sink_state import SinkState
+from icebergsync.tables.cuts import CutSupport
+from icebergsync.tables.status import Lanes, cut_text, tables_status, total_backlog
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,22 @@ class TableObservation:
     sink: SinkState | None = None  #: None when the table does not exist yet or could not be read
     error: str | None = None  #: set when the catalog or table could not be read
     timed_out: bool = False  #: the read ran out of time (it is retried after a backoff)
+    lanes: Lanes | None = None  #: a sync of many tables: its tables (``sink`` is then the newest commit's table)
+
+    @property
+    def highest_version(self) -> int | None:
+        """The highest sink version the table (every table, for many) has seen."""
+        if self.lanes is not None:
+            return self.lanes.highest_version
+        return self.sink.sink_version if self.sink is not None else None
+
+    @property
+    def in_use(self) -> tuple[str, str] | None:
+        """A table of the sink that another sink wrote last, and that sink: (table, sink id)."""
+        state = self.lanes.taken_over if self.lanes is not None else self.sink
+        if state is None or state.other_sink is None:
+            return None
+        return state.table, state.other_sink
 
 
 @dataclass(frozen=True)
@@ -71,18 +89,22 @@ def parse_status(raw: Mapping[str, Any] | None) -> SyncStatus:
         return SyncStatus()
 
 
-def condition(status: SyncStatus, kind: str) -> Condition | None:
+def condition(status: SyncStatus, kind: str) -> SyncCondition | None:
     return next((item for item in status.conditions if item.type == kind), None)
 
 
-def conditions(previous: SyncStatus, assessment: Assessment, generation: int, now: datetime) -> list[Condition]:
-    """The new conditions; lastTransitionTime only moves when a condition's status changes."""
+def conditions(previous: SyncStatus, assessment: Assessment, generation: int, now: datetime,
+               cuts: CutSupport | None = None) -> list[SyncCondition]:
+    """The new conditions (``AtomicCuts`` too for a sync of many tables, whose ``cuts`` are given);
+    lastTransitionTime only moves when a condition's status changes."""
+    verdicts = [("Ready", assessment.ready), ("Reconciling", assessment.reconciling), ("Stalled", assessment.stalled)]
+    if cuts is not None:
+        verdicts.append(("AtomicCuts", Verdict(TRUE if cuts.atomic else FALSE, cuts.reason, cuts.message)))
     result = []
-    for kind, verdict in (("Ready", assessment.ready), ("Reconciling", assessment.reconciling),
-                          ("Stalled", assessment.stalled)):
+    for kind, verdict in verdicts:
         before = condition(previous, kind)
         moved = before is None or before.status != verdict.status
-        result.append(Condition(
+        result.append(SyncCondition(
             type=kind,  # type: ignore[arg-type]
             status=verdict.status,  # type: ignore[arg-type]
             reason=verdict.reason,
@@ -115,6 +137,8 @@ def lag_text(source_lag: Mapping[str, Any] | None) -> str | None:
 
 def with_table(status: SyncStatus, table: TableObservation) -> SyncStatus:
     """Copy what the table says into the status; keep the last known values when it could not be read."""
+    if table.error is None and table.lanes is not None:
+        return with_tables(status, table.lanes)
     if table.error is not None or table.sink is None:
         return status
     sink = table.sink
@@ -122,4 +146,19 @@ def with_table(status: SyncStatus, table: TableObservation) -> SyncStatus:
         "last_commit": last_commit(sink),
         "seconds_since_last_commit": sink.seconds_since_commit,
         "lag": lag_text(sink.source_lag),
+    })
+
+
+def with_tables(status: SyncStatus, lanes: Lanes) -> SyncStatus:
+    """A sync of many tables: the aggregate; lastCommit is the newest commit of any table (frontier cut), lag
+    the sum of the tables' backlogs."""
+    newest = lanes.newest
+    commit = last_commit(newest) if newest is not None else None
+    if commit is not None and commit.frontier is not None:
+        commit = commit.model_copy(update={"frontier": cut_text(commit.frontier)})
+    return status.model_copy(update={
+        "tables": tables_status(lanes),
+        "last_commit": commit,
+        "seconds_since_last_commit": newest.seconds_since_commit if newest is not None else None,
+        "lag": lag_text(total_backlog(lanes.states)),
     })

@@ -16,6 +16,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from icebergsync.sink_state import sink_state
 from icebergsync.spec import Catalog, IcebergSync, SecretRef
+from icebergsync.tables.status import Lanes
 from icebergsync_operator.catalog_access import (
     CatalogAccessError,
     CatalogTimeout,
@@ -26,9 +27,9 @@ from icebergsync_operator.catalog_access import (
 )
 from icebergsync_operator.deadline import Deadline
 from icebergsync_operator.kube import KubeApi, UnreadableSecretError
-from icebergsync_operator.rest_read import read_rest_metadata
+from icebergsync_operator.rest_read import read_rest_lanes, read_rest_metadata
 from icebergsync_operator.settings import OperatorSettings
-from icebergsync_operator.sql_read import read_sql_metadata
+from icebergsync_operator.sql_read import read_sql_lanes, read_sql_metadata
 from icebergsync_operator.status_update import TableObservation
 
 log = logging.getLogger(__name__)
@@ -75,10 +76,28 @@ def read_metadata(sync: IcebergSync, secret_values: dict[str, str], settings: Op
                    lambda deadline: read(catalog, properties, sync.spec.table.name, deadline, settings))
 
 
+def read_lanes(sync: IcebergSync, secret_values: dict[str, str], settings: OperatorSettings) -> Lanes:
+    """A sync of many tables: its tables (listed, matched, each read) within one deadline, as ``read_metadata``;
+    a missing namespace is no tables yet."""
+    catalog = sync.spec.table.catalog_or_default
+    properties = operator_properties(catalog, secret_values)
+    read = read_rest_lanes if catalog.type == "rest" else read_sql_lanes
+    try:
+        return bounded(catalog, settings, f"reading the tables of {sync.spec.table.name} for {sync.sink_id}",
+                       lambda deadline: read(catalog, properties, sync.spec.table.name, sync.sink_id, deadline,
+                                             settings))
+    except NoSuchNamespaceError:
+        return Lanes()
+
+
 def observe_table(api: KubeApi, sync: IcebergSync, settings: OperatorSettings) -> TableObservation:
-    """The sink's state from the table; a missing table is no error (the first job creates it)."""
+    """The sink's state from the table (from each of its tables, for a template: ``sink`` is then the table of
+    the newest commit); a missing table is no error (the first job creates it)."""
     try:
         secret = catalog_secret(api, sync.metadata.namespace, sync.spec.table.catalog_or_default.secret_ref)
+        if sync.spec.table.is_template:
+            lanes = read_lanes(sync, secret, settings)
+            return TableObservation(sink=lanes.newest, lanes=lanes)
         metadata = read_metadata(sync, secret, settings)
         return TableObservation(sink=sink_state(metadata, sync.spec.table.name, sync.sink_id))
     except (NoSuchTableError, NoSuchNamespaceError):

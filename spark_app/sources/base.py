@@ -81,12 +81,31 @@ class Source(ABC):
         """
 
     @abstractmethod
-    def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
-        """The picklable reader the tasks run: a unit's records decoded into ``columns``."""
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> UnitReader:
+        """The picklable reader the tasks run: a unit's records decoded into ``columns``; change records by ``key``
+        (a table's own key in a sync of many; None: ``spec.table.key``)."""
 
     def record_columns(self) -> list[SpecColumn]:
         """The columns of the source's records: what ``spec.transform`` sees as the view ``source``."""
         return list(self.spec.schema_)
+
+    def stream_of(self, unit: WorkUnit) -> str | None:
+        """The stream ``unit`` reads (a Kafka topic), which names its table in a sync of many; None for a source
+        that is one stream."""
+        return None
+
+    def streams(self) -> list[str] | None:
+        """The streams the source has now (Kafka: its topics, those of ``topicPattern`` listed again); None when
+        they cannot be listed now (ask again later)."""
+        return []
+
+    def restricted(self, pending: Pending, owns: Callable[[str], bool]) -> Pending:
+        """``pending`` as one table of a sync of many sees it: the lag and notes of the streams it ``owns``."""
+        return pending
+
+    def within(self, pending: Pending, end: dict[tuple[str, int], int]) -> Pending:
+        """``pending`` ending at ``end`` instead (a source with partitioned streams: the Kafka source)."""
+        raise NotImplementedError(f"the {self.spec.source.kind} source has no partitioned ranges")
 
     def trigger_notes(self, pending: Pending, stats: UnitStats) -> dict[str, Any] | None:
         """The commit's ``icebergsync.source-notes``: the planning notes and what reading the units counted."""

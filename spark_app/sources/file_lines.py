@@ -156,13 +156,16 @@ class ChangeReading:
     key: tuple[str, ...]
     format: str
     follow_schema: bool = False  # spec.schemaEvolution evolve: note the records' schema drift in the stats
+    transactions: bool = False  # spec.changes.transactions: note each record's source transaction in the stats
 
     @classmethod
-    def of(cls, spec: IcebergSyncSpec, columns: list[SpecColumn]) -> ChangeReading | None:
-        """How ``spec``'s change records decode into ``columns`` (None for a sync of appends)."""
+    def of(cls, spec: IcebergSyncSpec, columns: list[SpecColumn], key: list[str] | None = None) -> ChangeReading | None:
+        """How ``spec``'s change records decode into ``columns`` by ``key`` (default ``spec.table.key``; a table's own
+        in a sync of many); None for a sync of appends."""
         if spec.changes is None:
             return None
-        return cls(tuple(columns), tuple(spec.table.key or ()), spec.changes.format, spec.follows_source_schema)
+        return cls(tuple(columns), tuple(key or spec.table.key or ()), spec.changes.format, spec.follows_source_schema,
+                   spec.changes.transactions is not None)
 
     def decode_lines(self, block: bytes, uri: str, first_line: int, base: int,
                      stats: UnitStats) -> tuple[pa.Table, int]:
@@ -176,10 +179,12 @@ class ChangeReading:
         return changes, len(records)
 
     def decode_records(self, values: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray | None,
-                       positions: Callable[[int], dict[str, Any]], base: int, stats: UnitStats) -> pa.Table:
-        """The changes of Kafka records (values, message keys) in offset order; record ``i`` is ordered ``base + i``."""
+                       positions: Callable[[int], dict[str, Any]], base: int, stats: UnitStats,
+                       transactions: list[tuple[int, str]] | None = None) -> pa.Table:
+        """The changes of Kafka records (values, message keys) in offset order; record ``i`` is ordered ``base + i``;
+        with ``transactions``, ``(i, transaction id)`` of each record that names one (see :func:`decode_changes`)."""
         return decode_changes(values, keys, positions, list(self.columns), list(self.key), self.format, base,
-                              self._drift(stats))
+                              self._drift(stats), transactions)
 
     def _drift(self, stats: UnitStats) -> SchemaDrift | None:
         return stats.drift if self.follow_schema else None

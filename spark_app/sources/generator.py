@@ -229,7 +229,7 @@ class GeneratorSource(Source):
     def record_columns(self) -> list[SpecColumn]:
         return list(GENERATOR_COLUMNS)
 
-    def unit_reader(self, columns: list[SpecColumn]) -> UnitReader:
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> UnitReader:
         return GeneratorReader(tuple(column.name for column in columns))
 
     def exhausted(self, frontier: Frontier) -> bool:

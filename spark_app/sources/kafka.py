@@ -36,6 +36,7 @@ Offsets and partitions are looked up on the driver with the same client (an Admi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -165,6 +166,7 @@ class KafkaPending(Pending):
     """A planned range; ``starts`` is where each partition's read begins (past records the broker deleted)."""
 
     starts: dict[tuple[str, int], int] = field(default_factory=dict)
+    log_ends: dict[tuple[str, int], int] = field(default_factory=dict)  # each partition's end when planned
 
 
 class KafkaSource(Source):
@@ -173,7 +175,7 @@ class KafkaSource(Source):
         settings = self.spec.source.kafka
         assert settings is not None
         self.settings = settings
-        self.topics = [settings.topic] if isinstance(settings.topic, str) else list(settings.topic)
+        self.topics = ([settings.topic] if isinstance(settings.topic, str) else list(settings.topic or []))
         self.options = source_options(settings.bootstrap_servers, settings.options, read_secret(settings.secret_ref),
                                       "spec.source.kafka.options")
         self.lookup = OffsetLookup(self.options.client)
@@ -183,6 +185,10 @@ class KafkaSource(Source):
     # -- planning -------------------------------------------------------------------------------
 
     def _partitions(self) -> list[tuple[str, int]]:
+        if self.settings.pattern is not None:  # listed again at every poll: a topic created later is read too
+            partitions = self.lookup.matching_partitions(self.settings.pattern)
+            self.topics = sorted({topic for topic, _ in partitions})
+            return partitions
         partitions = self.lookup.partitions(self.topics)
         for topic in self.topics:
             if not any(t == topic for t, _ in partitions) and topic not in self._missing_topics_reported:
@@ -227,9 +233,7 @@ class KafkaSource(Source):
         except (KafkaAccessError, SpecError):
             raise  # a wrong password or an untrusted certificate: waiting will not help
         except Exception as exc:  # the broker is unreachable or slow: try again at the next poll
-            log.warning("kafka source: cannot read offsets from %s: %s", self.settings.bootstrap_servers,
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-            self.lookup.close()
+            self._unreachable(exc)
             return None
         committed = topic_partitions(frontier)
         starts: Offsets = {}
@@ -281,8 +285,58 @@ class KafkaSource(Source):
                  "partitions": as_frontier(lag_by_partition)},
             notes=notes or None,
             starts=starts,
+            log_ends=dict(end),
             full=records >= limit,
         )
+
+    def within(self, pending: Pending, end: Offsets) -> KafkaPending:
+        """``pending`` with each partition ending at ``end`` instead (narrowed or grown, never past the partition's
+        end when planned nor below its start): the range :mod:`spark_app.sources.transactions` asks for."""
+        assert isinstance(pending, KafkaPending)
+        ends = topic_partitions(pending.end)
+        for tp, offset in end.items():
+            if tp in pending.starts:
+                ends[tp] = max(pending.starts[tp], min(offset, pending.log_ends.get(tp, offset)))
+        records = sum(ends[tp] - start for tp, start in pending.starts.items())
+        lag_by_partition = {tp: pending.log_ends[tp] - ends[tp] for tp in pending.log_ends}
+        return dataclasses.replace(
+            pending, end=as_frontier(ends), estimated_bytes=records * ESTIMATED_BYTES_PER_RECORD,
+            lag={"records": sum(max(0, lag) for lag in lag_by_partition.values()),
+                 "partitions": as_frontier(lag_by_partition)})
+
+    def streams(self) -> list[str] | None:
+        try:
+            self._partitions()
+        except (KafkaAccessError, SpecError):
+            raise
+        except Exception as exc:  # the broker is unreachable or slow: the caller asks again
+            self._unreachable(exc)
+            return None
+        return list(self.topics)
+
+    def _unreachable(self, exc: Exception) -> None:
+        log.warning("kafka source: cannot read the topics or offsets from %s: %s", self.settings.bootstrap_servers,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        self.lookup.close()
+
+    def stream_of(self, unit: WorkUnit) -> str:
+        assert isinstance(unit, KafkaUnit)
+        return unit.topic
+
+    def restricted(self, pending: Pending, owns: Callable[[str], bool]) -> Pending:
+        lag = pending.lag
+        if lag is not None:
+            partitions = {topic: parts for topic, parts in lag["partitions"].items() if owns(topic)}
+            lag = {"records": sum(max(0, n) for parts in partitions.values() for n in parts.values()),
+                   "partitions": partitions}
+        notes = dict(pending.notes or {})
+        for name in ("lost-offsets", "frontier-beyond-end"):
+            if name in notes:
+                notes[name] = {topic: parts for topic, parts in notes[name].items() if owns(topic)} or None
+        if "lost-records" in notes:
+            lost = notes.get("lost-offsets") or {}
+            notes["lost-records"] = sum(b - a for parts in lost.values() for a, b in parts.values())
+        return dataclasses.replace(pending, lag=lag, notes={k: v for k, v in notes.items() if v} or None)
 
     # -- planning units ---------------------------------------------------------------------------
 
@@ -302,8 +356,8 @@ class KafkaSource(Source):
         return [KafkaUnit(index, topic, partition, start, end)
                 for index, (topic, partition, start, end) in enumerate(splits)]
 
-    def unit_reader(self, columns: list[SpecColumn]) -> KafkaUnitReader:
-        reading = ChangeReading.of(self.spec, columns)
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> KafkaUnitReader:
+        reading = ChangeReading.of(self.spec, columns, key)
         return KafkaUnitReader(self.options.client, list(columns), self.settings.format, reading)
 
 
@@ -360,10 +414,16 @@ class KafkaUnitReader:
         for raw in read_range(self.client, unit.topic, unit.partition, unit.start, unit.end, counts):
             offsets = raw.column("offset")
             if self.changes is not None:
+                transactions: list[tuple[int, str]] | None = [] if self.changes.transactions else None
                 yield from self.changes.decode_records(raw.column("value"), raw.column("key"),
                                                        _record_positions(unit.topic, unit.partition, offsets),
-                                                       order_base(unit) + read, stats).to_batches()
+                                                       order_base(unit) + read, stats, transactions).to_batches()
                 read += raw.num_rows
+                if transactions:
+                    offset_list = offsets.to_pylist()
+                    for index, transaction in transactions:
+                        stats.saw_transaction(unit.topic, unit.partition, transaction, offset_list[index],
+                                              offset_list[index])
                 continue
             yield from decode_json_values(raw.column("value"), schema,
                                           _record_positions(unit.topic, unit.partition, offsets)).to_batches()

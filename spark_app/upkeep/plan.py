@@ -1,12 +1,20 @@
 """Which files one upkeep run rewrites, planned on the live files of one main snapshot (no I/O here).
 
-- **Compaction**: per partition (spec and value), a data file below ``compaction.smallFilePercent``
-  of the target size is small; once ``compaction.minInputFiles`` of them have piled up, or when
-  files of the partition are rewritten for their deletes anyway, they are packed first-fit
-  decreasing into groups of at most the target size, each written again as one file (a group of one
-  small file is left alone). Read cost, table-wide: once the files packing would save (small files
-  less groups, over every partition) exceed ``compaction.maxExtraFilesPercent`` of the data files
-  packing would leave, every partition with files to save is packed, however few it holds.
+- **Compaction**: per partition, a data file below ``compaction.smallFilePercent`` of the target size is
+  small. Small files merge by size tier (RocksDB's universal compaction's size ratio): smallest first,
+  the longest run of them whose largest is at most :data:`SIZE_RATIO` times the others together (the
+  partition's files due for deletes among them), each file counted as at least ``tier_floor_bytes``
+  (:data:`TIER_FLOOR_BYTES`, the floor of Cassandra's size-tiered compaction: the files of a partition of
+  a MiB or less all merge). A file near the target is never rewritten to absorb a few small ones, and
+  above the floor every compacted row lands in a file at least 1 + 1 / ``SIZE_RATIO`` times as large: a
+  row is rewritten by compaction at most about log(target / floor) / log(1.25) times beyond the floor's,
+  however many commits add files. Once ``compaction.minInputFiles`` files of a partition would merge,
+  or when files of the partition are rewritten for their deletes anyway, the chosen files are packed
+  first-fit decreasing into groups of at most the target size, each written again as one file (a group
+  of one small file is left alone). Read cost, table-wide: once the files packing every partition's
+  small files would save (small files less groups) number at least ``compaction.minInputFiles`` and
+  exceed ``compaction.maxExtraFilesPercent`` of the data files packing would leave, every partition
+  where two or more files would merge is compacted.
 - **Deletes**: a data file is due when at least ``rewriteDeletes.minDeleteFiles`` of the sink's
   equality delete files apply to it, or position deletes (files, or a format-3 deletion vector) remove
   at least ``rewriteDeletes.deletedRowsPercent`` of its rows; it is written again without those rows
@@ -67,6 +75,7 @@ class Thresholds:
     max_bytes: int
     max_files: int
     extra_files_share: float | None = None  # the read-cost budget (maxExtraFilesPercent / 100); None: off
+    tier_floor_bytes: int = 0  # files smaller count as this large when merging by size tier (TIER_FLOOR_BYTES)
 
 
 @dataclass(frozen=True)
@@ -153,8 +162,26 @@ def _over_budget(small_files: Iterable[list[LiveFile]], data_files: int, thresho
     return extra >= max(1, thresholds.min_input_files) and extra > thresholds.extra_files_share * (data_files - extra)
 
 
+SIZE_RATIO = 4  # a small file merges only with files of at least a quarter of its size together
+TIER_FLOOR_BYTES = 256 * 1024  # opening a file costs a scan about as much as reading this much of it
+
+
+def _tiered(small: list[LiveFile], chosen_bytes: int, floor: int) -> list[LiveFile]:
+    """The small files that merge with files of ``chosen_bytes`` in all: the longest run of them, smallest first, whose
+    largest is at most ``SIZE_RATIO`` times the others together (``chosen_bytes`` among them), each file counted
+    as at least ``floor`` bytes."""
+    ordered = sorted(small, key=lambda f: (_size(f), f.path))
+    joining = 0
+    for count, live in enumerate(ordered, 1):
+        if max(_size(live), floor) <= SIZE_RATIO * chosen_bytes:
+            joining = count
+        chosen_bytes += max(_size(live), floor)
+    return ordered[:joining]
+
+
 def _candidate_bins(data: Sequence[LiveFile], due: set[str], pinned: set[str], thresholds: Thresholds) -> list[list[LiveFile]]:
-    """Per partition, the files due for deletes and (once enough have piled up) the small ones, packed."""
+    """Per partition, the files due for deletes and the small ones that merge with them by size tier (once enough
+    would, or the read-cost budget is exceeded), packed."""
     by_partition: dict[PartitionKey, list[LiveFile]] = {}
     for live in data:
         if live.path not in pinned:
@@ -165,11 +192,12 @@ def _candidate_bins(data: Sequence[LiveFile], due: set[str], pinned: set[str], t
     over_budget = _over_budget(small_of.values(), sum(map(len, by_partition.values())), thresholds)
     bins: list[list[LiveFile]] = []
     for partition, files in by_partition.items():
-        small = {f.path for f in small_of[partition]}
-        if len(small) < thresholds.min_input_files and not over_budget and not any(f.path in due for f in files):
-            small = set()  # not enough to be worth a rewrite of their own; they join one that happens anyway
-        chosen = [f for f in files if f.path in due or f.path in small]
-        for packed in first_fit_decreasing(chosen, _size, thresholds.target_file_bytes, _path):
+        due_files = [f for f in files if f.path in due]
+        due_bytes = sum(max(_size(f), thresholds.tier_floor_bytes) for f in due_files)
+        small = _tiered([f for f in small_of[partition] if f.path not in due], due_bytes, thresholds.tier_floor_bytes)
+        if not due_files and len(small) < (2 if over_budget else thresholds.min_input_files):
+            small = []  # not enough to be worth a rewrite of their own
+        for packed in first_fit_decreasing([*due_files, *small], _size, thresholds.target_file_bytes, _path):
             for start in range(0, len(packed), thresholds.max_files):
                 part = packed[start:start + thresholds.max_files]
                 if len(part) > 1 or part[0].path in due:

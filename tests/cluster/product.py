@@ -1,9 +1,14 @@
 """The product installed on the one-node cluster the way users install it, for the end-to-end
 tier: the image loaded into containerd, MinIO and an Iceberg REST catalog as pods, the chart
-installed with ``helm install``, the real Spark Operator controller beside the API server.
+installed with ``helm install``, the real Spark Operator controller beside the API server, and (for
+Kafka syncs) a KRaft Kafka broker as a pod.
 
 The host reaches the in-cluster Services by ClusterIP (cluster.sh routes the Service network to
-the node), so tests read the table with pyiceberg exactly as the pods see it.
+the node), so tests read the table with pyiceberg exactly as the pods see it, and produce to the
+broker at the address it advertises to the pods.
+
+:func:`installed_product` is one module's whole installation, undone when the module ends (the
+syncs, the chart, the namespace), so the modules of the tier share the session's one cluster.
 """
 
 from __future__ import annotations
@@ -11,18 +16,28 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
-from tests.infra.cluster import NodeCluster
+from tests.infra.cluster import ClusterError, NodeCluster
 from tests.infra.image import BUILD_TIMEOUT, IMAGE_SCRIPT, BuiltImage, run_script
+from tests.infra.kube import ensure_kube_tools
+from tests.infra.services import SINGLE_BROKER_PROPERTIES, _kafka_cluster_id
+from tests.infra.spark_operator import SparkOperatorController, start_spark_operator
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION = "icebergsync", "icebergsync-secret", "us-east-1"
+RELEASE, OPERATOR_NAMESPACE = "icebergsync", "icebergsync-system"
+CATALOG, S3_SECRET = "lake", "s3"
+# Two cores for everything on this node: the syncs request a tenth of one per Spark pod (keys the
+# admin opens: the chart's default allow-list has no pod resources).
+CORE_REQUESTS = ("spark.kubernetes.driver.request.cores", "spark.kubernetes.executor.request.cores")
+KAFKA_PORT = 9092
 T = TypeVar("T")
 
 
@@ -47,6 +62,27 @@ def saved_image(image: BuiltImage) -> Path:
     """The image's docker-archive tarball (``image.sh save`` writes it unless it is current)."""
     run_script(IMAGE_SCRIPT, "save", timeout=BUILD_TIMEOUT)
     return image.tarball
+
+
+_imported: set[tuple[Path, Path]] = set()
+
+
+def import_image_once(cluster: NodeCluster, image: BuiltImage) -> None:
+    """Load the image into the node's containerd, once per cluster of this session."""
+    key = (cluster.state_dir, saved_image(image))
+    if key not in _imported:
+        cluster.import_images([key[1]])
+        _imported.add(key)
+
+
+def _cache_dir(cluster: NodeCluster) -> Path:
+    """The suite's cache (``$ICEBERGSYNC_CACHE``), where the pinned kubectl lives too."""
+    return Path(cluster.kubectl_bin).resolve().parents[2]
+
+
+def _apply(cluster: NodeCluster, namespace: str, items: list[dict[str, Any]]) -> None:
+    cluster.kubectl("-n", namespace, "apply", "-f", "-",
+                    stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
 def _deployment(name: str, container: dict[str, Any], volumes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -121,7 +157,7 @@ def install_storage(
 ) -> StorageServices:
     """MinIO (its static binary in an image of its own) and the Iceberg REST catalog (the
     classpath scripts/infra/services.sh fetched, run by the product image's Java) as pods."""
-    cache = Path(cluster.kubectl_bin).resolve().parents[2]
+    cache = _cache_dir(cluster)
     minio = _deployment(
         "minio",
         {
@@ -179,15 +215,7 @@ def install_storage(
             {"name": "work", "emptyDir": {}},
         ],
     )
-    items = [minio, _service("minio", 9000), rest, _service("rest", 8181)]
-    cluster.kubectl(
-        "-n",
-        namespace,
-        "apply",
-        "-f",
-        "-",
-        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-    )
+    _apply(cluster, namespace, [minio, _service("minio", 9000), rest, _service("rest", 8181)])
     cluster.kubectl("-n", namespace, "rollout", "status", "deployment/minio", "--timeout=300s", timeout=330)
 
     def cluster_ip(name: str) -> str:
@@ -230,3 +258,244 @@ def helm_install_operator(cluster: NodeCluster, helm: Path, image: BuiltImage, w
     )  # fmt: skip
     if installed.returncode != 0:
         raise RuntimeError(f"helm install failed ({installed.returncode}): {installed.stderr.strip() or installed.stdout}")
+
+
+def helm_uninstall_operator(cluster: NodeCluster, helm: Path) -> None:
+    """``helm uninstall`` the chart (its CRDs stay, as for users), waiting until its objects are gone."""
+    uninstalled = subprocess.run(
+        [str(helm), "uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout=5m"],
+        env=cluster.env, check=False, capture_output=True, text=True, timeout=330,
+    )  # fmt: skip
+    if uninstalled.returncode != 0:
+        raise RuntimeError(f"helm uninstall failed ({uninstalled.returncode}): {uninstalled.stderr.strip()}")
+
+
+def catalog_document(storage: StorageServices) -> dict[str, Any]:
+    """The IcebergCatalog the syncs name: the REST catalog pod, its warehouse on MinIO, the s3 Secret."""
+    return {
+        "apiVersion": "icebergsync.io/v1alpha1",
+        "kind": "IcebergCatalog",
+        "metadata": {"name": CATALOG, "namespace": storage.namespace},
+        "spec": {
+            "type": "rest",
+            "uri": storage.rest_uri_in_cluster,
+            "warehouse": "s3://lake/warehouse",
+            "properties": {"s3.endpoint": storage.s3_endpoint_in_cluster, "s3.region": S3_REGION,
+                           "s3.path-style-access": "true"},
+            "secretRef": {"name": S3_SECRET},
+        },
+    }
+
+
+def small_spark() -> dict[str, Any]:
+    """``spec.spark`` of a sync on this node: one small driver, one small executor, a tenth of a core each."""
+    return {
+        "driver": {"memory": "768m"},
+        "executor": {"instances": 1, "memory": "768m"},
+        "conf": {key: "100m" for key in CORE_REQUESTS},
+    }
+
+
+@dataclass
+class Product:
+    """One module's installation: the operator watching ``namespace``, MinIO and the REST catalog there
+    (an IcebergCatalog ``lake`` and the Secret ``s3`` naming them), the Spark Operator controller."""
+
+    cluster: NodeCluster
+    namespace: str
+    storage: StorageServices
+    spark_operator: SparkOperatorController
+    image: BuiltImage
+
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120.0) -> str:
+        """kubectl in the product's namespace."""
+        return self.cluster.kubectl("-n", self.namespace, *args, stdin=stdin, timeout=timeout)
+
+    def apply(self, document: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(document))
+
+    def sync(self, name: str) -> dict[str, Any]:
+        return json.loads(self.kubectl("get", "isync", name, "-o", "json"))
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        return json.loads(self.kubectl("get", "pods", "-l", selector, "-o", "json"))["items"]
+
+    def catalog(self, name: str = "e2e") -> Any:
+        """The REST catalog, read from the host with pyiceberg."""
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog(name, **self.storage.host_catalog_properties())
+
+
+@contextmanager
+def installed_product(cluster: NodeCluster, image: BuiltImage, namespace: str, buckets: list[str],
+                      work_dir: Path) -> Iterator[Product]:
+    """Install the product as users do (see the module docstring) for ``namespace``; when the block
+    ends, delete its syncs (their applications with them), stop the Spark Operator controller,
+    ``helm uninstall`` the chart and delete the namespace, so the next module installs afresh."""
+    tools = ensure_kube_tools()
+    for crd in tools.spark_operator_crds:
+        cluster.kubectl("apply", "--server-side", "-f", str(crd))
+    import_image_once(cluster, image)
+    cluster.kubectl("create", "namespace", namespace)
+    controller: SparkOperatorController | None = None
+    try:
+        storage = install_storage(cluster, namespace, image, buckets=buckets)
+        helm_install_operator(cluster, tools.helm, image, namespace, extra_spark_conf=CORE_REQUESTS)
+        for crd in tools.spark_operator_crds:
+            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd))
+        controller = start_spark_operator(cluster.kubeconfig, cluster.server, work_dir, [namespace])
+        product = Product(cluster, namespace, storage, controller, image)
+        product.apply({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": S3_SECRET},
+            "stringData": {"s3.access-key-id": S3_ACCESS_KEY, "s3.secret-access-key": S3_SECRET_KEY},
+        })  # fmt: skip
+        product.apply(catalog_document(storage))
+        yield product
+    finally:
+        _uninstall(cluster, tools.helm, namespace, controller)
+
+
+def _uninstall(cluster: NodeCluster, helm: Path, namespace: str, controller: SparkOperatorController | None) -> None:
+    """Undo :func:`installed_product`, in the order the finalizers need: the syncs and catalogs while the
+    operator runs (its finalizer on both; it deletes the syncs' SparkApplications), the applications while
+    the Spark Operator runs (its finalizer), then the controller, the chart and the namespace."""
+    try:
+        for kind in ("isync", "icebergcatalogs", "sparkapplications"):
+            try:
+                cluster.kubectl("-n", namespace, "delete", kind, "--all", "--timeout=300s", timeout=330)
+            except ClusterError as exc:
+                if "doesn't have a resource type" not in str(exc):  # the install failed before its CRD
+                    raise
+    finally:
+        if controller is not None:
+            controller.stop()
+        try:
+            try:
+                helm_uninstall_operator(cluster, helm)
+            except RuntimeError as exc:
+                if "not found" not in str(exc):  # the install failed before the chart
+                    raise
+        finally:
+            cluster.kubectl("delete", "namespace", namespace, "--timeout=300s", timeout=330)
+
+
+# --------------------------------------------------------------------------------------------
+# Kafka as a pod
+
+
+@dataclass(frozen=True)
+class KafkaService:
+    """A single-node KRaft broker+controller (the classpath scripts/infra/services.sh fetched, run by the
+    product image's Java) behind the Service ``kafka``. It advertises the Service's ClusterIP, which the
+    pods reach through kube-proxy and the host through the node's route to the Service network, so
+    the test produces from the host to the very address the sync's tasks read from."""
+
+    namespace: str
+    cluster_ip: str
+
+    @property
+    def bootstrap_in_cluster(self) -> str:
+        return f"kafka.{self.namespace}.svc.cluster.local:{KAFKA_PORT}"
+
+    @property
+    def bootstrap_from_host(self) -> str:
+        return f"{self.cluster_ip}:{KAFKA_PORT}"
+
+    def _admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.bootstrap_from_host})
+
+    def topics(self) -> set[str]:
+        return set(self._admin().list_topics(timeout=15).topics)
+
+    def create_topic(self, name: str, partitions: int = 2) -> None:
+        """Create a topic (replication 1) and wait until every partition has a leader."""
+        from confluent_kafka.admin import NewTopic
+
+        admin = self._admin()
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=60)
+
+        def led() -> bool:
+            topic = admin.list_topics(topic=name, timeout=15).topics.get(name)
+            return (topic is not None and topic.error is None and len(topic.partitions) == partitions
+                    and all(p.leader >= 0 for p in topic.partitions.values()))
+
+        wait_for(f"leaders of topic {name}", led, 60, interval=1)
+
+    def produce(self, topic: str, records: list[tuple[str, str]]) -> None:
+        """Produce ``(key, value)`` records (idempotent, acks=all) and wait until every one is acknowledged."""
+        from confluent_kafka import Producer
+
+        failed: list[str] = []
+
+        def delivered(error: Any, _message: Any) -> None:
+            if error is not None:
+                failed.append(str(error))
+
+        producer = Producer({"bootstrap.servers": self.bootstrap_from_host, "enable.idempotence": True,
+                             "acks": "all", "linger.ms": 5})
+        for key, value in records:
+            producer.produce(topic, value=value.encode(), key=key.encode(), on_delivery=delivered)
+            producer.poll(0)
+        left = producer.flush(60)
+        if left or failed:
+            raise RuntimeError(f"producing to {topic}: {left} record(s) unacknowledged, errors {failed[:3]}")
+
+
+def install_kafka(cluster: NodeCluster, namespace: str, image: BuiltImage) -> KafkaService:
+    """The broker as a pod (see :class:`KafkaService`): its storage formatted at start (``--ignore-formatted``:
+    a restarted container keeps its log), its controller on the pod's loopback."""
+    _apply(cluster, namespace, [_service("kafka", KAFKA_PORT)])
+    cluster_ip = cluster.kubectl("-n", namespace, "get", "service", "kafka", "-o", "jsonpath={.spec.clusterIP}")
+    properties = "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        "controller.quorum.voters=1@127.0.0.1:9093",
+        f"listeners=PLAINTEXT://0.0.0.0:{KAFKA_PORT},CONTROLLER://127.0.0.1:9093",
+        f"advertised.listeners=PLAINTEXT://{cluster_ip}:{KAFKA_PORT}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs=/data/kafka",
+        *SINGLE_BROKER_PROPERTIES,
+        "",
+    ])  # fmt: skip
+    log4j = "\n".join([
+        "appender.err.type = Console", "appender.err.name = STDERR", "appender.err.target = SYSTEM_ERR",
+        "appender.err.layout.type = PatternLayout", "appender.err.layout.pattern = [%d] %p %m (%c)%n",
+        "rootLogger.level = INFO", "rootLogger.appenderRef.err.ref = STDERR", "",
+    ])  # fmt: skip
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kafka"},
+              "data": {"server.properties": properties, "log4j2.properties": log4j}}
+    java = 'java -XX:+UseSerialGC -Djava.awt.headless=true -cp "/opt/kafka/lib/*"'
+    start = (f"{java} -Xmx256m kafka.tools.StorageTool format --ignore-formatted -t {_kafka_cluster_id()} "
+             "-c /etc/kafka/server.properties && "
+             f"exec {java} -Xms256m -Xmx512m -Dlog4j2.configurationFile=/etc/kafka/log4j2.properties "
+             "kafka.Kafka /etc/kafka/server.properties")
+    broker = _deployment(
+        "kafka",
+        {
+            "image": image.name,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", start],
+            "securityContext": {"runAsUser": 0},
+            "readinessProbe": {"tcpSocket": {"port": KAFKA_PORT}, "periodSeconds": 2},
+            "volumeMounts": [
+                {"name": "classpath", "mountPath": "/opt/kafka", "readOnly": True},
+                {"name": "config", "mountPath": "/etc/kafka", "readOnly": True},
+                {"name": "data", "mountPath": "/data"},
+            ],
+        },
+        [
+            {"name": "classpath", "hostPath": {"path": str(_cache_dir(cluster) / "kafka"), "type": "Directory"}},
+            {"name": "config", "configMap": {"name": "kafka"}},
+            {"name": "data", "emptyDir": {}},
+        ],
+    )
+    _apply(cluster, namespace, [config, broker])
+    cluster.kubectl("-n", namespace, "rollout", "status", "deployment/kafka", "--timeout=300s", timeout=330)
+    kafka = KafkaService(namespace, cluster_ip)
+    wait_for("the broker to answer the host", lambda: kafka.topics() is not None, 120)
+    return kafka

@@ -23,20 +23,10 @@ from pyiceberg.table import Table
 
 from icebergsync import protocol
 from tests.cluster.impostor import REGISTERED, auth_secret, impostor_pod
-from tests.cluster.product import (
-    S3_ACCESS_KEY,
-    S3_REGION,
-    S3_SECRET_KEY,
-    StorageServices,
-    helm_install_operator,
-    install_storage,
-    saved_image,
-    wait_for,
-)
+from tests.cluster.product import CATALOG, StorageServices, installed_product, small_spark, wait_for
 from tests.infra.cluster import NodeCluster
 from tests.infra.image import BuiltImage
-from tests.infra.kube import ensure_kube_tools
-from tests.infra.spark_operator import SparkOperatorController, start_spark_operator
+from tests.infra.spark_operator import SparkOperatorController
 from tests.integration.sync_support import sink_commits, table_ids, unreferenced_sink_files
 
 # Installing (image import, pods, helm) and the first Spark start take minutes on 2 shared cores.
@@ -49,7 +39,6 @@ SINK_ID = f"{NAMESPACE}/{SYNC}"
 INBOX = "landing/events"
 ROWS_PER_FILE = 50
 PROGRESS_SECONDS = 900.0
-CORE_REQUESTS = ("spark.kubernetes.driver.request.cores", "spark.kubernetes.executor.request.cores")
 IMPOSTOR_NAMESPACE = "intruder"
 IMPOSTOR_SECONDS = 150
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -117,23 +106,6 @@ class Deployment:
         return wait_for(f"{len(expected)} rows in {TABLE}", landed, PROGRESS_SECONDS, interval=5)
 
 
-def catalog_document(storage: StorageServices) -> dict[str, Any]:
-    """The IcebergCatalog the sync names: the REST catalog pod, its warehouse on MinIO, the s3 Secret."""
-    return {
-        "apiVersion": "icebergsync.io/v1alpha1",
-        "kind": "IcebergCatalog",
-        "metadata": {"name": "lake", "namespace": NAMESPACE},
-        "spec": {
-            "type": "rest",
-            "uri": storage.rest_uri_in_cluster,
-            "warehouse": "s3://lake/warehouse",
-            "properties": {"s3.endpoint": storage.s3_endpoint_in_cluster, "s3.region": S3_REGION,
-                           "s3.path-style-access": "true"},
-            "secretRef": {"name": "s3"},
-        },
-    }
-
-
 def sync_document() -> dict[str, Any]:
     return {
         "apiVersion": "icebergsync.io/v1alpha1",
@@ -142,15 +114,9 @@ def sync_document() -> dict[str, Any]:
         "spec": {
             "source": {"files": {"path": f"s3a://{INBOX}/", "format": "json", "secretRef": {"name": "s3"}}},
             "schema": [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"}],
-            "table": {"catalogRef": {"name": "lake"}, "name": TABLE},
+            "table": {"catalogRef": {"name": CATALOG}, "name": TABLE},
             "commit": {"interval": "5s", "pollInterval": "2s", "targetFileSize": "8Mi"},
-            "spark": {
-                "driver": {"memory": "768m"},
-                "executor": {"instances": 1, "memory": "768m"},
-                # Two cores for everything on this node: request a tenth of one per pod (keys the
-                # admin opens: the chart's default allow-list has no pod resources).
-                "conf": {key: "100m" for key in CORE_REQUESTS},
-            },
+            "spark": small_spark(),
         },
     }
 
@@ -159,38 +125,13 @@ def sync_document() -> dict[str, Any]:
 def deployment(
     node_cluster: NodeCluster, icebergsync_image: BuiltImage, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
-    tools = ensure_kube_tools()
-    for crd in tools.spark_operator_crds:
-        node_cluster.kubectl("apply", "--server-side", "-f", str(crd))
-    image = icebergsync_image
-    node_cluster.import_images([saved_image(image)])
-    node_cluster.kubectl("create", "namespace", NAMESPACE)
-    storage = install_storage(node_cluster, NAMESPACE, image, buckets=["landing", "lake"])
-    helm_install_operator(node_cluster, tools.helm, image, NAMESPACE, extra_spark_conf=CORE_REQUESTS)
-    for crd in tools.spark_operator_crds:
-        node_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd))
-    controller = start_spark_operator(
-        node_cluster.kubeconfig,
-        node_cluster.server,
-        tmp_path_factory.mktemp("spark-operator"),
-        [NAMESPACE],
-    )
-    try:
-        secret = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "s3"},
-            "stringData": {"s3.access-key-id": S3_ACCESS_KEY, "s3.secret-access-key": S3_SECRET_KEY},
-        }
-        node_cluster.kubectl("-n", NAMESPACE, "apply", "-f", "-", stdin=json.dumps(secret))
-        deployment = Deployment(node_cluster, storage, controller)
+    with installed_product(node_cluster, icebergsync_image, NAMESPACE, ["landing", "lake"],
+                           tmp_path_factory.mktemp("spark-operator")) as product:
+        deployment = Deployment(node_cluster, product.storage, product.spark_operator)
         for _ in range(3):
             deployment.write_file()
-        node_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(catalog_document(storage)))
         node_cluster.kubectl("apply", "-f", "-", stdin=json.dumps(sync_document()))
         yield deployment
-    finally:
-        controller.stop()
 
 
 def current_version(deployment: Deployment) -> int:

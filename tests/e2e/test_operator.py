@@ -89,7 +89,9 @@ def test_valid_spec_gets_defaults_and_printer_columns(kube: Kube) -> None:
     response.read()
     table = json.loads(response.data)
     assert [column["name"] for column in table["columnDefinitions"]] == [
-        "Name", "Phase", "Version", "Ready", "Last Commit", "Lag", "Age"]
+        "Name", "Phase", "Version", "Ready", "Last Commit", "Lag", "Tables", "Age"]
+    # The table count of a sync of many tables shows only in `kubectl get -o wide`.
+    assert [column["name"] for column in table["columnDefinitions"] if column["priority"] > 0] == ["Tables"]
 
 
 # --- the controller, with application states set by the test -----------------------------

@@ -448,6 +448,23 @@ def make_test_pki(directory: Path) -> dict[str, Path]:
             "client_cert": directory / "client.pem", "client_key": directory / "client.key"}
 
 
+
+# The settings of a cluster of one broker (every replication factor 1, no waits for other members).
+SINGLE_BROKER_PROPERTIES = (
+    "num.partitions=1",
+    "default.replication.factor=1",
+    "min.insync.replicas=1",
+    "offsets.topic.replication.factor=1",
+    "offsets.topic.num.partitions=1",
+    "transaction.state.log.replication.factor=1",
+    "transaction.state.log.min.isr=1",
+    "transaction.state.log.num.partitions=1",
+    "share.coordinator.state.topic.replication.factor=1",
+    "share.coordinator.state.topic.min.isr=1",
+    "group.initial.rebalance.delay.ms=0",
+    "auto.create.topics.enable=false",
+)
+
 def _sasl_listener_properties(listener: str) -> list[str]:
     plain_user, plain_password = KAFKA_USERS["PLAIN"]
     prefix = f"listener.name.{listener.lower()}"
@@ -492,18 +509,7 @@ def start_kafka(workdir: Path, ttl: int = SERVICE_TTL) -> KafkaBroker:
                 "listener.name.mtls.ssl.truststore.type=PEM",
                 f"listener.name.mtls.ssl.truststore.location={pki['ca']}",
                 f"log.dirs={data}",
-                "num.partitions=1",
-                "default.replication.factor=1",
-                "min.insync.replicas=1",
-                "offsets.topic.replication.factor=1",
-                "offsets.topic.num.partitions=1",
-                "transaction.state.log.replication.factor=1",
-                "transaction.state.log.min.isr=1",
-                "transaction.state.log.num.partitions=1",
-                "share.coordinator.state.topic.replication.factor=1",
-                "share.coordinator.state.topic.min.isr=1",
-                "group.initial.rebalance.delay.ms=0",
-                "auto.create.topics.enable=false",
+                *SINGLE_BROKER_PROPERTIES,
                 "delete.topic.enable=true",
                 "log.retention.check.interval.ms=1000",
                 "log.cleaner.backoff.ms=500",  # compacted test topics are cleaned soon after a segment rolls

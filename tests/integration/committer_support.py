@@ -16,8 +16,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from icebergsync.protocol import Writer
 from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
-from spark_app.job import table_plan
-from spark_app.writer import PartitionedWriter, TablePlan, conform
+from spark_app.writer import PartitionedWriter, TablePlan, conform, table_plan
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "who", StringType()))
 TABLE = "ns.events"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 from spark_app.session import build_session
 from tests.infra.services import spark_classpath
+from tests.integration.cdc_postgres.servers import Postgres, start_postgres
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +26,14 @@ def spark() -> Iterator[SparkSession]:
                             {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath})
     yield session
     session.stop()
+
+
+@pytest.fixture
+def postgres(tmp_path: Path) -> Iterator[Postgres]:
+    """A PostgreSQL server of the test's own (the source database of the Debezium tests), stopped after it."""
+    (tmp_path / "postgres").mkdir()
+    server = start_postgres(tmp_path / "postgres")
+    try:
+        yield server
+    finally:
+        server.server.stop()

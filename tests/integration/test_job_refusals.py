@@ -13,7 +13,8 @@ from icebergsync.protocol import Writer
 from icebergsync.spec import GENERATOR_COLUMNS
 from spark_app import committer as committer_module
 from spark_app.committer import SinkCommitter
-from spark_app.job import SyncJob, rebuild_data_file
+from spark_app.job import SyncJob
+from spark_app.writer import rebuild_data_file
 from tests.integration.sync_support import catalog_of, make_sync, sink_commits, table_ids
 
 

@@ -428,6 +428,28 @@ def test_commits_beyond_max_snapshots_expire_at_once_whatever_their_age(tmp_path
     assert resumed.start([]).frontier == {"after": f"t{triggers.number - 1:04d}"}
 
 
+def test_expiry_by_count_goes_a_fifth_below_max_snapshots_so_it_is_not_due_after_every_commit(
+        tmp_path: Path) -> None:
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("max-snapshots-margin")))
+    sink = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    sink.start([])
+    maintenance = Maintainer(Maintenance(compaction={"enabled": False}, rewrite_deletes={"enabled": False},
+                                         expire_snapshots={"max_snapshots": 10, "retain_last": 2}),
+                             sink, catalog, name, 64 * 1024 * 1024)
+    counts = []
+    for _ in range(20):
+        triggers.commit(sink, 20)
+        maintenance.after_commit()
+        counts.append(sum(1 for _ in protocol.main_ancestry(catalog.load_table(name).metadata)))
+    # 10 is the most kept; a commit that finds more expires down to 8, so it is due again only two commits later
+    # (down to 10, it would be due after every commit once main reached the limit).
+    expiries = [i for i in range(1, len(counts)) if counts[i] < counts[i - 1]]
+    assert max(counts) <= 10 and expiries and all(counts[i] == 8 for i in expiries), counts
+    assert len(expiries) <= 6 and maintenance.totals.snapshots_expired >= 3 * len(expiries), counts
+
+
 def test_expiry_under_the_fence_keeps_resume_and_deletes_only_dead_files(tmp_path: Path, spark: SparkSession) -> None:
     catalog = open_catalog(tmp_path)
     name = keyed_table(catalog)

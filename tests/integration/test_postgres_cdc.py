@@ -23,7 +23,6 @@ import random
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from tests.infra.services import KafkaBroker
 from tests.integration.cdc_postgres.schema_changes import ACCOUNTS, EvolvingWorkload
 from tests.integration.cdc_postgres.schema_changes import iceberg_rows as schema_iceberg_rows
 from tests.integration.cdc_postgres.schema_changes import postgres_rows as schema_postgres_rows
-from tests.integration.cdc_postgres.servers import Postgres, start_debezium, start_postgres
+from tests.integration.cdc_postgres.servers import Postgres, start_debezium
 from tests.integration.cdc_postgres.tables import (
     COLLECTIONS,
     CUSTOMERS,
@@ -62,16 +61,6 @@ from tests.integration.sync_support import (
 )
 
 PARTITIONS = 2
-
-
-@pytest.fixture
-def postgres(tmp_path: Path) -> Iterator[Postgres]:
-    (tmp_path / "postgres").mkdir()
-    server = start_postgres(tmp_path / "postgres")
-    try:
-        yield server
-    finally:
-        server.server.stop()
 
 
 def topic_of(prefix: str, table: SourceTable) -> str:

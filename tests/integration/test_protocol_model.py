@@ -74,9 +74,9 @@ from typing import TypeVar
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, Phase, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from pyiceberg.types import IntegerType, LongType, StringType
 
 from icebergsync.catalog import KEYED_FORMAT_VERSIONS
@@ -87,9 +87,10 @@ from spark_app import committer as committer_module
 from spark_app.committer import MaintenanceConflictError, TriggerOutput
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.iceberg_internals import live_files
-from spark_app.job import table_plan
 from spark_app.maintenance import Maintainer
+from spark_app.writer import table_plan
 from tests.integration.committer_support import SCHEMA, dead_letter_rows, open_catalog, stage_rows
+from tests.integration.protocol_model.judging import examples, judge
 from tests.integration.protocol_model.keyed import (
     FOREIGN_KEYS,
     changes,
@@ -127,8 +128,7 @@ from tests.integration.protocol_model.world import (
 
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
-EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_EXAMPLES", "60"))
-STEPS = int(os.environ.get("ICEBERGSYNC_MODEL_STEPS", "30"))
+EXAMPLES = examples(60)
 KEYED_EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_KEYED_EXAMPLES", str(max(1, EXAMPLES // 3))))
 
 # Actions and their weights: triggers dominate; what breaks every sink's pin (schema change, recreation) is rare.
@@ -945,28 +945,6 @@ class KeyedProtocolModel(ProtocolModel):
         assert not misplaced, f"rows in another partition than their value's: {misplaced}"
 
 
-SETTINGS = settings(
-    max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
-    derandomize="ICEBERGSYNC_MODEL_EXAMPLES" not in os.environ,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate]
-    + ([] if os.environ.get("ICEBERGSYNC_MODEL_SHRINK") == "0" else [Phase.shrink]),
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
-)
-
-
-def judge(machine: type[ProtocolModel], examples: int, coverage: dict[str, int],
-          capsys: pytest.CaptureFixture[str]) -> None:
-    """Run ``machine`` for ``examples`` examples, print its mix of actions and outcomes, fail when it is too thin."""
-    STATS.clear()
-    run_state_machine_as_test(machine, settings=settings(SETTINGS, max_examples=examples))
-    with capsys.disabled():
-        print(f"\n{machine.__name__}, {examples} examples x {STEPS} steps; the mix of actions and outcomes:")
-        for key, value in sorted(STATS.items()):
-            print(f"  {key:55s} {value:6d}")
-    thin = {key: (STATS[key], least) for key, least in coverage.items() if STATS[key] < least}
-    assert not thin, f"the run exercised too little to judge the protocol (seen, needed): {thin}"
-
-
 def keyed_on(format_version: str) -> type[KeyedProtocolModel]:
     """The keyed machine on one format version: drawn within one run, Hypothesis favours one of them."""
 
@@ -983,8 +961,8 @@ def keyed_on(format_version: str) -> type[KeyedProtocolModel]:
 def test_keyed_protocol_model(format_version: str, capsys: pytest.CaptureFixture[str]) -> None:
     coverage = {key: least for key, least in KEYED_COVERAGE.items()
                 if not key.startswith("keyed:committed-on-format-") or key.endswith(format_version)}
-    judge(keyed_on(format_version), KEYED_EXAMPLES, coverage, capsys)
+    judge(keyed_on(format_version), KEYED_EXAMPLES, coverage, STATS, capsys)
 
 
 def test_protocol_model(capsys: pytest.CaptureFixture[str]) -> None:
-    judge(ProtocolModel, EXAMPLES, COVERAGE, capsys)
+    judge(ProtocolModel, EXAMPLES, COVERAGE, STATS, capsys)

@@ -18,7 +18,7 @@ from icebergsync.protocol import Writer
 from spark_app import committer as committer_module
 from spark_app.committer import SinkCommitter, TriggerOutput
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
-from spark_app.job import rebuild_data_file, table_plan
+from spark_app.writer import rebuild_data_file, table_plan
 from tests.integration.committer_support import (
     SCHEMA,
     TABLE,

@@ -33,10 +33,11 @@ from icebergsync.schema import SchemaChange
 from icebergsync.spec import Maintenance
 from spark_app import iceberg_internals, maintenance, merge
 from spark_app.committer import SinkCommitter, TriggerOutput
-from spark_app.job import SyncJob, table_plan
+from spark_app.job import SyncJob
 from spark_app.maintenance import Maintainer
 from spark_app.position_deletes.deletion_vector import DeletionVector
 from spark_app.position_deletes.stage import stage_position_deletes
+from spark_app.writer import table_plan
 from tests.integration.committer_support import TABLE, commit_range, create_table, open_catalog, stage_rows
 from tests.integration.keyed_support import spark_rows
 from tests.integration.sync_support import (

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 PROTOCOL = "icebergsync/protocol.py"
 COMMITTER = "spark_app/committer.py"
 INTERNALS = "spark_app/iceberg_internals.py"
+CUT = "spark_app/multi_table/cut.py"
 LOCATE = "spark_app/key_index/locate.py"
 CHANGES = "spark_app/changes.py"
 POSITION_DELETES = "spark_app/position_deletes/stage.py"
@@ -50,10 +51,10 @@ REVIEWED = (
            ((COMMITTER, "if protocol.rolled_back_past(metadata, self.writer.sink_id, last):",
              "if False and protocol.rolled_back_past(metadata, self.writer.sink_id, last):"),)),
     Mutant("no-recheck-after-conflict", "the fence is not re-checked after a commit conflict",
-           ((COMMITTER, "                self.pins[identifier].check(identifier, table.metadata)\n"
-                        "            check(table.metadata)\n",
-             "                self.pins[identifier].check(identifier, table.metadata)\n"
-             "            if not attempted:\n                check(table.metadata)\n"),)),
+           ((COMMITTER, "                part.pin.check(part.identifier, table.metadata)\n"
+                        "            part.check(table.metadata)\n",
+             "                part.pin.check(part.identifier, table.metadata)\n"
+             "            if not any(attempted):\n                part.check(table.metadata)\n"),)),
     Mutant("checkpoint-pending-ignored", "the dead letters the checkpoint carries are ignored",
            ((COMMITTER, "carried = protocol.parse_checkpoint(main, self.writer.sink_id)", "carried = None"),)),
     Mutant("uuid-pin-dropped", "the table-uuid pin is not checked",
@@ -69,15 +70,15 @@ NEW = (
            "(the bug issue 25 found)",
            ((PROTOCOL, "return same_version_above if checkpoint is None else None", "return same_version_above"),)),
     Mutant("unknown-outcome-not-searched", "after an unknown outcome the attempted snapshots are not looked for",
-           ((COMMITTER, "landed = next((s for s in map(table.metadata.snapshot_by_id, attempted) if s is not None), "
-                        "None)", "landed = None"),)),
+           ((COMMITTER, "landed = [next((s for s in map(table.metadata.snapshot_by_id, ids) if s is not None), None)",
+             "landed = [None and next((s for s in map(table.metadata.snapshot_by_id, ids) if s is not None), None)"),)),
     Mutant("no-head-requirement", "the commit does not require main's head it was checked on (no compare-and-swap)",
-           ((INTERNALS, "requirements = (*transaction._requirements, *extra_requirements)",
-             "requirements = (*(r for r in transaction._requirements if r.type != 'assert-ref-snapshot-id'), "
-             "*extra_requirements)"),)),
+           ((CUT, "return (*self.transaction._requirements, *self.requirements)",
+             "return (*(r for r in self.transaction._requirements if r.type != 'assert-ref-snapshot-id'), "
+             "*self.requirements)"),)),
     Mutant("no-schema-requirement", "the commit does not require the schema it was checked on",
-           ((COMMITTER, "AssertCurrentSchemaId(current_schema_id=table.metadata.current_schema_id)),",
-             "),"),)),
+           ((COMMITTER, "AssertCurrentSchemaId(current_schema_id=table.metadata.current_schema_id),  # type: ignore",
+             "# no schema requirement"),)),
     Mutant("maintenance-ignores-moved-head", "a maintenance commit lands although main moved since it was planned",
            ((COMMITTER, "if metadata.current_snapshot_id != planned.snapshot_id:", "if False:"),)),
     Mutant("maintenance-null-frontier", "a maintenance commit states no frontier",
@@ -106,11 +107,9 @@ KEYED = (
              "located = locate_rows(table, self.last_snapshot or snapshot, touched_keys, self._file_keys, stats, "
              "self._spark)"),)),
     Mutant("no-relocate-on-retry", "a commit retried on a new head keeps the deletes located on its first round",
-           ((COMMITTER, "        rounds: dict[int, _Round] = {}  # what was written for each attempted snapshot\n",
-             "        rounds: dict[int, _Round] = {}\n        first: list[PositionDeleteDelta] = []\n"),
-            (COMMITTER, "            deletes = self._position_deletes(table, output.touched_keys)\n",
-             "            if not first:\n                first.append(self._position_deletes(table, output.touched_keys))\n"
-             "            deletes = first[0]\n"))),
+           ((COMMITTER, "        deletes = committer._position_deletes(table, output.touched_keys)\n",
+             "        deletes = self.__dict__.setdefault('_first', committer._position_deletes(table, output.touched_keys))\n"
+             ),)),
     Mutant("deletes-not-touched", "a key a trigger only deletes is not among the keys it touches (its row stays)",
            ((CHANGES, "upserts.filter(complete).select(declared), winners.select(list(key)),",
              "upserts.filter(complete).select(declared), upserts.select(list(key)),"),)),

@@ -82,9 +82,9 @@ def test_parquet_files_hold_the_same_rows_as_the_json_files(tmp_path) -> None:  
 
 
 @pytest.mark.parametrize(("line", "records"), [
-    ("2026-11-25 03:11:28,001 INFO icebergsync.job commit sink=bench/bench version=1 snapshot=123 records=100000 "
+    ("2026-11-25 03:11:28,001 INFO icebergsync.job commit sink=bench/bench version=1 table=bench.trips snapshot=123 records=100000 "
      "dead_letters=0 files=4 bytes=10 commit_ms=40 frontier={}", 100_000),
-    ("2026-11-25 03:11:15,458 INFO icebergsync.job bench/bench v1 attempt 1 fenced the table", None),
+    ("2026-11-25 03:11:15,458 INFO icebergsync.job bench/bench v1 attempt 1 fenced bench.trips", None),
 ])
 def test_commit_line(line: str, records: int | None) -> None:
     match = COMMIT_LINE.search(line)

@@ -123,18 +123,19 @@ def test_status_schema_matches_the_status_model_and_has_no_defaults() -> None:
     status = _root()["properties"]["status"]
     assert set(status["properties"]) == {
         "phase", "sinkVersion", "application", "observedGeneration", "lastCommit", "secondsSinceLastCommit",
-        "lag", "restarts", "consecutiveFailures", "nextRetryAt", "conditions",
+        "lag", "restarts", "consecutiveFailures", "nextRetryAt", "tables", "conditions",
     }
     assert status["properties"]["phase"]["enum"] == list(resource_status.PHASES)
     conditions = status["properties"]["conditions"]
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
-    assert conditions["items"]["properties"]["type"]["enum"] == list(resource_status.CONDITION_TYPES)
+    assert conditions["items"]["properties"]["type"]["enum"] == list(resource_status.SYNC_CONDITION_TYPES)
     assert all("default" not in node for _, node in _walk(status))
 
 
 def test_printer_columns() -> None:
     columns = {column["name"]: column for column in _version()["additionalPrinterColumns"]}
-    assert list(columns) == ["Phase", "Version", "Ready", "Last Commit", "Lag", "Age"]
+    assert list(columns) == ["Phase", "Version", "Ready", "Last Commit", "Lag", "Tables", "Age"]
+    assert columns["Tables"]["priority"] == 1  # -o wide only: the default columns stay as they are
     assert columns["Last Commit"] == {**columns["Last Commit"], "type": "date",
                                       "jsonPath": ".status.lastCommit.committedAt"}
     assert columns["Age"]["jsonPath"] == ".metadata.creationTimestamp"

@@ -41,5 +41,12 @@ def test_damaged_frontiers_are_refused(source: type[Source], damaged: dict[str, 
         source.check_frontier(damaged)
 
 
+def test_a_files_frontier_of_many_tables_holds_a_position_per_directory() -> None:
+    FilesSource.check_frontier({"orders": {"after": "0001.json"}, "lines": {"after": ""}})
+    for damaged in ({"orders": {"after": 1}}, {"orders": {"after": "a", "next": "b"}}, {"orders": "0001.json"}):
+        with pytest.raises(ValueError, match="frontier is"):
+            FilesSource.check_frontier(damaged)
+
+
 def test_an_empty_kafka_frontier_means_every_partition_from_its_start() -> None:
     KafkaSource.check_frontier({})

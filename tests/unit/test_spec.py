@@ -286,3 +286,27 @@ def test_array_columns_of_primitives_and_where_they_are_refused() -> None:
         in refused
     assert "spec.eventTimeColumn: column 'days' is array< date >; an event time is a date or timestamp" in refused
     assert any(p.startswith("spec.schema: array column(s) tags, prices, days need JSON or Parquet") for p in refused)
+
+
+def test_transactions_need_debezium_on_kafka_and_their_own_topic() -> None:
+    from icebergsync.spec import TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE
+
+    def on(source: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        document = cdc_spec({"key": ["id"]}, changes=changes)
+        document["spec"]["source"] = source
+        return document
+
+    kafka = {"kafka": {"bootstrapServers": "k:9092", "topicPattern": r"db\.public\.(\w+)"}}
+    aligned = {"format": "debezium", "transactions": {"topic": "db.transaction"}}
+    spec = parse_spec(on(kafka, aligned)).spec
+    assert spec.changes is not None and spec.changes.transactions is not None
+    assert spec.changes.transactions.max_wait_seconds == 300
+    assert problems_of(cdc_spec({"key": ["id"]}, changes=aligned)) == [f"spec: {TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE}"]
+    upsert = {**aligned, "format": "upsert"}
+    assert problems_of(on(kafka, upsert)) == [
+        f"spec: {TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE}"]
+    own = {"kafka": {"bootstrapServers": "k:9092", "topicPattern": r"db\..*"}}
+    assert any(p.startswith("spec.changes.transactions.topic: the transaction topic is one of")
+               for p in problems_of(on(own, aligned)))
+    assert any(p.startswith("spec.changes.transactions") and "maxWait must be greater than zero" in p for p in problems_of(
+        on(kafka, {**aligned, "transactions": {"topic": "t", "maxWait": "0s"}})))

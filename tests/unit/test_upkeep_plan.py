@@ -187,18 +187,56 @@ def test_bounds_take_deletes_first_oldest_first_and_always_one_group() -> None:
 
 
 def test_the_read_cost_budget_compacts_every_partition_once_the_files_to_save_exceed_their_share() -> None:
-    """One new small file in each of many partitions never reaches minInputFiles anywhere; the table-wide budget
-    (files packing would save against the files it would leave, at least minInputFiles of them) compacts them
-    all at once."""
-    fresh = [data(f"old{day}", 300, day) for day in range(16)]
+    """Two new small files in each of many partitions never reach minInputFiles anywhere; the table-wide budget
+    (files packing would save against the files it would leave, at least minInputFiles of them) merges them
+    all at once, each partition's by size tier."""
+    fresh = [data(f"old{day}", 500, day) for day in range(16)]
     budget = dataclasses.replace(DEFAULTS, extra_files_share=0.25)
     four = [*fresh, *(data(f"new{day}", 50, day) for day in range(4))]
     assert plan(four, budget) is None  # 4 files to save against 16 left: within 25 %
-    five = [*fresh, *(data(f"new{day}", 50, day) for day in range(5))]
-    assert groups(plan(five, budget)) == [[f"new{day}", f"old{day}"] for day in range(5)]
-    assert plan(five) is None  # without the budget: per partition only
+    pairs = [*fresh, *(data(f"{name}{day}", 50, day) for day in range(3) for name in ("a", "b"))]
+    assert groups(plan(pairs, budget)) == [[f"a{day}", f"b{day}"] for day in range(3)]  # old* are 5x as large: stay
+    assert plan(pairs) is None  # without the budget: per partition only
+    fives = [*fresh, *(data(f"new{day}", 50, day) for day in range(5))]
+    assert plan(fives, budget) is None  # over budget, but one small file is not worth rewriting a larger one
     # A small table is not rewritten for one more file: fewer than minInputFiles to save, whatever the share.
-    small = [data("old0", 300, 0), data("old1", 300, 1), *(data(f"new{day}", 50, day) for day in range(2))]
+    small = [data("old0", 300, 0), data("old1", 300, 1), *(data(f"{n}{day}", 50, day) for day in range(2) for n in "ab")]
     assert plan(small, budget) is None
     full = [data(f"full{day}", 900, day) for day in range(3)]
     assert plan([*full, *(data(f"n{day}", 50, day) for day in range(3))], budget) is None  # nothing small to pack with
+
+
+def test_a_file_joins_a_compaction_only_with_smaller_files_of_a_quarter_of_its_size_together() -> None:
+    tiny = [data(f"t{i}", 10) for i in range(5)]
+    assert groups(plan([data("large", 700), *tiny])) == [["t0", "t1", "t2", "t3", "t4"]]  # never 700 for 50 more
+    assert groups(plan([data("mid", 200), *tiny])) == [["mid", "t0", "t1", "t2", "t3", "t4"]]  # 200 <= 4 * 50
+    # Below the floor a file counts as the floor: a partition of a few small files merges whole.
+    assert groups(plan([data("large", 700), *tiny], tier_floor_bytes=100)) == [["large", "t0", "t1", "t2", "t3", "t4"]]
+    due = [data("old", 100, sequence=1), delete("e", 2), data("new", 50, sequence=3), data("larger", 700, sequence=3)]
+    assert groups(plan(due)) == [["new", "old"]]  # a rewrite for deletes takes along the small files its size allows
+
+
+def test_commits_of_small_files_rewrite_each_row_a_logarithmic_number_of_times() -> None:
+    """64 commits each add a file of 10 bytes to each of 4 partitions (the target is 1,000: every file stays small)
+    under the read-cost budget, each plan applied as upkeep would. A compacted row lands in a file at least
+    1 + 1 / SIZE_RATIO times as large, so it is rewritten at most log(64) / log(1.25) = 18.6 times (rewriting every
+    partition after every commit: 63), compaction writes at most that many times the bytes committed, and a
+    partition's files grow by 1 + SIZE_RATIO from one to the next: at most 1 + log(64) / log(5) = 3.6 of them."""
+    budget = dataclasses.replace(DEFAULTS, extra_files_share=0.25)
+    rewrites: dict[str, int] = {}  # file -> the most times one of its rows was rewritten
+    live: list[LiveFile] = []
+    committed = rewritten = 0
+    for commit in range(64):
+        for day in range(4):
+            live.append(data(f"c{commit}-{day}", 10, day, sequence=commit + 1))
+            rewrites[live[-1].path] = 0
+            committed += 10
+        result = plan_upkeep(HEAD, live, budget, KEY, SPECS, {})
+        for number, group in enumerate(result.groups if result is not None else ()):
+            merged = data(f"m{commit}-{number}", group.size, group.files[0].data_file.partition[0], commit + 1)
+            rewrites[merged.path] = 1 + max(rewrites[f.path] for f in group.files)
+            rewritten += group.size
+            live = [f for f in live if f not in group.files] + [merged]
+        assert max(sum(1 for f in live if f.data_file.partition[0] == day) for day in range(4)) <= 3
+    assert max(rewrites[f.path] for f in live) <= 18
+    assert rewritten <= 18 * committed

@@ -21,8 +21,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from icebergsync.protocol import Writer
 from spark_app.committer import SinkCommitter
-from spark_app.job import rebuild_data_file
-from spark_app.writer import TablePlan
+from spark_app.writer import TablePlan, rebuild_data_file
 from tests.integration.protocol_model.oracle import Attempt, Claim
 
 TABLE = "ns.events"

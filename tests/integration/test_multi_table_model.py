@@ -1,0 +1,221 @@
+"""A model-based test of a sync of several tables (Hypothesis stateful testing): lanes, lazy claims, cuts.
+
+One sink syncs three tables from three streams of one source (the ids of a table are the offsets of its
+stream) through the real committers and ``commit_trigger`` on a real SQLite catalog, where a trigger's
+tables land as one atomic cut. Hypothesis draws launches (an upgrade, or a restarted driver of the newest
+version) while older attempts keep running as zombies; triggers of any running attempt touching any
+tables, each table claimed by that attempt lazily, before its first commit to it, and planned from the
+frontier its claim read; kills; and, on one table, another engine's compaction (every row rewritten),
+expiry of every snapshot older than the head, and a rollback of main (never followed by expiry before
+the sink commits to that table again: docs/protocol.md, "Limits").
+
+Judged after every step, for every table the sink may resume (not rolled back past every commit of the
+sink: a claim of such a table stops the attempt, exit 5): its rows are exactly the ids below the frontier
+the sink's newest commit on main (or its checkpoint) records, each once; every data commit on main is by the writer
+whose claim is the newest below it. Judged at every trigger: a cut that lands is the head of every table
+it touched, with one cut id; a refused trigger (fenced, rolled back) changed no table. The run prints its
+mix of actions and outcomes and fails when the mix is too thin to judge (``COVERAGE``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from pyiceberg.table.snapshots import Operation
+
+from icebergsync import protocol
+from icebergsync.errors import FencedError, ProgressConflictError
+from icebergsync.protocol import Writer
+from spark_app.committer import SinkCommitter, TriggerOutput
+from spark_app.multi_table.trigger import commit_trigger
+from tests.integration.committer_support import SCHEMA, open_catalog, stage
+from tests.integration.protocol_model.judging import examples, judge
+
+SINK = "test/shop"
+SOURCE = {"kind": "kafka"}
+TABLES = ("ns.lines", "ns.orders", "ns.payments")
+COVERAGE = {
+    "trigger:landed": 100, "trigger:landed-on-several-tables": 40, "trigger:fenced": 10, "claim:fenced": 3,
+    "trigger:zombie-landed": 3, "trigger:rolled-back": 2, "rollback": 10, "expiry": 10, "compaction": 10,
+}
+ACTIONS = ["trigger"] * 6 + ["launch"] * 2 + ["kill", "compaction", "compaction", "expiry", "expiry", "rollback",
+                                              "rollback"]
+STATS: Counter[str] = Counter()
+
+
+def topic(table: str) -> str:
+    return f"shop.{table.rsplit('.', 1)[1]}"
+
+
+def offset(frontier: protocol.Frontier | None, table: str) -> int:
+    return int(((frontier or {}).get(topic(table)) or {}).get("0", 0))
+
+
+@dataclass
+class Attempt:
+    """One running attempt of the sink: its writer and the committers of the tables it has claimed."""
+
+    writer: Writer
+    claimed: dict[str, SinkCommitter] = field(default_factory=dict)
+
+
+class MultiTableModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = Path(tempfile.mkdtemp(prefix="isync-multi-model-"))
+        self.catalog = open_catalog(self.directory)
+        self.attempts: list[Attempt] = []
+        self.newest = 0
+        self.launches = 0
+        self.rolled_back: set[str] = set()  # tables rolled back and not committed to by the sink since
+
+    def teardown(self) -> None:
+        self.catalog.engine.dispose()  # type: ignore[attr-defined]
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    @initialize()
+    def create_tables(self) -> None:
+        self.catalog.create_namespace("ns")
+        for name in TABLES:
+            self.catalog.create_table(name, SCHEMA)
+        self._launch(upgrade=True)
+
+    def _launch(self, upgrade: bool) -> None:
+        self.newest += 1 if upgrade or not self.newest else 0
+        self.launches += 1
+        self.attempts.append(Attempt(Writer(SINK, self.newest, f"a{self.launches}")))
+        STATS["launch:upgrade" if upgrade else "launch:restart"] += 1
+
+    @rule(data=st.data())
+    def step(self, data: st.DataObject) -> None:
+        """One action, drawn with triggers dominating (Hypothesis alone would favour some rules over others)."""
+        action = data.draw(st.sampled_from(ACTIONS), label="action")
+        if action == "trigger":
+            self.trigger(data.draw(st.integers(0, 1 << 8), label="which"),
+                         data.draw(st.sets(st.sampled_from(TABLES), min_size=1), label="tables"),
+                         data.draw(st.lists(st.integers(1, 4), min_size=3, max_size=3), label="sizes"))
+        elif action == "launch":
+            self._launch(data.draw(st.booleans(), label="upgrade"))
+        elif action == "kill":
+            self.kill(data.draw(st.integers(0, 1 << 8), label="which"))
+        else:
+            getattr(self, action)(data.draw(st.sampled_from(TABLES), label="table"),
+                                  *([data.draw(st.integers(1, 4), label="back")] if action == "rollback" else []))
+
+    def kill(self, which: int) -> None:
+        if len(self.attempts) > 1:
+            self.attempts.pop(which % len(self.attempts))
+            STATS["kill"] += 1
+
+    def trigger(self, which: int, tables: set[str], sizes: list[int]) -> None:
+        if not self.attempts:
+            return
+        attempt = self.attempts[which % len(self.attempts)]
+        zombie = attempt.writer.version < self.newest
+        try:
+            for name in sorted(tables - attempt.claimed.keys()):  # claimed lazily, before its first commit
+                committer = SinkCommitter(self.catalog, name, attempt.writer)
+                committer.start([], SOURCE)
+                attempt.claimed[name] = committer
+                STATS["claim:landed"] += 1
+        except (FencedError, ProgressConflictError) as refused:
+            self._stop(attempt, "claim:fenced" if isinstance(refused, FencedError) else "claim:rolled-back")
+            return
+        heads = {name: self.catalog.load_table(name).metadata.current_snapshot_id for name in tables}
+        parts = []
+        for name, size in zip(sorted(tables), sizes, strict=False):
+            committer = attempt.claimed[name]
+            start = offset(committer.frontier, name)  # the frontier of its claim, or of its last commit
+            table = self.catalog.load_table(name)
+            output = TriggerOutput(data_files=stage(table, attempt.writer, range(start, start + size)), records=size)
+            parts.append((committer, output, {topic(name): {"0": start + size}}))
+        try:
+            commits = commit_trigger(parts)
+        except (FencedError, ProgressConflictError) as refused:
+            after = {name: self.catalog.load_table(name).metadata.current_snapshot_id for name in tables}
+            assert after == heads, f"a refused trigger changed {tables}: {heads} -> {after}"
+            self._stop(attempt, "trigger:fenced" if isinstance(refused, FencedError) else "trigger:rolled-back")
+            return
+        cuts = set()
+        for name, commit in commits.items():
+            table = self.catalog.load_table(name)
+            assert table.metadata.current_snapshot_id == commit.snapshot.snapshot_id
+            summary = commit.snapshot.summary.additional_properties  # type: ignore[union-attr]
+            cuts.add(summary[protocol.CUT])
+        assert len(cuts) == 1 and json.loads(cuts.pop()) | {"id": ""} == {
+            "atomic": True, "id": "", "tables": len(tables)}
+        self.rolled_back -= tables
+        STATS["trigger:landed"] += 1
+        STATS["trigger:landed-on-several-tables"] += len(tables) > 1
+        STATS["trigger:zombie-landed"] += zombie
+
+    def _stop(self, attempt: Attempt, outcome: str) -> None:
+        self.attempts.remove(attempt)
+        STATS[outcome] += 1
+
+    def compaction(self, name: str) -> None:
+        """Another engine rewrites every row of one table (pyiceberg's overwrite: a delete, then the same rows)."""
+        table = self.catalog.load_table(name)
+        if table.current_snapshot() is not None:
+            table.overwrite(table.scan().to_arrow())
+            STATS["compaction"] += 1
+
+    def expiry(self, name: str) -> None:
+        """Another engine expires every snapshot of one table older than its head."""
+        table = self.catalog.load_table(name)
+        head = table.current_snapshot()
+        if head is not None and name not in self.rolled_back:
+            table.maintenance.expire_snapshots().older_than(datetime.fromtimestamp(head.timestamp_ms / 1000)).commit()
+            STATS["expiry"] += 1
+
+    def rollback(self, name: str, back: int) -> None:
+        """Another engine rolls main of one table back a few snapshots (never to the middle of its own overwrite,
+        whose delete snapshot holds none of the rows)."""
+        table = self.catalog.load_table(name)
+        ancestors = [s for s in protocol.main_ancestry(table.metadata)
+                     if s.summary is None or s.summary.operation != Operation.DELETE]
+        if len(ancestors) > 1:
+            target = ancestors[min(back, len(ancestors) - 1)]
+            table.manage_snapshots().rollback_to_snapshot(target.snapshot_id).commit()
+            self.rolled_back.add(name)
+            STATS["rollback"] += 1
+
+    @invariant()
+    def every_table_holds_each_record_below_its_frontier_once(self) -> None:
+        if not hasattr(self, "catalog") or (not self.attempts and not self.launches):
+            return
+        for name in TABLES:
+            table = self.catalog.load_table(name)
+            progress = protocol.read_progress(table.metadata, SINK)
+            if progress.conflict is not None:  # rolled back past every commit of the sink: it stops (exit 5)
+                continue
+            frontier = progress.frontier
+            rows = sorted(table.scan().to_arrow()["id"].to_pylist()) if table.current_snapshot() else []
+            assert rows == list(range(offset(frontier, name))), f"{name}: rows {rows}, frontier {frontier}"
+
+    @invariant()
+    def every_data_commit_is_by_the_newest_claim_below_it(self) -> None:
+        for name in TABLES:
+            table = self.catalog.load_table(name)
+            owner = None
+            for snapshot in reversed(list(protocol.main_ancestry(table.metadata))):
+                commit = protocol.parse_commit(snapshot)
+                if commit is None:
+                    continue
+                if commit.kind == protocol.KIND_FENCE:
+                    owner = commit.writer
+                elif owner is not None:
+                    assert commit.writer == owner, f"{name}: {commit.writer} committed above the claim of {owner}"
+
+
+def test_multi_table_model(capsys: pytest.CaptureFixture[str]) -> None:
+    judge(MultiTableModel, examples(25), COVERAGE, STATS, capsys)
