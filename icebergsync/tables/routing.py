@@ -9,7 +9,7 @@ tables in one sync").
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from icebergsync.protocol import Frontier
 
@@ -67,22 +67,9 @@ def table_for(template: str, stream: str, pattern: re.Pattern[str] | None = None
     return _FIELD.sub(value, template)
 
 
-def routes(template: str, streams: Iterable[str], pattern: re.Pattern[str] | None = None) -> dict[str, str]:
-    """Each stream's table."""
-    return {stream: table_for(template, stream, pattern) for stream in streams}
-
-
-def streams_of(routed: Mapping[str, str]) -> dict[str, list[str]]:
-    """Each table's streams (sorted), from the streams' tables."""
-    tables: dict[str, list[str]] = {}
-    for stream in sorted(routed):
-        tables.setdefault(routed[stream], []).append(stream)
-    return tables
-
-
-def table_frontier(frontier: Frontier, streams: Collection[str]) -> Frontier:
-    """A table's part of the sync's frontier: the entries of its streams."""
-    return {stream: position for stream, position in frontier.items() if stream in streams}
+def table_frontier(frontier: Frontier, owns: Callable[[str], bool]) -> Frontier:
+    """A table's part of the sync's frontier: the entries of the streams it ``owns`` (those routed to it)."""
+    return {stream: position for stream, position in frontier.items() if owns(stream)}
 
 
 def resume_frontier(routed: Mapping[str, str], progress: Mapping[str, Frontier | None], initial: Frontier) -> Frontier:

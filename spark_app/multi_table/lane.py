@@ -21,6 +21,7 @@ from icebergsync.errors import IcebergSyncError
 from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer, encode_json
 from icebergsync.schema import iceberg_schema, plan_evolution, spark_ddl
 from icebergsync.spec import Column, IcebergSyncSpec, TableSettings
+from icebergsync.tables.routing import table_frontier
 from spark_app.committer import Commit, SinkCommitter, attempt_file_prefix
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.deletes import delete_plan, table_key
@@ -62,9 +63,7 @@ class Lane:
 
     def part_of(self, frontier: Frontier) -> Frontier:
         """This table's part of the sync's frontier: the entries of its streams."""
-        if self.owns is None:
-            return dict(frontier)
-        return {stream: position for stream, position in frontier.items() if self.owns(stream)}
+        return dict(frontier) if self.owns is None else table_frontier(frontier, self.owns)
 
     def existing_columns(self) -> list[Column] | None:
         """The columns of the table when it exists (what a sync following the source's schema decodes into)."""
