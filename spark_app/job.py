@@ -246,8 +246,8 @@ class SyncJob:
     def _next_trigger(self, loop: _Loop) -> Trigger | None:
         """The trigger staged ahead, else the range due now staged; None when there is none to commit yet (after
         a wait, or a claim that moved the frontier) or the source is finished (``loop.finished``)."""
-        trigger = loop.ahead.result() if loop.ahead is not None else None
-        loop.ahead = None
+        ahead, loop.ahead = loop.ahead, None
+        trigger = ahead.result() if ahead is not None else None
         if trigger is not None:
             return trigger
         if loop.source.exhausted(loop.frontier):
@@ -344,12 +344,14 @@ class SyncJob:
     def _wind_down(self, loop: _Loop) -> None:
         """At the end of a run: discard a trigger staged ahead (stopped, failed or fenced: never committed) and
         close the transaction aligner."""
-        if loop.ahead is not None:
-            following = loop.ahead.result()
+        ahead, loop.ahead = loop.ahead, None
+        try:
+            following = ahead.result() if ahead is not None else None
             if following is not None:
                 self._discard(following)
-        if self.aligner is not None:
-            self.aligner.close()
+        finally:
+            if self.aligner is not None:
+                self.aligner.close()
 
     def _check_transactions(self, trigger: Trigger) -> Verdict | None:
         """Whether a staged trigger holds every source transaction it touches whole (spec.changes.transactions;
