@@ -149,6 +149,20 @@ class RunSummary:
     upkeep: UpkeepTotals = field(default_factory=UpkeepTotals)  # what maintenance did (spark_app/maintenance.py)
 
 
+@dataclass
+class _Loop:
+    """The driver loop's state from one step to the next (:meth:`SyncJob.run`)."""
+
+    source: Source
+    stager: ThreadPoolExecutor  # stages the next trigger while this one merges and commits
+    summary: RunSummary
+    frontier: Frontier
+    last_commit: float = field(default_factory=time.monotonic)
+    ahead: Future[Trigger | None] | None = None  # the next trigger, staged while this one merges and commits
+    replanned: Pending | None = None  # a range to stage at once instead of polling (aligned with transactions)
+    finished: bool = False  # the bounded source is finished and every record committed
+
+
 class SyncJob:
     """One attempt of a sink: construct, then ``run()`` until done, stopped or fenced."""
 
@@ -198,90 +212,146 @@ class SyncJob:
         summary = RunSummary(self.writer, upkeep=self.upkeep)
         source = make_source(lambda: self.spark, self.spec)
         self.aligner = aligner_for(source, self.spec)
-        frontier = self._resume(source)
+        frontier = self._start(source)
         summary.frontier = frontier
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-stage") as stager:
+            loop = _Loop(source, stager, summary, frontier)
+            try:
+                while not loop.finished and not self.stop_requested.is_set():
+                    self._step(loop)
+            finally:
+                self._wind_down(loop)
+        return summary
+
+    def _start(self, source: Source) -> Frontier:
+        """The frontier the run starts from (:meth:`_resume`), logged."""
+        frontier = self._resume(source)
         log.info("%s v%d attempt %s resumes from %s", self.writer.sink_id, self.writer.version, self.writer.attempt,
                  encode_json(frontier))
-        last_commit = time.monotonic()
+        return frontier
+
+    def _step(self, loop: _Loop) -> None:
+        """One turn of the loop: the next trigger committed, or its schema followed, or its range re-planned,
+        or a wait (nothing due yet)."""
+        trigger = self._next_trigger(loop)
+        if trigger is None or self._followed_schema(trigger):
+            return
+        verdict = self._check_transactions(trigger)
+        if self._postponed(loop, trigger, verdict):
+            return
+        if verdict is not None and verdict.split:
+            trigger = trigger.noting_split(verdict.split)
+        self._commit_trigger(loop, trigger, verdict)
+
+    def _next_trigger(self, loop: _Loop) -> Trigger | None:
+        """The trigger staged ahead, else the range due now staged; None when there is none to commit yet (after
+        a wait, or a claim that moved the frontier) or the source is finished (``loop.finished``)."""
+        ahead, loop.ahead = loop.ahead, None
+        trigger = ahead.result() if ahead is not None else None
+        if trigger is not None:
+            return trigger
+        if loop.source.exhausted(loop.frontier):
+            log.info("%s v%d: source finished at %s; every record is committed", self.writer.sink_id,
+                     self.writer.version, encode_json(loop.frontier))
+            loop.finished = True
+            return None
+        pending = self._due_range(loop)
+        if pending is None:
+            return None
+        units = self._units_by_lane(loop.source, loop.frontier, pending)
+        claimed = self._claim(loop.source, loop.frontier, units)
+        if claimed != loop.frontier:  # a table's claim read a frontier other than the one planned from
+            loop.frontier = claimed
+            return None
+        return self._stage(loop.source, loop.frontier, pending, units)
+
+    def _due_range(self, loop: _Loop) -> Pending | None:
+        """The range to stage now: the one re-planned for source transactions, else the source's pending range
+        once the trigger is due; None after waiting (nothing pending, or not due yet)."""
+        if loop.replanned is not None:
+            replanned, loop.replanned = loop.replanned, None
+            return replanned
         commit_settings = self.spec.commit
-        ahead: Future[Trigger | None] | None = None  # the next trigger, written while this one merges and commits
-        replanned: Pending | None = None  # a range to stage at once instead of polling (aligned with transactions)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-stage") as stager:
-            try:
-                while not self.stop_requested.is_set():
-                    trigger = ahead.result() if ahead is not None else None
-                    ahead = None
-                    if trigger is None:
-                        if source.exhausted(frontier):
-                            log.info("%s v%d: source finished at %s; every record is committed", self.writer.sink_id,
-                                     self.writer.version, encode_json(frontier))
-                            break
-                        if replanned is not None:
-                            pending, replanned = replanned, None
-                        else:
-                            polled = source.pending(frontier, commit_settings.max_staged_bytes)
-                            if polled is None:
-                                self.stop_requested.wait(commit_settings.poll_seconds)
-                                continue
-                            pending = polled
-                            until_due = 0.0 if self._cannot_grow(pending) else (
-                                commit_settings.interval_seconds - (time.monotonic() - last_commit))
-                            if until_due > 0:  # poll again for more, but stage as soon as the interval is up
-                                self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
-                                continue
-                        units = self._units_by_lane(source, frontier, pending)
-                        claimed = self._claim(source, frontier, units)
-                        if claimed != frontier:  # a table's claim read a frontier other than the one planned from
-                            frontier = claimed
-                            continue
-                        trigger = self._stage(source, frontier, pending, units)
-                    if trigger.drifted:  # the source's schema changed: follow it, then stage the same range again
-                        self._discard(trigger)
-                        for drifted in trigger.drifted:
-                            drifted.lane.follow_schema(drifted.drift)
-                        continue
-                    verdict = self._check_transactions(trigger)
-                    if verdict is not None and verdict.action != "commit":  # not aligned: another range, or wait
-                        self._discard(trigger)
-                        if verdict.action == "restage" and trigger.pending is not None:
-                            replanned = source.within(trigger.pending, verdict.end or {})
-                        else:
-                            self.stop_requested.wait(commit_settings.poll_seconds)
-                        continue
-                    if verdict is not None and verdict.split:
-                        trigger = trigger.noting_split(verdict.split)
-                    merged = {id(part): part.results for part in trigger.parts}
-                    if not trigger.rejected:  # a refused trigger is discarded: neither followed nor merged
-                        ahead = self._stage_ahead(stager, source, trigger.end)
-                        merged = {id(part): merge_small_files(self.spark, part.plan, part.results)
-                                  for part in trigger.parts}
-                    staged = [Staged.of(written, merged[id(written)]) for written in trigger.parts]
-                    rejected = [part.rejection for part in staged if part.rejection is not None]
-                    if rejected:
-                        for refused in staged:
-                            refused.lane.committer.discard(refused.output)
-                        raise rejected[0].error()
-                    crash_point("staged")
-                    commits = self._commit(staged)  # on refusal it deletes what it staged
-                    crash_point("committed")
-                    last_commit = time.monotonic()
-                    frontier = trigger.end
-                    if self.aligner is not None:
-                        self.aligner.committed(trigger.transactions, verdict.split if verdict is not None else ())
-                    for part in staged:
-                        self._log_commit(summary, part, commits[part.lane.name])
-                    summary.frontier = frontier
-                    for part in staged:  # between triggers, under the fence (spark_app/maintenance.py)
-                        assert part.lane.maintainer is not None
-                        part.lane.maintainer.after_commit()
-            finally:
-                if ahead is not None:  # stopped, failed or fenced while the next trigger was staged: not committed
-                    following = ahead.result()
-                    if following is not None:
-                        self._discard(following)
-                if self.aligner is not None:
-                    self.aligner.close()
-        return summary
+        pending = loop.source.pending(loop.frontier, commit_settings.max_staged_bytes)
+        if pending is None:
+            self.stop_requested.wait(commit_settings.poll_seconds)
+            return None
+        until_due = 0.0 if self._cannot_grow(pending) else (
+            commit_settings.interval_seconds - (time.monotonic() - loop.last_commit))
+        if until_due > 0:  # poll again for more, but stage as soon as the interval is up
+            self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
+            return None
+        return pending
+
+    def _followed_schema(self, trigger: Trigger) -> bool:
+        """Whether the source's schema changed in ``trigger``: then it is discarded and each drifted table follows
+        the change (the same range is staged again)."""
+        if not trigger.drifted:
+            return False
+        self._discard(trigger)
+        for drifted in trigger.drifted:
+            drifted.lane.follow_schema(drifted.drift)
+        return True
+
+    def _postponed(self, loop: _Loop, trigger: Trigger, verdict: Verdict | None) -> bool:
+        """Whether ``trigger`` is not committed because of its source transactions: then it is discarded and
+        its range re-planned (``loop.replanned``), or a poll interval waited out."""
+        if verdict is None or verdict.action == "commit":
+            return False
+        self._discard(trigger)
+        if verdict.action == "restage" and trigger.pending is not None:
+            loop.replanned = loop.source.within(trigger.pending, verdict.end or {})
+        else:
+            self.stop_requested.wait(self.spec.commit.poll_seconds)
+        return True
+
+    def _commit_trigger(self, loop: _Loop, trigger: Trigger, verdict: Verdict | None) -> None:
+        """Phase 2: merge, commit and count ``trigger`` (the next one staged meanwhile), then upkeep."""
+        staged = self._merged(loop, trigger)
+        self._raise_rejection(staged)
+        crash_point("staged")
+        commits = self._commit(staged)  # on refusal it deletes what it staged
+        crash_point("committed")
+        loop.last_commit = time.monotonic()
+        loop.frontier = trigger.end
+        if self.aligner is not None:
+            self.aligner.committed(trigger.transactions, verdict.split if verdict is not None else ())
+        for part in staged:
+            self._log_commit(loop.summary, part, commits[part.lane.name])
+        loop.summary.frontier = loop.frontier
+        for part in staged:  # between triggers, under the fence (spark_app/maintenance.py)
+            assert part.lane.maintainer is not None
+            part.lane.maintainer.after_commit()
+
+    def _merged(self, loop: _Loop, trigger: Trigger) -> list[Staged]:
+        """``trigger``'s tables with their small files merged, the next trigger staged meanwhile; a refused
+        trigger is neither followed nor merged."""
+        if trigger.rejected:
+            return [Staged.of(part, part.results) for part in trigger.parts]
+        loop.ahead = self._stage_ahead(loop.stager, loop.source, trigger.end)
+        merged = [merge_small_files(self.spark, part.plan, part.results) for part in trigger.parts]
+        return [Staged.of(part, results) for part, results in zip(trigger.parts, merged, strict=True)]
+
+    @staticmethod
+    def _raise_rejection(staged: list[Staged]) -> None:
+        """Bad input with no dead-letter table: discard what the trigger staged and raise the first rejection."""
+        rejected = [part.rejection for part in staged if part.rejection is not None]
+        if rejected:
+            for refused in staged:
+                refused.lane.committer.discard(refused.output)
+            raise rejected[0].error()
+
+    def _wind_down(self, loop: _Loop) -> None:
+        """At the end of a run: discard a trigger staged ahead (stopped, failed or fenced: never committed) and
+        close the transaction aligner."""
+        ahead, loop.ahead = loop.ahead, None
+        try:
+            following = ahead.result() if ahead is not None else None
+            if following is not None:
+                self._discard(following)
+        finally:
+            if self.aligner is not None:
+                self.aligner.close()
 
     def _check_transactions(self, trigger: Trigger) -> Verdict | None:
         """Whether a staged trigger holds every source transaction it touches whole (spec.changes.transactions;

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 import uuid
@@ -15,7 +17,7 @@ from pyiceberg.table import Table
 
 from spark_app.kafka_client import ClientSettings
 from spark_app.sources.kafka import source_options
-from tests.infra.services import KafkaBroker
+from tests.infra.services import HOST, KafkaBroker, free_port
 from tests.integration.sync_support import sink_commits, sync_document
 
 SCHEMA = [
@@ -199,3 +201,46 @@ def transactions_ending_in_an_open_one(broker: KafkaBroker, topic: str) -> Trans
     producer.commit()
     producer.send(topic, range(10, 15))
     return producer
+
+
+class LateBroker:
+    """A bootstrap address of ``broker`` with nothing listening on it until :meth:`open`; then every connection
+    to it is forwarded to the broker (which names its own address to clients from then on): a broker that is
+    unreachable when a sync starts and comes up later."""
+
+    def __init__(self, broker: KafkaBroker):
+        self.port = free_port()
+        self._target = (HOST, broker.port)
+        self._server: socket.socket | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def open(self) -> None:
+        self._server = socket.create_server((HOST, self.port))
+        threading.Thread(target=self._accept, args=(self._server,), daemon=True).start()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(self._target)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy ``source`` to ``sink`` until either side closes; then close both."""
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    for end in (source, sink):
+        with contextlib.suppress(OSError):
+            end.close()

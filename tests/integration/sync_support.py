@@ -140,6 +140,21 @@ def run_job_process(spec_path: Path, version: int, *, crash_at: str | None = Non
     return process.returncode, output.read_text()
 
 
+def kill_after_first_commit(spec_path: Path, committed: Callable[[], bool], meanwhile: Callable[[], None] = lambda: None,
+                            *, version: int = 1, timeout: float = 240) -> None:
+    """Run ``icebergsync run`` (``version``) in a process of its own, calling ``meanwhile`` about once a second,
+    and SIGKILL its process group as soon as ``committed()`` holds (its first data commit landed)."""
+    with job_process(spec_path, version) as (process, log):
+        deadline = time.monotonic() + timeout
+        while not holds(committed):
+            assert process.poll() is None, f"the job ended before its first commit:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no data commit within {timeout:.0f} s:\n{log.read_text()[-3000:]}"
+            meanwhile()
+            time.sleep(1)
+        os.killpg(process.pid, signal.SIGKILL)
+        assert process.wait(30) == -signal.SIGKILL
+
+
 def holds(predicate: Callable[[], bool]) -> bool:
     """``predicate()``, where a table that does not exist yet counts as false."""
     try:

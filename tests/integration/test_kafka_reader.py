@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
+import confluent_kafka
 import pytest
 from pyspark.sql import SparkSession
 
@@ -60,6 +62,54 @@ def _ids(records: list[Record]) -> list[int]:
 
 def _offsets(records: list[Record]) -> list[int]:
     return [offset for offset, _, _ in records]
+
+
+class RecordingConsumer(confluent_kafka.Consumer):
+    """The range reader's consumer, recording its settings and each ``consume`` call: (records asked for, the
+    offsets it returned, -1 standing for the partition's end event)."""
+
+    def __init__(self, config: dict[str, Any]):
+        super().__init__(config)
+        self.config = dict(config)
+        self.calls: list[tuple[int, list[int]]] = []
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        messages = super().consume(num_messages=num_messages, timeout=timeout)
+        self.calls.append((num_messages, [-1 if m.error() else m.offset() for m in messages]))
+        return messages
+
+
+@pytest.fixture
+def consumers(monkeypatch: pytest.MonkeyPatch) -> list[RecordingConsumer]:
+    """Every consumer :func:`read_range` opens in the test, recording."""
+    opened: list[RecordingConsumer] = []
+
+    def open_consumer(config: dict[str, Any]) -> RecordingConsumer:
+        opened.append(RecordingConsumer(config))
+        return opened[-1]
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", open_consumer)
+    return opened
+
+
+def test_a_range_ending_at_its_partitions_end_asks_for_exactly_its_records(
+        kafka_broker: KafkaBroker, consumers: list[RecordingConsumer]) -> None:
+    """A range ending at its partition's end is read without waiting for anything past it: each ``consume``
+    asks for no more records than the range still holds, so the call bringing its last record ends the read
+    (no record past the range exists to fill a larger ask, nor is the end-of-partition event awaited), and a
+    fetch the broker cannot fill is held at most 20 ms (fetch.wait.max.ms, librdkafka's default 500 ms).
+    Before, the last call of every such range asked for one record more and waited out its 0.5 s poll."""
+    topic = new_topic(kafka_broker, 1)
+    produce_orders(kafka_broker, topic, range(50), partition=0)
+    records, _, _ = _read(client_for(kafka_broker), topic, 0, 20, 50, batch_records=8)
+    assert _offsets(records) == list(range(20, 50))
+    [consumer] = consumers
+    left = 30
+    for asked, got in consumer.calls:
+        assert 0 < asked <= left and all(20 <= offset < 50 for offset in got), consumer.calls
+        left -= len(got)
+    assert left == 0 and consumer.calls[-1][1][-1] == 49, consumer.calls  # no call after the last record
+    assert int(consumer.config.get("fetch.wait.max.ms", 500)) <= 20  # librdkafka holds a fetch 500 ms by default
 
 
 def test_a_range_reads_exactly_its_records_and_offsets_come_from_the_same_client(kafka_broker: KafkaBroker) -> None:

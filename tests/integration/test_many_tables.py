@@ -4,18 +4,21 @@ atomic cut per trigger on the SQL catalog, and exactly-once per table across res
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 
 from icebergsync import protocol
 from icebergsync.spec import parse_spec
 from spark_app.job import SyncJob
 from tests.infra.services import KafkaBroker
-from tests.integration.kafka_support import SCHEMA, produce_orders
+from tests.integration.kafka_support import SCHEMA, LateBroker, produce_orders
 from tests.integration.sync_support import BackgroundJob, catalog_of, sink_commits, sync_document, table_ids
 
 SINK = "test/orders"
@@ -74,6 +77,32 @@ def test_each_topic_lands_once_in_its_own_table_and_a_trigger_is_one_atomic_cut(
                 cuts.setdefault(cut["id"], set()).add(name)
     assert any(len(tables) > 1 for tables in cuts.values()), cuts
     assert topics  # the idle topic exists and matched the pattern
+
+
+def test_a_broker_unreachable_at_start_is_waited_for(tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A sync of a topic pattern started while nothing listens at its bootstrap address keeps listing the topics
+    until the broker answers there, then syncs every record exactly once: those produced before it came up and
+    after."""
+    caplog.set_level(logging.WARNING, logger="icebergsync.source.kafka")
+    prefix = f"db{uuid.uuid4().hex[:6]}"
+    _topics(kafka_broker, prefix, ["a", "b"])
+    produce_orders(kafka_broker, f"{prefix}.a", range(40))
+    with contextlib.closing(LateBroker(kafka_broker)) as late:
+        document = _document(tmp_path, kafka_broker, prefix)
+        document["spec"]["source"]["kafka"]["bootstrapServers"] = late.bootstrap_servers
+        sync = parse_spec(document)
+        catalog = catalog_of(sync)
+        with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+            running.wait_until(lambda: any("cannot read the topics" in r.getMessage() for r in caplog.records),
+                               "the job to find the broker unreachable", timeout=120)
+            late.open()
+            produce_orders(kafka_broker, f"{prefix}.a", range(40, 60))
+            produce_orders(kafka_broker, f"{prefix}.b", range(30))
+            running.wait_until(lambda: all(_committed(catalog, f"shop.{n}", f"{prefix}.{n}", kafka_broker)
+                                           for n in "ab"), "both tables caught up", timeout=240)
+    assert table_ids(catalog.load_table("shop.a")) == list(range(60))
+    assert table_ids(catalog.load_table("shop.b")) == list(range(30))
 
 
 def test_restarts_and_upgrades_resume_each_table_from_its_own_frontier(

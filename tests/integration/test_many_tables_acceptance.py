@@ -46,6 +46,7 @@ from tests.integration.connect_records import field as connect_field
 from tests.integration.sync_support import (
     catalog_of,
     job_process,
+    kill_after_first_commit,
     run_job_process,
     sink_commits,
     sync_document,
@@ -362,16 +363,8 @@ def test_a_postgres_database_through_debezium_into_one_sync_of_its_tables(
 
         workload.round()
         workload.documents_round()
-        with job_process(spec_path, 1) as (process, log):  # killed once its first cut landed
-            deadline = time.monotonic() + 240
-            while not any(c.kind == "data" for t in tables for c in commits(t.name)):
-                assert process.poll() is None, f"the job ended before its first commit:\n{log.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"no data commit within 240 s:\n{log.read_text()[-3000:]}"
-                workload.update_some()
-                workload.touch_documents()
-                time.sleep(1)
-            os.killpg(process.pid, signal.SIGKILL)
-            assert process.wait(30) == -signal.SIGKILL
+        kill_after_first_commit(spec_path, lambda: any(c.kind == "data" for t in tables for c in commits(t.name)),
+                                workload.go_on)
         workload.round()
         workload.documents_round()
         last = {**workload.last_row(), DOCUMENTS.name: workload.last_document()}

@@ -18,7 +18,6 @@ default type handling; without it, decimals and temporal values as text, and tra
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import time
@@ -55,6 +54,7 @@ from tests.integration.sync_support import (
     catalog_of,
     holds,
     job_process,
+    kill_after_first_commit,
     sink_commits,
     sync_document,
     write_spec,
@@ -111,16 +111,7 @@ def kill_mid_stream(spec_path: Path, document: dict[str, Any], workload: Workloa
         commits = sink_commits(catalog.load_table(document["spec"]["table"]["name"]), sink_id(document))
         return any(commit.kind == "data" for commit in commits)
 
-    with job_process(spec_path, 1) as (process, log):
-        deadline = time.monotonic() + 240
-        while not holds(committed_data):
-            assert process.poll() is None, f"the job ended before its first commit:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no data commit within 240 s:\n{log.read_text()[-3000:]}"
-            workload.update_some()
-            workload.touch_documents()
-            time.sleep(1)
-        os.killpg(process.pid, signal.SIGKILL)
-        assert process.wait(30) == -signal.SIGKILL
+    kill_after_first_commit(spec_path, committed_data, workload.go_on)
 
 
 def dead_letters(document: dict[str, Any]) -> list[dict[str, Any]]:

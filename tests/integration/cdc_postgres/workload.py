@@ -249,6 +249,11 @@ class Workload:
             with self.connection, self.connection.cursor() as cursor:
                 self._touch(cursor, self.rng.choice(self.keys[DOCUMENTS.name]))
 
+    def go_on(self) -> None:
+        """A few updates of every table, documents included: the workload going on while a job runs."""
+        self.update_some()
+        self.touch_documents()
+
     # -- collections: arrays, TOASTed ones left untouched by most updates ------------------------------
 
     def create_collections(self) -> None:
