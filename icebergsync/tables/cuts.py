@@ -22,7 +22,6 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from icebergsync import spec as model
 
-
 ATOMIC_MULTI_TABLE_COMMIT = "icebergsync.atomic-multi-table-commit"
 """Catalog property (``spec.table.catalog.properties`` or the IcebergCatalog's): ``"true"`` declares that the REST
 catalog's server commits ``POST /v1/transactions/commit`` atomically (all tables or none, every requirement

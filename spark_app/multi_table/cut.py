@@ -36,9 +36,16 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.rest.response import _handle_non_200_response
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
-from pyiceberg.table import CommitTableRequest, CommitTableResponse, StagedTable, Table, TableIdentifier, Transaction
-from requests import HTTPError
+from pyiceberg.table import (
+    CommitTableRequest,
+    CommitTableResponse,
+    StagedTable,
+    Table,
+    TableIdentifier,
+    Transaction,
+)
 from pyiceberg.table.update import TableRequirement
+from requests import HTTPError
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
@@ -135,7 +142,8 @@ def _commit_rest(catalog: RestCatalog, changes: Sequence[TableChange]) -> list[C
     requests = []
     for change in changes:
         identifier = change.table.name()
-        requests.append(CommitTableRequest(identifier=TableIdentifier(namespace=identifier[:-1], name=identifier[-1]),
+        requests.append(CommitTableRequest(identifier=TableIdentifier(namespace=identifier[:-1],  # type: ignore[arg-type]
+                                                                         name=identifier[-1]),
                                            requirements=change.all_requirements(), updates=change.transaction._updates))
     body = '{"table-changes":[' + ",".join(request.model_dump_json() for request in requests) + "]}"
     response = catalog._session.post(catalog.url(TRANSACTIONS_COMMIT, prefixed=True), data=body.encode("utf-8"))

@@ -84,7 +84,10 @@ def test_nessie_a_requirement_the_second_table_fails_commits_no_table(nessie_cat
     namespace, orders, lines = two_tables(catalog)
     lines.append(order_rows(50, 1)[1])
     lines = catalog.load_table(f"{namespace}.lines")
-    stale = appending(lines, order_rows(0, 2)[1], AssertRefSnapshotId(ref="main", snapshot_id=lines.current_snapshot().snapshot_id))
+    head = lines.current_snapshot()
+    assert head is not None
+    stale = appending(lines, order_rows(0, 2)[1],
+                      AssertRefSnapshotId(ref="main", snapshot_id=head.snapshot_id))  # type: ignore[call-arg]
     catalog.load_table(f"{namespace}.lines").append(order_rows(60, 1)[1])  # another writer moves db.lines
     before = nessie_pointers(nessie_catalog, namespace)
 
