@@ -51,6 +51,7 @@ from sqlalchemy.orm import Session
 
 from icebergsync.errors import IcebergSyncError
 from icebergsync.tables.cuts import catalog_cut_support
+from spark_app.faults import crash_point
 
 
 class AtomicCutUnsupportedError(IcebergSyncError):
@@ -135,9 +136,14 @@ def _commit_rest(catalog: RestCatalog, changes: Sequence[TableChange]) -> list[C
     """ONE ``POST /v1/{prefix}/transactions/commit`` of every change (a catalog declared atomic).
 
     The server answers 204 with no body: each table is loaded afterwards, and its response is the metadata
-    whose snapshot log holds the snapshot the change added (the caller looks its snapshot id up in it; a
-    later writer's commit on top of it does not hide it). 409 is a conflict (nothing landed); 500, 502, 503
-    and 504 leave the outcome unknown, as for one table.
+    loaded, in which the caller looks up the snapshot its change added. Another writer's commit on top of it in
+    between hides it on Nessie, whose table metadata holds the current snapshot only (the table's history is
+    Nessie's commit log): the caller then finds its snapshot missing and stops with an unknown outcome (exit 1;
+    the restart resumes from the checkpoint the cut wrote), never commits again. 409 is a conflict (nothing
+    landed); 500, 502, 503 and 504 leave the outcome unknown, as for one table.
+
+    Crash points (spark_app/faults.py): ``cut-sending`` before the request, every table built and checked;
+    ``cut-committed`` once the server has accepted it.
     """
     requests = []
     for change in changes:
@@ -146,6 +152,7 @@ def _commit_rest(catalog: RestCatalog, changes: Sequence[TableChange]) -> list[C
                                                                          name=identifier[-1]),
                                            requirements=change.all_requirements(), updates=change.transaction._updates))
     body = '{"table-changes":[' + ",".join(request.model_dump_json() for request in requests) + "]}"
+    crash_point("cut-sending")
     response = catalog._session.post(catalog.url(TRANSACTIONS_COMMIT, prefixed=True), data=body.encode("utf-8"))
     try:
         response.raise_for_status()
@@ -153,6 +160,7 @@ def _commit_rest(catalog: RestCatalog, changes: Sequence[TableChange]) -> list[C
         _handle_non_200_response(exc, {409: CommitFailedException, 500: CommitStateUnknownException,
                                        502: CommitStateUnknownException, 503: CommitStateUnknownException,
                                        504: CommitStateUnknownException})
+    crash_point("cut-committed")
     responses = []
     for change in changes:
         table = catalog.load_table(change.table.name())
