@@ -3,7 +3,13 @@ ONE ``POST /v1/transactions/commit``. On Project Nessie's server (0.99.0, from M
 tables land in one Nessie commit, a requirement failing on the second table leaves the first unchanged, and a reader
 of one Nessie commit never sees an order without its lines. On Iceberg's reference server (1.10.1) it is not: a
 table another writer moves after the server validated the request leaves the earlier tables committed, which the
-sink's compare-and-swap then reports as a cut that landed on some tables only."""
+sink's compare-and-swap then reports as a cut that landed on some tables only.
+
+The real job on Nessie (the shop sync of test_many_tables_cuts.py, its Shop, Reader and checks): a reader of both
+tables as of ONE Nessie commit (``GET /api/v2/trees/main/contents?key=…&key=…``) checks every state it reads while
+the job runs, and every state of main afterwards from Nessie's log; each cut is one Nessie commit and says
+``"atomic": true``. kill -9 just before the cut's one request (crash point ``cut-sending``) and just after Nessie
+accepted it (``cut-committed``), restarts at the same and a higher version: every table exactly once."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import sqlite3
 import threading
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -21,13 +28,28 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import StaticTable, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId
+from pyspark.sql import SparkSession
 
-from icebergsync.tables.cuts import ATOMIC_MULTI_TABLE_COMMIT, catalog_cut_support
+from icebergsync import protocol
+from icebergsync.spec import parse_spec
+from icebergsync.tables.cuts import ATOMIC_MULTI_TABLE_COMMIT, catalog_cut_support, spec_cut_support
 from spark_app.committer import CommitStateUnknownError, SwapPart, swap_cut
 from spark_app.multi_table.cut import TableChange, atomic_cut_supported, commit_cut
-from tests.infra.services import RestCatalog
+from tests.infra.services import KafkaBroker, RestCatalog, S3Server
 from tests.integration.cut_support import broken_orders
+from tests.integration.sync_support import catalog_of, run_job_process, sink_commits, write_spec
 from tests.integration.test_atomic_cut import LINES, ORDERS, order_rows
+from tests.integration.test_many_tables_cuts import (
+    PER_BURST,
+    SINK,
+    Reader,
+    Shop,
+    expected_rows,
+    frontier_of,
+    read_while_synced,
+    synced,
+    table_rows,
+)
 
 
 def declared_atomic(server: RestCatalog) -> Catalog:
@@ -181,3 +203,175 @@ def test_the_reference_server_declared_atomic_commits_the_first_table_of_a_faile
     finally:
         with sqlite3.connect(database) as connection:
             connection.execute(f"DROP TRIGGER {trigger}")
+
+
+# -- the job on Nessie -------------------------------------------------------------------------------
+#
+# Nessie's Iceberg REST keeps only a table's current snapshot in the metadata it writes (one snapshot, no parent):
+# a table's history is Nessie's commit log. The reader's "cut on both tables or neither" asks what each table's
+# history holds, so on Nessie it is answered from that log (NessieHistory), not from the metadata.
+
+
+def nessie_shop_catalog(server: RestCatalog, s3: S3Server) -> dict[str, Any]:
+    """``spec.table.catalog`` of the shop sync on Nessie: declared atomic, its files on MinIO."""
+    return {"type": "rest", "name": "nessie", "uri": server.uri, "warehouse": server.warehouse,
+            "properties": {**s3.fileio_properties, ATOMIC_MULTI_TABLE_COMMIT: "true"}}
+
+
+def nessie_log(server: RestCatalog) -> list[dict[str, Any]]:
+    """Every commit of Nessie's branch main, oldest first, with its operations (each PUT with its content)."""
+    entries: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        page = nessie_api(server, "trees/main/history?fetch=ALL&max-records=200" + (f"&page-token={token}" if token else ""))
+        entries += page["logEntries"]
+        if not page.get("hasMore"):
+            return entries[::-1]
+        token = page["token"]
+
+
+class NessieHistory:
+    """The cuts each table of ``namespace`` holds in its history as of a metadata location Nessie put: those of every
+    data snapshot that was the table's head in a commit of main up to the one that put the location (a
+    :data:`~tests.integration.test_many_tables_cuts.History`). ``commits`` lists, for each commit of main that
+    moved both tables, the cut ids of the two heads it put."""
+
+    def __init__(self, server: RestCatalog, namespace: str, io: dict[str, str]):
+        self.server, self.namespace, self.io = server, namespace, io
+        self.as_of: dict[str, dict[str, dict[str, Any]]] = {}  # metadata location -> the table's cuts up to it
+        self.commits: list[set[str]] = []
+        self._heads: dict[str, dict[str, Any] | None] = {}  # metadata location -> the cut of its current snapshot
+
+    def __call__(self, name: str, table: Table | StaticTable) -> dict[str, dict[str, Any]]:
+        if table.metadata_location not in self.as_of:
+            self.replay()
+        return self.as_of[table.metadata_location]
+
+    def head_cut(self, location: str) -> dict[str, Any] | None:
+        if location not in self._heads:
+            snapshot = StaticTable.from_metadata(location, self.io).current_snapshot()
+            summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+            self._heads[location] = json.loads(summary[protocol.CUT]) if protocol.CUT in summary else None
+        return self._heads[location]
+
+    def replay(self) -> None:
+        cuts: dict[str, dict[str, dict[str, Any]]] = {"orders": {}, "lines": {}}
+        self.commits = []
+        for entry in nessie_log(self.server):
+            heads = {}
+            for operation in entry.get("operations") or []:
+                elements = operation["key"]["elements"]
+                if operation["type"] != "PUT" or elements[:-1] != [self.namespace] or elements[-1] not in cuts:
+                    continue
+                location = operation["content"]["metadataLocation"]
+                cut = heads[elements[-1]] = self.head_cut(location)
+                if cut is not None:
+                    cuts[elements[-1]] = {**cuts[elements[-1]], cut["id"]: cut}
+                self.as_of[location] = cuts[elements[-1]]
+            if len(heads) == 2:
+                self.commits.append({cut["id"] if cut else "" for cut in heads.values()})
+
+
+def test_nessie_a_reader_of_one_commit_sees_each_trigger_of_the_job_on_both_tables_or_on_neither(
+        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker, nessie_catalog: RestCatalog,
+        s3_server: S3Server) -> None:
+    """The shop sync of test_many_tables_cuts.py, run by the real job on Nessie declared atomic: a reader of both
+    tables' pointers as of ONE Nessie commit checks every state it reads (a cut on both tables or on neither, rows
+    matching the frontiers, orders with their lines when the frontiers are aligned), every cut says ``"atomic":
+    true``, each cut is exactly ONE Nessie commit moving both tables, and every state main ever held passes the same
+    checks."""
+    shop = Shop(kafka_broker)
+    namespace = f"shop_{uuid.uuid4().hex[:8]}"  # the server is shared
+    sync = parse_spec(shop.document(tmp_path, nessie_shop_catalog(nessie_catalog, s3_server), namespace))
+    decided = catalog_cut_support(catalog_of(sync))
+    assert decided == spec_cut_support(sync.spec.table.catalog_or_default)  # the job and the operator agree
+    assert decided.reason == "RestCatalogDeclaredAtomic"
+    io = s3_server.fileio_properties
+    history = NessieHistory(nessie_catalog, namespace, io)
+
+    catalog = read_while_synced(spark, shop, sync, lambda: nessie_pointers(nessie_catalog, namespace), io, namespace,
+                                history)
+
+    orders = catalog.load_table(f"{namespace}.orders")
+    assert len(orders.metadata.snapshots) == 1  # Nessie's metadata: the current snapshot only (see above)
+    cuts = history("orders", orders)
+    assert all(len(ids) == 1 for ids in history.commits), history.commits  # a commit moving both: one cut's heads
+    assert sorted(id_ for ids in history.commits for id_ in ids) == sorted(cuts)  # each cut: ONE Nessie commit
+    replayed = Reader(shop, lambda: {}, io, history)  # every state of main, oldest first, through the same checks
+    for state in nessie_states(nessie_catalog, namespace):
+        replayed.check(state)
+    assert replayed.problems == []
+    assert len(replayed.states) > len(cuts)
+
+
+def nessie_states(server: RestCatalog, namespace: str) -> list[dict[str, str]]:
+    """Both tables' metadata locations after each commit of main that moved either, oldest first."""
+    states, pointers = [], {}
+    for entry in nessie_log(server):
+        for operation in entry.get("operations") or []:
+            elements = operation["key"]["elements"]
+            if operation["type"] == "PUT" and elements[:-1] == [namespace] and elements[-1] in ("orders", "lines"):
+                pointers[elements[-1]] = operation["content"]["metadataLocation"]
+        if pointers and (not states or states[-1] != pointers):
+            states.append(dict(pointers))
+    return states
+
+
+def test_nessie_a_kill_just_before_or_just_after_the_cuts_one_request_is_completed_by_the_restarts(
+        tmp_path: Path, kafka_broker: KafkaBroker, nessie_catalog: RestCatalog, s3_server: S3Server) -> None:
+    """kill -9 of the job with its cut built and checked but its ``POST /v1/transactions/commit`` not sent
+    (``cut-sending``), then of the same version just after Nessie accepted it (``cut-committed``), then a higher
+    version: every table exactly once, and a reader of one Nessie commit never sees a cut on one table only."""
+    shop = Shop(kafka_broker)
+    namespace = f"shop_{uuid.uuid4().hex[:8]}"
+    document = shop.document(tmp_path, nessie_shop_catalog(nessie_catalog, s3_server), namespace)
+    spec_path = write_spec(tmp_path, document)
+    catalog = catalog_of(parse_spec(document))
+    names = (f"{namespace}.orders", f"{namespace}.lines")
+    io = s3_server.fileio_properties
+    history = NessieHistory(nessie_catalog, namespace, io)
+    shop.burst(PER_BURST)
+
+    def heads() -> list[str]:
+        return [sink_commits(catalog.load_table(name), SINK)[-1].kind for name in names]
+
+    def rows() -> tuple[list[tuple[Any, ...]], ...]:
+        return tuple(table_rows(catalog.load_table(name)) for name in names)
+
+    def cuts() -> list[dict[str, dict[str, Any]]]:
+        return [history(name.rsplit(".", 1)[1], catalog.load_table(name)) for name in names]
+
+    with Reader(shop, lambda: nessie_pointers(nessie_catalog, namespace), io, history) as reader:
+        # v1 dies with both tables claimed and its first cut ready to send: nothing of it is on any table.
+        status, log = run_job_process(spec_path, 1, crash_at="cut-sending:1")
+        assert status == -9, log[-3000:]
+        assert heads() == ["fence", "fence"]
+        assert rows() == ([], [])
+        assert cuts() == [{}, {}]
+
+        # v1 again: Nessie commits its cut, and the job dies before it hears so. Both tables hold the burst, once.
+        status, log = run_job_process(spec_path, 1, crash_at="cut-committed:1")
+        assert status == -9, log[-3000:]
+        assert heads() == ["data", "data"]
+        assert rows() == expected_rows(PER_BURST)
+        assert [frontier_of(catalog.load_table(name)) for name in names] == [
+            {shop.orders: shop.ends[-1][shop.orders]}, {shop.lines: shop.ends[-1][shop.lines]}]
+        [cut] = cuts()[0].values()
+        assert cuts()[1] == {cut["id"]: cut} and cut["tables"] == 2
+
+        # A higher version, after another burst: it resumes both tables from the cut v1 landed.
+        shop.burst(PER_BURST)
+        status, log = run_job_process(spec_path, 2, stop_when=lambda: synced(catalog, shop, namespace))
+        assert status == 0, log[-3000:]
+        reader.done.set()
+        reader.thread.join(120)
+        assert not reader.thread.is_alive()
+    assert reader.problems == []
+    assert reader.states[-1] == tuple(len(rows) for rows in expected_rows(2 * PER_BURST))
+    assert rows() == expected_rows(2 * PER_BURST)
+    orders_cuts, lines_cuts = cuts()
+    assert orders_cuts == lines_cuts and len(orders_cuts) == 2
+    assert all(cut["atomic"] is True and cut["tables"] == 2 for cut in orders_cuts.values())
+    assert all(len(ids) == 1 for ids in history.commits) and len(history.commits) == 2
+    for name in names:
+        assert sink_commits(catalog.load_table(name), SINK)[-1].writer.version == 2, name
