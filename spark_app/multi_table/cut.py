@@ -138,9 +138,9 @@ def _commit_rest(catalog: RestCatalog, changes: Sequence[TableChange]) -> list[C
     The server answers 204 with no body: each table is loaded afterwards, and its response is the metadata
     loaded, in which the caller looks up the snapshot its change added. Another writer's commit on top of it in
     between hides it on Nessie, whose table metadata holds the current snapshot only (the table's history is
-    Nessie's commit log): the caller then finds its snapshot missing and stops with an unknown outcome (exit 1;
-    the restart resumes from the checkpoint the cut wrote), never commits again. 409 is a conflict (nothing
-    landed); 500, 502, 503 and 504 leave the outcome unknown, as for one table.
+    Nessie's commit log): the caller then finds it named by the checkpoint property the change wrote
+    (:func:`spark_app.committer.swap_cut`). 409 is a conflict (nothing landed); 500, 502, 503 and 504 leave the
+    outcome unknown, as for one table.
 
     Crash points (spark_app/faults.py): ``cut-sending`` before the request, every table built and checked;
     ``cut-committed`` once the server has accepted it.

@@ -1,7 +1,9 @@
 """The cut (spark_app/multi_table/cut.py) on REST catalogs declared atomic (``icebergsync.atomic-multi-table-commit``):
 ONE ``POST /v1/transactions/commit``. On Project Nessie's server (0.99.0, from Maven Central) it is atomic: both
 tables land in one Nessie commit, a requirement failing on the second table leaves the first unchanged, and a reader
-of one Nessie commit never sees an order without its lines. On Iceberg's reference server (1.10.1) it is not: a
+of one Nessie commit never sees an order without its lines; a cut whose answer is lost and whose snapshots another
+writer's commits hide (Nessie's metadata keeps the current snapshot only) is found by the checkpoint property it
+wrote, never sent twice. On Iceberg's reference server (1.10.1) it is not: a
 table another writer moves after the server validated the request leaves the earlier tables committed, which the
 sink's compare-and-swap then reports as a cut that landed on some tables only.
 
@@ -30,12 +32,17 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId
 from pyspark.sql import SparkSession
 
+import spark_app.committer as committer_module
 from icebergsync import protocol
+from icebergsync.protocol import Writer
 from icebergsync.spec import parse_spec
 from icebergsync.tables.cuts import ATOMIC_MULTI_TABLE_COMMIT, catalog_cut_support, spec_cut_support
 from spark_app.committer import CommitStateUnknownError, SwapPart, swap_cut
+from spark_app.iceberg_internals import commit_transactions
 from spark_app.multi_table.cut import TableChange, atomic_cut_supported, commit_cut
+from spark_app.multi_table.trigger import commit_trigger
 from tests.infra.services import KafkaBroker, RestCatalog, S3Server
+from tests.integration.committer_support import SCHEMA
 from tests.integration.cut_support import broken_orders
 from tests.integration.sync_support import catalog_of, run_job_process, sink_commits, write_spec
 from tests.integration.test_atomic_cut import LINES, ORDERS, order_rows
@@ -50,6 +57,7 @@ from tests.integration.test_many_tables_cuts import (
     synced,
     table_rows,
 )
+from tests.integration.test_multi_table_commit import claim, ids, trigger_part
 
 
 def declared_atomic(server: RestCatalog) -> Catalog:
@@ -172,6 +180,43 @@ def test_nessie_the_sinks_compare_and_swap_lands_a_cut_through_it(nessie_catalog
     order_table, line_table = order_rows(0, 3)
     landed = swap_cut(catalog, [_part(f"{namespace}.orders", order_table), _part(f"{namespace}.lines", line_table)])
     assert [metadata.current_snapshot_id for _, metadata in landed] == [s.snapshot_id for s, _ in landed]
+
+
+def test_nessie_an_unknown_outcome_whose_snapshots_another_writer_hid_is_found_by_the_checkpoint(
+        nessie_catalog: RestCatalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nessie's table metadata holds the current snapshot only: when the cut lands, its answer is lost, and another
+    writer commits to both tables before the sink reloads them, the attempted snapshots are in no table's metadata.
+    The checkpoint property the cut wrote names them: the sink takes the cut as landed and never sends it again."""
+    catalog = declared_atomic(nessie_catalog)
+    namespace = f"cut_{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(namespace)
+    names = (f"{namespace}.lines", f"{namespace}.orders")
+    for name in names:
+        catalog.create_table(name, SCHEMA)
+    writer = Writer(SINK, 1, "a")
+    lines, orders = (claim(catalog, writer, name)[0] for name in names)
+    commit_trigger([trigger_part(orders, 0, 5), trigger_part(lines, 0, 15)])
+    sent = []
+
+    def answer_lost(cat: Catalog, changes: Any) -> Any:
+        sent.append(len(changes))
+        responses = commit_transactions(cat, changes)
+        if len(sent) == 1:
+            for name in names:  # another writer, on top of the cut, on both tables
+                cat.load_table(name).append(pa.Table.from_pylist([{"id": 1000, "who": "other"}],
+                                                                 schema=SCHEMA.as_arrow()))
+            raise ConnectionError("the answer was lost")
+        return responses
+
+    monkeypatch.setattr(committer_module, "commit_transactions", answer_lost)
+    landed = commit_trigger([trigger_part(orders, 5, 10), trigger_part(lines, 15, 20)])
+
+    assert sent == [2]  # sent once, found landed
+    assert ids(catalog.load_table(names[1])) == [*range(10), 1000]
+    assert ids(catalog.load_table(names[0])) == [*range(20), 1000]
+    for name, commit in landed.items():
+        checkpoint = protocol.parse_checkpoint(catalog.load_table(name).metadata, SINK)
+        assert checkpoint is not None and checkpoint.snapshot_id == commit.snapshot.snapshot_id
 
 
 def test_the_reference_server_declared_atomic_commits_the_first_table_of_a_failed_cut(rest_catalog: RestCatalog) -> None:
