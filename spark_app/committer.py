@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import random
 import time
@@ -223,14 +224,18 @@ def swap_cut(catalog: Catalog, parts: Sequence[SwapPart]) -> list[tuple[Snapshot
     cut, requiring each table's uuid and current schema to be those checked: a schema change by another
     writer between the check and the commit (which moves no head) is a conflict, never files of the old
     schema landing under the new. A conflict on any table starts a new round for all; after an unknown
-    outcome the tables are searched for the snapshot ids attempted, which a cut shows on every table or on none.
+    outcome the tables are searched for the snapshot ids attempted, which a cut shows on every table or on none:
+    in the table's snapshots, or named by a checkpoint property of the table, which the same commit wrote (Nessie's
+    table metadata keeps the current snapshot only, so another writer's commit on top hides ours there).
     """
     attempted: list[list[int]] = [[] for _ in parts]
+    built: dict[int, Transaction] = {}
     names = ", ".join(part.identifier for part in parts)
     retry = _Retry("commit", names)
     while True:
         tables = [catalog.load_table(part.identifier) for part in parts]
         landed = [next((s for s in map(table.metadata.snapshot_by_id, ids) if s is not None), None)
+                  or _named_by_checkpoint(table.metadata, ids, built)
                   for table, ids in zip(tables, attempted, strict=True)]
         if any(snapshot is not None for snapshot in landed):
             if any(snapshot is None for snapshot in landed):
@@ -245,6 +250,7 @@ def swap_cut(catalog: Catalog, parts: Sequence[SwapPart]) -> list[tuple[Snapshot
             part.check(table.metadata)
         for part, table, ids in zip(parts, tables, attempted, strict=True):
             transaction, snapshot_id = part.build(table)
+            built[snapshot_id] = transaction
             ids.append(snapshot_id)
             snapshot_ids.append(snapshot_id)
             changes.append(TableChange(table, transaction, (
@@ -257,12 +263,33 @@ def swap_cut(catalog: Catalog, parts: Sequence[SwapPart]) -> list[tuple[Snapshot
             continue
         result = []
         for part, response, snapshot_id in zip(parts, responses, snapshot_ids, strict=True):
-            snapshot = response.metadata.snapshot_by_id(snapshot_id)
+            snapshot = response.metadata.snapshot_by_id(snapshot_id) or _named_by_checkpoint(response.metadata,
+                                                                                              [snapshot_id], built)
             if snapshot is None:
                 raise CommitStateUnknownError(
                     f"commit to {part.identifier} succeeded but snapshot {snapshot_id} is missing")
             result.append((snapshot, response.metadata))
         return result
+
+
+def _named_by_checkpoint(metadata: TableMetadata, ids: Sequence[int], built: Mapping[int, Transaction]) -> Snapshot | None:
+    """The attempted snapshot (one of ``ids``) a checkpoint property of the table names, as its transaction added it.
+
+    Every commit sent through :func:`swap_cut` by a sink sets its checkpoint property to name the snapshot it adds, in
+    the same commit: the property naming an attempted id proves that attempt landed, though the metadata may no longer
+    hold its snapshot (on Nessie, whose table metadata holds the current snapshot only, after another writer's commit
+    on top of it). A property that cannot be read names nothing here (the checks read it again and say so).
+    """
+    for key, value in metadata.properties.items():
+        if not key.startswith(protocol.CHECKPOINT_PREFIX):
+            continue
+        try:
+            named = json.loads(value).get("snapshot-id")
+        except (ValueError, AttributeError):
+            continue
+        if named in ids and named in built:
+            return added_snapshot(built[named], named)
+    return None
 
 
 class SinkCommitter:

@@ -1,8 +1,11 @@
 """Crash injection for the exactly-once tests: ``ICEBERGSYNC_CRASH_AT=<point>:<n>`` kills the job
 with SIGKILL the n-th time it reaches ``point`` (``fenced``, ``staged``,
 ``main-committed`` — between the main and the dead-letter commit — ``committed``, for keyed
-tables' maintenance ``maintenance-staged`` and ``maintenance-committed``, and ``table-committed``
-after each table's commit of a trigger that a catalog without atomic cuts commits table by table).
+tables' maintenance ``maintenance-staged`` and ``maintenance-committed``, ``table-committed``
+after each table's commit of a trigger that a catalog without atomic cuts commits table by table, and on a
+REST catalog declared atomic ``cut-sending`` just before a cut's one ``POST /v1/transactions/commit`` — every
+table checked and built, nothing sent — and ``cut-committed`` just after the server accepted it, before the job
+knows what landed).
 
 Unset (always, outside tests) it does nothing.
 """

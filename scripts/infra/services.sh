@@ -4,13 +4,14 @@
 # is keyed by what pins it (its pom's content, the MinIO module version, the helper sources) and is
 # built in a temp dir then renamed into place, so an interrupted run never leaves a half cache.
 #
-#   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | debezium | postgres | minio
+#   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | debezium | postgres | minio | nessie
 #     spark     Spark jar bundles: jars/iceberg-spark, jars/kafka-connector           (Maven)
 #     kafka     KRaft Kafka broker classpath + a small admin/produce/consume helper  (Maven, javac)
 #     rest      Iceberg REST catalog server classpath + a 127.0.0.1 launcher         (Maven, javac)
 #     debezium  Debezium's embedded engine + PostgreSQL connector + a runner         (Maven, javac)
 #     postgres  PostgreSQL server binaries, unpacked (scripts/infra/postgres.sh)     (Debian packages)
 #     minio     MinIO server built from its Go module                                 (go install)
+#     nessie    Project Nessie's server (Quarkus runner jar; not part of "all")        (Maven)
 #     jars      spark + kafka + rest + debezium (everything that comes from Maven)
 #
 # Sources: Maven Central (through mvn), the Go module proxy (through go) and, for PostgreSQL only,
@@ -167,6 +168,27 @@ do_minio() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# 7. Project Nessie's server: the Quarkus runner jar (an uber-jar, ~240 MB), for the tests of an Iceberg
+# REST catalog whose POST /v1/transactions/commit is atomic (tests/integration/test_rest_atomic_cut.py).
+# Maven Central lists nessie-quarkus only at 0.60.1 and 0.99.0 (later releases publish the runner elsewhere);
+# 0.99.0 serves Iceberg REST under /iceberg. Not in "all": only that test needs it.
+NESSIE_VERSION="0.99.0"
+do_nessie() {
+  local dest="$CACHE/nessie" tmp
+  have_stamp "$dest" "$NESSIE_VERSION" && return 0
+  command -v mvn >/dev/null || { log "mvn is required (apt-get install maven)"; return 1; }
+  log "fetching Nessie's server $NESSIE_VERSION"
+  mkdir -p "$CACHE"
+  tmp="$(mktemp -d "$CACHE/.nessie.XXXXXX")"
+  mvn -B -q -Dstyle.color=never -Dmaven.repo.local="$M2_REPO" \
+    org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy \
+    -Dartifact="org.projectnessie.nessie:nessie-quarkus:$NESSIE_VERSION:jar:runner" -DoutputDirectory="$tmp"
+  mv "$tmp/nessie-quarkus-$NESSIE_VERSION-runner.jar" "$tmp/nessie-quarkus-runner.jar"
+  publish "$tmp" "$dest" "$NESSIE_VERSION"
+  log "  $(du -sh "$dest" | cut -f1) in $dest"
+}
+
+# ---------------------------------------------------------------------------------------------
 parts=("$@")
 [[ ${#parts[@]} -eq 0 ]] && parts=(all)
 # One run at a time per cache (concurrent pytest sessions, CI steps).
@@ -186,6 +208,7 @@ for part in "${parts[@]}"; do
     debezium) do_debezium ;;
     postgres) do_postgres ;;
     minio) do_minio ;;
-    *) log "unknown part '$part' (all|jars|spark|kafka|rest|debezium|postgres|minio)"; exit 2 ;;
+    nessie) do_nessie ;;
+    *) log "unknown part '$part' (all|jars|spark|kafka|rest|debezium|postgres|minio|nessie)"; exit 2 ;;
   esac
 done

@@ -13,9 +13,17 @@ rolls back: no pointer moved, and the cut raises ``CommitFailedException``, a co
 re-checks its fences for and rebuilds, as for one table. The one-table commit of every sink goes through
 here too (:func:`spark_app.iceberg_internals.commit_transaction`): the single-table sync is the one-table cut.
 
+On a ``rest`` catalog declared atomic by its user (catalog property ``icebergsync.atomic-multi-table-commit:
+"true"``, :mod:`icebergsync.tables.cuts`) the cut is ONE ``POST /v1/{prefix}/transactions/commit`` (the REST
+spec's ``CommitTransactionRequest``: each table's ``CommitTableRequest``, the body pyiceberg sends for one
+table, keyed by its identifier), sent with pyiceberg's own HTTP session. Project Nessie commits it as one Nessie
+commit, every requirement checked against the same branch head, all or none (tests/integration/
+test_rest_atomic_cut.py). Iceberg's reference server (1.10.1) checks every table's requirements, then commits
+the tables one after another: a table moved by another writer between the two leaves the earlier tables
+committed, so the property must not be set for it (the same test shows that).
+
 Other catalogs commit one table at a time (``catalog.commit_table``); a cut of several tables is refused
-there (:class:`AtomicCutUnsupportedError`), and the caller commits table by table instead. (Iceberg's REST
-``/v1/transactions/commit`` is not atomic on the reference server: docs/protocol.md.)
+there (:class:`AtomicCutUnsupportedError`), and the caller commits table by table instead.
 """
 
 from __future__ import annotations
@@ -24,15 +32,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.rest.response import _handle_non_200_response
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
-from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table import CommitTableResponse, StagedTable, Table, Transaction
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.table import (
+    CommitTableRequest,
+    CommitTableResponse,
+    StagedTable,
+    Table,
+    TableIdentifier,
+    Transaction,
+)
 from pyiceberg.table.update import TableRequirement
+from requests import HTTPError
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from icebergsync.errors import IcebergSyncError
 from icebergsync.tables.cuts import catalog_cut_support
+from spark_app.faults import crash_point
 
 
 class AtomicCutUnsupportedError(IcebergSyncError):
@@ -66,6 +85,9 @@ def commit_cut(catalog: Catalog, changes: Sequence[TableChange]) -> list[CommitT
     database may have committed before the answer was lost), as for one table.
     """
     if atomic_cut_supported(catalog):
+        if isinstance(catalog, RestCatalog):
+            return _commit_rest(catalog, changes) if len(changes) > 1 else [
+                catalog.commit_table(changes[0].table, changes[0].all_requirements(), changes[0].transaction._updates)]
         assert isinstance(catalog, SqlCatalog)
         return _commit_sql(catalog, changes)
     if len(changes) > 1:
@@ -105,6 +127,46 @@ def _commit_sql(catalog: SqlCatalog, changes: Sequence[TableChange]) -> list[Com
                 raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
     return [CommitTableResponse(metadata=new.metadata, metadata_location=location)  # type: ignore[call-arg]
             for (_, new), location in zip(staged, landing, strict=True)]
+
+
+TRANSACTIONS_COMMIT = "transactions/commit"
+
+
+def _commit_rest(catalog: RestCatalog, changes: Sequence[TableChange]) -> list[CommitTableResponse]:
+    """ONE ``POST /v1/{prefix}/transactions/commit`` of every change (a catalog declared atomic).
+
+    The server answers 204 with no body: each table is loaded afterwards, and its response is the metadata
+    loaded, in which the caller looks up the snapshot its change added. Another writer's commit on top of it in
+    between hides it on Nessie, whose table metadata holds the current snapshot only (the table's history is
+    Nessie's commit log): the caller then finds it named by the checkpoint property the change wrote
+    (:func:`spark_app.committer.swap_cut`). 409 is a conflict (nothing landed); 500, 502, 503 and 504 leave the
+    outcome unknown, as for one table.
+
+    Crash points (spark_app/faults.py): ``cut-sending`` before the request, every table built and checked;
+    ``cut-committed`` once the server has accepted it.
+    """
+    requests = []
+    for change in changes:
+        identifier = change.table.name()
+        requests.append(CommitTableRequest(identifier=TableIdentifier(namespace=identifier[:-1],  # type: ignore[arg-type]
+                                                                         name=identifier[-1]),
+                                           requirements=change.all_requirements(), updates=change.transaction._updates))
+    body = '{"table-changes":[' + ",".join(request.model_dump_json() for request in requests) + "]}"
+    crash_point("cut-sending")
+    response = catalog._session.post(catalog.url(TRANSACTIONS_COMMIT, prefixed=True), data=body.encode("utf-8"))
+    try:
+        response.raise_for_status()
+    except HTTPError as exc:
+        _handle_non_200_response(exc, {409: CommitFailedException, 500: CommitStateUnknownException,
+                                       502: CommitStateUnknownException, 503: CommitStateUnknownException,
+                                       504: CommitStateUnknownException})
+    crash_point("cut-committed")
+    responses = []
+    for change in changes:
+        table = catalog.load_table(change.table.name())
+        responses.append(CommitTableResponse(metadata=table.metadata,  # type: ignore[call-arg]
+                                             metadata_location=table.metadata_location))
+    return responses
 
 
 def _landing(current: Table, new: StagedTable) -> str:

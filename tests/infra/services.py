@@ -17,6 +17,9 @@ Fixtures (session scope):
                           ``bucket``, ``fileio_properties``, ``filesystem()``)
   ``rest_catalog``     -> :class:`RestCatalog` with a local-directory warehouse
   ``rest_catalog_s3``  -> :class:`RestCatalog` with an ``s3://<bucket>/warehouse`` warehouse on MinIO
+  ``nessie_catalog``   -> :class:`RestCatalog` on Project Nessie's server (in-memory version store), its
+                          Iceberg REST endpoint ``/iceberg`` with an ``s3://<bucket>/nessie`` warehouse on
+                          MinIO; its ``/v1/transactions/commit`` is atomic (one Nessie commit)
 Plain functions: ``spark_jars(*bundles)`` -> jar paths of "iceberg-spark", "kafka-connector"
 (for ``spark.jars``); ``spark_classpath(*bundles)`` -> the same joined for ``spark.driver.extraClassPath``.
 
@@ -800,6 +803,72 @@ def start_rest_catalog(workdir: Path, s3: S3Server | None = None, ttl: int = SER
 
 
 # --------------------------------------------------------------------------------------------
+# Project Nessie (an Iceberg REST catalog whose multi-table commit is atomic)
+
+
+def nessie_java() -> str:
+    """A Java of release 21 or later (Nessie 0.99 is built for 21): ``$NESSIE_JAVA``, else the newest JDK under
+    /usr/lib/jvm (the machine image has a Temurin JDK beside OpenJDK 17), else ``java``."""
+    if os.environ.get("NESSIE_JAVA"):
+        return os.environ["NESSIE_JAVA"]
+    found = []
+    for release_file in Path("/usr/lib/jvm").glob("*/release"):  # JAVA_VERSION="25.0.3"
+        for line in release_file.read_text(errors="replace").splitlines():
+            if line.startswith("JAVA_VERSION="):
+                major = line.split("=", 1)[1].strip('"').split(".")[0]
+                java = release_file.parent / "bin" / "java"
+                if major.isdigit() and int(major) >= 21 and java.exists():
+                    found.append((int(major), str(java)))
+    return max(found)[1] if found else JAVA
+
+
+def start_nessie(workdir: Path, s3: S3Server, ttl: int = SERVICE_TTL) -> RestCatalog:
+    """Nessie's server on 127.0.0.1: in-memory version store, Iceberg REST at ``<uri>/iceberg`` (branch main),
+    warehouse ``s3://<bucket>/nessie`` on ``s3``. The client gets the same static MinIO credentials (no
+    request signing)."""
+    ensure_services("nessie")
+    jar = cache_dir() / "nessie" / "nessie-quarkus-runner.jar"
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, management = free_port(), free_port()
+    warehouse = f"s3://{s3.bucket}/nessie"
+    config = {
+        "quarkus.http.host": HOST,
+        "quarkus.http.port": str(port),
+        "quarkus.management.host": HOST,
+        "quarkus.management.port": str(management),
+        "quarkus.otel.sdk.disabled": "true",
+        "quarkus.log.console.level": "INFO",
+        "nessie.version.store.type": "IN_MEMORY",
+        "nessie.server.authentication.enabled": "false",
+        "nessie.catalog.default-warehouse": "warehouse",
+        "nessie.catalog.warehouses.warehouse.location": warehouse,
+        "nessie.catalog.service.s3.default-options.endpoint": s3.endpoint,
+        "nessie.catalog.service.s3.default-options.path-style-access": "true",
+        "nessie.catalog.service.s3.default-options.region": s3.region,
+        "nessie.catalog.service.s3.default-options.access-key": "urn:nessie-secret:quarkus:icebergsync-minio",
+        "icebergsync-minio.name": s3.access_key,
+        "icebergsync-minio.secret": s3.secret_key,
+        "nessie.catalog.service.s3.default-options.request-signing-enabled": "false",
+    }
+    log_path = workdir / "nessie.log"
+    server = ServerProcess(
+        "nessie",
+        [nessie_java(), *SMALL_JVM, "-Xmx768m", *(f"-D{k}={v}" for k, v in config.items()), "-jar", str(jar)],
+        log_path,
+        cwd=workdir,
+        ttl=ttl,
+    )
+    uri = f"http://{HOST}:{port}/iceberg"
+    try:
+        server.wait_until(lambda: _http_ok(f"{uri}/v1/config"), 180, "GET /iceberg/v1/config")
+    except BaseException:
+        server.stop()
+        raise
+    properties = {"type": "rest", "uri": uri, **s3.fileio_properties}
+    return RestCatalog(uri, warehouse, properties, log_path, server)
+
+
+# --------------------------------------------------------------------------------------------
 # fixtures
 
 
@@ -833,6 +902,15 @@ def rest_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatal
 @pytest.fixture(scope="session")
 def rest_catalog_s3(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Iterator[RestCatalog]:
     cat = start_rest_catalog(tmp_path_factory.mktemp("rest-catalog-s3"), s3=s3_server)
+    try:
+        yield cat
+    finally:
+        cat._server.stop()
+
+
+@pytest.fixture(scope="session")
+def nessie_catalog(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Iterator[RestCatalog]:
+    cat = start_nessie(tmp_path_factory.mktemp("nessie"), s3_server)
     try:
         yield cat
     finally:

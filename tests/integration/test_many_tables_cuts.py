@@ -18,6 +18,9 @@ instant between the two partitions' commit markers would give a state that does 
 and requires almost every state to be aligned) every order has its lines, summing to its total, and no line
 is without its order.
 
+*REST catalog declared atomic (Project Nessie)*: the same sync, reader and checks, reading both pointers as of one
+Nessie commit, are in test_rest_atomic_cut.py.
+
 *REST catalog (Iceberg 1.10.1's reference server)*: the tables of a trigger are committed one at a time in
 identifier order, each snapshot saying ``"atomic": false``; a kill at ``table-committed`` leaves the lines
 advanced and the orders not, and restarts (same version, then a higher one) complete every table exactly
@@ -31,6 +34,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +138,9 @@ class Shop:
 
 
 
-def cut_ids(table: Table | StaticTable | None) -> dict[str, int]:
-    """The cut of each of the sink's data commits on main: cut id -> how many tables the cut holds."""
+def cuts_of(table: Table | StaticTable | None) -> dict[str, dict[str, Any]]:
+    """The ``icebergsync.cut`` of each of the sink's data commits on main: cut id -> the cut (``atomic``,
+    ``tables``: how many tables it holds)."""
     if table is None:
         return {}
     summaries = {s.snapshot_id: s.summary.additional_properties for s in table.metadata.snapshots}  # type: ignore[union-attr]
@@ -143,8 +148,23 @@ def cut_ids(table: Table | StaticTable | None) -> dict[str, int]:
     for commit in sink_commits(table, SINK):
         if commit.kind == "data":
             cut = json.loads(summaries[commit.snapshot_id][protocol.CUT])
-            cuts[cut["id"]] = cut["tables"]
+            cuts[cut["id"]] = cut
     return cuts
+
+
+def cut_ids(table: Table | StaticTable | None) -> dict[str, int]:
+    """The cut of each of the sink's data commits on main: cut id -> how many tables the cut holds."""
+    return {cut_id: cut["tables"] for cut_id, cut in cuts_of(table).items()}
+
+
+History = Callable[[str, Table | StaticTable], dict[str, dict[str, Any]]]
+"""The cuts a table's history holds (:func:`cuts_of`'s answer), given the table's name (``orders``, ``lines``) and the
+table as read; the default reads them from the table's own snapshots. A catalog whose table metadata keeps only the
+current snapshot (Nessie's) answers from its own log instead."""
+
+
+def history_in_metadata(_: str, table: Table | StaticTable) -> dict[str, dict[str, Any]]:
+    return cuts_of(table)
 
 
 def frontier_of(table: Table | StaticTable | None) -> dict[str, Any]:
@@ -156,14 +176,37 @@ EMPTY = {"orders": pa.table({"order_id": pa.array([], pa.int64()), "total": pa.a
          "lines": pa.table({"order_id": pa.array([], pa.int64()), "amount": pa.array([], pa.float64())})}
 
 
-class Reader:
-    """Reads both tables as of ONE reading of the catalog's pointers (one statement: one database snapshot),
-    again and again in a thread, and checks every state it reads."""
+class SqlPointers:
+    """Both tables' metadata pointers on a SQL catalog, read in ONE statement (one snapshot of ``iceberg_tables``)."""
 
-    def __init__(self, url: str, catalog_name: str, shop: Shop):
+    def __init__(self, url: str, catalog_name: str):
         self.engine = sqlalchemy.create_engine(url)
         self.catalog_name = catalog_name
+
+    def __call__(self) -> dict[str, str]:
+        with self.engine.connect() as connection:
+            return dict(connection.execute(sqlalchemy.text(
+                "SELECT table_name, metadata_location FROM iceberg_tables WHERE catalog_name = :catalog "
+                "AND table_namespace = 'shop' AND table_name IN ('orders', 'lines')"),
+                {"catalog": self.catalog_name}).all())
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+class Reader:
+    """Reads both tables as of ONE reading of the catalog's pointers, again and again in a thread, and checks every
+    state it reads. ``pointers`` reads them (``{"orders": location, "lines": location}``, a table not created yet
+    left out) at one instant of the catalog: one database snapshot (:class:`SqlPointers`), one Nessie commit;
+    ``io`` are the FileIO properties the tables' files are read with; ``history`` tells the cuts each table's history
+    holds."""
+
+    def __init__(self, shop: Shop, pointers: Callable[[], dict[str, str]], io: dict[str, str] | None = None,
+                 history: History = history_in_metadata):
         self.shop = shop
+        self.pointers = pointers
+        self.io = io or {}
+        self.history = history
         self.states: list[tuple[int, int]] = []  # (orders, lines) rows of each state read
         self.aligned = 0  # states whose two frontiers end at the same burst
         self.problems: list[str] = []
@@ -177,14 +220,6 @@ class Reader:
     def __exit__(self, *exc_info: object) -> None:
         self.done.set()
         self.thread.join(120)
-        self.engine.dispose()
-
-    def pointers(self) -> dict[str, str]:
-        with self.engine.connect() as connection:
-            return dict(connection.execute(sqlalchemy.text(
-                "SELECT table_name, metadata_location FROM iceberg_tables WHERE catalog_name = :catalog "
-                "AND table_namespace = 'shop' AND table_name IN ('orders', 'lines')"),
-                {"catalog": self.catalog_name}).all())
 
     def _run(self) -> None:
         while True:
@@ -197,12 +232,13 @@ class Reader:
                 return
 
     def check(self, pointers: dict[str, str]) -> None:
-        tables = {name: StaticTable.from_metadata(location, {}) for name, location in pointers.items()}
+        tables = {name: StaticTable.from_metadata(location, self.io) for name, location in pointers.items()}
         rows = {name: tables[name].scan().to_arrow() if name in tables else EMPTY[name] for name in EMPTY}
         frontiers = {name: frontier_of(tables.get(name)) for name in EMPTY}
         state = f"state {len(self.states)} at {frontiers}"
         # The product's promise: a cut is on every table it touched or on none.
-        cuts = {name: cut_ids(tables.get(name)) for name in EMPTY}
+        cuts = {name: {cut_id: cut["tables"] for cut_id, cut in self.history(name, tables[name]).items()}
+                if name in tables else {} for name in EMPTY}
         shared = {name: {cut for cut, count in cuts[name].items() if count == 2} for name in EMPTY}
         if shared["orders"] != shared["lines"]:
             self.problems.append(f"{state}: a cut on one table only: {shared}")
@@ -252,6 +288,41 @@ def expected_rows(count: int) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ..
     return orders, lines
 
 
+def read_while_synced(spark: SparkSession, shop: Shop, sync: IcebergSync, pointers: Callable[[], dict[str, str]],
+                      io: dict[str, str] | None = None, namespace: str = "shop",
+                      history: History = history_in_metadata) -> Catalog:
+    """Run the job (version 1, in this process) while ``shop`` writes ``BURSTS`` bursts, each synced before the next,
+    and a :class:`Reader` of ``pointers`` checks every state of the catalog meanwhile; then check what it saw and
+    what the tables hold: every record once, each cut on both tables, every cut atomic. Returns the catalog."""
+    catalog = catalog_of(sync)
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running, Reader(shop, pointers, io, history) as reader:
+        for _ in range(BURSTS):
+            shop.burst(PER_BURST)
+            running.wait_until(lambda: synced(catalog, shop, namespace), f"burst {len(shop.ends) - 1} synced")
+        reader.done.set()
+        reader.thread.join(120)
+        assert not reader.thread.is_alive()
+    assert reader.problems == []
+    orders, lines = expected_rows(BURSTS * PER_BURST)
+    assert reader.states[-1] == (len(orders), len(lines))  # the last read came after the last burst landed
+    assert len(set(reader.states)) >= BURSTS // 2, reader.states  # it read the tables between many cuts
+    assert reader.aligned >= 0.9 * len(reader.states), (reader.aligned, len(reader.states))
+    assert table_rows(catalog.load_table(f"{namespace}.orders")) == orders
+    assert table_rows(catalog.load_table(f"{namespace}.lines")) == lines
+    cuts = {name: history(name, catalog.load_table(f"{namespace}.{name}")) for name in ("orders", "lines")}
+    assert cuts["orders"] == cuts["lines"] and {cut["tables"] for cut in cuts["orders"].values()} == {2}
+    assert {cut["atomic"] for cut in cuts["orders"].values()} == {True}
+    for name in ("orders", "lines"):
+        assert cut_flags(catalog.load_table(f"{namespace}.{name}")) <= {True}, name
+    return catalog
+
+
+def cut_flags(table: Table) -> set[bool]:
+    """The ``"atomic"`` of every snapshot's ``icebergsync.cut`` (data commits of the sync)."""
+    return {json.loads(cut)["atomic"] for snapshot in table.metadata.snapshots
+            if (cut := (snapshot.summary.additional_properties if snapshot.summary else {}).get(protocol.CUT))}
+
+
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_a_reader_of_the_catalog_sees_each_trigger_on_both_tables_or_on_neither(
         tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker, request: pytest.FixtureRequest,
@@ -266,28 +337,8 @@ def test_a_reader_of_the_catalog_sees_each_trigger_on_both_tables_or_on_neither(
         reader_url = uri.replace("postgresql://", "postgresql+psycopg2://")
     sync = parse_spec(shop.document(tmp_path, {"type": "sql", "uri": uri, "warehouse": str(tmp_path / "warehouse"),
                                                "name": catalog_name}))
-    catalog = catalog_of(sync)
-    with BackgroundJob(SyncJob(sync, 1, spark)) as running, Reader(reader_url, catalog_name, shop) as reader:
-        for _ in range(BURSTS):
-            shop.burst(PER_BURST)
-            running.wait_until(lambda: synced(catalog, shop), f"burst {len(shop.ends) - 1} synced")
-        reader.done.set()
-        reader.thread.join(120)
-        assert not reader.thread.is_alive()
-    assert reader.problems == []
-    orders, lines = expected_rows(BURSTS * PER_BURST)
-    assert reader.states[-1] == (len(orders), len(lines))  # the last read came after the last burst landed
-    assert len(set(reader.states)) >= BURSTS // 2, reader.states  # it read the tables between many cuts
-    assert reader.aligned >= 0.9 * len(reader.states), (reader.aligned, len(reader.states))
-    assert table_rows(catalog.load_table("shop.orders")) == orders
-    assert table_rows(catalog.load_table("shop.lines")) == lines
-    cuts = {name: cut_ids(catalog.load_table(f"shop.{name}")) for name in ("orders", "lines")}
-    assert cuts["orders"] == cuts["lines"] and all(count == 2 for count in cuts["orders"].values())
-    for name in ("orders", "lines"):
-        table = catalog.load_table(f"shop.{name}")
-        for snapshot in table.metadata.snapshots:
-            cut = (snapshot.summary.additional_properties if snapshot.summary else {}).get(protocol.CUT)
-            assert cut is None or json.loads(cut)["atomic"] is True
+    with closing(SqlPointers(reader_url, catalog_name)) as pointers:
+        read_while_synced(spark, shop, sync, pointers)
 
 
 def test_on_a_rest_catalog_a_kill_between_the_table_commits_is_completed_by_the_restart(
@@ -337,7 +388,5 @@ def test_on_a_rest_catalog_a_kill_between_the_table_commits_is_completed_by_the_
     assert table_rows(catalog.load_table(names["lines"])) == lines_rows
     for name in names.values():
         table = catalog.load_table(name)
-        cuts = [json.loads(s.summary.additional_properties[protocol.CUT]) for s in table.metadata.snapshots
-                if s.summary and protocol.CUT in s.summary.additional_properties]
-        assert cuts and all(cut["atomic"] is False for cut in cuts), name
+        assert cut_flags(table) == {False}, name
         assert [c.writer.version for c in sink_commits(table, SINK) if c.kind == "data"][-1] == 2

@@ -70,8 +70,9 @@ NEW = (
            "(the bug issue 25 found)",
            ((PROTOCOL, "return same_version_above if checkpoint is None else None", "return same_version_above"),)),
     Mutant("unknown-outcome-not-searched", "after an unknown outcome the attempted snapshots are not looked for",
-           ((COMMITTER, "landed = [next((s for s in map(table.metadata.snapshot_by_id, ids) if s is not None), None)",
-             "landed = [None and next((s for s in map(table.metadata.snapshot_by_id, ids) if s is not None), None)"),)),
+           ((COMMITTER, "landed = [next((s for s in map(table.metadata.snapshot_by_id, ids) if s is not None), None)\n"
+                        "                  or _named_by_checkpoint(table.metadata, ids, built)\n",
+             "landed = [None\n"),)),
     Mutant("no-head-requirement", "the commit does not require main's head it was checked on (no compare-and-swap)",
            ((CUT, "return (*self.transaction._requirements, *self.requirements)",
              "return (*(r for r in self.transaction._requirements if r.type != 'assert-ref-snapshot-id'), "

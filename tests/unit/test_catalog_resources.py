@@ -22,10 +22,12 @@ from icebergsync_operator.reconcile import decide
 from icebergsync_operator.settings import OperatorSettings, parse_settings
 from icebergsync_operator.status_update import FALSE, TRUE, Verdict
 
+from icebergsync.catalog import catalog_properties
 from icebergsync.catalogs import crd as catalog_crd
 from icebergsync.catalogs.model import CatalogStatus, ClusterIcebergCatalogSpec, LabelSelector
 from icebergsync.errors import SpecError
 from icebergsync.spec import IcebergSync, parse_spec
+from icebergsync.tables.cuts import ATOMIC_MULTI_TABLE_COMMIT, spec_cut_support
 from tests.unit.test_crd import _walk
 from tests.unit.test_operator_status_update import cond, observe, reasons, then
 
@@ -184,6 +186,19 @@ def test_the_job_reads_the_resolved_catalog_in_place_of_the_ref() -> None:
     assert reparsed.spec.table.catalog_or_default == resolved.spec.table.catalog
     inline = {"source": {"generator": {}}, "table": {"name": "db.trips", "catalog": REST}}
     assert job_spec(inline, sync_spec({"catalog": REST})) == inline
+
+
+def test_a_catalog_resource_declaring_atomic_cuts_reaches_the_operators_condition_and_the_jobs_catalog() -> None:
+    declared = {**REST, "properties": {**REST.get("properties", {}), ATOMIC_MULTI_TABLE_COMMIT: "true"}}
+    raw = {"source": {"generator": {}}, "table": {"name": "db.trips", "catalogRef": {"kind": "IcebergCatalog",
+                                                                                      "name": "lake"}}}
+    resolved = resolve(ref(), {"spec": declared}, None)
+    assert isinstance(resolved, IcebergSync)
+    assert spec_cut_support(resolved.spec.table.catalog_or_default).reason == "RestCatalogDeclaredAtomic"  # operator
+    job = parse_spec({"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync",
+                      "metadata": {"name": "trips", "namespace": "team-a"}, "spec": job_spec(raw, resolved)})
+    assert catalog_properties(job.spec.table.catalog_or_default)[ATOMIC_MULTI_TABLE_COMMIT] == "true"  # load_catalog's
+    assert not spec_cut_support(resolve(ref(), {"spec": REST}, None).spec.table.catalog_or_default).atomic  # type: ignore[union-attr]
 
 
 def test_a_refused_catalog_stalls_the_sync_with_one_event_and_launches_nothing() -> None:

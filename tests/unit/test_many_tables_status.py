@@ -168,6 +168,18 @@ def test_only_a_sql_catalog_whose_driver_counts_rows_commits_cuts_atomically() -
     assert catalog_cut_support(catalog) == spec_cut_support(spec.Catalog(uri="sqlite:///:memory:"))
 
 
+def test_a_rest_catalog_commits_cuts_atomically_only_when_its_user_declares_it() -> None:
+    declared = spec.Catalog(type="rest", uri="http://nessie:19120/iceberg",
+                            properties={"icebergsync.atomic-multi-table-commit": "true"})
+    assert spec_cut_support(declared).atomic
+    assert spec_cut_support(declared).reason == "RestCatalogDeclaredAtomic"
+    for value in ("false", "yes", ""):
+        assert not spec_cut_support(spec.Catalog(type="rest", uri="http://rest:8181", properties={
+            "icebergsync.atomic-multi-table-commit": value})).atomic
+    # The property means nothing to other catalogs: a SQL catalog is decided by its driver alone.
+    assert not cut_support("sql", False, True).atomic
+
+
 # -- the operator ---------------------------------------------------------------------------------
 
 
