@@ -61,27 +61,43 @@ class LocateStats:
 
 @dataclass
 class _FirstKey:
-    """The touched values of the first key column: sorted, to test ranges, and hashed, to probe filters."""
+    """The touched values of the first key column: sorted, to test ranges, and hashed, to probe filters.
+
+    The hashes are in the order of ``sorted``, so a row group's filter is probed only with the hashes of
+    the values its statistics bound (a few of a large trigger's keys, when its keys are spread out)."""
 
     field_id: int
     field_type: IcebergType
     values: pa.ChunkedArray
     sorted: list[Any] = field(init=False)
+    _unique: pa.Array = field(init=False)
     _hashes: dict[pa.DataType, np.ndarray | None] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.sorted = sorted(pc.unique(self.values).to_pylist()) if self._prunable else []
+        unique = pc.drop_null(pc.unique(self.values))
+        if isinstance(unique, pa.ChunkedArray):
+            unique = unique.combine_chunks()
+        if self._prunable:  # Arrow's order of ints and UTF-8 strings is Python's, which bisect uses
+            unique = unique.take(pc.sort_indices(unique))
+        self._unique = unique
+        self.sorted = unique.to_pylist() if self._prunable else []
 
     @property
     def _prunable(self) -> bool:
         return isinstance(self.field_type, _PRUNABLE)
 
+    def _span(self, lower: Any, upper: Any) -> tuple[int, int]:
+        """The slice of ``sorted`` in ``[lower, upper]`` (None: unbounded)."""
+        start = 0 if lower is None else bisect.bisect_left(self.sorted, lower)
+        end = len(self.sorted) if upper is None else bisect.bisect_right(self.sorted, upper)
+        return start, max(start, end)
+
     def may_hold(self, lower: Any, upper: Any) -> bool:
         """Whether some touched value lies in ``[lower, upper]`` (None: unbounded)."""
         if not self._prunable:
             return True
-        start = 0 if lower is None else bisect.bisect_left(self.sorted, lower)
-        return start < len(self.sorted) and (upper is None or self.sorted[start] <= upper)
+        start, end = self._span(lower, upper)
+        return start < end
 
     def file_may_hold(self, data_file: DataFile) -> bool:
         if not self._prunable:
@@ -93,18 +109,24 @@ class _FirstKey:
                              None if upper is None else from_bytes(self.field_type, upper))
 
     def bloom_may_hold(self, group: RowGroupKeys, file_type: pa.DataType | None) -> bool:
-        """Whether ``group``'s Bloom filter may hold a touched value (True without a usable filter)."""
+        """Whether ``group``'s Bloom filter may hold a touched value its statistics admit (True without a
+        usable filter)."""
         if group.bloom is None or file_type is None:
             return True
         hashes = self._hashes_as(file_type)
-        return hashes is None or bool(group.bloom.may_contain(hashes).any())
+        if hashes is None:
+            return True
+        if self._prunable and group.lower is not None:
+            start, end = self._span(group.lower, group.upper)
+            hashes = hashes[start:end]
+        return bool(group.bloom.may_contain(hashes).any())
 
     def _hashes_as(self, file_type: pa.DataType) -> np.ndarray | None:
-        """The touched values' Parquet hashes as a file of ``file_type`` stores them; None when they cannot
-        all be written as that type (a key type promoted since the file was written)."""
+        """The touched values' Parquet hashes (in the order of ``sorted``) as a file of ``file_type`` stores
+        them; None when they cannot all be written as that type (a key type promoted since the file was written)."""
         if file_type not in self._hashes:
             try:
-                values = pc.unique(self.values).cast(file_type) if hashable(file_type) else None
+                values = self._unique.cast(file_type) if hashable(file_type) else None
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 values = None
             self._hashes[file_type] = None if values is None else parquet_hashes(values)

@@ -17,6 +17,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from spark_app.key_index import bloom_filter
 from spark_app.key_index.file_keys import FileKeys, FileKeysCache, RowGroupKeys, read_file_keys
 from spark_app.key_index.key_hash import hashable, parquet_hashes
+from spark_app.key_index.reads import KeyMatcher
 
 ROWS = 4_000
 START = datetime(2026, 1, 1)
@@ -136,3 +137,25 @@ def test_the_cache_returns_a_summary_read_once_and_drops_the_least_recently_used
     assert reads == ["a", "b", "c", "b"]
     cache.get("a", (2,), reader("a", 32))  # other key columns: another summary
     assert reads[-1] == "a"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("spread", [1, 10_000])  # a dense key range (a table of booleans) and a sparse one
+def test_the_matcher_finds_exactly_the_rows_holding_a_touched_key(kind: str, spread: int) -> None:
+    numbers = range(0, ROWS * spread, spread) if kind not in ("int16", "date") else range(ROWS)
+    column = _column(kind, numbers)
+    absent = numbers[-1] + 1
+    touched = pa.concat_arrays([column.take(pa.array([0, 5, 5, ROWS - 1, 1234])), _column(kind, range(absent, absent + 3))])
+    matcher = KeyMatcher(pa.table({"k": touched}))
+    assert matcher.positions(pa.table({"k": column})).tolist() == [0, 5, 1234, ROWS - 1]
+    assert matcher.positions(pa.table({"k": column.slice(6, 1000)})).tolist() == []  # none in the row group's range
+
+
+def test_the_matcher_compares_integer_keys_as_int64_across_a_promotion_and_handles_nulls_and_several_columns() -> None:
+    old_file = pa.table({"k": pa.array([7, 2**31 - 1, -5], pa.int32())})  # written before int was promoted to long
+    matcher = KeyMatcher(pa.table({"k": pa.array([2**40, -5, 7], pa.int64())}))
+    assert matcher.positions(old_file).tolist() == [0, 2]
+    with_nulls = pa.table({"k": pa.array(["a", None, "b", "c"], pa.string())})
+    assert KeyMatcher(pa.table({"k": ["c", "a"]})).positions(with_nulls).tolist() == [0, 3]
+    rows = pa.table({"a": [1, 1, 2, 2], "b": ["x", "y", "x", "y"]})
+    assert KeyMatcher(pa.table({"a": [2, 1], "b": ["x", "z"]})).positions(rows).tolist() == [2]
