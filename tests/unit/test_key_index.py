@@ -16,6 +16,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from spark_app.key_index import bloom_filter
 from spark_app.key_index.file_keys import FileKeys, FileKeysCache, RowGroupKeys, read_file_keys
+from spark_app.key_index.key_columns import KeyColumn, KeyColumnCache
 from spark_app.key_index.key_hash import hashable, parquet_hashes
 from spark_app.key_index.reads import KeyMatcher
 
@@ -159,3 +160,29 @@ def test_the_matcher_compares_integer_keys_as_int64_across_a_promotion_and_handl
     assert KeyMatcher(pa.table({"k": ["c", "a"]})).positions(with_nulls).tolist() == [0, 3]
     rows = pa.table({"a": [1, 1, 2, 2], "b": ["x", "y", "x", "y"]})
     assert KeyMatcher(pa.table({"a": [2, 1], "b": ["x", "z"]})).positions(rows).tolist() == [2]
+
+
+def test_a_key_column_is_kept_compact_and_gives_back_its_values() -> None:
+    dense = KeyColumn.of(pa.chunked_array([pa.array([2**40 + 9, 2**40, 2**40 + 3], pa.int64())]))
+    assert dense.compact and dense.offsets is not None and dense.offsets.dtype == np.uint32
+    assert (dense.lower, dense.upper, dense.integers().tolist()) == (2**40, 2**40 + 9, [2**40 + 9, 2**40, 2**40 + 3])
+    wide = KeyColumn.of(pa.array([-(2**62), 2**62], pa.int64()))
+    assert not wide.compact and wide.integers().tolist() == [-(2**62), 2**62]
+    assert KeyColumn.of(pa.array(["b", "a"])).values == pa.array(["b", "a"])
+    assert KeyColumn.of(pa.array([1, None], pa.int32())).values is not None  # nulls: kept as read
+    keys = KeyMatcher(pa.table({"k": pa.array([2**40 + 3, 2**62, 5], pa.int64())}))
+    assert keys.match(dense).tolist() == [2] and keys.match(wide).tolist() == [1]
+
+
+def test_the_key_column_cache_keeps_what_fits_and_never_evicts_what_the_current_locate_uses() -> None:
+    column = KeyColumn.of(pa.array(range(1000), pa.int64()))  # 4,000 bytes of offsets
+    cache = KeyColumnCache(max_bytes=2 * column.nbytes)
+    cache.begin()
+    assert cache.put(("a", ("k",), 0), column) and cache.put(("b", ("k",), 0), column)
+    assert not cache.put(("c", ("k",), 0), column)  # full of this locate's row groups: c is read each time
+    assert cache.room() == 0 and cache.bytes == 2 * column.nbytes
+    cache.begin()  # the next locate uses a, and needs c
+    assert cache.get(("a", ("k",), 0)) is column and cache.room() == column.nbytes
+    assert cache.put(("c", ("k",), 0), column)  # evicts b, which this locate did not use
+    assert cache.get(("b", ("k",), 0)) is None and cache.get(("c", ("k",), 0)) is column
+    assert (cache.hits, cache.misses, cache.bytes) == (2, 1, 2 * column.nbytes)
