@@ -59,7 +59,7 @@ from spark_app.iceberg_internals import (
     row_delta,
 )
 from spark_app.key_index.file_keys import FileKeysCache
-from spark_app.key_index.key_columns import KeyColumnCache
+from spark_app.key_index.key_columns import DRIVER_KEY_COLUMNS
 from spark_app.key_index.locate import LocateStats, locate_rows
 from spark_app.multi_table.cut import AtomicCutUnsupportedError, TableChange, atomic_cut_supported
 from spark_app.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
@@ -285,7 +285,7 @@ class SinkCommitter:
         self.frontier: Frontier | None = None  # the frontier of this writer's newest commit
         self._pending_dead_letter_paths: list[str] = []  # of the newest main commit, until its dead-letter commit
         self._file_keys = FileKeysCache()  # the key index's data file summaries, kept across triggers
-        self._key_columns = KeyColumnCache()  # and the key columns of the row groups it read
+        self._key_columns = DRIVER_KEY_COLUMNS  # and the key columns of the row groups it read (every table's)
         self._spark = spark  # runs a large locate's reads as tasks (spark_app/key_index/tasks.py)
 
     # -- compare-and-swap -------------------------------------------------------------------------

@@ -7,11 +7,12 @@ key as offsets from the row group's minimum, 4 bytes a row while the row group's
 2**32; other keys as read), and later locates match against it instead of reading the file again:
 the cache can only miss, never mislead, whatever commits, expiry, compaction or rollbacks did.
 
-Its size is bounded in bytes. Each locate is a round: a row group it uses is kept ahead of those it
-did not use, and a row group is admitted only by evicting row groups no locate of this round used
-(least recently used first), never by evicting one this round needs: a table whose candidate row
-groups hold more than the bound keeps what fits and reads the rest each time, rather than reading
-everything because each row group evicted the next one's.
+Its size is bounded in bytes, one bound for the driver (:data:`DRIVER_KEY_COLUMNS`, shared by the
+committers of every table a sync writes: entries are told apart by file path). Each locate is a
+round: a row group it uses is kept ahead of those it did not use, and a row group is admitted only
+by evicting row groups no locate of this round used (least recently used first), never one this
+round needs: a table whose candidate row groups hold more than the bound keeps what fits and reads
+the rest each time, rather than reading everything because each row group evicted the next one's.
 """
 
 from __future__ import annotations
@@ -136,3 +137,6 @@ class KeyColumnCache:
         self._bytes += size
         self._round_bytes += size
         return True
+
+
+DRIVER_KEY_COLUMNS = KeyColumnCache()  # the driver's one cache, shared by the tables of a sync: one bound in all

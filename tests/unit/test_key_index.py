@@ -186,3 +186,21 @@ def test_the_key_column_cache_keeps_what_fits_and_never_evicts_what_the_current_
     assert cache.put(("c", ("k",), 0), column)  # evicts b, which this locate did not use
     assert cache.get(("b", ("k",), 0)) is None and cache.get(("c", ("k",), 0)) is column
     assert (cache.hits, cache.misses, cache.bytes) == (2, 1, 2 * column.nbytes)
+
+
+def test_a_range_holds_a_touched_key_on_either_bound_and_a_filter_is_probed_with_the_keys_in_range() -> None:
+    from spark_app.key_index.locate import _FirstKey
+
+    first = _FirstKey(1, LongType(), pa.chunked_array([pa.array([10, 5, 10, 30], pa.int64())]))
+    assert first.sorted == [5, 10, 30]
+    assert first.may_hold(0, 5) and first.may_hold(10, 20) and first.may_hold(30, None) and first.may_hold(None, 5)
+    assert not first.may_hold(6, 9) and not first.may_hold(31, None) and not first.may_hold(None, 4)
+    bloom = _summary(4 * 32).row_groups[0].bloom  # four blocks, all zero: holds nothing
+    assert bloom is not None
+    present = bloom_filter.SplitBlockBloomFilter(bloom.blocks.copy())
+    hashes = parquet_hashes(pa.array([10], pa.int64()))
+    block = int((int(hashes[0]) >> 32) * present.blocks.shape[0] >> 32)
+    present.blocks[block] = 0xFFFFFFFF  # now 10 (and whatever shares its block) may be present
+    assert first.bloom_may_hold(RowGroupKeys(9, 6, 10, present), pa.int64())  # 10 is the group's max
+    assert not first.bloom_may_hold(RowGroupKeys(9, 6, 10, bloom), pa.int64())
+    assert not first.bloom_may_hold(RowGroupKeys(9, 11, 29, present), pa.int64())  # no touched key in 11..29
