@@ -9,8 +9,10 @@ Bloom filters on ``id``), in one snapshot. Then the sync (spark_app.job.SyncJob 
 local[2], files source, one change file per trigger, every default) applies ``--triggers`` triggers
 of ``--changes`` Debezium changes each, one at a time, and each trigger's time is measured from the
 file's arrival to its commit landing; the first trigger of a run also starts Spark's workers and
-reads every data file's key summary into the driver's cache (a restart's cost), so the comparison
-uses the median of the later ones. Workloads:
+reads every data file's key summary, and the key columns it searches, into the driver's caches (a
+restart's cost), so the comparison uses the median of the later ones. Upkeep runs between triggers
+as in any sync: what it takes beyond the writing of the next change file delays the next trigger
+and is in its time. Workloads:
 
 * **recent**: half inserts of new ids, half updates of ids among the newest 1% (rows that move to
   today's partition): what a database's change stream mostly looks like.

@@ -60,6 +60,7 @@ from spark_app.iceberg_internals import (
     row_delta,
 )
 from spark_app.key_index.file_keys import FileKeysCache
+from spark_app.key_index.key_columns import DRIVER_KEY_COLUMNS
 from spark_app.key_index.locate import LocateStats, locate_rows
 from spark_app.multi_table.cut import AtomicCutUnsupportedError, TableChange, atomic_cut_supported
 from spark_app.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
@@ -311,6 +312,7 @@ class SinkCommitter:
         self.frontier: Frontier | None = None  # the frontier of this writer's newest commit
         self._pending_dead_letter_paths: list[str] = []  # of the newest main commit, until its dead-letter commit
         self._file_keys = FileKeysCache()  # the key index's data file summaries, kept across triggers
+        self._key_columns = DRIVER_KEY_COLUMNS  # and the key columns of the row groups it read (every table's)
         self._spark = spark  # runs a large locate's reads as tasks (spark_app/key_index/tasks.py)
 
     # -- compare-and-swap -------------------------------------------------------------------------
@@ -704,14 +706,14 @@ class SinkCommitter:
         if touched_keys is None or touched_keys.num_rows == 0 or snapshot is None:
             return PositionDeleteDelta()
         started, stats = time.monotonic(), LocateStats()
-        located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats, self._spark)
-        log.info("%s: located %d key(s) in %.2fs: %d of %d file(s) past bounds, %d of %d row group(s) read "
-                 "(%d skipped by statistics, %d by Bloom filters), %d rows read%s, %d file(s) with deletes",
-                 self.writer.sink_id, touched_keys.num_rows, time.monotonic() - started,
+        located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats, self._spark, self._key_columns)
+        log.info("%s: located %d key(s) in %.2fs: %d of %d file(s) past bounds, %d of %d row group(s) searched "
+                 "(%d skipped by statistics, %d by Bloom filters), %d key rows in memory, %d read (%d by Spark tasks), "
+                 "%d file(s) with deletes", self.writer.sink_id, touched_keys.num_rows, time.monotonic() - started,
                  stats.files - stats.files_skipped_by_bounds, stats.files,
                  stats.row_groups - stats.row_groups_skipped_by_statistics - stats.row_groups_skipped_by_bloom,
                  stats.row_groups, stats.row_groups_skipped_by_statistics, stats.row_groups_skipped_by_bloom,
-                 stats.rows_read, " by Spark tasks" if stats.in_spark_tasks else "", len(located))
+                 stats.rows_in_memory, stats.rows_read, stats.rows_read_in_tasks, len(located))
         return stage_position_deletes(table, located, f"{attempt_file_prefix(self.writer)}-{snapshot.snapshot_id}")
 
     def _carry(self, table: Table, output: TriggerOutput) -> TaskResult | None:
@@ -723,7 +725,7 @@ class SinkCommitter:
         snapshot = table.current_snapshot()
         names = sorted({name for names in carried.column(CARRY_COLUMN).to_pylist() if names for name in names})
         located = locate_rows(table, snapshot, carried.select(list(plan.key)), self._file_keys, LocateStats(),
-                              self._spark) if snapshot is not None else {}
+                              self._spark, self._key_columns) if snapshot is not None else {}
         rows = live_positions(table, snapshot, located) if snapshot is not None else []
         live = read_live_rows(table, rows, plan.key, names, self._spark)
         result = stage_partition(plan, iter(fill(carried, live, plan.key).to_batches()),

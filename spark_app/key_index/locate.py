@@ -34,6 +34,7 @@ from pyiceberg.types import IcebergType, IntegerType, LongType, PrimitiveType, S
 
 from spark_app.iceberg_internals import live_files
 from spark_app.key_index.file_keys import FileKeys, FileKeysCache, RowGroupKeys, read_file_keys
+from spark_app.key_index.key_columns import KeyColumnCache
 from spark_app.key_index.key_hash import hashable, parquet_hashes
 from spark_app.key_index.reads import Candidate, read_candidates
 from spark_app.key_index.tasks import read_in_tasks
@@ -55,33 +56,51 @@ class LocateStats:
     row_groups: int = 0
     row_groups_skipped_by_statistics: int = 0
     row_groups_skipped_by_bloom: int = 0
-    rows_read: int = 0
+    rows_read: int = 0  # key rows read from data files, by the driver or by Spark tasks
+    rows_read_in_tasks: int = 0
+    rows_in_memory: int = 0  # key rows matched from the driver's key columns (:mod:`.key_columns`)
     in_spark_tasks: bool = False
 
 
 @dataclass
 class _FirstKey:
-    """The touched values of the first key column: sorted, to test ranges, and hashed, to probe filters."""
+    """The touched values of the first key column: sorted, to test ranges, and hashed, to probe filters.
+
+    The hashes are in the order of ``sorted``, so a row group's filter is probed only with the hashes of
+    the values its statistics bound (a few of a large trigger's keys, when its keys are spread out)."""
 
     field_id: int
     field_type: IcebergType
     values: pa.ChunkedArray
     sorted: list[Any] = field(init=False)
+    _unique: pa.Array = field(init=False)
     _hashes: dict[pa.DataType, np.ndarray | None] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.sorted = sorted(pc.unique(self.values).to_pylist()) if self._prunable else []
+        unique = pc.drop_null(pc.unique(self.values))
+        if isinstance(unique, pa.ChunkedArray):
+            unique = unique.combine_chunks()
+        if self._prunable:  # Arrow's order of ints and UTF-8 strings is Python's, which bisect uses
+            unique = unique.take(pc.sort_indices(unique))
+        self._unique = unique
+        self.sorted = unique.to_pylist() if self._prunable else []
 
     @property
     def _prunable(self) -> bool:
         return isinstance(self.field_type, _PRUNABLE)
 
+    def _span(self, lower: Any, upper: Any) -> tuple[int, int]:
+        """The slice of ``sorted`` in ``[lower, upper]`` (None: unbounded)."""
+        start = 0 if lower is None else bisect.bisect_left(self.sorted, lower)
+        end = len(self.sorted) if upper is None else bisect.bisect_right(self.sorted, upper)
+        return start, max(start, end)
+
     def may_hold(self, lower: Any, upper: Any) -> bool:
         """Whether some touched value lies in ``[lower, upper]`` (None: unbounded)."""
         if not self._prunable:
             return True
-        start = 0 if lower is None else bisect.bisect_left(self.sorted, lower)
-        return start < len(self.sorted) and (upper is None or self.sorted[start] <= upper)
+        start, end = self._span(lower, upper)
+        return start < end
 
     def file_may_hold(self, data_file: DataFile) -> bool:
         if not self._prunable:
@@ -93,18 +112,24 @@ class _FirstKey:
                              None if upper is None else from_bytes(self.field_type, upper))
 
     def bloom_may_hold(self, group: RowGroupKeys, file_type: pa.DataType | None) -> bool:
-        """Whether ``group``'s Bloom filter may hold a touched value (True without a usable filter)."""
+        """Whether ``group``'s Bloom filter may hold a touched value its statistics admit (True without a
+        usable filter)."""
         if group.bloom is None or file_type is None:
             return True
         hashes = self._hashes_as(file_type)
-        return hashes is None or bool(group.bloom.may_contain(hashes).any())
+        if hashes is None:
+            return True
+        if self._prunable and group.lower is not None:
+            start, end = self._span(group.lower, group.upper)
+            hashes = hashes[start:end]
+        return bool(group.bloom.may_contain(hashes).any())
 
     def _hashes_as(self, file_type: pa.DataType) -> np.ndarray | None:
-        """The touched values' Parquet hashes as a file of ``file_type`` stores them; None when they cannot
-        all be written as that type (a key type promoted since the file was written)."""
+        """The touched values' Parquet hashes (in the order of ``sorted``) as a file of ``file_type`` stores
+        them; None when they cannot all be written as that type (a key type promoted since the file was written)."""
         if file_type not in self._hashes:
             try:
-                values = pc.unique(self.values).cast(file_type) if hashable(file_type) else None
+                values = self._unique.cast(file_type) if hashable(file_type) else None
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 values = None
             self._hashes[file_type] = None if values is None else parquet_hashes(values)
@@ -113,24 +138,61 @@ class _FirstKey:
 
 def locate_rows(table: Table, snapshot: Snapshot, keys: pa.Table, cache: FileKeysCache | None = None,
                 stats: LocateStats | None = None, spark: Callable[[], SparkSession] | None = None,
-                ) -> dict[str, DeletionVector]:
+                key_columns: KeyColumnCache | None = None) -> dict[str, DeletionVector]:
     """Positions of the rows whose key is one of ``keys`` (the key columns, by name) in each live data file of
     ``snapshot``; files holding none are left out. Rows already deleted may be among them (deleting one again
-    is harmless: a reader applies deletes as a set). ``cache`` keeps file summaries between calls; with
-    ``spark``, reads of more than ``DRIVER_LOCATE_ROWS`` key rows run as Spark tasks (:mod:`.tasks`)."""
+    is harmless: a reader applies deletes as a set). ``cache`` keeps file summaries between calls;
+    ``key_columns`` keeps the key columns of row groups read (a one-column key) between calls, which are then
+    matched in memory; with ``spark``, reads of more than ``DRIVER_LOCATE_ROWS`` key rows run as Spark tasks
+    (:mod:`.tasks`), but for those the driver reads to keep while ``key_columns`` has room."""
     if keys.num_rows == 0:
         return {}
     cache = cache if cache is not None else FileKeysCache()
     stats = stats if stats is not None else LocateStats()
     unique_keys = keys.group_by(keys.column_names).aggregate([])
+    if key_columns is not None and keys.num_columns > 1:
+        key_columns = None  # several key columns are matched by a join of what is read
+    if key_columns is not None:
+        key_columns.begin()
     candidates = plan_reads(table, snapshot, keys, cache, stats)
-    stats.rows_read = sum(c.rows for c in candidates)
+    in_memory, to_read = _split_cached(candidates, key_columns) if key_columns is not None else ([], candidates)
+    stats.rows_in_memory = sum(c.rows for c in in_memory)
+    stats.rows_read = sum(c.rows for c in to_read)
+    in_driver, in_tasks = to_read, list[Candidate]()
     if spark is not None and stats.rows_read > DRIVER_LOCATE_ROWS:
+        in_driver, in_tasks = [], []
+        room = key_columns.room() if key_columns is not None else 0
+        for candidate in to_read:  # the driver reads what it will keep; the executors read the rest
+            size = candidate.rows * key_columns.bytes_per_row if key_columns is not None else room + 1
+            (in_driver if size <= room else in_tasks).append(candidate)
+            room -= int(size) if size <= room else 0
+    found = read_candidates(table.io, in_memory + in_driver, unique_keys, key_columns)
+    if in_tasks:
+        assert spark is not None
         stats.in_spark_tasks = True
-        found = read_in_tasks(spark(), dict(table.io.properties), table.metadata.location, candidates, unique_keys)
-    else:
-        found = read_candidates(table.io, candidates, unique_keys)
-    return {path: DeletionVector(positions) for path, positions in found if positions.size}
+        stats.rows_read_in_tasks = sum(c.rows for c in in_tasks)
+        found += read_in_tasks(spark(), dict(table.io.properties), table.metadata.location, in_tasks, unique_keys)
+    by_path: dict[str, list[np.ndarray]] = {}
+    for path, positions in found:
+        if positions.size:
+            by_path.setdefault(path, []).append(positions)
+    return {path: DeletionVector(np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0])
+            for path, parts in by_path.items()}
+
+
+def _split_cached(candidates: list[Candidate], key_columns: KeyColumnCache) -> tuple[list[Candidate], list[Candidate]]:
+    """``candidates`` as the row groups ``key_columns`` holds and those to read."""
+    in_memory: list[Candidate] = []
+    to_read: list[Candidate] = []
+    for candidate in candidates:
+        held = [key_columns.claim((candidate.path, candidate.columns, index)) for index, _ in candidate.row_groups]
+        for wanted, part in ((True, in_memory), (False, to_read)):
+            groups = [(group, rows) for group, rows, h in zip(candidate.row_groups, candidate.group_rows, held, strict=True)
+                      if h == wanted]
+            if groups:
+                part.append(Candidate(candidate.path, candidate.columns, tuple(g for g, _ in groups),
+                                      sum(rows for _, rows in groups), tuple(rows for _, rows in groups)))
+    return in_memory, to_read
 
 
 def plan_reads(table: Table, snapshot: Snapshot, keys: pa.Table, cache: FileKeysCache,
@@ -153,8 +215,8 @@ def plan_reads(table: Table, snapshot: Snapshot, keys: pa.Table, cache: FileKeys
                             functools.partial(_read_summary, table.io, data_file, key_field_ids))
         groups = _candidate_row_groups(summary, first_key, stats)
         if groups:
-            candidates.append(Candidate(data_file.file_path, summary.columns, tuple(groups),
-                                        sum(summary.row_groups[index].rows for index, _ in groups)))
+            group_rows = tuple(summary.row_groups[index].rows for index, _ in groups)
+            candidates.append(Candidate(data_file.file_path, summary.columns, tuple(groups), sum(group_rows), group_rows))
     return candidates
 
 

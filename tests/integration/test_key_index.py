@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from spark_app import iceberg_internals
 from spark_app.key_index import locate
 from spark_app.key_index.file_keys import FileKeysCache
+from spark_app.key_index.key_columns import KeyColumn, KeyColumnCache
 from spark_app.key_index.locate import LocateStats, locate_rows
 from spark_app.writer import PartitionedWriter, TablePlan, conform
 
@@ -127,3 +128,66 @@ def test_a_large_locate_reads_in_spark_tasks_and_finds_the_same_rows(tmp_path: P
     result = locate_rows(table, snapshot, pa.table({"key": touched}), FileKeysCache(), in_tasks, lambda: spark)
     assert {path: sorted(vector) for path, vector in result.items()} == expected
     assert in_tasks.in_spark_tasks and in_tasks.rows_read == FILES * ROWS_PER_FILE
+
+
+def test_key_columns_kept_in_memory_locate_the_same_rows_and_the_driver_keeps_only_what_fits(
+        tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = keyed_table(tmp_path)
+    files = [random_keys(ROWS_PER_FILE) for _ in range(FILES)]
+    table = commit(table, [sink_file(table, keys, f"f{i}") for i, keys in enumerate(files)])
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    touched = [keys[i] for keys in files for i in range(0, ROWS_PER_FILE, 97)] + random_keys(5)
+    expected = truth(table, set(touched))
+
+    def locate_with(key_columns: KeyColumnCache, stats: LocateStats, with_spark: bool = False) -> dict[str, list[int]]:
+        result = locate_rows(table, snapshot, pa.table({"key": touched}), FileKeysCache(), stats,
+                             (lambda: spark) if with_spark else None, key_columns)
+        return {path: sorted(vector) for path, vector in result.items()}
+
+    key_columns, first, second = KeyColumnCache(), LocateStats(), LocateStats()
+    assert locate_with(key_columns, first) == expected and first.rows_read == FILES * ROWS_PER_FILE
+    assert locate_with(key_columns, second) == expected  # data files never change: nothing read again
+    assert (second.rows_read, second.rows_in_memory) == (0, FILES * ROWS_PER_FILE)
+
+    monkeypatch.setattr(locate, "DRIVER_LOCATE_ROWS", ROWS_PER_FILE)  # fewer rows than the candidates hold
+    one_file = KeyColumn.of(pq.read_table(next(iter(expected)).removeprefix("file://")).column(0)).nbytes
+    small, cold = KeyColumnCache(max_bytes=3 * one_file + 100), LocateStats()  # room for three files' key columns
+    assert locate_with(small, cold, with_spark=True) == expected  # it guessed 8 bytes a row: read all, kept three
+    assert (cold.rows_read, cold.rows_in_memory, len(small)) == (FILES * ROWS_PER_FILE, 0, 3)
+    for _ in range(2):  # then it keeps those three and leaves the others to the executors, every time
+        warm = LocateStats()
+        assert locate_with(small, warm, with_spark=True) == expected
+        assert warm.in_spark_tasks and (warm.rows_in_memory, warm.rows_read_in_tasks) == (
+            3 * ROWS_PER_FILE, (FILES - 3) * ROWS_PER_FILE)
+
+
+def test_integer_keys_spread_over_many_files_are_located_from_memory(tmp_path: Path) -> None:
+    catalog = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=(tmp_path / "warehouse").as_uri())
+    catalog.create_namespace("ns")
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "value", LongType()),
+                    identifier_field_ids=[1])
+    table = catalog.create_table("ns.t", schema, properties={"format-version": "2"})
+    plan = TablePlan(table.metadata.location, dict(table.properties), table.schema(), table.spec(), dict(table.io.properties))
+    data_files = []
+    for number in range(4):  # ids interleaved across files, so bounds prune nothing
+        ids = list(range(number, 4 * ROWS_PER_FILE, 4))
+        writer = PartitionedWriter(plan, f"isync-test-{number}", 1 << 30, 1 << 26)
+        writer.write(conform(pa.RecordBatch.from_pydict({"id": ids, "value": ids}), plan.arrow_schema()))
+        data_files += writer.finish()
+    transaction = Transaction(table)
+    iceberg_internals.row_delta(transaction, {"test": "1"}, data_files, [], [])
+    iceberg_internals.commit_transaction(catalog, table, transaction)
+    table = catalog.load_table("ns.t")
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    touched = [*range(0, 4 * ROWS_PER_FILE, 7), -1, 10**12]
+    key_columns = KeyColumnCache()
+    for _ in range(2):
+        stats = LocateStats()
+        result = locate_rows(table, snapshot, pa.table({"id": pa.array(touched, pa.int64())}), FileKeysCache(), stats,
+                             key_columns=key_columns)
+        by_file = {f.file_path: number for number, f in enumerate(data_files)}
+        assert {path: sorted(vector) for path, vector in result.items()} == {
+            f.file_path: [i for i in range(ROWS_PER_FILE) if (4 * i + by_file[f.file_path]) % 7 == 0] for f in data_files}
+    assert (stats.rows_read, stats.rows_in_memory) == (0, 4 * ROWS_PER_FILE)

@@ -104,9 +104,10 @@ NEW = (
 KEYED = (
     Mutant("locate-on-own-last-commit", "the touched keys are located on the writer's own last commit, not on the "
            "head the commit swaps against",
-           ((COMMITTER, "located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats, self._spark)",
+           ((COMMITTER, "located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats, self._spark, "
+                        "self._key_columns)",
              "located = locate_rows(table, self.last_snapshot or snapshot, touched_keys, self._file_keys, stats, "
-             "self._spark)"),)),
+             "self._spark, self._key_columns)"),)),
     Mutant("no-relocate-on-retry", "a commit retried on a new head keeps the deletes located on its first round",
            ((COMMITTER, "        deletes = committer._position_deletes(table, output.touched_keys)\n",
              "        deletes = self.__dict__.setdefault('_first', committer._position_deletes(table, output.touched_keys))\n"
@@ -115,7 +116,7 @@ KEYED = (
            ((CHANGES, "upserts.filter(complete).select(declared), winners.select(list(key)),",
              "upserts.filter(complete).select(declared), upserts.select(list(key)),"),)),
     Mutant("upper-bound-excluded", "a file or row group whose key bound equals a touched key is skipped",
-           ((LOCATE, "(upper is None or self.sorted[start] <= upper)", "(upper is None or self.sorted[start] < upper)"),)),
+           ((LOCATE, "else bisect.bisect_right(self.sorted, upper)", "else bisect.bisect_left(self.sorted, upper)"),)),
     Mutant("dv-not-merged", "a new deletion vector replaces the data file's live one without holding its positions",
            ((POSITION_DELETES, "target.positions.union(read_deletion_vector(io, old))", "target.positions"),)),
 )

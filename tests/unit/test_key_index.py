@@ -16,7 +16,9 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from spark_app.key_index import bloom_filter
 from spark_app.key_index.file_keys import FileKeys, FileKeysCache, RowGroupKeys, read_file_keys
+from spark_app.key_index.key_columns import KeyColumn, KeyColumnCache
 from spark_app.key_index.key_hash import hashable, parquet_hashes
+from spark_app.key_index.reads import KeyMatcher
 
 ROWS = 4_000
 START = datetime(2026, 1, 1)
@@ -136,3 +138,69 @@ def test_the_cache_returns_a_summary_read_once_and_drops_the_least_recently_used
     assert reads == ["a", "b", "c", "b"]
     cache.get("a", (2,), reader("a", 32))  # other key columns: another summary
     assert reads[-1] == "a"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("spread", [1, 10_000])  # a dense key range (a table of booleans) and a sparse one
+def test_the_matcher_finds_exactly_the_rows_holding_a_touched_key(kind: str, spread: int) -> None:
+    numbers = range(0, ROWS * spread, spread) if kind not in ("int16", "date") else range(ROWS)
+    column = _column(kind, numbers)
+    absent = numbers[-1] + 1
+    touched = pa.concat_arrays([column.take(pa.array([0, 5, 5, ROWS - 1, 1234])), _column(kind, range(absent, absent + 3))])
+    matcher = KeyMatcher(pa.table({"k": touched}))
+    assert matcher.positions(pa.table({"k": column})).tolist() == [0, 5, 1234, ROWS - 1]
+    assert matcher.positions(pa.table({"k": column.slice(6, 1000)})).tolist() == []  # none in the row group's range
+
+
+def test_the_matcher_compares_integer_keys_as_int64_across_a_promotion_and_handles_nulls_and_several_columns() -> None:
+    old_file = pa.table({"k": pa.array([7, 2**31 - 1, -5], pa.int32())})  # written before int was promoted to long
+    matcher = KeyMatcher(pa.table({"k": pa.array([2**40, -5, 7], pa.int64())}))
+    assert matcher.positions(old_file).tolist() == [0, 2]
+    with_nulls = pa.table({"k": pa.array(["a", None, "b", "c"], pa.string())})
+    assert KeyMatcher(pa.table({"k": ["c", "a"]})).positions(with_nulls).tolist() == [0, 3]
+    rows = pa.table({"a": [1, 1, 2, 2], "b": ["x", "y", "x", "y"]})
+    assert KeyMatcher(pa.table({"a": [2, 1], "b": ["x", "z"]})).positions(rows).tolist() == [2]
+
+
+def test_a_key_column_is_kept_compact_and_gives_back_its_values() -> None:
+    dense = KeyColumn.of(pa.chunked_array([pa.array([2**40 + 9, 2**40, 2**40 + 3], pa.int64())]))
+    assert dense.compact and dense.offsets is not None and dense.offsets.dtype == np.uint32
+    assert (dense.lower, dense.upper, dense.integers().tolist()) == (2**40, 2**40 + 9, [2**40 + 9, 2**40, 2**40 + 3])
+    wide = KeyColumn.of(pa.array([-(2**62), 2**62], pa.int64()))
+    assert not wide.compact and wide.integers().tolist() == [-(2**62), 2**62]
+    assert KeyColumn.of(pa.array(["b", "a"])).values == pa.array(["b", "a"])
+    assert KeyColumn.of(pa.array([1, None], pa.int32())).values is not None  # nulls: kept as read
+    keys = KeyMatcher(pa.table({"k": pa.array([2**40 + 3, 2**62, 5], pa.int64())}))
+    assert keys.match(dense).tolist() == [2] and keys.match(wide).tolist() == [1]
+
+
+def test_the_key_column_cache_keeps_what_fits_and_never_evicts_what_the_current_locate_uses() -> None:
+    column = KeyColumn.of(pa.array(range(1000), pa.int64()))  # 4,000 bytes of offsets
+    cache = KeyColumnCache(max_bytes=2 * column.nbytes)
+    cache.begin()
+    assert cache.put(("a", ("k",), 0), column) and cache.put(("b", ("k",), 0), column)
+    assert not cache.put(("c", ("k",), 0), column)  # full of this locate's row groups: c is read each time
+    assert cache.room() == 0 and cache.bytes == 2 * column.nbytes
+    cache.begin()  # the next locate uses a, and needs c
+    assert cache.get(("a", ("k",), 0)) is column and cache.room() == column.nbytes
+    assert cache.put(("c", ("k",), 0), column)  # evicts b, which this locate did not use
+    assert cache.get(("b", ("k",), 0)) is None and cache.get(("c", ("k",), 0)) is column
+    assert (cache.hits, cache.misses, cache.bytes) == (2, 1, 2 * column.nbytes)
+
+
+def test_a_range_holds_a_touched_key_on_either_bound_and_a_filter_is_probed_with_the_keys_in_range() -> None:
+    from spark_app.key_index.locate import _FirstKey
+
+    first = _FirstKey(1, LongType(), pa.chunked_array([pa.array([10, 5, 10, 30], pa.int64())]))
+    assert first.sorted == [5, 10, 30]
+    assert first.may_hold(0, 5) and first.may_hold(10, 20) and first.may_hold(30, None) and first.may_hold(None, 5)
+    assert not first.may_hold(6, 9) and not first.may_hold(31, None) and not first.may_hold(None, 4)
+    bloom = _summary(4 * 32).row_groups[0].bloom  # four blocks, all zero: holds nothing
+    assert bloom is not None
+    present = bloom_filter.SplitBlockBloomFilter(bloom.blocks.copy())
+    hashes = parquet_hashes(pa.array([10], pa.int64()))
+    block = int((int(hashes[0]) >> 32) * present.blocks.shape[0] >> 32)
+    present.blocks[block] = 0xFFFFFFFF  # now 10 (and whatever shares its block) may be present
+    assert first.bloom_may_hold(RowGroupKeys(9, 6, 10, present), pa.int64())  # 10 is the group's max
+    assert not first.bloom_may_hold(RowGroupKeys(9, 6, 10, bloom), pa.int64())
+    assert not first.bloom_may_hold(RowGroupKeys(9, 11, 29, present), pa.int64())  # no touched key in 11..29
