@@ -6,7 +6,8 @@ A machine's coverage floors are stated for its suite run, the derandomized examp
 runs by default, which must meet each floor exactly: it is the same run every time, so a floor it misses means the
 machine stopped exercising a path. Any other run (random, of any number of examples and steps) is held to what
 its size makes certain (:func:`floors`), from the rate at which random runs exercise each path: a run that never
-exercises a path fails once it is long enough for that to be no accident, and no valid run fails by bad luck.
+exercises a path fails once it is long enough for that to be no accident, and the chance that a valid run fails
+by bad luck is negligible.
 """
 
 from __future__ import annotations
