@@ -404,7 +404,8 @@ class SinkCommitter:
 
         ``source`` identifies the source this sink reads (recorded with every frontier);
         ``check_frontier`` raises when a frontier does not fit that source. Before anything is
-        written, raises ``FencedError`` when a higher version already owns the sink, and
+        written, raises ``FencedError`` when a higher version already owns the sink (a higher
+        version's commit on the main or on the dead-letter table), and
         ``ProgressConflictError`` when the table's progress cannot be resumed from (damaged, rolled
         back, or recorded for another source).
         """
@@ -413,6 +414,11 @@ class SinkCommitter:
 
         def check(metadata: TableMetadata) -> None:
             progress = self._startup_check(metadata)
+            if self._dead_letter_identifier:
+                # A higher version that committed on the dead-letter table fences W as well: main may no
+                # longer show it (rolled back past it, its checkpoint removed to start over), the
+                # dead-letter table still does. Checked before the main fence, so a fenced W lands nothing.
+                self._startup_check(self._catalog.load_table(self._dead_letter_identifier).metadata)
             protocol.check_resumable(progress, source)
             if progress.frontier is not None and check_frontier is not None:
                 try:

@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
@@ -16,6 +17,7 @@ from icebergsync.errors import FencedError
 from icebergsync.protocol import Writer
 from icebergsync.storage import list_files, normalize
 from spark_app.committer import SinkCommitter, TriggerOutput, sink_file_prefix
+from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from tests.integration.committer_support import (
     TABLE,
     commit_range,
@@ -26,6 +28,7 @@ from tests.integration.committer_support import (
 )
 
 SINK = "ns/ledger"
+DEAD = "ns.dead"
 
 
 def committer(catalog, version: int, attempt: str = "a") -> SinkCommitter:  # type: ignore[no-untyped-def]
@@ -137,6 +140,35 @@ def test_rolled_back_table_does_not_resume_past_what_it_holds(tmp_path: Path) ->
     catalog.load_table(TABLE).manage_snapshots().rollback_to_snapshot(keep.snapshot_id).commit()
     progress = committer(catalog, 2).start([])
     assert progress.frontier == {"next_id": 4}
+
+
+def test_a_version_the_dead_letter_table_fences_lands_nothing_after_main_forgets_it(tmp_path: Path) -> None:
+    """Version 2 fenced the main and the dead-letter table; main is rolled back past every commit of the sink
+    and its checkpoint removed to start over. Main no longer records version 2, the dead-letter table does: a
+    stale version 1 is fenced by it before it writes anything, on either table (docs/protocol.md, "Fencing")."""
+    catalog = open_catalog(tmp_path)
+    table = create_table(catalog)
+    catalog.create_table(DEAD, DEAD_LETTER_SCHEMA)
+    table.append(pa.Table.from_pylist([{"id": -1, "who": "foreign"}], schema=table.schema().as_arrow()))
+    before_the_sink = catalog.load_table(TABLE).metadata.current_snapshot_id
+    assert before_the_sink is not None
+    for version in (1, 2):
+        SinkCommitter(catalog, TABLE, Writer(SINK, version, f"a{version}"), DEAD).start([])
+    catalog.load_table(TABLE).manage_snapshots().rollback_to_snapshot(before_the_sink).commit()
+    with catalog.load_table(TABLE).transaction() as transaction:
+        transaction.remove_properties(protocol.checkpoint_key(SINK))
+
+    def snapshots() -> dict[str, list[int]]:
+        return {name: [s.snapshot_id for s in catalog.load_table(name).metadata.snapshots] for name in (TABLE, DEAD)}
+
+    seen = snapshots()
+    with pytest.raises(FencedError) as caught:
+        SinkCommitter(catalog, TABLE, Writer(SINK, 1, "b1"), DEAD).start([])
+    assert (caught.value.by_version, caught.value.by_attempt) == (2, "a2")
+    assert snapshots() == seen, "a fenced version landed a snapshot"
+    assert protocol.parse_checkpoint(catalog.load_table(TABLE).metadata, SINK) is None
+    progress = SinkCommitter(catalog, TABLE, Writer(SINK, 2, "b2"), DEAD).start([])  # version 2 starts over
+    assert progress.frontier is None and progress.resumed_from == "none"
 
 
 def test_leftover_staged_files_are_deleted_on_start_and_only_those(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ sink: a claim of such a table stops the attempt, exit 5): its rows are exactly t
 the sink's newest commit on main (or its checkpoint) records, each once; every data commit on main is by the writer
 whose claim is the newest below it. Judged at every trigger: a cut that lands is the head of every table
 it touched, with one cut id; a refused trigger (fenced, rolled back) changed no table. The run prints its
-mix of actions and outcomes and fails when the mix is too thin to judge (``COVERAGE``).
+mix of actions and outcomes and fails when the mix is too thin to judge (``COVERAGE`` for the suite's run, and
+``RATES`` scaled to its size for any other run).
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ COVERAGE = {
     "trigger:landed": 100, "trigger:landed-on-several-tables": 40, "trigger:fenced": 10, "claim:fenced": 3,
     "trigger:zombie-landed": 3, "trigger:rolled-back": 2, "rollback": 10, "expiry": 10, "compaction": 10,
 }
+# How often random runs exercise each path, per example of 30 steps (measured: the lower of a random run of 120
+# examples and the suite's run, rounded down): what a run other than the suite's is judged by
+# (protocol_model/judging.py, ``floors``).
+RATES = {
+    "trigger:landed": 10, "trigger:landed-on-several-tables": 3.9, "trigger:fenced": 0.96, "claim:fenced": 0.32,
+    "trigger:zombie-landed": 0.28, "trigger:rolled-back": 0.71, "rollback": 2.2, "expiry": 1.3, "compaction": 2.2,
+}
+SUITE_EXAMPLES = 25
 ACTIONS = ["trigger"] * 6 + ["launch"] * 2 + ["kill", "compaction", "compaction", "expiry", "expiry", "rollback",
                                               "rollback"]
 STATS: Counter[str] = Counter()
@@ -218,4 +227,4 @@ class MultiTableModel(RuleBasedStateMachine):
 
 
 def test_multi_table_model(capsys: pytest.CaptureFixture[str]) -> None:
-    judge(MultiTableModel, examples(25), COVERAGE, STATS, capsys)
+    judge(MultiTableModel, examples(SUITE_EXAMPLES), COVERAGE, STATS, capsys, SUITE_EXAMPLES, RATES)

@@ -50,8 +50,9 @@ Not drawn: expiry of main's history while some sink's last commit is off main (d
 off main is drawn.
 
 The suite runs a fixed, derandomized set of examples (a red run is reproducible) and prints the
-mix of actions and outcomes; it fails when the mix is too thin to judge (see ``COVERAGE`` and
-``KEYED_COVERAGE``). Run it long and random with e.g. ``ICEBERGSYNC_MODEL_EXAMPLES=300
+mix of actions and outcomes; it fails when the mix is too thin to judge: below ``COVERAGE`` and
+``KEYED_COVERAGE`` in the suite's own run, below what ``RATES`` and ``KEYED_RATES`` (how often random runs
+exercise each path) make certain for the size of any other run (protocol_model/judging.py). Run it long and random with e.g. ``ICEBERGSYNC_MODEL_EXAMPLES=300
 ICEBERGSYNC_MODEL_STEPS=30 .venv/bin/pytest tests/integration/test_protocol_model.py`` (the keyed
 configuration runs ``ICEBERGSYNC_MODEL_KEYED_EXAMPLES``, default a third of the examples, on each format
 version in turn);
@@ -74,7 +75,7 @@ from typing import TypeVar
 
 import pyarrow as pa
 import pytest
-from hypothesis import event
+from hypothesis import currently_in_test_context, event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from pyiceberg.types import IntegerType, LongType, StringType
@@ -128,7 +129,9 @@ from tests.integration.protocol_model.world import (
 
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
-EXAMPLES = examples(60)
+SUITE_EXAMPLES = 60  # the suite's run (derandomized), and its keyed configuration's on each format version
+SUITE_KEYED_EXAMPLES = SUITE_EXAMPLES // 3
+EXAMPLES = examples(SUITE_EXAMPLES)
 KEYED_EXAMPLES = int(os.environ.get("ICEBERGSYNC_MODEL_KEYED_EXAMPLES", str(max(1, EXAMPLES // 3))))
 
 # Actions and their weights: triggers dominate; what breaks every sink's pin (schema change, recreation) is rare.
@@ -162,6 +165,30 @@ KEYED_COVERAGE = {
                                                      ("lost-answer", 3), ("lost-request", 3), ("other-sink-commit", 2),
                                                      ("rollback", 1))},
 }
+# How often random runs exercise each path, per example of 30 steps (measured: the lower of a random run of 120
+# examples and the suite's run, rounded down): what a run other than the suite's is judged by
+# (protocol_model/judging.py, ``floors``).
+RATES = {
+    "trigger:committed": 8.4, "trigger:fenced": 1.2, "trigger:rolled-back": 0.61, "trigger:table-changed": 1.1,
+    "trigger:killed": 1, "launch:resume": 6.5, "launch:fenced": 0.15, "launch:killed": 1.2, "disturbances:kills": 1.4,
+    "disturbances:faults": 0.63, "disturbances:interleavings": 3.4, "disturbance:newer-fence-between-commits": 0.35,
+    "trigger:committed-after-rollback": 2.6, "trigger:committed-by-second-sink": 0.68, "launch:schema-evolved": 0.38,
+    "sink_expiry:committed": 0.54, "sink_compaction:committed": 0.1, "expire_rolled_back:expired": 0.46,
+}
+# The same for the keyed configuration on one format version (measured: the lowest of random runs of 40 examples
+# and the suite's runs, on format 2 and 3). ``source-schema:refused`` and ``launch:fenced`` are rare there: a random
+# run needs them only once it is long (the suite's run meets their floors with no room to spare).
+KEYED_RATES = {
+    "trigger:committed": 9.4, "trigger:fenced": 0.85, "trigger:rolled-back": 0.42, "trigger:table-changed": 0.97,
+    "trigger:killed": 0.27, "launch:resume": 5.4, "launch:fenced": 0.025, "launch:killed": 1,
+    "trigger:committed-after-rollback": 2.4, "sink_compaction:committed": 0.37, "keyed:committed-on-format-2": 9.4,
+    "keyed:committed-on-format-3": 9.4, "keyed:update": 15, "keyed:delete": 7.5, "keyed:re-insert": 5.9,
+    "keyed:moved-partition": 10, "keyed:foreign-rows-of-touched-keys": 0.67, "source-schema:committed": 0.95,
+    "source-schema:refused": 0.025, "source-schema:widened": 0.55, "keyed:committed-after:foreign-append": 0.47,
+    "keyed:committed-after:foreign-compaction": 0.4, "keyed:committed-after:conflict": 0.32,
+    "keyed:committed-after:lost-answer": 0.15, "keyed:committed-after:lost-request": 0.3,
+    "keyed:committed-after:other-sink-commit": 0.25, "keyed:committed-after:rollback": 0.2,
+}
 STATS: Counter[str] = Counter()
 
 
@@ -172,7 +199,8 @@ def pick(choices: Sequence[T]) -> st.SearchStrategy[T]:
 
 def count(key: str) -> None:
     STATS[key] += 1
-    event(key)
+    if currently_in_test_context():  # (an explicit sequence runs the machine outside Hypothesis)
+        event(key)
 
 
 @dataclass
@@ -299,6 +327,7 @@ class ProtocolModel(RuleBasedStateMachine):
         expected, value = self.model.start_outcome(claim)
         committer, hooked = new_committer(self.catalog, claim)
         hooked.kill_after_commits = kill
+        dead_before = {s.snapshot_id for s in self.catalog.load_table(DEAD).metadata.snapshots}
         rows = self.model.snaps[self.model.head].rows.copy() if self.model.head is not None else Counter()
         if new_column in self.model.columns:
             new_column = None
@@ -320,18 +349,20 @@ class ProtocolModel(RuleBasedStateMachine):
             if new_column:
                 self.model.add_column(new_column)
             if kill == 2:
-                self.model.recover(sink)
+                self.model.recover(claim)
             return None
         assert outcome == expected, f"{claim}: expected {expected}, got {outcome}"
         if outcome != "resume":
             self._nothing_unrecorded(claim)
+            dead_after = {s.snapshot_id for s in self.catalog.load_table(DEAD).metadata.snapshots}
+            assert dead_after == dead_before, f"{claim} was refused but landed {dead_after - dead_before} on {DEAD}"
             return None
         assert progress.frontier == (None if value is None else {"next_id": value}), progress.frontier
         fence = self._land_one(claim, FENCE, value, rows)
         if new_column:
             self.model.add_column(new_column)
             count("launch:schema-evolved")
-        self.model.recover(sink)
+        self.model.recover(claim)
         table, dead = self.catalog.load_table(TABLE), self.catalog.load_table(DEAD)
         process = SinkProcess(committer, hooked,
                               Attempt(claim, self.model.generation, self.model.schema_epoch, fence, value),
@@ -961,8 +992,40 @@ def keyed_on(format_version: str) -> type[KeyedProtocolModel]:
 def test_keyed_protocol_model(format_version: str, capsys: pytest.CaptureFixture[str]) -> None:
     coverage = {key: least for key, least in KEYED_COVERAGE.items()
                 if not key.startswith("keyed:committed-on-format-") or key.endswith(format_version)}
-    judge(keyed_on(format_version), KEYED_EXAMPLES, coverage, STATS, capsys)
+    judge(keyed_on(format_version), KEYED_EXAMPLES, coverage, STATS, capsys, SUITE_KEYED_EXAMPLES, KEYED_RATES)
 
 
 def test_protocol_model(capsys: pytest.CaptureFixture[str]) -> None:
-    judge(ProtocolModel, EXAMPLES, COVERAGE, STATS, capsys)
+    judge(ProtocolModel, EXAMPLES, COVERAGE, STATS, capsys, SUITE_EXAMPLES, RATES)
+
+
+def test_a_version_the_dead_letter_table_fences_stays_fenced_after_main_forgets_it() -> None:
+    """The regression of a long random run (``--hypothesis-seed=15994268418757459408267874804533692605``,
+    ``ICEBERGSYNC_MODEL_EXAMPLES=120``): a sink's upgrade is killed after its fences landed on the main and the
+    dead-letter table; main is rolled back past every commit of the sink, so an operator removes its checkpoint to
+    start over; a stale pod of the version below starts. Main no longer records the upgrade, the dead-letter table
+    does: the stale version is fenced out by it (docs/protocol.md, "Fencing"), and lands nothing on either table.
+    The oracle predicted a start (its start-up rule looked at main's record alone); the committer fenced the main
+    table before it looked at the dead-letter table, and was refused there only after that fence had landed."""
+    machine = ProtocolModel()
+    try:
+        machine.create_tables("2")
+        machine._foreign_append(2)
+        before_the_sink = machine.model.head
+        assert before_the_sink is not None
+        first = machine._launch("ns/b", 1)
+        assert first is not None
+        machine._trigger(first, 10, None)
+        assert machine._launch("ns/b", 2, kill=2) is None  # killed right after its dead-letter fence
+        assert machine.model.dead_letter_fenced["ns/b"] == 2
+        machine._rollback_to(before_the_sink)
+        machine._reset_if_stopped("ns/b")
+        assert not machine.model.record("ns/b").commits, "the operator started the sink over"
+        machine.the_tables_are_what_the_oracle_says()
+        assert machine.model.start_outcome(Claim("ns/b", 1, "probe")) == ("fenced", 2)
+        assert machine._launch("ns/b", 1) is None  # fenced by version 2, nothing landed (asserted by _launch)
+        machine.the_tables_are_what_the_oracle_says()
+        assert machine._launch("ns/b", 2) is not None  # the version that fenced the dead-letter table resumes
+        machine.the_tables_are_what_the_oracle_says()
+    finally:
+        machine.teardown()

@@ -3,11 +3,15 @@
 Nothing here imports the protocol or the committer. The record holds every snapshot that landed (its
 parent, landing order, who wrote it, the frontier it states, the rows the table shows at it, whether
 it expired), main's head, each sink's commits in landing order, the dead letters each sink still owes
-the dead-letter table, and the dead-letter table's rows. Predictions apply the rules of
+the dead-letter table, the highest version of each sink that fenced the dead-letter table, and the
+dead-letter table's rows. Predictions apply the rules of
 docs/protocol.md to that record:
 
-- **start-up**: fenced iff a higher version has ever committed for the sink (in this table);
-  otherwise it resumes from the newest commit of the sink on main's history: one main still reaches,
+- **start-up**: fenced iff a higher version has ever committed for the sink on any of its tables: on
+  main (every commit since the sink's checkpoint was last removed to start over: a rollback does not
+  forget one, the checkpoint names it) or on the dead-letter table (its start-up's dead-letter fence,
+  which neither a rollback of main nor the removal of main's checkpoint touches); a refused start-up
+  writes nothing on either table; otherwise it resumes from the newest commit of the sink on main's history: one main still reaches,
   or the sink's last commit (its checkpoint) when expiry cut the way to it; a sink that has
   committed but has no commit on main was rolled back past: a conflict; a sink that never
   committed starts from its source's beginning;
@@ -111,6 +115,9 @@ class TableModel:
         self.head: int | None = None
         self.sinks: dict[str, SinkRecord] = {}
         self.dead: Counter[int] = Counter()
+        # Per sink, the highest version whose start-up fenced the dead-letter table (its later dead-letter
+        # commits are of versions that fenced it): no rollback of main and no start over touches it.
+        self.dead_letter_fenced: dict[str, int] = {}
         self._order = 0
 
     def recreate(self) -> None:
@@ -170,8 +177,9 @@ class TableModel:
         return snap
 
     def reset(self, sink: str) -> None:
-        """The sink's checkpoint property was removed to start over (docs/protocol.md, "Recovery"): the table
-        no longer records its commits, and what it owed the dead-letter table is read again."""
+        """The sink's checkpoint property was removed to start over (docs/protocol.md, "Recovery"): the main table
+        no longer records its commits, and what it owed the dead-letter table is read again. The dead-letter
+        table is untouched: the versions that fenced it still fence every lower one."""
         self.sinks[sink] = SinkRecord()
 
     def expire(self, snapshot_ids: set[int]) -> None:
@@ -197,7 +205,10 @@ class TableModel:
     # -- predictions -----------------------------------------------------------------------------------
 
     def highest_version(self, sink: str) -> int:
-        return max((snap.writer.version for snap in self.record(sink).commits if snap.writer), default=0)
+        """The highest version that committed for the sink on any of its tables (main's record, the dead-letter
+        table's)."""
+        on_main = max((snap.writer.version for snap in self.record(sink).commits if snap.writer), default=0)
+        return max(on_main, self.dead_letter_fenced.get(sink, 0))
 
     def start_outcome(self, claim: Claim) -> tuple[str, int | None]:
         """("fenced", the owning version), ("conflict", None) or ("resume", the frontier resumed from)."""
@@ -249,8 +260,11 @@ class TableModel:
             record.owed.remove(entry)
             self.dead.update(entry[1])
 
-    def recover(self, sink: str) -> None:
-        """A start-up's dead-letter fence landed: it pays what main's history still lists, the rest is read again."""
+    def recover(self, claim: Claim) -> None:
+        """A start-up's dead-letter fence landed: it records the claim's version on the dead-letter table, and pays
+        what main's history still lists, the rest is read again."""
+        sink = claim.sink
+        self.dead_letter_fenced[sink] = max(self.dead_letter_fenced.get(sink, 0), claim.version)
         record = self.record(sink)
         for main_snapshot, source_ids in record.owed:
             if self.on_main(main_snapshot):
