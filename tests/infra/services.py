@@ -651,6 +651,15 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+def _serving(server: ServerProcess, url: str, timeout: float) -> None:
+    """Wait until ``url`` answers 2xx from ``server``; stop the server when it never does (or on interrupt)."""
+    try:
+        server.wait_until(lambda: _http_ok(url), timeout, f"GET {url}")
+    except BaseException:
+        server.stop()
+        raise
+
+
 def start_minio(workdir: Path, bucket: str = "icebergsync", ttl: int = SERVICE_TTL) -> S3Server:
     ensure_services("minio")
     binary = cache_dir() / "bin" / "minio"
@@ -793,11 +802,7 @@ def start_rest_catalog(workdir: Path, s3: S3Server | None = None, ttl: int = SER
         ttl=ttl,
     )
     uri = f"http://{HOST}:{port}"
-    try:
-        server.wait_until(lambda: _http_ok(f"{uri}/v1/config"), 120, "GET /v1/config")
-    except BaseException:
-        server.stop()
-        raise
+    _serving(server, f"{uri}/v1/config", 120)
     properties = {"type": "rest", "uri": uri, "warehouse": warehouse, **client_props}
     return RestCatalog(uri, warehouse, properties, log_path, server)
 
@@ -859,11 +864,7 @@ def start_nessie(workdir: Path, s3: S3Server, ttl: int = SERVICE_TTL) -> RestCat
         ttl=ttl,
     )
     uri = f"http://{HOST}:{port}/iceberg"
-    try:
-        server.wait_until(lambda: _http_ok(f"{uri}/v1/config"), 180, "GET /iceberg/v1/config")
-    except BaseException:
-        server.stop()
-        raise
+    _serving(server, f"{uri}/v1/config", 180)
     properties = {"type": "rest", "uri": uri, **s3.fileio_properties}
     return RestCatalog(uri, warehouse, properties, log_path, server)
 

@@ -5,7 +5,6 @@ refuses a cut of several tables."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from sqlalchemy import event, text
 
 from spark_app.multi_table.cut import AtomicCutUnsupportedError, TableChange, atomic_cut_supported, commit_cut
 from tests.infra.services import RestCatalog
-from tests.integration.cut_support import broken_orders
+from tests.integration.cut_support import broken_orders, reads_during
 
 ORDERS = Schema(NestedField(1, "order_id", LongType()), NestedField(2, "total", DoubleType()))
 LINES = Schema(NestedField(1, "order_id", LongType()), NestedField(2, "amount", DoubleType()))
@@ -142,28 +141,15 @@ def test_a_reader_of_the_catalog_never_sees_an_order_without_its_lines(catalog: 
     catalog.create_table("db.orders", ORDERS)
     catalog.create_table("db.lines", LINES)
     cuts, per_cut = 20, 3
-    done = threading.Event()
-    reads: list[tuple[int, list[int]]] = []
     reader_catalog = reopened(catalog)
 
-    def read_until_done() -> None:
-        while True:
-            finished = done.is_set()
-            orders, lines = consistent_read(reader_catalog)
-            reads.append((orders.num_rows, broken_orders(orders, lines)))
-            if finished:
-                return
-
-    reader = threading.Thread(target=read_until_done)
-    reader.start()
-    try:
+    def land() -> None:
         for cut in range(cuts):
             order_table, line_table = order_rows(cut * per_cut, per_cut)
             commit_cut(catalog, [appending(catalog.load_table("db.orders"), order_table),
                                  appending(catalog.load_table("db.lines"), line_table)])
-    finally:
-        done.set()
-        reader.join()
+
+    reads = reads_during(lambda: consistent_read(reader_catalog), land)
     reader_catalog.engine.dispose()
 
     assert [broken for _, broken in reads if broken] == []

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import urllib.request
 import uuid
 from pathlib import Path
@@ -43,7 +42,7 @@ from spark_app.multi_table.cut import TableChange, atomic_cut_supported, commit_
 from spark_app.multi_table.trigger import commit_trigger
 from tests.infra.services import KafkaBroker, RestCatalog, S3Server
 from tests.integration.committer_support import SCHEMA
-from tests.integration.cut_support import broken_orders
+from tests.integration.cut_support import reads_during
 from tests.integration.sync_support import catalog_of, run_job_process, sink_commits, write_spec
 from tests.integration.test_atomic_cut import LINES, ORDERS, order_rows
 from tests.integration.test_many_tables_cuts import (
@@ -133,27 +132,19 @@ def test_nessie_a_reader_of_one_commit_never_sees_an_order_without_its_lines(nes
     catalog = declared_atomic(nessie_catalog)
     namespace, _, _ = two_tables(catalog)
     io = catalog.properties
-    done, reads = threading.Event(), []
 
-    def read_until_done() -> None:
-        while True:
-            finished = done.is_set()
-            pointers = nessie_pointers(nessie_catalog, namespace)
-            orders, lines = (StaticTable.from_metadata(pointers[name], io).scan().to_arrow() for name in ("orders", "lines"))
-            reads.append((orders.num_rows, broken_orders(orders, lines)))
-            if finished:
-                return
+    def read() -> tuple[pa.Table, pa.Table]:
+        pointers = nessie_pointers(nessie_catalog, namespace)
+        orders, lines = (StaticTable.from_metadata(pointers[name], io).scan().to_arrow() for name in ("orders", "lines"))
+        return orders, lines
 
-    reader = threading.Thread(target=read_until_done)
-    reader.start()
-    try:
+    def land() -> None:
         for cut in range(8):
             order_table, line_table = order_rows(cut * 2, 2)
             commit_cut(catalog, [appending(catalog.load_table(f"{namespace}.orders"), order_table),
                                  appending(catalog.load_table(f"{namespace}.lines"), line_table)])
-    finally:
-        done.set()
-        reader.join()
+
+    reads = reads_during(read, land)
     assert [broken for _, broken in reads if broken] == []
     assert reads[-1][0] == 16
 
