@@ -91,8 +91,9 @@ def catalog_properties(catalog: model.Catalog, secret_values: dict[str, str] | N
     properties: dict[str, str] = {"type": catalog.type, "uri": catalog.uri}
     if catalog.type == "sql":
         properties["uri"] = sql_connection_uri(catalog.uri)
-    if catalog.warehouse:
-        properties["warehouse"] = _local_uri(catalog.warehouse) if catalog.type == "sql" else catalog.warehouse
+    warehouse = catalog.warehouse_location
+    if warehouse:
+        properties["warehouse"] = _local_uri(warehouse) if catalog.type == "sql" else warehouse
     if catalog.type == "sql" and catalog.uri.startswith("sqlite:///") and not catalog.uri.startswith("sqlite:////"):
         relative = catalog.uri.removeprefix("sqlite:///")
         Path(relative).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)

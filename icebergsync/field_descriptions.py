@@ -43,7 +43,7 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.table.catalogRef.name": "Name of the catalog resource.",
     "spec.table.catalog.type": "Catalog implementation.",
     "spec.table.catalog.uri": "Catalog URI (SQLAlchemy URL for sql, HTTP(S) URL for rest).",
-    "spec.table.catalog.warehouse": "Warehouse location (path or URI).",
+    "spec.table.catalog.warehouse": "Warehouse location (path or URI). Default: .icebergsync/warehouse for a sql catalog; none for rest (the server's own).",
     "spec.table.catalog.name": "Catalog name.",
     "spec.table.catalog.properties": ("Extra catalog and FileIO properties; values may use ${env:NAME}, expanded by the job from its own "
                                        "environment (never by the operator)."),

@@ -212,6 +212,7 @@ EXACTLY_ONE_SOURCE_MESSAGE = f"exactly one of {', '.join(SOURCE_KINDS)} must be 
 
 
 CatalogType = Literal["sql", "rest"]
+DEFAULT_SQL_WAREHOUSE = ".icebergsync/warehouse"
 CATALOG_OR_REF_MESSAGE = "set at most one of catalog and catalogRef"
 CatalogKind = Literal["IcebergCatalog", "ClusterIcebergCatalog"]
 
@@ -219,10 +220,16 @@ CatalogKind = Literal["IcebergCatalog", "ClusterIcebergCatalog"]
 class Catalog(Model):
     type: CatalogType = "sql"
     uri: str = Field(default="sqlite:///.icebergsync/catalog.db", min_length=1)
-    warehouse: str | None = Field(default=".icebergsync/warehouse")
+    warehouse: str | None = None
     name: str = Field(default="icebergsync", pattern=IDENTIFIER_PATTERN)
     properties: dict[str, str] = Field(default_factory=dict)
     secret_ref: SecretRef | None = None
+
+    @property
+    def warehouse_location(self) -> str | None:
+        """The warehouse asked for: the spec's; else, for a sql catalog, the local default; a rest catalog's
+        server chooses its own (Nessie, for one, refuses a warehouse it does not know)."""
+        return self.warehouse or (DEFAULT_SQL_WAREHOUSE if self.type == "sql" else None)
 
 
 class CatalogRef(Model):

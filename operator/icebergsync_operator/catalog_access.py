@@ -109,8 +109,8 @@ def checked_endpoints(properties: Mapping[str, str], allow_list: tuple[str, ...]
 def operator_properties(catalog: model.Catalog, secret_values: Mapping[str, str]) -> dict[str, str]:
     """The catalog properties the operator may use: allow-listed and unexpanded (no ``uri``)."""
     properties = {**allowed_only(catalog.properties), **allowed_only(secret_values)}
-    if catalog.warehouse and "warehouse" not in properties:
-        properties["warehouse"] = catalog.warehouse
+    if catalog.warehouse_location and "warehouse" not in properties:
+        properties["warehouse"] = catalog.warehouse_location
     return properties
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from icebergsync.catalog import catalog_properties
 from icebergsync.errors import SpecError
-from icebergsync.spec import load_spec, parse_spec, qualified_sink_id
+from icebergsync.spec import Catalog, load_spec, parse_spec, qualified_sink_id
 from icebergsync.units import parse_duration, parse_size
 
 VALID: dict[str, Any] = {
@@ -310,3 +312,13 @@ def test_transactions_need_debezium_on_kafka_and_their_own_topic() -> None:
                for p in problems_of(on(own, aligned)))
     assert any(p.startswith("spec.changes.transactions") and "maxWait must be greater than zero" in p for p in problems_of(
         on(kafka, {**aligned, "transactions": {"topic": "t", "maxWait": "0s"}})))
+
+
+def test_only_a_sql_catalog_gets_the_local_warehouse_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    sql = catalog_properties(Catalog())
+    assert sql["warehouse"] == (tmp_path / ".icebergsync" / "warehouse").as_uri()
+    rest = catalog_properties(Catalog(type="rest", uri="http://127.0.0.1:1/iceberg"))
+    assert "warehouse" not in rest  # the server's own choice: Nessie refuses a warehouse it does not know
+    given = catalog_properties(Catalog(type="rest", uri="http://127.0.0.1:1/iceberg", warehouse="s3://lake/w"))
+    assert given["warehouse"] == "s3://lake/w"
