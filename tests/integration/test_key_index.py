@@ -4,6 +4,7 @@ has no filter for, a renamed key column and its cache of earlier triggers."""
 
 from __future__ import annotations
 
+import random
 import uuid
 from pathlib import Path
 
@@ -36,8 +37,18 @@ def keyed_table(directory: Path) -> Table:
     return catalog.create_table("ns.t", SCHEMA, properties={"format-version": "2"})
 
 
+_RANDOM = random.Random()
+
+
+@pytest.fixture(autouse=True)
+def _the_same_keys_every_run() -> None:
+    """Random keys, but the same in every run: what the Bloom filters pass is then a fixed figure, not a draw that
+    fails one run in about sixteen (two false positives among six row groups)."""
+    _RANDOM.seed(20261126)
+
+
 def random_keys(count: int) -> list[str]:
-    return [str(uuid.uuid4()) for _ in range(count)]
+    return [str(uuid.UUID(int=_RANDOM.getrandbits(128), version=4)) for _ in range(count)]
 
 
 def sink_file(table: Table, keys: list[str], name: str) -> DataFile:
