@@ -20,6 +20,7 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table, Transaction
 from pyspark.sql import SparkSession
 
+import spark_app.committer as committer_module
 from icebergsync import protocol
 from icebergsync.protocol import Writer
 from spark_app.committer import SinkCommitter
@@ -182,3 +183,53 @@ def test_a_keyed_sync_through_the_job_keeps_one_file_per_partition(
     assert spark_rows(spark, table) == stream.model
     assert pyiceberg_rows(table) == stream.model
 
+
+
+class Killed(BaseException):
+    """Stands for a kill -9: nothing after it runs (no cleanup of what the attempt staged)."""
+
+
+@pytest.mark.parametrize("when", ["before-the-swap", "after-the-swap"])
+def test_a_kill_around_the_copy_on_write_commit_leaves_every_row_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """Killed once the round's merged files are written but before the swap is sent (the trigger did not land:
+    the restart replays it), or once it landed but before the staged files it merged were deleted (the restart
+    resumes after it): either way the table holds every row once and the restart's orphan removal leaves no file
+    of the killed attempt behind."""
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog, 3)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random(f"cow-kill-{when}")), by_position=True)
+    v1 = committer(catalog, name)
+    for _ in range(2):
+        triggers.commit(v1, 300)
+    before = dict(triggers.stream.model)
+    values, keys = triggers.stream.records(300)
+    output = stage(catalog.load_table(name), v1.writer, values, keys, "debezium", "kill-0", True)
+    with monkeypatch.context() as patched:
+        if when == "before-the-swap":
+            def refuse(*_: object) -> object:
+                raise Killed
+            patched.setattr(committer_module, "commit_transactions", refuse)
+        else:
+            def killed(*_: object) -> object:
+                raise Killed
+            patched.setattr(committer_module.DataCommit, "land", killed)
+        with pytest.raises(Killed):
+            v1.commit(output, {"after": "t-killed"})
+    table = catalog.load_table(name)
+    assert unreferenced_sink_files(table, SINK), "the killed attempt left files (what a kill -9 leaves)"
+    v2 = SinkCommitter(catalog, name, Writer(SINK, 2, "attempt2"), copy_on_write_bytes=BELOW)
+    resumed = v2.start([]).frontier
+    v2.cleanup_orphans(catalog.load_table(name))
+    if when == "before-the-swap":
+        assert resumed != {"after": "t-killed"}
+        assert pyiceberg_rows(catalog.load_table(name)) == before
+        replay = stage(catalog.load_table(name), v2.writer, values, keys, "debezium", "kill-1", True)
+        v2.commit(replay, {"after": "t-replayed"})
+    else:
+        assert resumed == {"after": "t-killed"}
+    table = catalog.load_table(name)
+    assert pyiceberg_rows(table) == triggers.stream.model
+    data, deletes = layout(table)
+    assert not deletes and set(data.values()) == {1}
+    assert unreferenced_sink_files(table, SINK) == []
