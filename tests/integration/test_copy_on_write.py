@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFileContent
-from pyiceberg.table import Table, Transaction
+from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 import spark_app.committer as committer_module
@@ -26,8 +28,10 @@ from icebergsync.protocol import Writer
 from spark_app.committer import SinkCommitter
 from spark_app.iceberg_internals import is_deletion_vector, live_files, referenced_data_file
 from tests.integration.keyed_support import (
+    START,
     ChangeStream,
     delete_contents,
+    micros,
     pyiceberg_rows,
     spark_rows,
     sync_change_files,
@@ -135,32 +139,35 @@ def test_equality_deletes_are_untouched(tmp_path: Path, spark: SparkSession) -> 
 
 
 def test_a_foreign_commit_between_staging_and_commit_is_rebuilt_on(tmp_path: Path) -> None:
-    """The copy-on-write is recomputed on the head the commit swaps against: a foreign writer's commit (here
-    another sink's copy-on-write of the same partitions) moves the head; the first round is rebuilt, its files
-    deleted, and the table holds every row once."""
+    """The copy-on-write is recomputed on the head the commit swaps against: another engine appends a row (a new
+    small file in a partition the trigger writes to) after the first round was built; that round conflicts, its
+    files are deleted, the next round merges the foreign file too, and the table holds every row once."""
     catalog = open_catalog(tmp_path)
     name = keyed_table(catalog, 2)
-    triggers = Triggers(catalog, name, ChangeStream("debezium", random.Random("cow-foreign")), by_position=True)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("cow-foreign")), by_position=True)
     v1 = committer(catalog, name)
     triggers.commit(v1, 300)
     output = stage(catalog.load_table(name), v1.writer, *triggers.stream.records(300), "debezium", "foreign-0", True)
     original = v1._position_deletes
-    moved: list[bool] = []
+    rounds: list[int] = []
+    foreign_key, moment = 10**9, START + timedelta(days=1, hours=3)
 
     def interfere(table: Table, trigger_output: object) -> object:
         result = original(table, trigger_output)  # type: ignore[arg-type]
-        if not moved:  # after the first round's files are written, another commit lands on main
-            moved.append(True)
-            transaction = Transaction(catalog.load_table(name))
-            transaction.set_properties({"foreign": "1"})
-            transaction.commit_transaction()
+        rounds.append(len(result[1].added))
+        if len(rounds) == 1:  # after the first round's files are written, another engine appends on main
+            foreign = catalog.load_table(name)
+            foreign.append(pa.Table.from_pylist(
+                [{"id": foreign_key, "name": "foreign", "updated_at": moment}],
+                schema=pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),
+                                  pa.field("updated_at", pa.timestamp("us", tz="UTC"))])))
         return result
 
     v1._position_deletes = interfere  # type: ignore[method-assign]
     v1.commit(output, {"after": "t-foreign"})
+    assert len(rounds) == 2 and rounds[0] > 0, rounds
     table = catalog.load_table(name)
-    assert table.properties.get("foreign") == "1"
-    assert pyiceberg_rows(table) == triggers.stream.model
+    assert pyiceberg_rows(table) == {**triggers.stream.model, foreign_key: ("foreign", micros(moment))}
     data, deletes = layout(table)
     assert not deletes and set(data.values()) == {1}
     assert unreferenced_sink_files(table, SINK) == []
