@@ -368,12 +368,25 @@ class Changes(Model):
         "(every reader pays for it on every scan until maintenance rewrites it away; some engines cannot "
         "read it at all). See docs/dataplane.md.",
     )
+    copy_on_write_below: Size = Field(
+        default="256Ki",
+        description="With deletes: position, a data file smaller than this that a trigger touches is written again "
+        "in the trigger's own commit (copy-on-write) instead of getting position deletes: its live rows merged with "
+        "the trigger's new rows of its partition into one file, so a small partition stays one data file with no "
+        "delete file after every commit. 256Ki is where compaction counts a file as that large (opening a file costs "
+        "a scan about as much as reading this much of it); 0 turns it off. See docs/dataplane.md.",
+    )
     transactions: Transactions | None = Field(
         default=None,
         description="Debezium's transaction metadata (provide.transaction.metadata=true; format debezium, kafka "
         "source): each trigger ends at source transaction boundaries, so a transaction's changes to several rows "
         "and tables land in one commit (one atomic cut on a SQL catalog). See docs/connectors.md.",
     )
+
+    @property
+    def copy_on_write_bytes(self) -> int:
+        """Data files smaller than this are written again by a keyed commit that touches them (0: never)."""
+        return parse_size(self.copy_on_write_below) if self.deletes == "position" else 0
 
 
 REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE = "set at most one of every and afterCommits"

@@ -48,6 +48,7 @@ from spark_app.carry.live_rows import live_positions, read_live_rows
 from spark_app.changes import CARRY_COLUMN
 from spark_app.faults import crash_point
 from spark_app.iceberg_internals import (
+    LiveFile,
     add_unpartitioned_spec,
     added_snapshot,
     appended_snapshot_id,
@@ -63,6 +64,8 @@ from spark_app.key_index.file_keys import FileKeysCache
 from spark_app.key_index.key_columns import DRIVER_KEY_COLUMNS
 from spark_app.key_index.locate import LocateStats, locate_rows
 from spark_app.multi_table.cut import AtomicCutUnsupportedError, TableChange, atomic_cut_supported
+from spark_app.position_deletes.copy_on_write import CopyOnWrite, copy_on_write
+from spark_app.position_deletes.deletion_vector import DeletionVector
 from spark_app.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
 from spark_app.writer import TaskResult, WritePlan, stage_partition
 
@@ -298,7 +301,7 @@ class SinkCommitter:
 
     def __init__(self, catalog: Catalog, identifier: str, writer: Writer, dead_letter_identifier: str | None = None,
                  rebuild_data_file: Callable[[Table, str], DataFile] | None = None,
-                 spark: Callable[[], SparkSession] | None = None):
+                 spark: Callable[[], SparkSession] | None = None, copy_on_write_bytes: int = 0):
         self._catalog = catalog
         self._identifier = identifier
         self._dead_letter_identifier = dead_letter_identifier
@@ -314,6 +317,9 @@ class SinkCommitter:
         self._file_keys = FileKeysCache()  # the key index's data file summaries, kept across triggers
         self._key_columns = DRIVER_KEY_COLUMNS  # and the key columns of the row groups it read (every table's)
         self._spark = spark  # runs a large locate's reads as tasks (spark_app/key_index/tasks.py)
+        # keyed, position deletes: touched data files smaller than this are written again (changes.copyOnWriteBelow)
+        self.copy_on_write_bytes = copy_on_write_bytes
+        self._live_manifests: dict[str, list[LiveFile]] = {}  # the head's live files by manifest, for copy-on-write
 
     # -- compare-and-swap -------------------------------------------------------------------------
 
@@ -332,7 +338,7 @@ class SinkCommitter:
         self, table: Table, kind: str, frontier: Frontier | None, files: list[DataFile],
         schema_changes: list[SchemaChange] | None = None, checkpoint_extra: Mapping[str, object] | None = None,
         delete_files: list[DataFile] | None = None, removed_delete_files: list[DataFile] | None = None,
-        **properties: object,
+        removed_data_files: list[DataFile] | None = None, **properties: object,
     ) -> tuple[Transaction, int]:
         transaction = Transaction(table)
         if kind == protocol.KIND_FENCE and table.schema().identifier_field_ids:
@@ -352,9 +358,11 @@ class SinkCommitter:
         summary = protocol.snapshot_properties(
             self.writer, kind, frontier, source=self.source, **properties  # type: ignore[arg-type]
         )
-        if delete_files or table.metadata.format_version >= 3:  # pyiceberg's own append writes no v3 manifests
+        if delete_files or removed_delete_files or removed_data_files or table.metadata.format_version >= 3:
+            # (pyiceberg's own append writes no v3 manifests)
             _check_delete_specs(table, delete_files or [])
-            snapshot_id = row_delta(transaction, summary, files, delete_files or [], removed_delete_files or ())
+            snapshot_id = row_delta(transaction, summary, files, delete_files or [], removed_delete_files or (),
+                                    removed_data_files or ())
         else:
             with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
                 for data_file in files:
@@ -706,11 +714,34 @@ class SinkCommitter:
             with contextlib.suppress(FileNotFoundError):
                 io.delete(path)
 
-    def _position_deletes(self, table: Table, touched_keys: pa.Table | None) -> PositionDeleteDelta:
-        """The position deletes (or deletion vectors) of the rows ``touched_keys`` hold on ``table``'s head."""
+    def _position_deletes(self, table: Table, output: TriggerOutput) -> tuple[PositionDeleteDelta, CopyOnWrite]:
+        """The position deletes (or deletion vectors) of the rows ``output.touched_keys`` hold on ``table``'s head,
+        but for the small files written again instead, with the trigger's new rows of their partitions
+        (:mod:`spark_app.position_deletes.copy_on_write`, below ``copy_on_write_bytes``)."""
         snapshot = table.current_snapshot()
-        if touched_keys is None or touched_keys.num_rows == 0 or snapshot is None:
-            return PositionDeleteDelta()
+        if snapshot is None:
+            return PositionDeleteDelta(), CopyOnWrite({})
+        prefix = f"{attempt_file_prefix(self.writer)}-{snapshot.snapshot_id}"
+        located = self._locate(table, snapshot, output.touched_keys)
+        cow = CopyOnWrite(located)
+        if self.copy_on_write_bytes > 0 and not output.delete_files and (located or output.data_files):
+            started = time.monotonic()
+            cow = copy_on_write(table, located, output.data_files, self.copy_on_write_bytes, f"{prefix}-cow",
+                                self._live_manifests)
+            if cow.added:
+                log.info("%s: wrote %d small data file(s) again in %.2fs (%d row(s), %d staged file(s) merged) "
+                         "instead of position deletes", self.writer.sink_id, len(cow.removed_data),
+                         time.monotonic() - started, cow.rows_rewritten, len(cow.replaced_staged))
+        try:
+            return stage_position_deletes(table, cow.located, prefix), cow
+        except BaseException:
+            self._delete_files(cow.added)
+            raise
+
+    def _locate(self, table: Table, snapshot: Snapshot, touched_keys: pa.Table | None) -> dict[str, DeletionVector]:
+        """Data file path -> the positions of the rows ``touched_keys`` hold on ``snapshot``."""
+        if touched_keys is None or touched_keys.num_rows == 0:
+            return {}
         started, stats = time.monotonic(), LocateStats()
         located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats, self._spark, self._key_columns)
         log.info("%s: located %d key(s) in %.2fs: %d of %d file(s) past bounds, %d of %d row group(s) searched "
@@ -720,7 +751,7 @@ class SinkCommitter:
                  stats.row_groups - stats.row_groups_skipped_by_statistics - stats.row_groups_skipped_by_bloom,
                  stats.row_groups, stats.row_groups_skipped_by_statistics, stats.row_groups_skipped_by_bloom,
                  stats.rows_in_memory, stats.rows_read, stats.rows_read_in_tasks, len(located))
-        return stage_position_deletes(table, located, f"{attempt_file_prefix(self.writer)}-{snapshot.snapshot_id}")
+        return dict(located)
 
     def _carry(self, table: Table, output: TriggerOutput) -> TaskResult | None:
         """The files of ``output.carried`` completed from their keys' live rows on ``table``'s head (data files, and
@@ -774,14 +805,21 @@ class DataCommit:
     def _build(self, table: Table) -> tuple[Transaction, int]:
         committer, output = self.committer, self.output
         carried = committer._carry(table, output) or TaskResult()  # first: it may refuse the trigger
-        deletes = committer._position_deletes(table, output.touched_keys)
-        written = _Round(deletes.added, carried)
+        try:
+            deletes, cow = committer._position_deletes(table, output)
+        except BaseException:
+            committer._delete_files([f.data_file for f in carried.files])
+            raise
+        written = _Round(deletes.added, carried, cow.added, cow.replaced_staged)
         dead_letters = output.dead_letter_files + written.carried_dead_letters
         dead_letter_paths = [f.file_path for f in dead_letters]
+        replaced = {f.file_path for f in cow.replaced_staged}
+        data_files = [f for f in output.data_files if f.file_path not in replaced] + cow.added
         transaction, snapshot_id = committer._transaction(
-            table, protocol.KIND_DATA, self.frontier, output.data_files + written.carried_data,
+            table, protocol.KIND_DATA, self.frontier, data_files + written.carried_data,
             checkpoint_extra=_pending_extra(dead_letter_paths if committer.dead_letter_identifier else []),
-            delete_files=output.delete_files + deletes.added, removed_delete_files=deletes.removed,
+            delete_files=output.delete_files + deletes.added,
+            removed_delete_files=deletes.removed + cow.removed_deletes, removed_data_files=cow.removed_data,
             records=output.records + written.carried.records,
             dead_letters=output.dead_letters + written.carried.dead_letters, dead_letter_files=dead_letter_paths,
             max_event_time=output.max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
@@ -802,6 +840,8 @@ class DataCommit:
         committer._delete_files([f for snapshot_id, written in self.rounds.items()
                                  if snapshot_id != snapshot.snapshot_id for f in written.files])
         landed = self.rounds.get(snapshot.snapshot_id, _Round([], TaskResult()))
+        # The staged files the landed snapshot merged into its copy-on-write files: no snapshot holds them.
+        committer._delete_files(landed.replaced_staged)
         dead_letters = output.dead_letter_files + landed.carried_dead_letters
         output.records += landed.carried.records  # what the job logs and counts: the rows that landed
         output.dead_letters += landed.carried.dead_letters
@@ -842,10 +882,13 @@ def commit_together(commits: Sequence[DataCommit]) -> list[Commit]:
 
 @dataclass(frozen=True)
 class _Round:
-    """What one round of a data commit wrote for its snapshot: position deletes, and the carried rows' files."""
+    """What one round of a data commit wrote for its snapshot: position deletes, the carried rows' files and the
+    copy-on-write files (with the staged files they replace, which only its snapshot leaves out)."""
 
     deletes: list[DataFile]
     carried: TaskResult
+    rewritten: list[DataFile] = field(default_factory=list)
+    replaced_staged: list[DataFile] = field(default_factory=list)
 
     def _of(self, table: str) -> list[DataFile]:
         return [f.data_file for f in self.carried.files if f.table == table]
@@ -860,7 +903,7 @@ class _Round:
 
     @property
     def files(self) -> list[DataFile]:
-        return self.deletes + self.carried_data + self.carried_dead_letters
+        return self.deletes + self.carried_data + self.carried_dead_letters + self.rewritten
 
 
 class MaintenanceConflictError(IcebergSyncError):

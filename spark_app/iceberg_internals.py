@@ -564,7 +564,8 @@ class RowDelta(_RowLevelProducer):
 
     Data files go into one data manifest under the default spec, added delete files into one delete
     manifest per spec; a removed delete file (the DV a new DV replaces) is written DELETED in a
-    rewritten copy of its manifest. The snapshot's operation is Iceberg's for a row delta:
+    rewritten copy of its manifest, and so is a removed data file (a small file a keyed commit writes
+    again, copy-on-write: its DV must be removed with it). The snapshot's operation is Iceberg's for a row delta:
     ``append`` for data files alone, ``delete`` for delete files alone, ``overwrite`` for both.
     Position deletes are position delete files in a format-version 2 table and deletion vectors in
     a format-version 3 one; the commit is refused when a data file would be left with two DVs or
@@ -577,6 +578,7 @@ class RowDelta(_RowLevelProducer):
                          branch=MAIN_BRANCH, snapshot_properties=snapshot_properties)
         self._added_delete_files: list[DataFile] = []
         self._removed_delete_files: list[DataFile] = []
+        self._removed_data_files: list[DataFile] = []
 
     def add_delete_file(self, delete_file: DataFile) -> RowDelta:
         _check_delete_file(delete_file, self._transaction.table_metadata.format_version)
@@ -589,8 +591,14 @@ class RowDelta(_RowLevelProducer):
         self._removed_delete_files.append(delete_file)
         return self
 
+    def remove_data_file(self, data_file: DataFile) -> RowDelta:
+        if data_file.content != DataFileContent.DATA:
+            raise ValueError(f"not a data file: {data_file.file_path}")
+        self._removed_data_files.append(data_file)
+        return self
+
     def _commit(self) -> UpdatesAndRequirements:
-        if self._added_delete_files or self._removed_delete_files:
+        if self._added_delete_files or self._removed_delete_files or self._removed_data_files:
             version = self._transaction.table_metadata.format_version
             if version < 2:
                 raise ValueError(f"delete files need an Iceberg format-version 2 or 3 table (this one is {version})")
@@ -598,14 +606,19 @@ class RowDelta(_RowLevelProducer):
         return super()._commit()
 
     def _existing_manifests(self) -> list[ManifestFile]:
-        removed = {file_key(f) for f in self._removed_delete_files}
+        removed_deletes = {file_key(f) for f in self._removed_delete_files}
+        removed_data = {file_key(f) for f in self._removed_data_files}
+        removed = removed_deletes | removed_data
         added_dvs = Counter(referenced_data_file(f) for f in self._added_delete_files if is_deletion_vector(f))
-        carried = self._carry_manifests(lambda f: file_key(f) in removed,
-                                        lambda m: m.content == ManifestContent.DELETES and bool(removed or added_dvs))
+        carried = self._carry_manifests(
+            lambda f: file_key(f) in removed,
+            lambda m: (m.content == ManifestContent.DELETES and bool(removed_deletes or added_dvs or removed_data))
+            or (m.content == ManifestContent.DATA and bool(removed_data)))
         missing = removed - {file_key(f) for f in carried.removed}
         if missing:
-            raise ValueError(f"delete files to remove are not live in the parent snapshot: {sorted(missing)[:3]}")
-        _check_deletion_vectors(self._added_delete_files, carried.live)
+            raise ValueError(f"files to remove are not live in the parent snapshot: {sorted(missing)[:3]}")
+        _check_deletion_vectors(self._added_delete_files, carried.live,
+                                {f.file_path for f in self._removed_data_files})
         return carried.manifests
 
     def _manifests(self) -> list[ManifestFile]:
@@ -613,7 +626,8 @@ class RowDelta(_RowLevelProducer):
         return [*manifests, *self._added_manifests(self._added_delete_files, ManifestContent.DELETES, None)]
 
     def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006 (pyiceberg's signature)
-        return self._summary_counting(snapshot_properties, self._added_delete_files, self._removed_delete_files)
+        return self._summary_counting(snapshot_properties, self._added_delete_files,
+                                      [*self._removed_data_files, *self._removed_delete_files])
 
 
 def _check_deletion_vectors(added: Sequence[DataFile], live: Sequence[DataFile], removed_data: Collection[str] = ()) -> None:
@@ -650,9 +664,10 @@ def _check_delete_file(delete_file: DataFile, format_version: int) -> None:
 
 
 def row_delta(transaction: Transaction, snapshot_properties: dict[str, str], data_files: Sequence[DataFile],
-              delete_files: Sequence[DataFile], removed_delete_files: Sequence[DataFile] = ()) -> int:
-    """Stage one snapshot with ``data_files`` and ``delete_files`` added and ``removed_delete_files`` removed on
-    ``transaction``; return its id."""
+              delete_files: Sequence[DataFile], removed_delete_files: Sequence[DataFile] = (),
+              removed_data_files: Sequence[DataFile] = ()) -> int:
+    """Stage one snapshot with ``data_files`` and ``delete_files`` added and ``removed_delete_files`` and
+    ``removed_data_files`` removed on ``transaction``; return its id."""
     delta = RowDelta(transaction, snapshot_properties)
     with delta:
         for data_file in data_files:
@@ -661,6 +676,8 @@ def row_delta(transaction: Transaction, snapshot_properties: dict[str, str], dat
             delta.add_delete_file(delete_file)
         for delete_file in removed_delete_files:
             delta.remove_delete_file(delete_file)
+        for data_file in removed_data_files:
+            delta.remove_data_file(data_file)
         snapshot_id = delta.snapshot_id
     return snapshot_id
 

@@ -49,7 +49,9 @@ class Lane:
         self._spark = spark
         self._upkeep = upkeep
         self.columns = list(settings.columns)
-        self.committer = SinkCommitter(catalog, settings.name, writer, settings.dead_letter, rebuild_data_file, spark)
+        self.committer = SinkCommitter(
+            catalog, settings.name, writer, settings.dead_letter, rebuild_data_file, spark,
+            copy_on_write_bytes=spec.changes.copy_on_write_bytes if spec.changes is not None and settings.key else 0)
         self.plan: WritePlan | None = None  # set by the claim
         self.maintainer: Maintainer | None = None
 

@@ -302,18 +302,20 @@ def write_change_files(inbox: Path, stream: ChangeStream, files: int, per_file: 
 
 
 def sync_change_files(directory: Path, spark: SparkSession, stream: ChangeStream, *, deletes: str,
-                      format_version: str, partitioned: bool = True) -> Table:
+                      format_version: str, partitioned: bool = True, copy_on_write_below: str = "0") -> Table:
     """The stream's next 3,000 changes (five Debezium change files of 600) synced by the job, one file a
     trigger, into ``sales.orders`` under ``directory``: keyed by id, partitioned by ``day(updated_at)``
     unless ``partitioned`` is false, the older rows deleted as ``deletes`` says (``position`` or
-    ``equality``), upkeep's rewrites off so that the head holds the deletes as the triggers wrote them.
+    ``equality``), upkeep's rewrites off so that the head holds the deletes as the triggers wrote them, and small
+    files written again by the commit below ``copy_on_write_below`` only (changes.copyOnWriteBelow; 0: never).
     Returns the table once the last file is committed."""
     write_change_files(directory / "inbox", stream, 5, 600)
     table: dict[str, Any] = {"key": KEY, "properties": {"format-version": format_version}}
     if partitioned:
         table["partitionBy"] = ["day(updated_at)"]
     sync = make_sync(directory, {"files": {"path": str(directory / "inbox"), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
-                     table=table, changes={"format": "debezium", "deletes": deletes},
+                     table=table, changes={"format": "debezium", "deletes": deletes,
+                                                          "copyOnWriteBelow": copy_on_write_below},
                      deadLetter={"table": "sales.orders_dlq"},
                      maintenance={"compaction": {"enabled": False}, "rewriteDeletes": {"enabled": False}})
     catalog = catalog_of(sync)

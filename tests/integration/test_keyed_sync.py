@@ -46,13 +46,17 @@ def test_each_delete_layout_reads_as_the_model_in_spark_and_pyiceberg(
         assert pyiceberg_rows(table) == stream.model
 
 
-@pytest.mark.parametrize("fmt", ["debezium", "upsert"])
-def test_change_files_end_in_the_model_of_the_stream(tmp_path: Path, spark: SparkSession, fmt: str) -> None:
+@pytest.mark.parametrize(("fmt", "copy_on_write"), [("debezium", None), ("upsert", "0")])
+def test_change_files_end_in_the_model_of_the_stream(tmp_path: Path, spark: SparkSession, fmt: str,
+                                                     copy_on_write: str | None) -> None:
+    """With the defaults the commits write the small files they touch again (changes.copyOnWriteBelow): no delete
+    file is left for upkeep; with that off, upkeep rewrites each trigger's deletes away."""
     inbox = tmp_path / "inbox"
     stream = ChangeStream(fmt, random.Random(f"files-{fmt}"))
     write_change_files(inbox, stream, 6, 700)
     sync = make_sync(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 2}}, schema=SCHEMA,
-                     table={"key": ["id"], "partitionBy": ["day(updated_at)"]}, changes={"format": fmt},
+                     table={"key": ["id"], "partitionBy": ["day(updated_at)"]},
+                     changes={"format": fmt, **({"copyOnWriteBelow": copy_on_write} if copy_on_write else {})},
                      deadLetter={"table": "sales.orders_dlq"})
     catalog = catalog_of(sync)
 
@@ -65,7 +69,10 @@ def test_change_files_end_in_the_model_of_the_stream(tmp_path: Path, spark: Spar
     table = catalog.load_table("sales.orders")
     kinds = [c.kind for c in sink_commits(table, "test/orders")]
     assert [kind for kind in kinds if kind != "maintenance"] == ["fence", "data", "data", "data"]
-    assert "maintenance" in kinds  # on by default: each trigger's deletes are rewritten away
+    if copy_on_write is None:
+        assert not delete_contents(table), "a small table keeps no delete file"
+    else:
+        assert "maintenance" in kinds  # on by default: each trigger's deletes are rewritten away
     assert spark_rows(spark, table) == stream.model
     dead_letters = catalog.load_table("sales.orders_dlq").scan().to_arrow()
     assert dead_letters.num_rows == stream.dead

@@ -531,7 +531,8 @@ def test_kills_before_and_after_the_maintenance_commit_lose_nothing(tmp_path: Pa
     document = sync_document(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
                              table={"key": ["id"], "partitionBy": ["day(updated_at)"],
                                     "properties": {"format-version": format_version}},
-                             changes={"format": "debezium", "deletes": deletes},
+                             # (position deletes, not the commit's copy-on-write: the run must have deletes to rewrite)
+                             changes={"format": "debezium", "deletes": deletes, "copyOnWriteBelow": "0"},
                              deadLetter={"table": "sales.orders_dlq"},
                              maintenance={"rewriteDeletes": {"afterCommits": 1},
                                           "expireSnapshots": {"olderThan": "0s", "retainLast": 1, "every": "1ms"}})

@@ -20,6 +20,7 @@ CUT = "spark_app/multi_table/cut.py"
 LOCATE = "spark_app/key_index/locate.py"
 CHANGES = "spark_app/changes.py"
 POSITION_DELETES = "spark_app/position_deletes/stage.py"
+COPY_ON_WRITE = "spark_app/position_deletes/copy_on_write.py"
 
 
 @dataclass(frozen=True)
@@ -109,14 +110,21 @@ KEYED = (
              "located = locate_rows(table, self.last_snapshot or snapshot, touched_keys, self._file_keys, stats, "
              "self._spark, self._key_columns)"),)),
     Mutant("no-relocate-on-retry", "a commit retried on a new head keeps the deletes located on its first round",
-           ((COMMITTER, "        deletes = committer._position_deletes(table, output.touched_keys)\n",
-             "        deletes = self.__dict__.setdefault('_first', committer._position_deletes(table, output.touched_keys))\n"
+           ((COMMITTER, "            deletes, cow = committer._position_deletes(table, output)\n",
+             "            deletes, cow = self.__dict__.setdefault('_first', committer._position_deletes(table, output))\n"
              ),)),
     Mutant("deletes-not-touched", "a key a trigger only deletes is not among the keys it touches (its row stays)",
            ((CHANGES, "upserts.filter(complete).select(declared), winners.select(list(key)),",
              "upserts.filter(complete).select(declared), upserts.select(list(key)),"),)),
     Mutant("upper-bound-excluded", "a file or row group whose key bound equals a touched key is skipped",
            ((LOCATE, "else bisect.bisect_right(self.sorted, upper)", "else bisect.bisect_left(self.sorted, upper)"),)),
+    Mutant("cow-keeps-located-rows", "a small file written again by copy-on-write keeps the rows the trigger "
+           "located (the touched keys' older rows stay)",
+           ((COPY_ON_WRITE, "                    if f.path in located:\n", "                    if False:\n"),)),
+    Mutant("cow-drops-earlier-deletes", "a small file written again by copy-on-write brings back the rows earlier "
+           "position deletes or DVs removed",
+           ((COPY_ON_WRITE, "                    parts = [applied[f.path]] if f.path in applied else []\n",
+             "                    parts = []\n"),)),
     Mutant("dv-not-merged", "a new deletion vector replaces the data file's live one without holding its positions",
            ((POSITION_DELETES, "target.positions.union(read_deletion_vector(io, old))", "target.positions"),)),
 )

@@ -11,9 +11,9 @@ from tests.mutation.mutants import KEYED, MUTANTS, NEW, REVIEWED, UPKEEP, Mutant
 from tests.mutation.run import REPO, apply
 
 
-def test_there_are_ten_reviewed_ten_new_five_keyed_and_one_upkeep_mutants_with_distinct_names() -> None:
-    assert (len(REVIEWED), len(NEW), len(KEYED), len(UPKEEP)) == (10, 10, 5, 1)
-    assert len({m.name for m in MUTANTS}) == 26
+def test_there_are_ten_reviewed_ten_new_seven_keyed_and_one_upkeep_mutants_with_distinct_names() -> None:
+    assert (len(REVIEWED), len(NEW), len(KEYED), len(UPKEEP)) == (10, 10, 7, 1)
+    assert len({m.name for m in MUTANTS}) == 28
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)

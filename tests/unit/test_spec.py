@@ -170,6 +170,20 @@ def test_changes_by_key_as_issue_13_shapes_them() -> None:
     assert not parse_spec(VALID).spec.keyed
 
 
+def test_copy_on_write_below_defaults_to_the_compaction_floor_and_0_or_equality_turns_it_off() -> None:
+    def below(**changes: Any) -> int:
+        spec = parse_spec(cdc_spec({"key": ["id"]}, changes={"format": "debezium", **changes})).spec
+        assert spec.changes is not None
+        return spec.changes.copy_on_write_bytes
+
+    assert below() == 256 * 1024
+    assert below(copyOnWriteBelow="1Mi") == 1024**2
+    assert below(copyOnWriteBelow="0") == 0
+    assert below(deletes="equality") == 0
+    assert any(p.startswith("spec.changes.copyOnWriteBelow") for p in problems_of(
+        cdc_spec({"key": ["id"]}, changes={"format": "debezium", "copyOnWriteBelow": "-1"})))
+
+
 def test_changes_without_a_key_are_refused_at_their_path() -> None:
     from icebergsync.spec import CHANGES_NEED_KEY_MESSAGE
 

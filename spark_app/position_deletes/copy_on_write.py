@@ -1,0 +1,190 @@
+"""Copy-on-write of small data files in a keyed commit, instead of position deletes.
+
+A keyed commit deletes the older rows of the keys it touches by position (:mod:`.stage`). For a small
+data file that is a poor trade: the partition is left with the file, a position delete file or DV and
+the trigger's own small file of new rows, three files to open where one would do, until upkeep
+compacts them. So, on the head the commit swaps against, every partition holding a touched data file
+smaller than ``changes.copyOnWriteBelow`` (or new rows of the trigger and such a file) is written
+again as ONE data file: the live rows of its small files (without the rows the trigger deletes and
+without every position delete or DV that already applies to them) followed by the trigger's staged
+rows of that partition. The commit's one snapshot removes the small files, the staged files merged
+and the delete files left with nothing to delete (the DVs of the removed files; a format 2 position
+delete file naming only removed files), and adds the merged file; only larger files get position
+deletes.
+
+A file any equality delete applies to is never written this way (the merged file's sequence number
+is the commit's, past those deletes). On format 3 the old rows keep their row lineage, written as
+the ``_row_id`` and ``_last_updated_sequence_number`` columns (:mod:`spark_app.upkeep.lineage`); the
+trigger's rows have none and so get the merged file's (new ids, the commit's sequence number).
+The work is bounded: inputs of at most twice the threshold per partition and
+:data:`spark_app.merge.DRIVER_REWRITE_BYTES` per commit (the rest gets position deletes), in the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.table import Table
+
+from spark_app.iceberg_internals import (
+    LiveFile,
+    is_deletion_vector,
+    live_files,
+    read_data_file,
+    referenced_data_file,
+)
+from spark_app.merge import DRIVER_REWRITE_BYTES
+from spark_app.position_deletes.deletion_vector import DeletionVector
+from spark_app.upkeep.deletes import deleted_positions, position_references
+from spark_app.upkeep.lineage import Lineage
+from spark_app.upkeep.rewrite import RewriteContext
+from spark_app.writer import RollingParquetWriter, compression_options, conform
+
+PartitionKey = tuple[int, object]
+
+
+@dataclass
+class CopyOnWrite:
+    """What a commit's copy-on-write changes: the files it adds and removes, and the located rows it leaves to
+    position deletes (those of the files it does not write again)."""
+
+    located: dict[str, DeletionVector]
+    added: list[DataFile] = field(default_factory=list)  # the merged files
+    removed_data: list[DataFile] = field(default_factory=list)  # the small live files written again
+    removed_deletes: list[DataFile] = field(default_factory=list)  # delete files left with nothing to delete
+    replaced_staged: list[DataFile] = field(default_factory=list)  # the trigger's staged files merged
+
+    @property
+    def rows_rewritten(self) -> int:
+        return sum(f.record_count for f in self.removed_data)
+
+
+def _key(data_file: DataFile) -> PartitionKey:
+    return data_file.spec_id, data_file.partition
+
+
+def _size(data_file: DataFile) -> int:
+    return data_file.file_size_in_bytes
+
+
+def copy_on_write(table: Table, located: Mapping[str, DeletionVector], staged: Sequence[DataFile], below_bytes: int,
+                  name_prefix: str, manifests: MutableMapping[str, list[LiveFile]] | None = None,
+                  budget_bytes: int = DRIVER_REWRITE_BYTES) -> CopyOnWrite:
+    """Write again the small files of ``table``'s current snapshot that ``located`` (data file path -> positions
+    the trigger deletes) touches, with the trigger's ``staged`` data files of their partitions; see the module.
+
+    ``manifests`` caches live files by manifest path. Nothing is written when ``below_bytes`` is 0.
+    """
+    result = CopyOnWrite(dict(located))
+    snapshot = table.current_snapshot()
+    if below_bytes <= 0 or snapshot is None or table.metadata.format_version < 2:
+        return result
+    live = live_files(table, snapshot, manifests)
+    if manifests is not None:  # keep the manifests of this snapshot only (a manifest never changes)
+        current = {f.manifest_path for f in live}
+        for path in [p for p in manifests if p not in current]:
+            del manifests[path]
+    data = [f for f in live if f.data_file.content == DataFileContent.DATA]
+    equality = [f for f in live if f.data_file.content == DataFileContent.EQUALITY_DELETES]
+    positional = [f for f in live if f.data_file.content == DataFileContent.POSITION_DELETES]
+    specs = table.metadata.specs()
+    default_spec = table.metadata.default_spec_id
+
+    def eligible(f: LiveFile) -> bool:
+        return _size(f.data_file) < below_bytes and not any(
+            d.data_sequence_number > f.data_sequence_number for d in equality)
+
+    small_by_partition: dict[PartitionKey, list[LiveFile]] = {}
+    for f in data:
+        if eligible(f):
+            small_by_partition.setdefault(_key(f.data_file), []).append(f)
+    staged_by_partition: dict[PartitionKey, list[DataFile]] = {}
+    for s in staged:
+        if s.content == DataFileContent.DATA and s.spec_id == default_spec and _size(s) < below_bytes:
+            staged_by_partition.setdefault(_key(s), []).append(s)
+
+    touched = {p for p in located if located[p].cardinality}
+    budget = budget_bytes
+    chosen: list[tuple[PartitionKey, list[LiveFile], list[DataFile]]] = []
+    for partition, small in small_by_partition.items():
+        new = staged_by_partition.get(partition, [])
+        if not new and not any(f.path in touched for f in small):
+            continue  # nothing of this trigger's lands here
+        total = sum(map(_size, new))
+        picked: list[LiveFile] = []
+        for f in sorted(small, key=lambda f: (f.path not in touched, _size(f.data_file), f.path)):
+            if total + _size(f.data_file) > 2 * below_bytes:
+                continue
+            picked.append(f)
+            total += _size(f.data_file)
+        if not picked or (not new and not any(f.path in touched for f in picked)) or total > budget:
+            continue
+        budget -= total
+        chosen.append((partition, picked, new))
+    if not chosen:
+        return result
+
+    context = RewriteContext.of(table, 8 * below_bytes)
+    io = context.io()
+    try:
+        for partition, picked, new in chosen:
+            spec_id = partition[0]
+            deletes = [d for d in positional if _key(d.data_file) == partition]
+            applied = deleted_positions(io, deletes, picked) if deletes else {}
+            plan = context.table_plan(spec_id)
+            target = plan.arrow_schema()
+            writer = RollingParquetWriter(plan, io, picked[0].data_file.partition, name_prefix,
+                                          context.target_file_bytes, compression_options(plan.properties))
+            try:
+                for f in picked:
+                    parts = [applied[f.path]] if f.path in applied else []
+                    if f.path in located:
+                        parts.append(located[f.path].to_numpy())
+                    gone = np.unique(np.concatenate(parts)).astype(np.int64) if parts else None
+                    lineage = Lineage(f, gone) if context.keeps_lineage else None
+                    for batch in read_data_file(io, f.data_file, context.file_schema, specs[spec_id],
+                                                context.format_version, context.name_mapping,
+                                                pa.array(gone) if gone is not None else None):
+                        rows = pa.Table.from_batches([batch])
+                        if lineage is not None:
+                            rows = lineage.fill(rows)
+                        for conformed in _conform(rows, target):
+                            writer.write(conformed)
+                for s in new:
+                    for batch in read_data_file(io, s, context.file_schema, specs[spec_id], context.format_version,
+                                                context.name_mapping, None):
+                        for conformed in _conform(pa.Table.from_batches([batch]), target):
+                            writer.write(conformed)
+                result.added.extend(writer.finish())
+            except BaseException:
+                writer.abort()
+                raise
+            result.removed_data.extend(f.data_file for f in picked)
+            result.replaced_staged.extend(new)
+            for f in picked:
+                result.located.pop(f.path, None)
+        removed = {f.file_path for f in result.removed_data}
+        for d in positional:
+            if is_deletion_vector(d.data_file):
+                if referenced_data_file(d.data_file) in removed:
+                    result.removed_deletes.append(d.data_file)
+            elif _key(d.data_file) in {p for p, _, _ in chosen}:
+                named = referenced_data_file(d.data_file)
+                names = {named} if named is not None else set(position_references(io, d.data_file))
+                if names <= removed:
+                    result.removed_deletes.append(d.data_file)
+    except BaseException:
+        for written in result.added:
+            with contextlib.suppress(FileNotFoundError):
+                io.delete(written.file_path)
+        raise
+    return result
+
+
+def _conform(rows: pa.Table, target: pa.Schema) -> list[pa.RecordBatch]:
+    return conform(rows, target).to_batches()
