@@ -179,6 +179,13 @@ class OperatorProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def wait_logged(self, text: str, what: str) -> None:
+        """Wait until the log holds ``text``; a timeout fails with the log's tail, which tells why."""
+        try:
+            wait_for(what, lambda: text in self.log())
+        except pytest.fail.Exception as timeout:
+            pytest.fail(f"{timeout}\noperator log ({self.log_path.name}):\n{self.log()[-4000:]}")
+
     def metrics(self) -> dict[str, float]:
         """The Prometheus samples, e.g. ``icebergsync_operator_launches_total{reason="Launched"}``."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:

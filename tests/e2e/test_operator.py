@@ -362,7 +362,7 @@ def test_two_replicas_never_both_act(
         kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
     """The older replica outranks the newer one in kopf peering; the newer stays paused until it is gone."""
     active = start_operator()
-    wait_for("the first replica to become active", lambda: "Resuming operations" in active.log())
+    active.wait_logged("Resuming operations", "the first replica to become active")
     standby = start_operator()
     peers = wait_for("both replicas in the KopfPeering", lambda: (lambda status: status if len(status) == 2 else None)(
         kube.custom.get_namespaced_custom_object("kopf.dev", "v1", kube.namespace, "kopfpeerings", "icebergsync")
@@ -377,7 +377,7 @@ def test_two_replicas_never_both_act(
     assert set(kube.applications()) == {"trips-v1"}
 
     active.stop()
-    wait_for("standby resumes", lambda: "Resuming operations" in standby.log())
+    standby.wait_logged("Resuming operations", "standby resumes")
     kube.patch_spec("trips", {"commit": {"interval": "2s"}})
     kube.wait_applications({"trips-v2"})
     assert standby.reconciles() > 0
