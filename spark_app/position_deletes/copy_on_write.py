@@ -28,19 +28,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table
 
-from spark_app.iceberg_internals import (
-    LiveFile,
-    is_deletion_vector,
-    live_files,
-    read_data_file,
-    referenced_data_file,
-)
+from spark_app.iceberg_internals import LiveFile, live_files, read_data_file
 from spark_app.merge import DRIVER_REWRITE_BYTES
 from spark_app.position_deletes.deletion_vector import DeletionVector
-from spark_app.upkeep.deletes import deleted_positions, position_references
+from spark_app.upkeep.deletes import applied_positions, named_positions
 from spark_app.upkeep.lineage import Lineage
 from spark_app.upkeep.rewrite import RewriteContext
 from spark_app.writer import RollingParquetWriter, compression_options, conform
@@ -72,6 +67,17 @@ def _size(data_file: DataFile) -> int:
     return data_file.file_size_in_bytes
 
 
+@dataclass(frozen=True)
+class _Choice:
+    """One partition written again: its small live files picked, the trigger's staged files of it, and the
+    partition's position delete files and DVs."""
+
+    partition: PartitionKey
+    picked: list[LiveFile]
+    new: list[DataFile]
+    deletes: list[LiveFile]
+
+
 def copy_on_write(table: Table, located: Mapping[str, DeletionVector], staged: Sequence[DataFile], below_bytes: int,
                   name_prefix: str, manifests: MutableMapping[str, list[LiveFile]] | None = None,
                   budget_bytes: int = DRIVER_REWRITE_BYTES) -> CopyOnWrite:
@@ -89,95 +95,14 @@ def copy_on_write(table: Table, located: Mapping[str, DeletionVector], staged: S
         current = {f.manifest_path for f in live}
         for path in [p for p in manifests if p not in current]:
             del manifests[path]
-    data = [f for f in live if f.data_file.content == DataFileContent.DATA]
-    equality = [f for f in live if f.data_file.content == DataFileContent.EQUALITY_DELETES]
-    positional = [f for f in live if f.data_file.content == DataFileContent.POSITION_DELETES]
-    specs = table.metadata.specs()
-    default_spec = table.metadata.default_spec_id
-
-    def eligible(f: LiveFile) -> bool:
-        return _size(f.data_file) < below_bytes and not any(
-            d.data_sequence_number > f.data_sequence_number for d in equality)
-
-    small_by_partition: dict[PartitionKey, list[LiveFile]] = {}
-    for f in data:
-        if eligible(f):
-            small_by_partition.setdefault(_key(f.data_file), []).append(f)
-    staged_by_partition: dict[PartitionKey, list[DataFile]] = {}
-    for s in staged:
-        if s.content == DataFileContent.DATA and s.spec_id == default_spec and _size(s) < below_bytes:
-            staged_by_partition.setdefault(_key(s), []).append(s)
-
-    touched = {p for p in located if located[p].cardinality}
-    budget = budget_bytes
-    chosen: list[tuple[PartitionKey, list[LiveFile], list[DataFile]]] = []
-    for partition, small in small_by_partition.items():
-        new = staged_by_partition.get(partition, [])
-        if not new and not any(f.path in touched for f in small):
-            continue  # nothing of this trigger's lands here
-        total = sum(map(_size, new))
-        picked: list[LiveFile] = []
-        for f in sorted(small, key=lambda f: (f.path not in touched, _size(f.data_file), f.path)):
-            if total + _size(f.data_file) > 2 * below_bytes:
-                continue
-            picked.append(f)
-            total += _size(f.data_file)
-        if not picked or (not new and not any(f.path in touched for f in picked)) or total > budget:
-            continue
-        budget -= total
-        chosen.append((partition, picked, new))
+    chosen = _choose(live, located, staged, below_bytes, table.metadata.default_spec_id, budget_bytes)
     if not chosen:
         return result
-
     context = RewriteContext.of(table, 8 * below_bytes)
     io = context.io()
     try:
-        for partition, picked, new in chosen:
-            spec_id = partition[0]
-            deletes = [d for d in positional if _key(d.data_file) == partition]
-            applied = deleted_positions(io, deletes, picked) if deletes else {}
-            plan = context.table_plan(spec_id)
-            target = plan.arrow_schema()
-            writer = RollingParquetWriter(plan, io, picked[0].data_file.partition, name_prefix,
-                                          context.target_file_bytes, compression_options(plan.properties))
-            try:
-                for f in picked:
-                    parts = [applied[f.path]] if f.path in applied else []
-                    if f.path in located:
-                        parts.append(located[f.path].to_numpy())
-                    gone = np.unique(np.concatenate(parts)).astype(np.int64) if parts else None
-                    lineage = Lineage(f, gone) if context.keeps_lineage else None
-                    for batch in read_data_file(io, f.data_file, context.file_schema, specs[spec_id],
-                                                context.format_version, context.name_mapping,
-                                                pa.array(gone) if gone is not None else None):
-                        rows = pa.Table.from_batches([batch])
-                        if lineage is not None:
-                            rows = lineage.fill(rows)
-                        for conformed in _conform(rows, target):
-                            writer.write(conformed)
-                for s in new:
-                    for batch in read_data_file(io, s, context.file_schema, specs[spec_id], context.format_version,
-                                                context.name_mapping, None):
-                        for conformed in _conform(pa.Table.from_batches([batch]), target):
-                            writer.write(conformed)
-                result.added.extend(writer.finish())
-            except BaseException:
-                writer.abort()
-                raise
-            result.removed_data.extend(f.data_file for f in picked)
-            result.replaced_staged.extend(new)
-            for f in picked:
-                result.located.pop(f.path, None)
-        removed = {f.file_path for f in result.removed_data}
-        for d in positional:
-            if is_deletion_vector(d.data_file):
-                if referenced_data_file(d.data_file) in removed:
-                    result.removed_deletes.append(d.data_file)
-            elif _key(d.data_file) in {p for p, _, _ in chosen}:
-                named = referenced_data_file(d.data_file)
-                names = {named} if named is not None else set(position_references(io, d.data_file))
-                if names <= removed:
-                    result.removed_deletes.append(d.data_file)
+        for choice in chosen:
+            _write_again(context, io, choice, result, name_prefix)
     except BaseException:
         for written in result.added:
             with contextlib.suppress(FileNotFoundError):
@@ -186,5 +111,80 @@ def copy_on_write(table: Table, located: Mapping[str, DeletionVector], staged: S
     return result
 
 
-def _conform(rows: pa.Table, target: pa.Schema) -> list[pa.RecordBatch]:
-    return conform(rows, target).to_batches()
+def _choose(live: Sequence[LiveFile], located: Mapping[str, DeletionVector], staged: Sequence[DataFile],
+            below_bytes: int, default_spec: int, budget_bytes: int) -> list[_Choice]:
+    """The partitions to write again: each holds a small file the trigger deletes rows of, or new rows of the
+    trigger and a small file; its inputs stay within twice ``below_bytes``, and all within ``budget_bytes``."""
+    equality = [f for f in live if f.data_file.content == DataFileContent.EQUALITY_DELETES]
+    small_by_partition: dict[PartitionKey, list[LiveFile]] = {}
+    deletes_by_partition: dict[PartitionKey, list[LiveFile]] = {}
+    for f in live:
+        if f.data_file.content == DataFileContent.POSITION_DELETES:
+            deletes_by_partition.setdefault(_key(f.data_file), []).append(f)
+        elif f.data_file.content == DataFileContent.DATA and _size(f.data_file) < below_bytes and not any(
+                d.data_sequence_number > f.data_sequence_number for d in equality):
+            small_by_partition.setdefault(_key(f.data_file), []).append(f)
+    staged_by_partition: dict[PartitionKey, list[DataFile]] = {}
+    for s in staged:
+        if s.content == DataFileContent.DATA and s.spec_id == default_spec and _size(s) < below_bytes:
+            staged_by_partition.setdefault(_key(s), []).append(s)
+
+    touched = {p for p in located if located[p].cardinality}
+    budget = budget_bytes
+    chosen: list[_Choice] = []
+    for partition, small in small_by_partition.items():
+        new = staged_by_partition.get(partition, [])
+        total = sum(map(_size, new))
+        picked: list[LiveFile] = []
+        for f in sorted(small, key=lambda f: (f.path not in touched, _size(f.data_file), f.path)):
+            if total + _size(f.data_file) <= 2 * below_bytes:
+                picked.append(f)
+                total += _size(f.data_file)
+        if not picked or (not new and not any(f.path in touched for f in picked)) or total > budget:
+            continue  # nothing of this trigger's lands here, or no room for it
+        budget -= total
+        chosen.append(_Choice(partition, picked, new, deletes_by_partition.get(partition, [])))
+    return chosen
+
+
+def _write_again(context: RewriteContext, io: FileIO, choice: _Choice, result: CopyOnWrite, name_prefix: str) -> None:
+    """Write ``choice``'s partition as one file (rows of its picked files less every delete, then the staged
+    rows) and record in ``result`` what that adds and removes."""
+    spec_id = choice.partition[0]
+    spec = context.specs[spec_id]
+    named = named_positions(io, choice.deletes)  # read once: for the rows they delete, then for what they name
+    applied = applied_positions(named, choice.picked)
+    plan = context.table_plan(spec_id)
+    target = plan.arrow_schema()
+    writer = RollingParquetWriter(plan, io, choice.picked[0].data_file.partition, name_prefix,
+                                  context.target_file_bytes, compression_options(plan.properties))
+    try:
+        for f in choice.picked:
+            parts = [applied[f.path]] if f.path in applied else []
+            if f.path in result.located:
+                parts.append(result.located[f.path].to_numpy())
+            gone = np.unique(np.concatenate(parts)).astype(np.int64) if parts else None
+            lineage = Lineage(f, gone) if context.keeps_lineage else None
+            for batch in read_data_file(io, f.data_file, context.file_schema, spec, context.format_version,
+                                        context.name_mapping, pa.array(gone) if gone is not None else None):
+                rows = pa.Table.from_batches([batch])
+                _write(writer, lineage.fill(rows) if lineage is not None else rows, target)
+        for s in choice.new:
+            for batch in read_data_file(io, s, context.file_schema, spec, context.format_version,
+                                        context.name_mapping, None):
+                _write(writer, pa.Table.from_batches([batch]), target)
+        result.added.extend(writer.finish())
+    except BaseException:
+        writer.abort()
+        raise
+    result.removed_data.extend(f.data_file for f in choice.picked)
+    result.replaced_staged.extend(choice.new)
+    for f in choice.picked:
+        result.located.pop(f.path, None)
+    removed = {f.file_path for f in result.removed_data}
+    result.removed_deletes.extend(delete.data_file for delete, by_path in named if by_path.keys() <= removed)
+
+
+def _write(writer: RollingParquetWriter, rows: pa.Table, target: pa.Schema) -> None:
+    for batch in conform(rows, target).to_batches():
+        writer.write(batch)

@@ -67,18 +67,32 @@ def _positions(io: FileIO, delete: DataFile) -> Iterator[tuple[str, np.ndarray]]
         yield path, rows.column("pos").filter(pc.equal(rows.column("file_path"), path)).to_numpy()
 
 
-def deleted_positions(io: FileIO, deletes: Sequence[LiveFile], data: Sequence[LiveFile]) -> dict[str, np.ndarray]:
-    """Data file path -> the sorted positions ``deletes`` delete in it, for those of ``data`` they apply to."""
+NamedPositions = list[tuple[LiveFile, dict[str, np.ndarray]]]
+
+
+def named_positions(io: FileIO, deletes: Sequence[LiveFile]) -> NamedPositions:
+    """Each of ``deletes`` (position delete files or DVs), read once, with data file path -> the positions it
+    names in that file."""
+    return [(delete, dict(_positions(io, delete.data_file))) for delete in deletes]
+
+
+def applied_positions(named: NamedPositions, data: Sequence[LiveFile]) -> dict[str, np.ndarray]:
+    """Data file path -> the sorted positions the ``named`` deletes delete in it, for those of ``data`` they apply to."""
     wanted = {f.path: f for f in data}
     found: dict[str, list[np.ndarray]] = {}
-    for delete in deletes:
-        for path, positions in _positions(io, delete.data_file):
+    for delete, by_path in named:
+        for path, positions in by_path.items():
             target = wanted.get(path)
             if target is not None and target.data_file.spec_id == delete.data_file.spec_id and \
                     target.data_file.partition == delete.data_file.partition and \
                     delete.data_sequence_number >= target.data_sequence_number:
                 found.setdefault(path, []).append(positions)
     return {path: np.unique(np.concatenate(parts)) for path, parts in found.items()}
+
+
+def deleted_positions(io: FileIO, deletes: Sequence[LiveFile], data: Sequence[LiveFile]) -> dict[str, np.ndarray]:
+    """Data file path -> the sorted positions ``deletes`` delete in it, for those of ``data`` they apply to."""
+    return applied_positions(named_positions(io, deletes), data)
 
 
 def equality_keys(io: FileIO, deletes: Sequence[LiveFile], key: Sequence[str], target: pa.Schema,

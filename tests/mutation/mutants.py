@@ -120,11 +120,11 @@ KEYED = (
            ((LOCATE, "else bisect.bisect_right(self.sorted, upper)", "else bisect.bisect_left(self.sorted, upper)"),)),
     Mutant("cow-keeps-located-rows", "a small file written again by copy-on-write keeps the rows the trigger "
            "located (the touched keys' older rows stay)",
-           ((COPY_ON_WRITE, "                    if f.path in located:\n", "                    if False:\n"),)),
+           ((COPY_ON_WRITE, "            if f.path in result.located:\n", "            if False:\n"),)),
     Mutant("cow-drops-earlier-deletes", "a small file written again by copy-on-write brings back the rows earlier "
            "position deletes or DVs removed",
-           ((COPY_ON_WRITE, "                    parts = [applied[f.path]] if f.path in applied else []\n",
-             "                    parts = []\n"),)),
+           ((COPY_ON_WRITE, "            parts = [applied[f.path]] if f.path in applied else []\n",
+             "            parts = []\n"),)),
     Mutant("dv-not-merged", "a new deletion vector replaces the data file's live one without holding its positions",
            ((POSITION_DELETES, "target.positions.union(read_deletion_vector(io, old))", "target.positions"),)),
 )
