@@ -240,3 +240,31 @@ def test_a_kill_around_the_copy_on_write_commit_leaves_every_row_once(
     data, deletes = layout(table)
     assert not deletes and set(data.values()) == {1}
     assert unreferenced_sink_files(table, SINK) == []
+
+
+def test_a_threshold_above_every_file_rewrites_no_more_than_the_driver_budget(
+        tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tenant's ``copyOnWriteBelow: 1Ti`` makes every data file eligible; each commit still writes again no more
+    than the driver's budget (the real one is ``spark_app.merge.DRIVER_REWRITE_BYTES``, shrunk here to a third of
+    the table) and deletes the older rows of the other partitions by position, every row still exactly once."""
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog, 2)
+    triggers = Triggers(catalog, name, WideStream("debezium", random.Random("cow-hostile")), by_position=True)
+    v1 = committer(catalog, name, below=1 << 40)
+    triggers.commit(v1, 3000)
+    table = catalog.load_table(name)
+    budget = sum(f.data_file.file_size_in_bytes for f in live_files(table, table.current_snapshot())) // 3  # type: ignore[arg-type]
+    real = committer_module.copy_on_write
+    monkeypatch.setattr(committer_module, "copy_on_write",
+                        lambda *args, **kwargs: real(*args, **kwargs, budget_bytes=budget))
+    for number in range(4):
+        before = {f.path: f.data_file.file_size_in_bytes for f in live_files(table, table.current_snapshot())  # type: ignore[arg-type]
+                  if f.data_file.content == DataFileContent.DATA}
+        triggers.commit(v1, 600)
+        table = catalog.load_table(name)
+        after = {f.path for f in live_files(table, table.current_snapshot())}  # type: ignore[arg-type]
+        rewritten = sum(size for path, size in before.items() if path not in after)
+        assert 0 < rewritten <= budget, f"trigger {number}: {rewritten} bytes written again, budget {budget}"
+        assert pyiceberg_rows(table) == triggers.stream.model, f"trigger {number}"
+    assert layout(table)[1], "the partitions past the budget got no position deletes"
+    assert spark_rows(spark, table) == triggers.stream.model
