@@ -711,10 +711,16 @@ def live_files(table: Table, snapshot: Snapshot,
                cache: MutableMapping[str, list[LiveFile]] | None = None) -> list[LiveFile]:
     """Every data and delete file live in ``snapshot`` (entries ADDED or EXISTING), with their sequence numbers.
 
-    ``cache`` (manifest path -> its live files) saves reading a manifest again: a manifest never changes.
+    ``cache`` (manifest path -> its live files) saves reading a manifest again: a manifest never changes. It keeps
+    the manifests of ``snapshot`` only (those an older head dropped are not needed again).
     """
     files = []
-    for manifest in manifest_files(table.io, snapshot):
+    manifests = manifest_files(table.io, snapshot)
+    if cache is not None:
+        current = {manifest.manifest_path for manifest in manifests}
+        for path in [path for path in cache if path not in current]:
+            del cache[path]
+    for manifest in manifests:
         if cache is not None and manifest.manifest_path in cache:
             files.extend(cache[manifest.manifest_path])
             continue

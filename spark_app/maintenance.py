@@ -205,8 +205,6 @@ class Maintainer:
         if snapshot is None:
             return None
         files = live_files(table, snapshot, self._manifests)
-        live_manifests = {f.manifest_path for f in files}
-        self._manifests = {path: entries for path, entries in self._manifests.items() if path in live_manifests}
         references = self._references.of(
             table.io, (f for f in files if f.data_file.content == DataFileContent.POSITION_DELETES))
         deletes = self.settings.rewrite_deletes.allowed(self._commits_since_deletes, self._clock() - self._last_deletes)

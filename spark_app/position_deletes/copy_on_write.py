@@ -36,8 +36,7 @@ from spark_app.iceberg_internals import LiveFile, live_files, read_data_file
 from spark_app.merge import DRIVER_REWRITE_BYTES
 from spark_app.position_deletes.deletion_vector import DeletionVector
 from spark_app.upkeep.deletes import applied_positions, named_positions
-from spark_app.upkeep.lineage import Lineage
-from spark_app.upkeep.rewrite import RewriteContext
+from spark_app.upkeep.rewrite import RewriteContext, write_live_rows
 from spark_app.writer import RollingParquetWriter, compression_options, conform
 
 PartitionKey = tuple[int, object]
@@ -91,10 +90,6 @@ def copy_on_write(table: Table, located: Mapping[str, DeletionVector], staged: S
     if below_bytes <= 0 or snapshot is None or table.metadata.format_version < 2:
         return result
     live = live_files(table, snapshot, manifests)
-    if manifests is not None:  # keep the manifests of this snapshot only (a manifest never changes)
-        current = {f.manifest_path for f in live}
-        for path in [p for p in manifests if p not in current]:
-            del manifests[path]
     chosen = _choose(live, located, staged, below_bytes, table.metadata.default_spec_id, budget_bytes)
     if not chosen:
         return result
@@ -151,7 +146,6 @@ def _write_again(context: RewriteContext, io: FileIO, choice: _Choice, result: C
     """Write ``choice``'s partition as one file (rows of its picked files less every delete, then the staged
     rows) and record in ``result`` what that adds and removes."""
     spec_id = choice.partition[0]
-    spec = context.specs[spec_id]
     named = named_positions(io, choice.deletes)  # read once: for the rows they delete, then for what they name
     applied = applied_positions(named, choice.picked)
     plan = context.table_plan(spec_id)
@@ -164,15 +158,12 @@ def _write_again(context: RewriteContext, io: FileIO, choice: _Choice, result: C
             if f.path in result.located:
                 parts.append(result.located[f.path].to_numpy())
             gone = np.unique(np.concatenate(parts)).astype(np.int64) if parts else None
-            lineage = Lineage(f, gone) if context.keeps_lineage else None
-            for batch in read_data_file(io, f.data_file, context.file_schema, spec, context.format_version,
-                                        context.name_mapping, pa.array(gone) if gone is not None else None):
-                rows = pa.Table.from_batches([batch])
-                _write(writer, lineage.fill(rows) if lineage is not None else rows, target)
-        for s in choice.new:
-            for batch in read_data_file(io, s, context.file_schema, spec, context.format_version,
+            write_live_rows(context, io, writer, target, f, spec_id, gone)
+        for s in choice.new:  # the trigger's rows: no lineage yet (the merged file gives them theirs)
+            for batch in read_data_file(io, s, context.file_schema, context.specs[spec_id], context.format_version,
                                         context.name_mapping, None):
-                _write(writer, pa.Table.from_batches([batch]), target)
+                for conformed in conform(pa.Table.from_batches([batch]), target).to_batches():
+                    writer.write(conformed)
         result.added.extend(writer.finish())
     except BaseException:
         writer.abort()
@@ -181,10 +172,5 @@ def _write_again(context: RewriteContext, io: FileIO, choice: _Choice, result: C
     result.replaced_staged.extend(choice.new)
     for f in choice.picked:
         result.located.pop(f.path, None)
-    removed = {f.file_path for f in result.removed_data}
+    removed = {f.path for f in choice.picked}  # a delete file names files of its own partition only
     result.removed_deletes.extend(delete.data_file for delete, by_path in named if by_path.keys() <= removed)
-
-
-def _write(writer: RollingParquetWriter, rows: pa.Table, target: pa.Schema) -> None:
-    for batch in conform(rows, target).to_batches():
-        writer.write(batch)

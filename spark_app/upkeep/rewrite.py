@@ -21,11 +21,13 @@ Each piece of work reports its files or its error; the caller commits all or not
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO, load_file_io
@@ -159,24 +161,34 @@ def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: st
     try:
         for live in group.files:
             applicable = keys.above(live.data_sequence_number) if keys is not None else None
-            deleted = positions.get(live.path)
-            lineage = Lineage(live, deleted) if context.keeps_lineage else None
-            for batch in read_data_file(io, live.data_file, context.file_schema, context.specs[group.spec_id],
-                                        context.format_version, context.name_mapping,
-                                        pa.array(deleted) if deleted is not None else None):
-                kept = pa.Table.from_batches([batch])
-                if lineage is not None:
-                    kept = lineage.fill(kept)
-                if applicable is not None:
-                    kept = without_keys(kept, applicable, key)
-                for conformed in conform(kept, target).to_batches():
-                    written += conformed.num_rows
-                    writer.write(conformed)
+            keep = functools.partial(without_keys, keys=applicable, key=key) if applicable is not None else None
+            written += write_live_rows(context, io, writer, target, live, group.spec_id, positions.get(live.path), keep)
         files = writer.finish()
     except BaseException:
         writer.abort()
         raise
     return Outcome(index, files, rows, written)
+
+
+def write_live_rows(context: RewriteContext, io: FileIO, writer: RollingParquetWriter, target: pa.Schema,
+                    live: LiveFile, spec_id: int, deleted: np.ndarray | None,
+                    keep: Callable[[pa.Table], pa.Table] | None = None) -> int:
+    """Write the rows of ``live`` (of spec ``spec_id``) but those at the ``deleted`` positions and those ``keep``
+    drops, in ``target``'s columns, with their row lineage on format 3; return how many rows were written."""
+    lineage = Lineage(live, deleted) if context.keeps_lineage else None
+    written = 0
+    for batch in read_data_file(io, live.data_file, context.file_schema, context.specs[spec_id],
+                                context.format_version, context.name_mapping,
+                                pa.array(deleted) if deleted is not None else None):
+        rows = pa.Table.from_batches([batch])
+        if lineage is not None:
+            rows = lineage.fill(rows)
+        if keep is not None:
+            rows = keep(rows)
+        for conformed in conform(rows, target).to_batches():
+            written += conformed.num_rows
+            writer.write(conformed)
+    return written
 
 
 def _merge_positions(context: RewriteContext, work: PositionMerge, name_prefix: str, index: int) -> Outcome:

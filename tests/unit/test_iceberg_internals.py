@@ -334,6 +334,26 @@ def test_live_files_reads_a_cached_manifest_once(tmp_path: Path, monkeypatch: py
     assert iceberg_internals.live_files(table, snapshot, cache) == first
 
 
+def test_live_files_keeps_in_its_cache_the_manifests_of_the_snapshot_read_only(tmp_path: Path) -> None:
+    """The cache of a long-running sync stays bounded: manifests an overwrite dropped from the head are forgotten."""
+    table = catalog(tmp_path).create_table("ns.t", SCHEMA)
+    for ids in ([1], [2]):
+        table.append(pa.table({"id": ids, "who": ["a"]}, schema=SCHEMA.as_arrow()))
+    cache: dict[str, list[iceberg_internals.LiveFile]] = {}
+    before = table.catalog.load_table("ns.t").current_snapshot()
+    assert before is not None
+    iceberg_internals.live_files(table, before, cache)
+    old = set(cache)
+    table = table.catalog.load_table("ns.t")
+    table.overwrite(pa.table({"id": [3], "who": ["b"]}, schema=SCHEMA.as_arrow()))
+    after = table.catalog.load_table("ns.t").current_snapshot()
+    assert after is not None
+    live = iceberg_internals.live_files(table, after, cache)
+    assert [f.data_file.record_count for f in live] == [1]
+    assert set(cache) == {m.manifest_path for m in iceberg_internals.manifest_files(table.io, after)}
+    assert not old & set(cache), "manifests the head no longer holds stayed in the cache"
+
+
 def test_expire_snapshots_stages_a_removal_that_asserts_the_head(tmp_path: Path) -> None:
     table, _, _ = _keyed_with_rows(tmp_path)
     oldest = table.metadata.snapshots[0].snapshot_id
