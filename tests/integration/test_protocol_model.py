@@ -156,13 +156,13 @@ COVERAGE = {
 # changes where the keys are (another engine's rows of the touched keys, a compaction, a rollback, a retry).
 KEYED_COVERAGE = {
     **{f"trigger:{outcome}": 3 for outcome in ("committed", "fenced", "rolled-back", "table-changed", "killed")},
-    "launch:resume": 20, "launch:fenced": 8, "launch:killed": 3, "trigger:committed-after-rollback": 10,
+    "launch:resume": 20, "launch:fenced": 4, "launch:killed": 3, "trigger:committed-after-rollback": 10,
     "sink_compaction:committed": 1, "keyed:committed-on-format-2": 20, "keyed:committed-on-format-3": 20,
     "keyed:update": 100, "keyed:delete": 50, "keyed:re-insert": 50, "keyed:moved-partition": 50,
     "keyed:foreign-rows-of-touched-keys": 3,
-    "source-schema:committed": 10, "source-schema:refused": 10, "source-schema:widened": 3,
+    "source-schema:committed": 10, "source-schema:refused": 4, "source-schema:widened": 3,
     **{f"keyed:committed-after:{d}": n for d, n in (("foreign-append", 2), ("foreign-compaction", 3), ("conflict", 5),
-                                                     ("lost-answer", 2), ("lost-request", 3), ("other-sink-commit", 2),
+                                                     ("lost-answer", 3), ("lost-request", 3), ("other-sink-commit", 2),
                                                      ("rollback", 1))},
 }
 # How often random runs exercise each path, per example of 30 steps (measured: the lower of a random run of 120
@@ -176,18 +176,20 @@ RATES = {
     "sink_expiry:committed": 0.54, "sink_compaction:committed": 0.1, "expire_rolled_back:expired": 0.46,
 }
 # The same for the keyed configuration on one format version (measured: the lowest of random runs of 40 examples
-# and the suite's runs, on format 2 and 3). ``stale_launch`` and ``superseded_source_schema_change`` draw the
-# paths a keyed run used to reach about once in forty examples (``launch:fenced``, ``source-schema:refused``).
+# on format 2 and 3; a rate is lowered only when a run measured it below half of what it was, where the floor
+# could fail a valid run; the suite's run is held to KEYED_COVERAGE instead). ``stale_launch``
+# and ``superseded_source_schema_change`` draw the paths random runs used to reach about once in forty examples
+# (``launch:fenced``, ``source-schema:refused``).
 KEYED_RATES = {
-    "trigger:committed": 9.4, "trigger:fenced": 0.55, "trigger:rolled-back": 0.42, "trigger:table-changed": 0.6,
-    "trigger:killed": 0.27, "launch:resume": 5.1, "launch:fenced": 0.3, "launch:killed": 1,
-    "trigger:committed-after-rollback": 1.9, "sink_compaction:committed": 0.2, "keyed:committed-on-format-2": 9.4,
-    "keyed:committed-on-format-3": 9.4, "keyed:update": 15, "keyed:delete": 7.4, "keyed:re-insert": 5.5,
+    "trigger:committed": 9.4, "trigger:fenced": 0.85, "trigger:rolled-back": 0.42, "trigger:table-changed": 0.97,
+    "trigger:killed": 0.27, "launch:resume": 5.4, "launch:fenced": 0.3, "launch:killed": 0.42,
+    "trigger:committed-after-rollback": 2.4, "sink_compaction:committed": 0.37, "keyed:committed-on-format-2": 9.4,
+    "keyed:committed-on-format-3": 9.4, "keyed:update": 15, "keyed:delete": 7.5, "keyed:re-insert": 5.9,
     "keyed:moved-partition": 10, "keyed:foreign-rows-of-touched-keys": 0.67, "source-schema:committed": 0.95,
-    "source-schema:refused": 0.42, "source-schema:widened": 0.55, "keyed:committed-after:foreign-append": 0.47,
-    "keyed:committed-after:foreign-compaction": 0.3, "keyed:committed-after:conflict": 0.32,
-    "keyed:committed-after:lost-answer": 0.1, "keyed:committed-after:lost-request": 0.25,
-    "keyed:committed-after:other-sink-commit": 0.25, "keyed:committed-after:rollback": 0.05,
+    "source-schema:refused": 0.3, "source-schema:widened": 0.55, "keyed:committed-after:foreign-append": 0.47,
+    "keyed:committed-after:foreign-compaction": 0.4, "keyed:committed-after:conflict": 0.32,
+    "keyed:committed-after:lost-answer": 0.15, "keyed:committed-after:lost-request": 0.3,
+    "keyed:committed-after:other-sink-commit": 0.25, "keyed:committed-after:rollback": 0.075,
 }
 STATS: Counter[str] = Counter()
 
@@ -920,7 +922,7 @@ class KeyedProtocolModel(ProtocolModel):
 
     COLUMNS = ("id", "who", "part")
     # More of what moves the touched keys' rows under a commit, and of the sink's own rewrite.
-    ACTIONS = (*ACTIONS, "sink_compaction", "sink_compaction", "foreign_compaction", "stale_launch",
+    ACTIONS = (*ACTIONS, "stale_launch", "sink_compaction", "sink_compaction", "foreign_compaction",
                "superseded_source_schema_change", "source_schema_change")
     # (Hypothesis draws the last of a list often: it is what the keyed path must get right.)
     DISTURBANCES = (*DISTURBANCES, "conflict", "lost-answer", "lost-request", "rollback", "other-sink-commit",
