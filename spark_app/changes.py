@@ -64,6 +64,7 @@ CARRY_COLUMN = "_isync_carry"  # the columns of an upsert whose value Debezium d
 # The source event of a Debezium delete, or of a create missing values (a primary-key update's halves: same source)
 MOVE_COLUMN = "_isync_move"
 HAS_VALUES_COLUMN = "_isync_has_values"  # a moved key's values are the trigger's (else: its live row's)
+VIA_COLUMN = "_isync_via"  # a moved key that was itself the new key of a primary-key update in the trigger: that one
 CHANGE_COLUMNS = (OP_COLUMN, ORDER_COLUMN, CARRY_COLUMN, MOVE_COLUMN)
 OP_UPSERT = 0
 OP_DELETE = 1
@@ -739,7 +740,8 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
     A winning delete that names its source event (``_isync_move``: it may be the old key of a primary-key update
     whose create, elsewhere, misses values) is in ``moved`` with the declared columns of the key's newest earlier
     upsert in the trigger when it is complete (``_isync_has_values``), else with its key alone: the driver then
-    carries from the old key's live row (:mod:`spark_app.carry`).
+    carries from the old key's live row (:mod:`spark_app.carry`), or, when that upsert was itself the create of
+    a primary-key update (``_isync_via``), from that update's old key.
     """
     if ERROR_COLUMN in changes.column_names:
         errors = changes.column(ERROR_COLUMN)
@@ -774,7 +776,10 @@ def _moved(ordered: pa.Table, first: np.ndarray, declared: list[str]) -> pa.Tabl
     complete = pc.is_null(ordered.column(CARRY_COLUMN)).to_numpy(zero_copy_only=False)
     has_values = (winners + 1 < ordered.num_rows) & ~first[older] & (ops[older] == OP_UPSERT) & complete[older]
     rows = ordered.take(pa.array(np.where(has_values, older, winners), pa.int64())).select(declared)
-    return rows.append_column(MOVE_COLUMN, moves.take(winners)).append_column(HAS_VALUES_COLUMN, pa.array(has_values))
+    moved_into = (winners + 1 < ordered.num_rows) & ~first[older] & (ops[older] == OP_UPSERT) & ~complete[older]
+    via = pc.if_else(pa.array(moved_into), moves.take(pa.array(older, pa.int64())), pa.scalar(None, pa.string()))
+    return (rows.append_column(MOVE_COLUMN, moves.take(winners)).append_column(HAS_VALUES_COLUMN, pa.array(has_values))
+            .append_column(VIA_COLUMN, via))
 
 
 def first_of_each_key(ordered: pa.Table, key: Sequence[str]) -> np.ndarray:
@@ -791,9 +796,12 @@ def first_of_each_key(ordered: pa.Table, key: Sequence[str]) -> np.ndarray:
 
 def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
     """``ordered`` (by key, newest change first) with each winning upsert's missing values taken from the
-    newest earlier change of its key that has them; ``_isync_carry`` keeps what none has."""
+    newest earlier change of its key that has them; ``_isync_carry`` keeps what none has. One missing them
+    too that is the create of a primary-key update hands its source event on (``_isync_move``): the values
+    come from that update's old key."""
     ops = ordered.column(OP_COLUMN).to_numpy()
     carries = ordered.column(CARRY_COLUMN).to_pylist()
+    moves = ordered.column(MOVE_COLUMN).to_pylist()
     errors = ordered.column(ERROR_COLUMN).to_pylist() if ERROR_COLUMN in ordered.column_names else None
     ends = np.append(np.flatnonzero(first)[1:], len(first))
     sources: dict[str, np.ndarray] = {}
@@ -811,6 +819,9 @@ def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
             for name in has:
                 sources.setdefault(name, np.arange(len(first)))[winner] = earlier
             missing = [name for name in missing if name not in has]
+            if missing and moves[earlier] is not None:
+                moves[winner] = moves[earlier]
+                break
             if not missing:
                 break
         carries[winner] = missing or None
@@ -818,13 +829,14 @@ def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
         ordered = ordered.set_column(ordered.column_names.index(name), name, ordered.column(name).take(source))
     ordered = ordered.set_column(ordered.column_names.index(CARRY_COLUMN), CARRY_COLUMN,
                                  pa.array(carries, pa.list_(pa.string())))
+    ordered = ordered.set_column(ordered.column_names.index(MOVE_COLUMN), MOVE_COLUMN, pa.array(moves, pa.string()))
     if errors is not None:
         ordered = ordered.set_column(ordered.column_names.index(ERROR_COLUMN), ERROR_COLUMN, pa.array(errors, pa.string()))
     return ordered
 
 
 __all__ = [
-    "CARRY_COLUMN", "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "HAS_VALUES_COLUMN", "MOVE_COLUMN", "OP_COLUMN", "OP_DELETE", "OP_UPSERT", "ORDER_COLUMN",
-    "POSITION_COLUMN", "RAW_COLUMN", "UNAVAILABLE", "Collapsed", "arrow_type", "changes_schema", "collapse",
+    "CARRY_COLUMN", "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "HAS_VALUES_COLUMN", "MOVE_COLUMN", "OP_COLUMN", "OP_DELETE",
+    "OP_UPSERT", "ORDER_COLUMN", "POSITION_COLUMN", "RAW_COLUMN", "UNAVAILABLE", "VIA_COLUMN", "Collapsed", "arrow_type", "changes_schema", "collapse",
     "decode_changes", "first_of_each_key",
 ]
