@@ -44,6 +44,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -57,6 +58,7 @@ from icebergsync.spec import element_type
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
 from spark_app.float32 import float32_of, float64_of
 from spark_app.schema_drift.drift import SchemaDrift, observe
+from spark_app.truncates.positions import Position, source_position
 
 OP_COLUMN = "_isync_op"
 ORDER_COLUMN = "_isync_order"
@@ -113,6 +115,18 @@ class Logical(NamedTuple):
 
     name: str
     parameters: dict[str, Any]
+
+
+@dataclass
+class Truncates:
+    """Truncates while decoding: the source position of the one the table applied, and the newest seen beyond it."""
+
+    applied: Position | None = None
+    seen: Position | None = None
+
+    def see(self, position: Position) -> None:
+        if self.seen is None or position > self.seen:
+            self.seen = position
 
 
 class _Bad(ValueError):
@@ -385,8 +399,12 @@ def changes_schema(columns: Sequence[SpecColumn]) -> pa.Schema:
 class _Rows:
     """Decodes one JSON object into a row of the declared columns, strictly."""
 
-    def __init__(self, columns: Sequence[SpecColumn], key: Sequence[str], drift: SchemaDrift | None = None):
+    def __init__(self, columns: Sequence[SpecColumn], key: Sequence[str], drift: SchemaDrift | None = None,
+                 truncated_at: Position | None = None):
         self.columns = list(columns)
+        self.truncated_at = truncated_at  # events up to this source position are before a truncate already applied
+        self.truncate: Position | None = None  # the newest truncate read beyond it
+        self.applies_truncates = False  # the caller empties the table at a truncate (else it is a dead letter)
         self.drift = drift  # collects what records' Connect schemas ask of the table (None: not followed)
         self._observed: set[tuple[Any, ...]] = set()
         self._types = {column.name: column.type for column in columns}
@@ -540,8 +558,12 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
     op = envelope.get("op")
     if op is None:
         raise _Bad("not a Debezium change event: op is missing")
+    if op == "t":
+        return _truncate(rows, envelope)
     if op not in ("c", "r", "u", "d"):
-        raise _Bad(f"unknown op {_shown(op)} (a change event's op is c, r, u or d)")
+        raise _Bad(f"unknown op {_shown(op)} (a change event's op is c, r, u, d or t)")
+    if rows.truncated_at is not None and (place := source_position(envelope)) is not None and place <= rows.truncated_at:
+        return []  # before a truncate the table already applied
     before_types = _logical_types(schema, "before") if schema is not None else {}
     after_types = _logical_types(schema, "after") if schema is not None else {}
     rows.observe(schema, "after" if envelope.get("after") is not None else "before",
@@ -565,6 +587,19 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
             move = _source_event(envelope) if new[2] else None
             return [(OP_DELETE, rows.delete_row(old), None, move), (*new[:3], move)]
     return [new]
+
+
+def _truncate(rows: _Rows, envelope: dict[str, Any]) -> list[_Change]:
+    """A truncate: no change of its own; the newest beyond the one applied is noted (spark_app/truncates/)."""
+    if not rows.applies_truncates:
+        raise _Bad("a truncate (op t) where nothing empties the table (a decoder without truncates)")
+    place = source_position(envelope)
+    if place is None:
+        raise _Bad("a truncate (op t) whose source names no position to order it by against the other changes "
+                   "(PostgreSQL's lsn, MySQL's and MariaDB's binlog file and pos): the table is not emptied")
+    if (rows.truncated_at is None or place > rows.truncated_at) and (rows.truncate is None or place > rows.truncate):
+        rows.truncate = place
+    return []
 
 
 _POSTGRES_TRANSACTION_ID = re.compile(r"(\d+):\d+")
@@ -634,6 +669,7 @@ def decode_changes(
     order_base: int,
     drift: SchemaDrift | None = None,
     transactions: list[tuple[int, str]] | None = None,
+    truncates: Truncates | None = None,
 ) -> pa.Table:
     """Decode change records into a table of changes (schema: :func:`changes_schema`).
 
@@ -655,6 +691,10 @@ def decode_changes(
 
     With ``transactions`` (a list), ``(i, id)`` is appended for each Debezium record ``i`` that names its source
     transaction, a dead letter included (it is one of the transaction's events all the same).
+
+    With ``truncates``, Debezium events at or before its ``applied`` source position are skipped (a truncate the
+    table already applied removed them), and the newest truncate (``op: "t"``) beyond it is noted in its ``seen``
+    for the driver, which empties the table at it (:mod:`spark_app.truncates`). Without, a truncate is a dead letter.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown changes format {format!r} (expected one of {FORMATS})")
@@ -662,7 +702,8 @@ def decode_changes(
         values = values.to_pylist()
     if isinstance(keys, pa.Array | pa.ChunkedArray):
         keys = keys.to_pylist()
-    rows = _Rows(columns, key, drift)
+    rows = _Rows(columns, key, drift, truncates.applied if truncates is not None else None)
+    rows.applies_truncates = truncates is not None
     schema = changes_schema(columns)
     decode = _debezium if format == "debezium" else _upsert
     width = len(rows.names)
@@ -706,6 +747,8 @@ def decode_changes(
             errors.append(None)
             raws.append(None if carry is None else _raw(value))
             where.append(None if carry is None else encode_position(positions(index)))
+    if truncates is not None and rows.truncate is not None:
+        truncates.see(rows.truncate)
     by_column = list(zip(*out_rows, strict=True)) if out_rows else [() for _ in range(width)]
     arrays = [pa.array(list(data), type=field.type) for data, field in zip(by_column, schema, strict=False)]
     arrays += [pa.array(ops, pa.int8()), pa.array(orders, pa.int64()), pa.array(carries, pa.list_(pa.string())),
@@ -767,19 +810,37 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
 
 def _moved(ordered: pa.Table, first: np.ndarray, declared: list[str]) -> pa.Table:
     """The winning deletes of ``ordered`` (by key, newest first) that name a source event, with the values of the
-    key's next older change when it is a complete upsert (see :func:`collapse`)."""
-    moves = ordered.column(MOVE_COLUMN)
+    key's newest older complete upsert, or the source event of the create it came by (see :func:`collapse`); one
+    whose key an older change deleted in the trigger has no values to give and is left out."""
+    moves = ordered.column(MOVE_COLUMN).to_pylist()
     ops = ordered.column(OP_COLUMN).to_numpy(zero_copy_only=False)
-    winners = np.flatnonzero(first)
-    winners = winners[(ops[winners] == OP_DELETE) & pc.is_valid(moves.take(winners)).to_numpy(zero_copy_only=False)]
-    older = np.minimum(winners + 1, max(ordered.num_rows - 1, 0))
     complete = pc.is_null(ordered.column(CARRY_COLUMN)).to_numpy(zero_copy_only=False)
-    has_values = (winners + 1 < ordered.num_rows) & ~first[older] & (ops[older] == OP_UPSERT) & complete[older]
-    rows = ordered.take(pa.array(np.where(has_values, older, winners), pa.int64())).select(declared)
-    moved_into = (winners + 1 < ordered.num_rows) & ~first[older] & (ops[older] == OP_UPSERT) & ~complete[older]
-    via = pc.if_else(pa.array(moved_into), moves.take(pa.array(older, pa.int64())), pa.scalar(None, pa.string()))
-    return (rows.append_column(MOVE_COLUMN, moves.take(winners)).append_column(HAS_VALUES_COLUMN, pa.array(has_values))
-            .append_column(VIA_COLUMN, via))
+    winners: list[int] = []
+    sources: list[int] = []
+    vias: list[str | None] = []
+    for winner in np.flatnonzero(first):
+        if ops[winner] != OP_DELETE or moves[winner] is None:
+            continue
+        source, via, row = int(winner), None, int(winner) + 1
+        while row < len(first) and not first[row]:  # the key's older changes, newest first
+            if ops[row] == OP_DELETE:
+                source = -1
+            elif complete[row]:
+                source = row
+            elif moves[row] is not None:
+                via = moves[row]
+            else:
+                row += 1
+                continue
+            break
+        if source >= 0:
+            winners.append(int(winner))
+            sources.append(source)
+            vias.append(via)
+    rows = ordered.take(pa.array(sources, pa.int64())).select(declared)
+    return (rows.append_column(MOVE_COLUMN, pa.array([moves[w] for w in winners], pa.string()))
+            .append_column(HAS_VALUES_COLUMN, pa.array([s != w for s, w in zip(sources, winners, strict=True)]))
+            .append_column(VIA_COLUMN, pa.array(vias, pa.string())))
 
 
 def first_of_each_key(ordered: pa.Table, key: Sequence[str]) -> np.ndarray:
