@@ -210,6 +210,45 @@ def test_primary_key_updates_keep_unchanged_toasted_values_without_replica_ident
         debezium.stop()
 
 
+def test_truncates_empty_the_table_where_postgres_did(tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker,
+                                                      postgres: Postgres) -> None:
+    """Issue 38: with ``skipped.operations=none`` (as the example sets it) a TRUNCATE reaches the sync, which empties
+    the table at it: alone, and inside a transaction between inserts; updates and key moves around it; the job
+    killed mid-stream. Spark's rows equal ``SELECT *`` and nothing is a dead letter."""
+    connection = postgres.connect()
+    workload = Workload(connection, random.Random("postgres-truncates"))
+    workload.create_documents()
+    prefix = f"pg{uuid.uuid4().hex[:8]}"
+    topic = topic_of(prefix, DOCUMENTS)
+    kafka_broker.create_topic(topic, PARTITIONS)
+    kafka_broker.create_topic(f"{prefix}.transaction", 1)
+    (tmp_path / "debezium").mkdir()
+    settings = {"converter.schemas.enable": "true", "provide.transaction.metadata": "true", "skipped.operations": "none"}
+    debezium = start_debezium(tmp_path / "debezium", postgres, kafka_broker, prefix, [DOCUMENTS.name], settings)
+    try:
+        document = sync_of(tmp_path / "documents", kafka_broker, prefix, DOCUMENTS, VARIANTS[0])
+        document["spec"]["source"]["kafka"]["maxRecordsPerTrigger"] = 7
+        document["spec"]["changes"]["transactions"] = {"topic": f"{prefix}.transaction"}
+        del document["spec"]["schema"]
+        workload.documents_round()
+        kill_mid_stream(write_spec(tmp_path / "documents", document), document, workload, workload.truncate_documents)
+        workload.documents_round()
+        workload.move_documents()
+        workload.truncate_documents()
+        workload.documents_round()
+        last = workload.last_document()
+        wait_for_key(kafka_broker, topic, {"id": last[0]})
+        with BackgroundJob(SyncJob(parse_spec(document), 2, spark)) as running:
+            running.wait_until(lambda: caught_up(document, kafka_broker, topic), "documents caught up", 180)
+        truncates = [record for record in kafka_broker.consume(topic, timeout=10)
+                     if record.value and json.loads(record.value)["payload"]["op"] == "t"]
+        assert len(truncates) == 4, "Debezium sent every TRUNCATE"
+        assert_equals_select_star(spark, connection, document, DOCUMENTS, VARIANTS[0])
+    finally:
+        connection.close()
+        debezium.stop()
+
+
 def assert_equals_select_star(spark: SparkSession, connection: Any, document: dict[str, Any], table: SourceTable,
                               variant: Variant) -> None:
     """Iceberg's Spark reader returns what ``SELECT *`` returns on PostgreSQL, and no record is a dead letter."""

@@ -266,6 +266,21 @@ class Workload:
             self._touch(cursor, keys[-1])
             move(cursor)
 
+    def truncate_documents(self) -> None:
+        """TRUNCATE, alone and in a transaction between inserts (those before it go, those after it stay)."""
+        with self.connection, self.connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {DOCUMENTS.name}")
+        self.keys[DOCUMENTS.name] = []
+        for _ in range(6):
+            with self.connection, self.connection.cursor() as cursor:
+                self._insert_document(cursor)
+        with self.connection, self.connection.cursor() as cursor:
+            self._insert_document(cursor)
+            cursor.execute(f"TRUNCATE {DOCUMENTS.name}")
+            self.keys[DOCUMENTS.name] = []
+            for _ in range(8):
+                self._insert_document(cursor)
+
     def touch_documents(self) -> None:
         """Two updates leaving the body untouched (the workload going on while a job runs)."""
         for _ in range(2):
