@@ -236,13 +236,14 @@ def test_truncates_empty_the_table_where_postgres_did(tmp_path: Path, spark: Spa
         workload.move_documents()
         workload.truncate_documents()
         workload.documents_round()
+        workload.insert_documents(8)
         last = workload.last_document()
         wait_for_key(kafka_broker, topic, {"id": last[0]})
         with BackgroundJob(SyncJob(parse_spec(document), 2, spark)) as running:
             running.wait_until(lambda: caught_up(document, kafka_broker, topic), "documents caught up", 180)
         truncates = [record for record in kafka_broker.consume(topic, timeout=10)
                      if record.value and json.loads(record.value)["payload"]["op"] == "t"]
-        assert len(truncates) == 4, "Debezium sent every TRUNCATE"
+        assert len(truncates) == workload.truncates >= 4, "Debezium sent every TRUNCATE"
         assert_equals_select_star(spark, connection, document, DOCUMENTS, VARIANTS[0])
     finally:
         connection.close()

@@ -103,6 +103,7 @@ class Workload:
         self.rng = rng
         self.keys: dict[str, list[tuple[Any, ...]]] = {table.name: [] for table in TABLES}
         self.next_id = 1
+        self.truncates = 0  # TRUNCATE statements run
 
     def create(self) -> None:
         with self.connection, self.connection.cursor() as cursor:
@@ -266,8 +267,15 @@ class Workload:
             self._touch(cursor, keys[-1])
             move(cursor)
 
+    def insert_documents(self, count: int) -> None:
+        """``count`` more documents, one transaction."""
+        with self.connection, self.connection.cursor() as cursor:
+            for _ in range(count):
+                self._insert_document(cursor)
+
     def truncate_documents(self) -> None:
         """TRUNCATE, alone and in a transaction between inserts (those before it go, those after it stay)."""
+        self.truncates += 2
         with self.connection, self.connection.cursor() as cursor:
             cursor.execute(f"TRUNCATE {DOCUMENTS.name}")
         self.keys[DOCUMENTS.name] = []
