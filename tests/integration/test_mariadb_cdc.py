@@ -1,0 +1,262 @@
+"""Issue 38, parts 8 and 9 (MariaDB): a real MariaDB through Debezium's MariaDB connector into ONE database-wide
+sync, set up as examples/mariadb-debezium/ and docs/mysql-mariadb.md say, literally.
+
+MariaDB 10.11 (Debian's packages, binary log in ROW format) is set up by the example's ``mariadb-setup.sql``;
+Debezium's MariaDB connector runs with the example's ``debezium-connector.json`` (only where the database, the
+broker and the offsets are differ); the sync is the example's ``icebergsync.yaml`` (no ``spec.schema``,
+``table.name: shop.{1}`` over ``topicPattern``) on a SQLite catalog. A seeded workload writes every type of the
+docs' table, NULLs, inserts, updates, deletes, primary-key updates and multi-table transactions, and runs
+ADD, MODIFY (widening), DROP and RENAME COLUMN mid-stream; the job is SIGKILLed right after its first data
+commit and right after a schema commit, each time restarted with a higher sink version. Then Apache Iceberg's
+Spark runtime must return what ``SELECT *`` returns, row for row and value for value
+(tests/integration/cdc_mariadb/tables.py), with no dead letter.
+
+The pipeline runs once per module (:func:`pipeline`); each test checks one thing of its outcome.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pyiceberg.exceptions import NoSuchTableError
+from pyspark.sql import SparkSession
+
+from icebergsync.spec import parse_spec
+from spark_app.job import SyncJob
+from tests.infra.services import KafkaBroker
+from tests.integration.cdc_mariadb.servers import MariaDB, connector_settings, start_debezium, start_mariadb
+from tests.integration.cdc_mariadb.tables import SourceTable, iceberg_rows, mariadb_rows
+from tests.integration.cdc_mariadb.workload import Workload
+from tests.integration.sync_support import (
+    REPO,
+    BackgroundJob,
+    catalog_of,
+    job_process,
+    kill_after_first_commit,
+    sink_commits,
+    write_spec,
+)
+
+EXAMPLE = REPO / "examples" / "mariadb-debezium"
+PASSWORD = "debezium-secret"  # replaces the example's REPLACE_ME
+PARTITIONS = 2
+
+
+def run_setup_sql(mariadb: MariaDB) -> None:
+    """The example's ``mariadb-setup.sql`` as an administrator, its password replaced."""
+    connection = mariadb.connect()
+    try:
+        with connection.cursor() as cursor:
+            for statement in (EXAMPLE / "mariadb-setup.sql").read_text().split(";"):
+                sql = "\n".join(line for line in statement.splitlines() if not line.lstrip().startswith("--")).strip()
+                if sql:
+                    cursor.execute(sql.replace("REPLACE_ME", PASSWORD))
+    finally:
+        connection.close()
+
+
+def example_sync(directory: Path, broker: KafkaBroker) -> dict[str, Any]:
+    """The example's IcebergSync on this broker and a SQLite catalog under ``directory``, committing every second."""
+    documents = [d for d in yaml.safe_load_all((EXAMPLE / "icebergsync.yaml").read_text()) if d]
+    (document,) = [d for d in documents if d["kind"] == "IcebergSync"]
+    document["metadata"]["namespace"] = "test"
+    kafka = document["spec"]["source"]["kafka"]
+    kafka["bootstrapServers"] = broker.bootstrap_servers
+    del kafka["secretRef"]
+    table = document["spec"]["table"]
+    del table["catalogRef"]
+    table["catalog"] = {"type": "sql", "uri": f"sqlite:///{directory}/catalog.db", "warehouse": str(directory / "warehouse")}
+    document["spec"]["commit"] = {"interval": "1s", "pollInterval": "200ms"}
+    return document
+
+
+def sink_id(document: dict[str, Any]) -> str:
+    return f"{document['metadata']['namespace']}/{document['metadata']['name']}"
+
+
+def commits(document: dict[str, Any], table: str) -> list[Any]:
+    try:
+        return sink_commits(catalog_of(parse_spec(document)).load_table(f"shop.{table}"), sink_id(document))
+    except NoSuchTableError:
+        return []
+
+
+def message_key(table: SourceTable, key: tuple[Any, ...]) -> dict[str, Any]:
+    """A key as Debezium's message key carries it (BIGINT UNSIGNED: a Connect Decimal, base64 of its bytes)."""
+    def encode(name: str, value: Any) -> Any:
+        if "BIGINT UNSIGNED" in table.columns[name]:
+            return base64.b64encode(value.to_bytes((value.bit_length() + 8) // 8, "big", signed=True)).decode()
+        return value
+    return {name: encode(name, part) for name, part in zip(table.key, key, strict=True)}
+
+
+def wait_for_keys(broker: KafkaBroker, prefix: str, workload: Workload, marks: dict[str, tuple[Any, ...]]) -> None:
+    """Until Debezium has written the change of each table's mark (the workload's last) to its topic."""
+    deadline = time.monotonic() + 120
+    for name, key in marks.items():
+        expected = message_key(workload.tables[name], key)
+        while not any(json.loads(record.key or b"null")["payload"] == expected
+                      for record in broker.consume(f"{prefix}.shop.{name}", timeout=10)):
+            assert time.monotonic() < deadline, f"Debezium never wrote the change of {expected} to {name}'s topic"
+            time.sleep(1)
+
+
+def caught_up(document: dict[str, Any], broker: KafkaBroker, topics: dict[str, str]) -> bool:
+    for table, topic in topics.items():
+        done = commits(document, table)
+        frontier = (done[-1].frontier or {}).get(topic, {}) if done else {}
+        if any(int(frontier.get(str(p), 0)) != end for p, end in broker.end_offsets(topic).items()):
+            return False
+    return True
+
+
+@dataclass
+class Outcome:
+    """What the pipeline left: the workload (the source's tables as they are now), the sync's document and the
+    kinds of commit each kill came right after."""
+
+    workload: Workload
+    document: dict[str, Any]
+    killed_after: list[str] = field(default_factory=list)
+    connection: Any = None
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession,
+             kafka_broker: KafkaBroker) -> Iterator[Outcome]:
+    root = tmp_path_factory.mktemp("mariadb-cdc")
+    for part in ("mariadb", "debezium", "sync"):
+        (root / part).mkdir()
+    mariadb = start_mariadb(root / "mariadb")
+    debezium = None
+    try:
+        run_setup_sql(mariadb)
+        connection = mariadb.connect(database="shop")
+        workload = Workload(connection, random.Random("mariadb-cdc"))
+        workload.create()
+        workload.seed(20)
+        connector = connector_settings(EXAMPLE / "debezium-connector.json")
+        prefix = connector["topic.prefix"]
+        topics = {name: f"{prefix}.shop.{name}" for name in workload.tables}
+        for topic in topics.values():
+            kafka_broker.create_topic(topic, PARTITIONS)  # Kafka Connect's topic.creation.* does this for users
+        debezium = start_debezium(root / "debezium", mariadb, kafka_broker, connector, connector["database.user"],
+                                  PASSWORD)
+        document = example_sync(root / "sync", kafka_broker)
+        outcome = Outcome(workload, document, connection=connection)
+        spec_path = write_spec(root / "sync", document)
+        workload.round()
+
+        # Version 1, SIGKILLed right after its first data commit while the workload goes on.
+        kill_after_first_commit(spec_path, lambda: any(c.kind == "data" for t in topics for c in commits(document, t)),
+                                workload.go_on)
+        outcome.killed_after.append(max((c for t in topics for c in commits(document, t)),
+                                        key=lambda c: c.timestamp_ms).kind)
+        workload.round()
+
+        # Version 2, SIGKILLed right after the schema commit of an ADD COLUMN.
+        with job_process(spec_path, 2, crash_at="schema-committed") as (process, log):
+            deadline = time.monotonic() + 240
+            while not any(c.writer.version == 2 for c in commits(document, "orders")):
+                assert process.poll() is None, f"version 2 ended before fencing:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"version 2 did not fence within 240 s:\n{log.read_text()[-3000:]}"
+                time.sleep(1)
+            workload.add_column("orders", "coupon", "VARCHAR(16)")
+            workload.round()
+            assert process.wait(240) == -signal.SIGKILL, log.read_text()[-3000:]
+        outcome.killed_after.append(commits(document, "orders")[-1].kind)
+
+        workload.round()
+        workload.modify_column("orders", "total", "DECIMAL(14,2)")
+        workload.modify_column("order_lines", "qty", "BIGINT")
+        workload.round()
+        workload.drop_column("orders", "note")
+        workload.round()
+        workload.rename_column("order_lines", "sku", "product")
+        workload.round()
+        wait_for_keys(kafka_broker, prefix, workload, workload.last_keys())
+
+        # Version 3 until every table's frontier is at its topic's end.
+        with BackgroundJob(SyncJob(parse_spec(document), 3, spark)) as running:
+            running.wait_until(lambda: caught_up(document, kafka_broker, topics), "every table caught up", 240)
+        yield outcome
+        connection.close()
+    finally:
+        if debezium is not None:
+            debezium.stop()
+        mariadb.server.stop()
+
+
+def iceberg_table(outcome: Outcome, name: str) -> Any:
+    return catalog_of(parse_spec(outcome.document)).load_table(f"shop.{name}")
+
+
+def test_the_job_was_killed_after_a_data_commit_and_after_a_schema_commit(pipeline: Outcome) -> None:
+    assert pipeline.killed_after == ["data", "schema"]
+
+
+@pytest.mark.parametrize("name", ["items", "orders", "order_lines"])
+def test_iceberg_returns_what_select_star_returns(pipeline: Outcome, spark: SparkSession, name: str) -> None:
+    """Row for row and value for value on MariaDB's current columns; a column the source dropped or renamed stays in
+    Iceberg, null in every row written after the change, its old value in the rows not written since (a renamed
+    column's new name is null there: Debezium sends no event for rows a DDL does not rewrite)."""
+    table = pipeline.workload.tables[name]
+    expected = mariadb_rows(pipeline.connection, table)
+    actual = iceberg_rows(spark, iceberg_table(pipeline, name).metadata_location, table)
+    assert len(expected) >= 15, f"{name}: the workload left too few rows to compare"
+    assert sorted(actual) == sorted(expected), f"{name}: the keys differ"
+    renamed = {old: new for old, new in (("sku", "product"),) if name == "order_lines"}
+    for key, row in expected.items():
+        got = dict(actual[key])
+        for old, new in renamed.items():
+            if key not in pipeline.workload.written_after[f"{name}.{old}"]:
+                assert got[new] is None, f"{name} {key}: {new} holds a value no event carried"
+                got[new], got[old] = got[old], None
+        current = {column: got[column] for column in row}
+        assert current == row, f"{name} {key}:\n iceberg {current}\n mariadb {row}"[:3000]
+        for gone in table.gone:
+            if key in pipeline.workload.written_after[f"{name}.{gone}"]:
+                assert got[gone] is None, f"{name} {key}: {gone} was written after the source dropped it"
+
+
+EXPECTED_COLUMNS = {
+    "items": {
+        "id": "decimal(20, 0)", "i8": "int", "u8": "int", "i16": "int", "u16": "int", "i24": "int", "u24": "int",
+        "i32": "int", "u32": "long", "i64": "long", "u64": "decimal(20, 0)", "price": "decimal(12, 2)",
+        "exact": "decimal(30, 10)", "score": "float", "weight": "double", "flags": "binary", "flag": "boolean",
+        "active": "int", "code": "string", "name": "string", "bio": "string", "avatar": "binary", "born": "date",
+        "seen": "timestamp", "updated": "timestamptz", "opens": "long", "made": "int", "size": "string",
+        "tags": "string", "prefs": "string", "note": "string"},
+    "orders": {"id": "int", "customer": "string", "total": "decimal(14, 2)", "status": "string",
+               "created": "timestamp", "note": "string", "coupon": "string"},
+    "order_lines": {"order_id": "int", "line_no": "int", "sku": "string", "qty": "long", "price": "decimal(10, 3)",
+                    "product": "string"},
+}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_COLUMNS))
+def test_columns_are_the_documented_types(pipeline: Outcome, name: str) -> None:
+    """docs/mysql-mariadb.md's type table, with the DDL applied: added and renamed columns last, widened in place."""
+    schema = iceberg_table(pipeline, name).schema()
+    assert {f.name: str(f.field_type) for f in schema.fields} == EXPECTED_COLUMNS[name]
+    assert list(EXPECTED_COLUMNS[name]) == [f.name for f in schema.fields]
+
+
+@pytest.mark.parametrize("name", ["items", "orders", "order_lines"])
+def test_no_dead_letters(pipeline: Outcome, name: str) -> None:
+    try:
+        dead = catalog_of(parse_spec(pipeline.document)).load_table(f"shop.{name}_dead_letters")
+    except NoSuchTableError:
+        return
+    rows = dead.scan().to_arrow().to_pylist()
+    assert rows == [], f"{len(rows)} dead letters, e.g. {[(r.get('reason'), r.get('raw')) for r in rows[:3]]}"[:3000]
