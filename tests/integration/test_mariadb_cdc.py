@@ -111,6 +111,15 @@ def wait_for_keys(broker: KafkaBroker, prefix: str, workload: Workload, marks: d
             time.sleep(1)
 
 
+def wait_for_snapshot(broker: KafkaBroker, topics: dict[str, str], workload: Workload) -> None:
+    """Until Debezium's snapshot has written every seeded row (so the workload's later changes come from the binlog)."""
+    deadline = time.monotonic() + 120
+    for name, topic in topics.items():
+        while sum(broker.end_offsets(topic).values()) < len(workload.keys[name]):
+            assert time.monotonic() < deadline, f"Debezium's snapshot did not write every row of {name}"
+            time.sleep(1)
+
+
 def caught_up(document: dict[str, Any], broker: KafkaBroker, topics: dict[str, str]) -> bool:
     for table, topic in topics.items():
         done = commits(document, table)
@@ -152,10 +161,12 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession,
             kafka_broker.create_topic(topic, PARTITIONS)  # Kafka Connect's topic.creation.* does this for users
         debezium = start_debezium(root / "debezium", mariadb, kafka_broker, connector, connector["database.user"],
                                   PASSWORD)
+        wait_for_snapshot(kafka_broker, topics, workload)
         document = example_sync(root / "sync", kafka_broker)
         outcome = Outcome(workload, document, connection=connection)
         spec_path = write_spec(root / "sync", document)
         workload.round()
+        workload.float_extremes()
 
         # Version 1, SIGKILLed right after its first data commit while the workload goes on.
         kill_after_first_commit(spec_path, lambda: any(c.kind == "data" for t in topics for c in commits(document, t)),
@@ -201,6 +212,23 @@ def iceberg_table(outcome: Outcome, name: str) -> Any:
     return catalog_of(parse_spec(outcome.document)).load_table(f"shop.{name}")
 
 
+def dead_letters(outcome: Outcome, name: str) -> list[dict[str, Any]]:
+    try:
+        return catalog_of(parse_spec(outcome.document)).load_table(f"shop.{name}_dead_letters").scan().to_arrow().to_pylist()
+    except NoSuchTableError:
+        return []
+
+
+def item_of(dead_letter: dict[str, Any]) -> tuple[int] | None:
+    """The items key a dead letter's change event is about (Debezium's base64 Decimal), if it has one."""
+    try:
+        change = json.loads(dead_letter["payload"])["payload"]
+        row = change["after"] or change["before"]
+        return (int.from_bytes(base64.b64decode(row["id"]), "big", signed=True),)
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
 def test_the_job_was_killed_after_a_data_commit_and_after_a_schema_commit(pipeline: Outcome) -> None:
     assert pipeline.killed_after == ["data", "schema"]
 
@@ -217,6 +245,8 @@ def test_iceberg_returns_what_select_star_returns(pipeline: Outcome, spark: Spar
     assert sorted(actual) == sorted(expected), f"{name}: the keys differ"
     renamed = {old: new for old, new in (("sku", "product"),) if name == "order_lines"}
     for key, row in expected.items():
+        if key in pipeline.workload.float_extreme_keys:
+            continue  # test_float32_extremes_land
         got = dict(actual[key])
         for old, new in renamed.items():
             if key not in pipeline.workload.written_after[f"{name}.{old}"]:
@@ -254,9 +284,18 @@ def test_columns_are_the_documented_types(pipeline: Outcome, name: str) -> None:
 
 @pytest.mark.parametrize("name", ["items", "orders", "order_lines"])
 def test_no_dead_letters(pipeline: Outcome, name: str) -> None:
-    try:
-        dead = catalog_of(parse_spec(pipeline.document)).load_table(f"shop.{name}_dead_letters")
-    except NoSuchTableError:
-        return
-    rows = dead.scan().to_arrow().to_pylist()
-    assert rows == [], f"{len(rows)} dead letters, e.g. {[(r.get('reason'), r.get('raw')) for r in rows[:3]]}"[:3000]
+    rows = [row for row in dead_letters(pipeline, name) if item_of(row) not in pipeline.workload.float_extreme_keys]
+    assert rows == [], f"{len(rows)} dead letters, e.g. {[(r['reason'], r['payload']) for r in rows[:2]]}"[:3000]
+
+
+@pytest.mark.xfail(strict=True, reason="product bug: a float32 extreme the binlog sends exactly (e.g. "
+                   "-3.4028235E+38, float32's largest magnitude) is refused: 'field score: value -3.4028235E+38 is "
+                   "not a float' (fixed on main by the decoder's engineer)")
+def test_float32_extremes_land(pipeline: Outcome, spark: SparkSession) -> None:
+    """FLOAT at float32's largest magnitude (both signs), smallest normal and smallest subnormal: stored exactly."""
+    table = pipeline.workload.tables["items"]
+    expected = mariadb_rows(pipeline.connection, table)
+    actual = iceberg_rows(spark, iceberg_table(pipeline, "items").metadata_location, table)
+    keys = pipeline.workload.float_extreme_keys
+    assert [row["reason"] for row in dead_letters(pipeline, "items") if item_of(row) in keys] == []
+    assert {key: actual.get(key) for key in keys} == {key: expected[key] for key in keys}

@@ -23,6 +23,8 @@ from tests.integration.cdc_mariadb.tables import SourceTable, items, order_lines
 
 TEXT = string.ascii_letters + string.digits + " -_.,'\"\\" + "éßçøΩЖ中文ひら" + "😀🚀𝄞🎉"  # 4-byte characters too
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # 3.4028235e+38
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # 1.1754944e-38, the smallest normal
+FLOAT32_SUBNORMAL = float(np.float32(1e-45))  # 1.4e-45, the smallest subnormal
 UNSIGNED_64 = 2**64 - 1
 NULLS = 0.15
 
@@ -98,6 +100,7 @@ class Workload:
     tables: dict[str, SourceTable] = field(default_factory=lambda: {t.name: t for t in (items(), orders(), order_lines())})
     keys: dict[str, list[tuple[Any, ...]]] = field(default_factory=lambda: {"items": [], "orders": [], "order_lines": []})
     written_after: dict[str, set[tuple[Any, ...]]] = field(default_factory=dict)  # "<table>.<column>" -> keys
+    float_extreme_keys: list[tuple[Any, ...]] = field(default_factory=list)
     next_item: int = 0
     next_order: int = 0
 
@@ -192,6 +195,14 @@ class Workload:
                 self._cancel_order()
             else:
                 self._renumber_line()
+
+    def float_extremes(self) -> None:
+        """Items whose FLOAT is float32's largest, smallest normal and smallest subnormal magnitudes, sent by the
+        binlog (exact float32 values, unlike the snapshot's)."""
+        for extreme in (FLOAT32_MAX, -FLOAT32_MAX, FLOAT32_TINY, FLOAT32_SUBNORMAL):
+            self.execute(self.new_item())
+            self.execute(("UPDATE items SET score = %s WHERE id = %s", [extreme, self.keys["items"][-1][0]]))
+            self.float_extreme_keys.append(self.keys["items"][-1])
 
     def go_on(self) -> None:
         """A little more work (while a job runs)."""
