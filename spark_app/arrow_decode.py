@@ -66,6 +66,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column as SpecColumn
 from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
+from spark_app.float32 import float32_of, float64_of
 
 NOT_UTF8 = "record is not valid UTF-8 (the payload is its bytes in base64)"
 EMPTY_RECORD = "empty record"
@@ -553,10 +554,8 @@ def _convert_one(col: _Col, value: Any) -> tuple[Any, str | None, str | None]:
         return None, None, mismatch
     if kind in ("float", "double"):
         if isinstance(value, _Num):
-            real = float(value)
-            if kind == "float":
-                real = float(np.float32(real)) if abs(real) <= float(np.finfo(np.float32).max) else math.inf
-            return (real, None, None) if math.isfinite(real) else (None, None, mismatch)
+            real = float32_of(value) if kind == "float" else float64_of(value)
+            return (real, None, None) if real is not None else (None, None, mismatch)
         if isinstance(value, str) and value in _JSON_FLOAT_WORDS:
             return _JSON_FLOAT_WORDS[value], None, None
         return None, None, mismatch

@@ -55,6 +55,7 @@ import pyarrow.compute as pc
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import element_type
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
+from spark_app.float32 import float32_of, float64_of
 from spark_app.schema_drift.drift import SchemaDrift, observe
 
 OP_COLUMN = "_isync_op"
@@ -75,7 +76,6 @@ _MICROSECOND = timedelta(microseconds=1)
 _FRACTION = re.compile(r"[.,](\d+)")
 _DECIMAL_TEXT = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
 _INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
-_FLOAT32_MAX = 3.4028234663852886e38
 
 # Kafka Connect / Debezium logical type names of numeric dates and timestamps, and the factor that
 # turns one unit of theirs into the column's unit (days for dates, microseconds for timestamps).
@@ -182,12 +182,13 @@ def _integer(column: SpecColumn) -> Converter:
 
 
 def _floating(column: SpecColumn) -> Converter:
+    rounded = float32_of if column.type == "float" else float64_of
+
     def convert(value: Any, _: Logical | None) -> Any:
         if isinstance(value, int | Decimal) and not isinstance(value, bool):
-            result = float(value)
-            if column.type == "float" and abs(result) > _FLOAT32_MAX:
-                raise _not_a(column, value)
-            return result
+            result = rounded(value)
+            if result is not None:
+                return result
         raise _not_a(column, value)
     return convert
 
@@ -293,8 +294,9 @@ def _timestamp(column: SpecColumn) -> Converter:
 
     def convert(value: Any, logical: Logical | None) -> Any:
         if isinstance(value, str):
-            local = logical is not None and logical.name == _ISO_TIMESTAMP and value.endswith("Z")
-            try:  # an IsoTimestamp is the source's local date-time written with Z: the Z is not an offset
+            local = logical is not None and logical.name == _ISO_TIMESTAMP and value.endswith("Z") and not zoned
+            try:  # an IsoTimestamp is the source's local date-time written with Z: the Z is not an offset (in a
+                # timestamptz column it is: the wall time as UTC, as the same text without the schema is read)
                 parsed = datetime.fromisoformat(value[:-1] if local else value)
             except ValueError:
                 raise _not_a(column, value) from None

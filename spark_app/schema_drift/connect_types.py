@@ -18,6 +18,7 @@ CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _LOGICAL_TYPES: dict[str, str] = {
     "org.apache.kafka.connect.data.Date": "date",
     "io.debezium.time.Date": "date",
+    "io.debezium.time.IsoDate": "date",
     "org.apache.kafka.connect.data.Timestamp": "timestamp",
     "io.debezium.time.Timestamp": "timestamp",
     "io.debezium.time.MicroTimestamp": "timestamp",
@@ -27,7 +28,8 @@ _LOGICAL_TYPES: dict[str, str] = {
 }
 _BASE_TYPES: dict[str, str] = {
     "int8": "int", "int16": "int", "int32": "int", "int64": "long",
-    "float32": "float", "float64": "double", "boolean": "boolean", "string": "string", "bytes": "binary",
+    # Kafka's JsonConverter names FLOAT32 and FLOAT64 "float" and "double" in a record's schema.
+    "float": "float", "double": "double", "float32": "float", "float64": "double", "boolean": "boolean", "string": "string", "bytes": "binary",
 }
 # Logical types with no column type of their own: what they are stored as (e.g. io.debezium.time.MicroTime,
 # io.debezium.data.Uuid, Json, Xml, Enum) follows their base type; these are refused with a reason.
@@ -64,3 +66,9 @@ def iceberg_type_name(field: Mapping[str, Any]) -> tuple[str | None, str]:
     if isinstance(base, str) and base in _BASE_TYPES:
         return _BASE_TYPES[base], ""
     return None, f"Connect type {base!r}{f' ({name})' if name else ''} has no Iceberg column type here"
+
+
+def sends_text(field: Mapping[str, Any]) -> bool:
+    """The field's values (an array's elements) are JSON text: a Connect ``string``, whatever its logical type."""
+    items = field.get("items")
+    return sends_text(items) if field.get("type") == "array" and isinstance(items, dict) else field.get("type") == "string"

@@ -10,11 +10,33 @@ from typing import Any
 
 from icebergsync.schema import iceberg_type, widens
 from icebergsync.spec import element_type
-from spark_app.schema_drift.connect_types import iceberg_type_name
+from spark_app.schema_drift.connect_types import iceberg_type_name, sends_text
 
 _INTEGRAL = frozenset({"int", "long"})
 _NUMERIC = _INTEGRAL | {"float", "double"}
-_TEXT = frozenset({"string", "binary"})
+# Text a source sends (a Connect string) and the column types the decoder parses it into (spark_app/changes.py,
+# docs/connectors.md "Values"), each value checked as it is decoded: plain text is also base64 bytes
+# (binary.handling.mode=base64) and decimal text (decimal.handling.mode=string, into any decimal column);
+# Debezium's ISO-8601 types (IsoDate, IsoTimestamp, ZonedTimestamp) are also their text, and an IsoTimestamp's Z
+# is taken as UTC in a timestamptz column. Numbers in a string column, or text in a numeric one, are refused.
+_TEXT_READERS: dict[str, frozenset[str]] = {
+    "string": frozenset({"binary"}),
+    "date": frozenset({"string"}),
+    "timestamp": frozenset({"string", "timestamptz"}),
+    "timestamptz": frozenset({"string"}),
+}
+# Sources of another type whose numbers the decoder reads into a column: exact numbers into decimals
+# (decimal.handling.mode=double), integers into floating columns, epoch days into dates, a timestamp's
+# instant (taken as UTC) into a timestamptz, dates and timestamps as their integer into long columns.
+_NUMBER_READERS: dict[str, frozenset[str]] = {
+    "decimal": _NUMERIC,
+    "float": _INTEGRAL,
+    "double": _INTEGRAL,
+    "int": frozenset({"date"}),
+    "long": frozenset({"date", "timestamp"}),
+    "date": frozenset({"int"}),
+    "timestamptz": frozenset({"timestamp"}),
+}
 
 
 class Fit(Enum):
@@ -29,26 +51,37 @@ def _decimal(type_name: str) -> bool:
     return type_name.startswith("decimal")
 
 
-def classify(column: str, source: str) -> Fit:
-    """How values of spec type ``source`` fit a column of spec type ``column`` (arrays: as their elements do)."""
+def _decimal_fits(column: str, source: str) -> bool:
+    """Every value of decimal ``source`` is exactly a value of decimal ``column`` (no rounding, no overflow)."""
+    (column_precision, column_scale), (source_precision, source_scale) = (
+        (int(part) for part in name[len("decimal("):-1].split(",")) for name in (column, source))
+    return source_scale <= column_scale and source_precision - source_scale <= column_precision - column_scale
+
+
+def classify(column: str, source: str, text: bool = False) -> Fit:
+    """How values of spec type ``source`` fit a column of spec type ``column`` (arrays: as their elements do).
+
+    ``text``: the source sends its values as JSON text (a Connect ``string``, e.g. Debezium's ``IsoTimestamp``);
+    a ``string`` source always does. FITS means the decoder reads every value of that form into the column
+    (each value still checked: a dead letter names a value that does not fit), so drift detection agrees with
+    decoding: ``tests/unit/test_schema_drift.py`` decodes a value of each form into each column type.
+    """
     column_element, source_element = element_type(column), element_type(source)
     if column_element is not None and source_element is not None:
-        return classify(column_element, source_element)
+        return classify(column_element, source_element, text)
     if column_element is not None or source_element is not None:
         return Fit.INCOMPATIBLE
     if column == source or widens(iceberg_type(source), iceberg_type(column)):
         return Fit.FITS
     if widens(iceberg_type(column), iceberg_type(source)):
         return Fit.WIDEN
-    exact = _NUMERIC | {"boolean"} | ({source} if _decimal(source) else set())
-    incompatible = (
-        (source in exact and column in _TEXT)
-        or (source == "string" and column in _NUMERIC | {"boolean"})
-        or ((source in ("float", "double") or _decimal(source)) and column in _INTEGRAL)
-        or (_decimal(source) and (_decimal(column) or column in ("float", "double")))  # a scale change, or rounding
-        or (("binary" in (source, column)) and source != column)
-    )
-    return Fit.INCOMPATIBLE if incompatible else Fit.FITS
+    if _decimal(column) and _decimal(source):
+        return Fit.FITS if _decimal_fits(column, source) else Fit.INCOMPATIBLE
+    if text or source == "string":
+        readable = column in _TEXT_READERS.get(source, frozenset()) or (source == "string" and _decimal(column))
+    else:
+        readable = source in _NUMBER_READERS.get("decimal" if _decimal(column) else column, frozenset())
+    return Fit.FITS if readable else Fit.INCOMPATIBLE
 
 
 @dataclass
@@ -107,7 +140,7 @@ def observe(fields: Sequence[Mapping[str, Any]], columns: Mapping[str, str], req
             else:
                 drift.adds[name] = type_name
         elif type_name is not None:
-            fit = classify(columns[name], type_name)
+            fit = classify(columns[name], type_name, sends_text(spec))
             if fit is Fit.WIDEN:
                 drift.widens[name] = type_name
             elif fit is Fit.INCOMPATIBLE:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import DecimalType, ListType, LongType, NestedField, StringType, TimeType
@@ -14,7 +17,7 @@ from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.schema import SchemaChange, iceberg_schema, plan_evolution
 from icebergsync.spec import Column
 from spark_app.changes import decode_changes
-from spark_app.schema_drift.connect_types import iceberg_type_name
+from spark_app.schema_drift.connect_types import iceberg_type_name, sends_text
 from spark_app.schema_drift.drift import Fit, SchemaDrift, classify, observe
 from spark_app.schema_drift.plan import new_table_columns, schema_changes, table_columns
 from spark_app.sources.file_lines import ChangeReading, FileReader
@@ -32,6 +35,7 @@ def connect(name: str, kind: str, logical: str | None = None, **parameters: str)
 @pytest.mark.parametrize(("schema", "expected"), [
     (connect("a", "int8"), "int"), (connect("a", "int16"), "int"), (connect("a", "int32"), "int"),
     (connect("a", "int64"), "long"), (connect("a", "float32"), "float"), (connect("a", "float64"), "double"),
+    (connect("a", "float"), "float"), (connect("a", "double"), "double"),  # what Kafka's JsonConverter writes
     (connect("a", "boolean"), "boolean"), (connect("a", "string"), "string"), (connect("a", "bytes"), "binary"),
     (connect("a", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2", **{"connect.decimal.precision": "12"}),
      "decimal(12,2)"),
@@ -77,7 +81,10 @@ def test_types_without_an_iceberg_column_say_why(schema: dict[str, Any], why: st
     ("int", "int", Fit.FITS), ("long", "int", Fit.FITS), ("int", "long", Fit.WIDEN), ("float", "double", Fit.WIDEN),
     ("decimal(10,2)", "decimal(12,2)", Fit.WIDEN), ("decimal(12,2)", "decimal(10,2)", Fit.FITS),
     ("decimal(10,2)", "decimal(10,3)", Fit.INCOMPATIBLE), ("int", "string", Fit.INCOMPATIBLE),
-    ("string", "long", Fit.INCOMPATIBLE), ("long", "double", Fit.INCOMPATIBLE), ("binary", "string", Fit.INCOMPATIBLE),
+    ("string", "long", Fit.INCOMPATIBLE), ("long", "double", Fit.INCOMPATIBLE), ("binary", "string", Fit.FITS),
+    ("string", "binary", Fit.INCOMPATIBLE), ("decimal(38,18)", "decimal(10,2)", Fit.FITS),
+    ("decimal(10,3)", "decimal(10,2)", Fit.INCOMPATIBLE), ("timestamp", "timestamptz", Fit.INCOMPATIBLE),
+    ("boolean", "int", Fit.INCOMPATIBLE), ("timestamp", "long", Fit.INCOMPATIBLE),
     ("timestamptz", "timestamp", Fit.FITS), ("decimal(38,18)", "string", Fit.FITS), ("long", "timestamp", Fit.FITS),
     ("array<int>", "array<int>", Fit.FITS), ("array<int>", "array<long>", Fit.WIDEN),
     ("array<long>", "array<int>", Fit.FITS), ("array<int>", "array<string>", Fit.INCOMPATIBLE),
@@ -86,6 +93,118 @@ def test_types_without_an_iceberg_column_say_why(schema: dict[str, Any], why: st
 ])
 def test_a_source_type_fits_widens_or_is_incompatible(column: str, source: str, fit: Fit) -> None:
     assert classify(column, source) is fit
+
+
+# One value of each form Debezium's settings send (docs/connectors.md "PostgreSQL types"), as the JSON converter
+# writes it with the record's schema: (setting, Connect field schema, JSON value, the value it means).
+ENCODINGS: list[tuple[str, dict[str, Any], Any, Any]] = [
+    ("int16", connect("v", "int16"), 7, 7),
+    ("int32", connect("v", "int32"), -70000, -70000),
+    ("int64", connect("v", "int64"), 2**40, 2**40),
+    ("real", connect("v", "float"), 1.5, 1.5),
+    ("double precision", connect("v", "double"), 2.25, 2.25),
+    ("boolean", connect("v", "boolean"), True, True),
+    ("text", connect("v", "string"), "hi", "hi"),
+    ("decimal.handling.mode=precise", connect("v", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2",
+                                              **{"connect.decimal.precision": "10"}), "BM4=", Decimal("12.30")),
+    ("decimal.handling.mode=string", connect("v", "string"), "12.30", Decimal("12.30")),
+    ("decimal.handling.mode=double", connect("v", "double"), 12.5, Decimal("12.5")),
+    ("binary.handling.mode=bytes", connect("v", "bytes"), "AAEC", b"\x00\x01\x02"),
+    ("binary.handling.mode=base64", connect("v", "string"), "AAEC", b"\x00\x01\x02"),
+    ("io.debezium.time.Date", connect("v", "int32", "io.debezium.time.Date"), 19783, date(2024, 3, 1)),
+    ("time.precision.mode=isostring date", connect("v", "string", "io.debezium.time.IsoDate"), "2024-03-01Z",
+     date(2024, 3, 1)),
+    ("MicroTimestamp", connect("v", "int64", "io.debezium.time.MicroTimestamp"), 1709287200000001,
+     datetime(2024, 3, 1, 10, 0, 0, 1)),
+    ("Timestamp (ms)", connect("v", "int64", "io.debezium.time.Timestamp"), 1709287200001,
+     datetime(2024, 3, 1, 10, 0, 0, 1000)),
+    ("time.precision.mode=isostring timestamp", connect("v", "string", "io.debezium.time.IsoTimestamp"),
+     "2024-03-01T10:00:00.000001Z", datetime(2024, 3, 1, 10, 0, 0, 1)),
+    ("ZonedTimestamp", connect("v", "string", "io.debezium.time.ZonedTimestamp"), "2024-03-01T10:00:00.000001Z",
+     datetime(2024, 3, 1, 10, 0, 0, 1, tzinfo=UTC)),
+]
+COLUMN_TYPES = ["int", "long", "float", "double", "boolean", "string", "binary", "decimal(10,2)", "decimal(20,4)",
+                "date", "timestamp", "timestamptz"]
+
+
+def _as_column(meaning: Any, sent: Any, column: str) -> Any:
+    """What ``meaning`` (sent as ``sent``) is in a column of type ``column`` (None: it has no value there)."""
+    numeric = isinstance(meaning, int | float | Decimal) and not isinstance(meaning, bool)
+    if column == "date" and type(meaning) is int and abs(meaning) < 10**6:
+        return date(1970, 1, 1) + timedelta(days=meaning)  # a number in a date column is epoch days
+    if column in ("int", "long") and isinstance(meaning, date) and type(sent) is int:
+        return sent  # a date or timestamp in an integer column: the number as sent, in its unit
+    if column in ("timestamp", "timestamptz") and isinstance(meaning, datetime):
+        if column == "timestamp":
+            return meaning if meaning.tzinfo is None else None  # an offset is no local time
+        return meaning.replace(tzinfo=UTC)  # a local time's wall clock taken as UTC
+    if column in ("float", "double") and numeric:
+        return float(np.float32(meaning)) if column == "float" else float(meaning)
+    if column.startswith("decimal") and numeric:
+        return Decimal(str(meaning))
+    if column in ("int", "long") and type(meaning) is int:
+        return meaning
+    if column == "string" and type(sent) is str:
+        return sent  # Debezium's text of a value, kept as text
+    kinds = {"boolean": bool, "string": str, "binary": bytes, "date": date}
+    wanted = kinds.get(column)
+    return meaning if wanted is not None and type(meaning) is wanted else None
+
+
+def _decoder_reads(field: dict[str, Any], sent: Any, meaning: Any, column: str) -> bool:
+    """The decoder reads ``sent`` into a ``column`` as what it means (a value out of the column's range is
+    a dead letter of that value, not a refusal of its form)."""
+    columns = [Column(name="id", type="long", required=True), Column(name="v", type=column)]
+    record = envelope([connect("id", "int64"), field], {"id": 1, "v": sent})
+    decoded = decode_changes([record], None, lambda i: {"line": i}, columns, ["id"], "debezium", 0).to_pylist()[0]
+    error = decoded["_isync_error"]
+    if error is not None:
+        if "name" in field:  # a logical type's value out of a column's range is read as something else
+            return False
+        out_of_range = column in ("int", "long") and type(sent) is int and f"is not a {column}" in error
+        return out_of_range or error.endswith(f"does not fit {column}")
+    expected = _as_column(meaning, sent, column) if column != "string" or sends_text(field) else None
+    return expected is not None and decoded["v"] == expected
+
+
+def _fit(field: dict[str, Any], column: str) -> Fit:
+    source, _ = iceberg_type_name(field)
+    assert source is not None
+    return classify(column, source, sends_text(field))
+
+
+@pytest.mark.parametrize("column", COLUMN_TYPES)
+@pytest.mark.parametrize(("setting", "field", "sent", "meaning"), ENCODINGS, ids=[e[0] for e in ENCODINGS])
+def test_what_the_decoder_reads_fits(setting: str, field: dict[str, Any], sent: Any, meaning: Any, column: str) -> None:
+    """A form the decoder reads into a column's type never stops a sync (FITS, or a widening of the column)."""
+    if _decoder_reads(field, sent, meaning, column):
+        assert _fit(field, column) is not Fit.INCOMPATIBLE
+
+
+@pytest.mark.parametrize("column", COLUMN_TYPES)
+@pytest.mark.parametrize("field", list({json.dumps(e[1], sort_keys=True): e[1] for e in ENCODINGS}.values()),
+                         ids=lambda field: f"{field['type']}:{field.get('name', '')}")
+def test_what_fits_the_decoder_reads(field: dict[str, Any], column: str) -> None:
+    """A schema that FITS a column is one whose values, under some Debezium setting, the decoder reads into it (a
+    plain Connect string is text, decimal text, base64 or ISO-8601 by the setting); a WIDEN is read into the
+    source's type once the column is widened."""
+    fit = _fit(field, column)
+    if fit is Fit.INCOMPATIBLE:
+        return
+    target = column if fit is Fit.FITS else iceberg_type_name(field)[0]
+    assert target is not None
+    assert any(_decoder_reads(field, sent, meaning, target) for _, same, sent, meaning in ENCODINGS if same == field)
+
+
+def test_the_largest_float32_debezium_prints_is_a_float() -> None:
+    """Java prints float32's maximum as 3.4028235E38, above it as a double: it rounds to the maximum."""
+    columns = [Column(name="id", type="long", required=True), Column(name="v", type="float")]
+    records = [envelope([connect("id", "int64"), connect("v", "float")], {"id": 1, "v": 0}).replace(
+        '"v": 0', f'"v": {text}') for text in ("3.4028235E+38", "-3.4028235E38", "3.5E+38")]
+    decoded = decode_changes(records, None, lambda i: {"line": i}, columns, ["id"], "debezium", 0).to_pylist()
+    top = float(np.finfo(np.float32).max)
+    assert [row["v"] for row in decoded] == [top, -top, None]
+    assert decoded[2]["_isync_error"] == "field v: value 3.5E+38 is not a float"
 
 
 def test_a_struct_asks_to_add_widen_make_optional_or_names_what_cannot_be() -> None:
