@@ -5,6 +5,8 @@
 --   binlog_format     = ROW
 --   binlog_row_image  = FULL
 --   binlog_expire_logs_seconds = 604800   -- longer than the connector may ever be down
+--   sql_mode          = STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION
+--                       (no zero dates: Debezium cannot carry them, docs/mysql-mariadb.md)
 -- The database Debezium captures (database.include.list) and the user it connects as (database.user), with the
 -- grants its snapshot and binlog reading need. Replace the password, and give the same to Kafka Connect
 -- (debezium-connector.json reads it from a file).

@@ -73,7 +73,7 @@ def value(rng: random.Random, sql_type: str, snapshot: bool = False) -> Any:
     if kind == "DATE":
         return date(1000, 1, 1) + timedelta(days=rng.randint(0, 3_287_000))
     if kind == "DATETIME(6)":
-        return datetime(1000, 1, 1) + timedelta(microseconds=rng.randint(0, 280_000 * 86_400 * 10**6))
+        return datetime(1000, 1, 1) + timedelta(microseconds=rng.randint(0, 3_287_000 * 86_400 * 10**6))
     if kind == "TIMESTAMP(6)":
         return datetime(1970, 1, 2) + timedelta(microseconds=rng.randint(0, 24_800 * 86_400 * 10**6))
     if kind == "TIME(6)":
