@@ -61,7 +61,11 @@ from spark_app.schema_drift.drift import SchemaDrift, observe
 OP_COLUMN = "_isync_op"
 ORDER_COLUMN = "_isync_order"
 CARRY_COLUMN = "_isync_carry"  # the columns of an upsert whose value Debezium did not send (null: none)
-CHANGE_COLUMNS = (OP_COLUMN, ORDER_COLUMN, CARRY_COLUMN)
+# The source event of a Debezium delete, or of a create missing values (a primary-key update's halves: same source)
+MOVE_COLUMN = "_isync_move"
+HAS_VALUES_COLUMN = "_isync_has_values"  # a moved key's values are the trigger's (else: its live row's)
+VIA_COLUMN = "_isync_via"  # a moved key that was itself the new key of a primary-key update in the trigger: that one
+CHANGE_COLUMNS = (OP_COLUMN, ORDER_COLUMN, CARRY_COLUMN, MOVE_COLUMN)
 OP_UPSERT = 0
 OP_DELETE = 1
 
@@ -370,6 +374,7 @@ def changes_schema(columns: Sequence[SpecColumn]) -> pa.Schema:
         pa.field(OP_COLUMN, pa.int8(), nullable=False),
         pa.field(ORDER_COLUMN, pa.int64(), nullable=False),
         pa.field(CARRY_COLUMN, pa.list_(pa.string())),
+        pa.field(MOVE_COLUMN, pa.string()),
         *[pa.field(name, pa.string()) for name in CONTROL_COLUMNS],
     ])
 
@@ -508,11 +513,22 @@ def _raw(value: Any) -> str | None:
         return base64.b64encode(bytes(value)).decode("ascii")
 
 
-_Change = tuple[int, list[Any], list[str] | None]  # (op, row, columns Debezium did not send)
+_Change = tuple[int, list[Any], list[str] | None, str | None]  # (op, row, columns Debezium did not send, move)
 
 
-def _upserted(rows: _Rows, values: list[Any]) -> _Change:
-    return OP_UPSERT, values, list(rows.unavailable) or None
+def _upserted(rows: _Rows, values: list[Any], move: str | None = None) -> _Change:
+    return OP_UPSERT, values, list(rows.unavailable) or None, move if rows.unavailable else None
+
+
+def _source_event(envelope: dict[str, Any]) -> str | None:
+    """What names a Debezium event's place in the source: a digest of its ``source`` block. A primary-key update
+    reaches Kafka as a delete of the old key and a create of the new one, both with the source of the update
+    (PostgreSQL's ``lsn`` and ``txId``; MySQL's binlog ``file``, ``pos`` and ``row``), on two partitions."""
+    source = envelope.get("source")
+    if not isinstance(source, dict) or not source:
+        return None
+    text = json.dumps(source, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
 def _debezium(rows: _Rows, record: Any) -> list[_Change]:
@@ -534,16 +550,20 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
         before = envelope.get("before")
         if before is None:
             raise _Bad("a delete (op d) without before: the deleted key is unknown")
-        return [(OP_DELETE, rows.delete_row(rows.row(before, "before", before_types, key_only=True)), None)]
+        return [(OP_DELETE, rows.delete_row(rows.row(before, "before", before_types, key_only=True)), None,
+                 _source_event(envelope))]
     after = envelope.get("after")
     if after is None:
         raise _Bad(f"op {op} without after: there is no new row")
-    new = _upserted(rows, rows.row(after, "after", after_types))
+    # A create missing values is the new key of a primary-key update (an insert logs every value): it carries them
+    # from the old key, found by the delete of the same source event.
+    new = _upserted(rows, rows.row(after, "after", after_types), _source_event(envelope) if op == "c" else None)
     before = envelope.get("before")
     if op == "u" and before is not None:
         old = rows.row(before, "before", before_types, key_only=True)
         if rows.key_of(old) != rows.key_of(new[1]):
-            return [(OP_DELETE, rows.delete_row(old), None), new]
+            move = _source_event(envelope) if new[2] else None
+            return [(OP_DELETE, rows.delete_row(old), None, move), (*new[:3], move)]
     return [new]
 
 
@@ -585,7 +605,7 @@ def _upsert(rows: _Rows, record: Any) -> list[_Change]:
     if DELETED_FIELD in row:
         row = {name: value for name, value in row.items() if name != DELETED_FIELD}
         if deleted:
-            return [(OP_DELETE, rows.delete_row(rows.row(row, "record", types, key_only=True)), None)]
+            return [(OP_DELETE, rows.delete_row(rows.row(row, "record", types, key_only=True)), None, None)]
     return [_upserted(rows, rows.row(row, "record", types))]
 
 
@@ -601,7 +621,7 @@ def _tombstone_key(rows: _Rows, message_key: Any) -> list[_Change]:
     extra = [name for name in key if name not in rows.key]
     if extra:
         raise _Bad(f"message key has field(s) that are not key columns: {', '.join(extra)}")
-    return [(OP_DELETE, rows.delete_row(rows.row(key, "message key", types, key_only=True)), None)]
+    return [(OP_DELETE, rows.delete_row(rows.row(key, "message key", types, key_only=True)), None, None)]
 
 
 def decode_changes(
@@ -650,6 +670,7 @@ def decode_changes(
     ops: list[int] = []
     orders: list[int] = []
     carries: list[list[str] | None] = []
+    moves: list[str | None] = []
     errors: list[str | None] = []
     raws: list[str | None] = []
     where: list[str | None] = []
@@ -671,22 +692,24 @@ def decode_changes(
             ops.append(OP_UPSERT)
             orders.append(order_base + index)
             carries.append(None)
+            moves.append(None)
             errors.append(str(bad))
             raws.append(_raw(value) if value is not None else _raw(keys[index] if keys is not None else None))
             where.append(encode_position(positions(index)))
             continue
-        for op, row, carry in changes:
+        for op, row, carry, move in changes:
             out_rows.append(row)
             ops.append(op)
             orders.append(order_base + index)
             carries.append(carry)
+            moves.append(move)
             errors.append(None)
             raws.append(None if carry is None else _raw(value))
             where.append(None if carry is None else encode_position(positions(index)))
     by_column = list(zip(*out_rows, strict=True)) if out_rows else [() for _ in range(width)]
     arrays = [pa.array(list(data), type=field.type) for data, field in zip(by_column, schema, strict=False)]
     arrays += [pa.array(ops, pa.int8()), pa.array(orders, pa.int64()), pa.array(carries, pa.list_(pa.string())),
-               pa.array(errors, pa.string()), pa.array(raws, pa.string()), pa.array(where, pa.string())]
+               pa.array(moves, pa.string()), pa.array(errors, pa.string()), pa.array(raws, pa.string()), pa.array(where, pa.string())]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -698,7 +721,8 @@ class Collapsed(NamedTuple):
 
     inserts: pa.Table  # the winning upserts with every value (declared columns)
     keys: pa.Table  # every key the changes touch (key columns)
-    carried: pa.Table  # winning upserts still missing values: declared columns, _isync_carry, control columns
+    carried: pa.Table  # winning upserts still missing values: declared columns, _isync_carry, _isync_move, control
+    moved: pa.Table  # winning deletes of a source event (_isync_move): the key's values in the trigger, if it has them
 
 
 def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
@@ -712,15 +736,22 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
     ``carried`` (an earlier delete of the key in the trigger leaves it none: such a row is carried
     with its ``_isync_error``). Rows with an ``_isync_error`` are dead letters and are ignored. The
     results are sorted by key.
+
+    A winning delete that names its source event (``_isync_move``: it may be the old key of a primary-key update
+    whose create, elsewhere, misses values) is in ``moved`` with the declared columns of the key's newest earlier
+    upsert in the trigger when it is complete (``_isync_has_values``), else with its key alone: the driver then
+    carries from the old key's live row (:mod:`spark_app.carry`), or, when that upsert was itself the create of
+    a primary-key update (``_isync_via``), from that update's old key.
     """
     if ERROR_COLUMN in changes.column_names:
         errors = changes.column(ERROR_COLUMN)
         if errors.null_count != changes.num_rows:
             changes = changes.filter(pc.is_null(errors))
     declared = [name for name in changes.column_names if name not in CHANGE_COLUMNS and name not in CONTROL_COLUMNS]
-    pending = [*declared, CARRY_COLUMN, *CONTROL_COLUMNS]
+    pending = [*declared, CARRY_COLUMN, MOVE_COLUMN, *CONTROL_COLUMNS]
     if changes.num_rows == 0:
-        return Collapsed(changes.select(declared), changes.select(list(key)), changes.select(pending))
+        return Collapsed(changes.select(declared), changes.select(list(key)), changes.select(pending),
+                         _moved(changes, np.zeros(0, dtype=bool), declared))
     ordered = changes.take(pc.sort_indices(
         changes, sort_keys=[(name, "ascending") for name in key] + [(ORDER_COLUMN, "descending")]
     ))
@@ -731,7 +762,24 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
     upserts = winners.filter(pc.equal(winners.column(OP_COLUMN), OP_UPSERT))
     complete = pc.is_null(upserts.column(CARRY_COLUMN))
     return Collapsed(upserts.filter(complete).select(declared), winners.select(list(key)),
-                     upserts.filter(pc.invert(complete)).select(pending))
+                     upserts.filter(pc.invert(complete)).select(pending), _moved(ordered, first, declared))
+
+
+def _moved(ordered: pa.Table, first: np.ndarray, declared: list[str]) -> pa.Table:
+    """The winning deletes of ``ordered`` (by key, newest first) that name a source event, with the values of the
+    key's next older change when it is a complete upsert (see :func:`collapse`)."""
+    moves = ordered.column(MOVE_COLUMN)
+    ops = ordered.column(OP_COLUMN).to_numpy(zero_copy_only=False)
+    winners = np.flatnonzero(first)
+    winners = winners[(ops[winners] == OP_DELETE) & pc.is_valid(moves.take(winners)).to_numpy(zero_copy_only=False)]
+    older = np.minimum(winners + 1, max(ordered.num_rows - 1, 0))
+    complete = pc.is_null(ordered.column(CARRY_COLUMN)).to_numpy(zero_copy_only=False)
+    has_values = (winners + 1 < ordered.num_rows) & ~first[older] & (ops[older] == OP_UPSERT) & complete[older]
+    rows = ordered.take(pa.array(np.where(has_values, older, winners), pa.int64())).select(declared)
+    moved_into = (winners + 1 < ordered.num_rows) & ~first[older] & (ops[older] == OP_UPSERT) & ~complete[older]
+    via = pc.if_else(pa.array(moved_into), moves.take(pa.array(older, pa.int64())), pa.scalar(None, pa.string()))
+    return (rows.append_column(MOVE_COLUMN, moves.take(winners)).append_column(HAS_VALUES_COLUMN, pa.array(has_values))
+            .append_column(VIA_COLUMN, via))
 
 
 def first_of_each_key(ordered: pa.Table, key: Sequence[str]) -> np.ndarray:
@@ -748,9 +796,12 @@ def first_of_each_key(ordered: pa.Table, key: Sequence[str]) -> np.ndarray:
 
 def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
     """``ordered`` (by key, newest change first) with each winning upsert's missing values taken from the
-    newest earlier change of its key that has them; ``_isync_carry`` keeps what none has."""
+    newest earlier change of its key that has them; ``_isync_carry`` keeps what none has. One missing them
+    too that is the create of a primary-key update hands its source event on (``_isync_move``): the values
+    come from that update's old key."""
     ops = ordered.column(OP_COLUMN).to_numpy()
     carries = ordered.column(CARRY_COLUMN).to_pylist()
+    moves = ordered.column(MOVE_COLUMN).to_pylist()
     errors = ordered.column(ERROR_COLUMN).to_pylist() if ERROR_COLUMN in ordered.column_names else None
     ends = np.append(np.flatnonzero(first)[1:], len(first))
     sources: dict[str, np.ndarray] = {}
@@ -768,6 +819,9 @@ def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
             for name in has:
                 sources.setdefault(name, np.arange(len(first)))[winner] = earlier
             missing = [name for name in missing if name not in has]
+            if missing and moves[earlier] is not None:
+                moves[winner] = moves[earlier]
+                break
             if not missing:
                 break
         carries[winner] = missing or None
@@ -775,13 +829,14 @@ def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
         ordered = ordered.set_column(ordered.column_names.index(name), name, ordered.column(name).take(source))
     ordered = ordered.set_column(ordered.column_names.index(CARRY_COLUMN), CARRY_COLUMN,
                                  pa.array(carries, pa.list_(pa.string())))
+    ordered = ordered.set_column(ordered.column_names.index(MOVE_COLUMN), MOVE_COLUMN, pa.array(moves, pa.string()))
     if errors is not None:
         ordered = ordered.set_column(ordered.column_names.index(ERROR_COLUMN), ERROR_COLUMN, pa.array(errors, pa.string()))
     return ordered
 
 
 __all__ = [
-    "CARRY_COLUMN", "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "OP_COLUMN", "OP_DELETE", "OP_UPSERT", "ORDER_COLUMN",
-    "POSITION_COLUMN", "RAW_COLUMN", "UNAVAILABLE", "Collapsed", "arrow_type", "changes_schema", "collapse",
+    "CARRY_COLUMN", "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "HAS_VALUES_COLUMN", "MOVE_COLUMN", "OP_COLUMN", "OP_DELETE",
+    "OP_UPSERT", "ORDER_COLUMN", "POSITION_COLUMN", "RAW_COLUMN", "UNAVAILABLE", "VIA_COLUMN", "Collapsed", "arrow_type", "changes_schema", "collapse",
     "decode_changes", "first_of_each_key",
 ]

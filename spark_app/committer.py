@@ -45,6 +45,7 @@ from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
 from spark_app.carry.fill import fill
 from spark_app.carry.live_rows import live_positions, read_live_rows
+from spark_app.carry.moves import fill_from_moves, matching_moves, old_keys_to_read
 from spark_app.changes import CARRY_COLUMN
 from spark_app.faults import crash_point
 from spark_app.iceberg_internals import (
@@ -184,7 +185,8 @@ class TriggerOutput:
     swaps against, and the position deletes (format 2) or deletion vectors (format 3) written then
     (spark_app/position_deletes/) join the same snapshot. ``carried`` are upserts missing values
     Debezium did not send: completed from their keys' live rows on that same head and written with
-    ``carry_plan`` (spark_app/carry/), they join it too (or its dead letters).
+    ``carry_plan`` (spark_app/carry/), they join it too (or its dead letters); ``moved`` are the trigger's deletes
+    of source events, the old keys of primary-key updates whose creates are among ``carried``.
     """
 
     data_files: list[DataFile] = field(default_factory=list)
@@ -193,6 +195,7 @@ class TriggerOutput:
     touched_keys: pa.Table | None = None
     carried: pa.Table | None = None
     carry_plan: WritePlan | None = None
+    moved: pa.Table | None = None
     records: int = 0
     dead_letters: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
@@ -761,11 +764,17 @@ class SinkCommitter:
             return None
         snapshot = table.current_snapshot()
         names = sorted({name for names in carried.column(CARRY_COLUMN).to_pylist() if names for name in names})
-        located = locate_rows(table, snapshot, carried.select(list(plan.key)), self._file_keys, LocateStats(),
+        moves = matching_moves(carried, output.moved)  # the old keys of primary-key updates (spark_app/carry/moves.py)
+        keys = carried.select(list(plan.key))
+        if (old_keys := old_keys_to_read(moves, plan.key)) is not None:
+            keys = pa.concat_tables([keys, old_keys.cast(keys.schema)])
+        located = locate_rows(table, snapshot, keys, self._file_keys, LocateStats(),
                               self._spark, self._key_columns) if snapshot is not None else {}
         rows = live_positions(table, snapshot, located) if snapshot is not None else []
         live = read_live_rows(table, rows, plan.key, names, self._spark)
-        result = stage_partition(plan, iter(fill(carried, live, plan.key).to_batches()),
+        moved, rest = fill_from_moves(carried, moves, live, plan.key)
+        completed = pa.concat_tables([moved, fill(rest, live, plan.key)])
+        result = stage_partition(plan, iter(completed.to_batches()),
                                  f"carry-{snapshot.snapshot_id if snapshot else 0}-{uuid.uuid4().hex[:8]}")
         if result.rejection is not None:
             raise result.rejection.error()

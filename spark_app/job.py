@@ -119,6 +119,8 @@ class Staged:
         carried = [pa.ipc.open_stream(r.carried).read_all() for r in results if r.carried is not None]
         if carried:
             output.carried, output.carry_plan = pa.concat_tables(carried), written.plan
+            moved = [pa.ipc.open_stream(r.moved).read_all() for r in results if r.moved is not None]
+            output.moved = pa.concat_tables(moved) if moved else None
         for result in results:
             if result.rejection is not None:
                 rejection = result.rejection if rejection is None else rejection.adding(result.rejection)

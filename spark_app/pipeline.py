@@ -179,13 +179,14 @@ def stage_changes(plan: WritePlan, tables: list[pa.Table], task_id: str) -> Task
         changes = _refuse_carry(changes)
     errors = changes.column(ERROR_COLUMN)
     bad = changes.filter(pc.is_valid(errors)).drop_columns(list(CHANGE_COLUMNS))
-    upserts, deleted, carried = collapse(changes, plan.key)
+    upserts, deleted, carried, moved = collapse(changes, plan.key)
     result = stage_partition(plan, iter(bad.to_batches() + upserts.to_batches()), task_id)
     if result.rejection is not None:
         return result
     if plan.deletes is None:
         result.touched_keys = _ipc(deleted) if deleted.num_rows else None
         result.carried = _ipc(carried) if carried.num_rows else None
+        result.moved = _ipc(moved) if moved.num_rows else None
         return result
     try:
         delete_file = write_equality_deletes(plan.deletes, deleted, f"{plan.file_prefix}-{task_id}")

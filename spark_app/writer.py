@@ -102,6 +102,7 @@ class TaskResult:
     rejection: Rejection | None = None  # set instead of writing anything when there is no dead-letter table
     touched_keys: bytes | None = None  # keyed, position deletes: the keys (Arrow IPC) whose older rows go
     carried: bytes | None = None  # keyed, position deletes: upserts missing values (Arrow IPC; spark_app/carry/)
+    moved: bytes | None = None  # keyed, position deletes: deleted keys of source events (Arrow IPC; spark_app/carry/)
     unit_stats: UnitStats = field(default_factory=UnitStats)
 
 

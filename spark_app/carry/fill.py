@@ -18,8 +18,9 @@ _LIVE_INDEX = "__isync_live_index"
 def no_live_row(columns: Sequence[str]) -> str:
     """The dead letter's reason for a row whose key the table does not hold."""
     return (f"Debezium did not send the value of {', '.join(columns)} ({UNAVAILABLE}: an unchanged TOASTed column) "
-            "and the table has no live row of this key to keep it from (after a primary-key update, set REPLICA "
-            "IDENTITY FULL on the source table: docs/connectors.md, \"Unchanged TOASTed values\")")
+            "and the table has no live row of this key to keep it from (a primary-key update whose delete of the old "
+            "key was not in the same trigger: set spec.changes.transactions, or REPLICA IDENTITY FULL on the source "
+            "table: docs/connectors.md, \"Primary-key updates\")")
 
 
 def fill(carried: pa.Table, live: pa.Table, key: Sequence[str]) -> pa.Table:

@@ -63,7 +63,7 @@ def stage(table: Table, writer: Writer, values: list[bytes | None], keys: list[b
         for index, unit_values, unit_keys in units
     ])
     bad = changes.filter(pc.is_valid(changes.column(ERROR_COLUMN))).num_rows
-    inserts, deletes, _ = collapse(changes, KEY)
+    inserts, deletes, _, _ = collapse(changes, KEY)
     prefix = f"{attempt_file_prefix(writer)}-{task}"
     plan = table_plan(table)
     data = PartitionedWriter(plan, prefix, 1 << 30, 1 << 26)

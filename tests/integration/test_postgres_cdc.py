@@ -22,6 +22,7 @@ import random
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,16 +103,17 @@ def caught_up(document: dict[str, Any], broker: KafkaBroker, topic: str) -> bool
     return all(int(frontier.get(str(p), 0)) == end for p, end in broker.end_offsets(topic).items())
 
 
-def kill_mid_stream(spec_path: Path, document: dict[str, Any], workload: Workload) -> None:
-    """Run the job (version 1) in a process of its own while the workload goes on; SIGKILL it as soon as
-    its first data commit has landed."""
+def kill_mid_stream(spec_path: Path, document: dict[str, Any], workload: Workload,
+                    meanwhile: Callable[[], None] | None = None) -> None:
+    """Run the job (version 1) in a process of its own while the workload goes on (``meanwhile``, by default
+    :meth:`Workload.go_on`); SIGKILL it as soon as its first data commit has landed."""
     catalog = catalog_of(parse_spec(document))
 
     def committed_data() -> bool:
         commits = sink_commits(catalog.load_table(document["spec"]["table"]["name"]), sink_id(document))
         return any(commit.kind == "data" for commit in commits)
 
-    kill_after_first_commit(spec_path, committed_data, workload.go_on)
+    kill_after_first_commit(spec_path, committed_data, meanwhile or workload.go_on)
 
 
 def dead_letters(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -163,6 +165,46 @@ def test_iceberg_returns_what_select_star_returns(tmp_path: Path, spark: SparkSe
             assert all(json.loads(value)["transaction"]["id"] for value in placeholders)
         for table in tables:
             assert_equals_select_star(spark, connection, documents[table.name], table, variant)
+    finally:
+        connection.close()
+        debezium.stop()
+
+
+def test_primary_key_updates_keep_unchanged_toasted_values_without_replica_identity_full(
+        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker, postgres: Postgres) -> None:
+    """Issue 38: under REPLICA IDENTITY DEFAULT a primary-key update of a row whose ~16 KB body is unchanged reaches
+    Kafka as a delete of the old key and a create of the new key holding Debezium's placeholder. Configured as
+    docs/connectors.md ("Primary-key updates") says (transaction metadata on, ``spec.changes.transactions``, so
+    both halves are always in one trigger, here of at most 5 records), the new key keeps the old key's body; the
+    job is killed mid-stream and restarted; Spark's rows equal ``SELECT *`` and nothing is a dead letter."""
+    connection = postgres.connect()
+    workload = Workload(connection, random.Random("postgres-key-moves"))
+    workload.create_documents()
+    prefix = f"pg{uuid.uuid4().hex[:8]}"
+    topic = topic_of(prefix, DOCUMENTS)
+    kafka_broker.create_topic(topic, PARTITIONS)
+    kafka_broker.create_topic(f"{prefix}.transaction", 1)
+    (tmp_path / "debezium").mkdir()
+    debezium = start_debezium(tmp_path / "debezium", postgres, kafka_broker, prefix, [DOCUMENTS.name],
+                              {"converter.schemas.enable": "true", "provide.transaction.metadata": "true"})
+    try:
+        document = sync_of(tmp_path / "documents", kafka_broker, prefix, DOCUMENTS, VARIANTS[0])
+        document["spec"]["source"]["kafka"]["maxRecordsPerTrigger"] = 5
+        document["spec"]["changes"]["transactions"] = {"topic": f"{prefix}.transaction"}
+        del document["spec"]["schema"]  # created from the records, as the example does
+        workload.move_documents()
+        workload.documents_round()
+        kill_mid_stream(write_spec(tmp_path / "documents", document), document, workload, workload.move_documents)
+        workload.move_documents()
+        workload.move_documents()
+        last = workload.last_document()
+        wait_for_key(kafka_broker, topic, {"id": last[0]})
+        with BackgroundJob(SyncJob(parse_spec(document), 2, spark)) as running:
+            running.wait_until(lambda: caught_up(document, kafka_broker, topic), "documents caught up", 180)
+        creates = [json.loads(record.value)["payload"] for record in kafka_broker.consume(topic, timeout=10)
+                   if record.value and UNAVAILABLE.encode() in record.value]
+        assert sum(create["op"] == "c" for create in creates) >= 10, "too few key moves with an unchanged body"
+        assert_equals_select_star(spark, connection, document, DOCUMENTS, VARIANTS[0])
     finally:
         connection.close()
         debezium.stop()

@@ -67,6 +67,8 @@ def stage(plan: WritePlan, events: list[dict[str, Any]], task: str) -> TriggerOu
         output.touched_keys = pa.ipc.open_stream(result.touched_keys).read_all()
     if result.carried is not None:
         output.carried, output.carry_plan = pa.ipc.open_stream(result.carried).read_all(), plan
+    if result.moved is not None:
+        output.moved = pa.ipc.open_stream(result.moved).read_all()
     return output
 
 
@@ -113,6 +115,49 @@ def test_unsent_values_are_carried_from_the_live_row_the_commit_lands_on(tmp_pat
     # Kept again on the carried rows' own files (a row carried twice).
     committer.commit(stage(plan, [upsert("u", 2, UNAVAILABLE, 4)], "00003-0"), {"t": 4})
     assert rows(spark, catalog, name)[2] == (long_b, 4)
+
+
+def moved(key: int, new_key: int, n: int, event: str, bio: str = UNAVAILABLE, op: str = "c") -> list[dict[str, Any]]:
+    """A primary-key update as Debezium sends it from PostgreSQL under REPLICA IDENTITY DEFAULT: a delete of the old
+    key and a create of the new one (the unchanged TOASTed value a placeholder), both with the update's source."""
+    source = {"connector": "postgresql", "lsn": 1000 + len(event), "txId": event, "ts_ms": 1}
+    return [{"op": "c", "before": None, "after": {"id": new_key, "bio": bio, "n": n}, "source": source},
+            {"op": "d", "before": {"id": key, "bio": None, "n": None}, "after": None, "source": source}]
+
+
+@pytest.mark.parametrize("format_version", ["2", "3"])
+def test_a_primary_key_update_carries_unsent_values_from_the_old_key(tmp_path: Path, spark: SparkSession,
+                                                                     format_version: str) -> None:
+    """Without REPLICA IDENTITY FULL the new key of a primary-key update gets the old key's unchanged TOASTed
+    value: from the old key's live row, or from its newer values in the same trigger; a create whose delete is in
+    another trigger has nothing to take it from (a dead letter, never the placeholder)."""
+    catalog = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=(tmp_path / "wh").as_uri())
+    name, dead = f"shop_{uuid.uuid4().hex[:6]}.people", "shop_dlq.letters"
+    ensure_table(catalog, name, iceberg_schema(COLUMNS), [], {"format-version": format_version}, key=list(KEY))
+    ensure_table(catalog, dead, DEAD_LETTER_SCHEMA, [], {})
+    writer = Writer("test/people", 1, "a1")
+    committer = SinkCommitter(catalog, name, writer, dead_letter_identifier=dead)
+    committer.start([])
+    plan = plan_of(catalog, name, dead, writer)
+    long_a, long_b, long_c = "a" * 5000, "b" * 5000, "c" * 5000
+    committer.commit(stage(plan, [upsert("r", 1, long_a, 1), upsert("r", 2, long_b, 1), upsert("r", 3, long_c, 1)],
+                           "00000-0"), {"t": 1})
+    committer.commit(stage(plan, [
+        *moved(1, 11, 5, "tx-1"),  # from the live row of the old key
+        upsert("u", 2, "changed in the trigger", 2), *moved(2, 12, 6, "tx-2"),  # from the trigger's newer value
+        upsert("c", 31, UNAVAILABLE, 1) | {"source": {"txId": "tx-9"}},  # its delete is in no trigger
+        *moved(3, 41, 2, "tx-5"), *moved(41, 42, 3, "tx-6"), upsert("u", 42, UNAVAILABLE, 4),  # moved twice, updated
+    ], "00001-0"), {"t": 2})
+    assert rows(spark, catalog, name) == {11: (long_a, 5), 12: ("changed in the trigger", 6), 42: (long_c, 4)}
+    # The halves in two triggers (without spec.changes.transactions a trigger may end between them): the create
+    # cannot know its old key, and is a dead letter naming the fix; the delete deletes.
+    create, delete = moved(42, 13, 8, "tx-4")
+    committer.commit(stage(plan, [create], "00002-0"), {"t": 3})
+    committer.commit(stage(plan, [delete], "00003-0"), {"t": 4})
+    assert rows(spark, catalog, name) == {11: (long_a, 5), 12: ("changed in the trigger", 6)}
+    letters = {json.loads(letter["payload"])["after"]["id"]: letter["reason"]
+               for letter in catalog.load_table(dead).scan().to_arrow().to_pylist()}
+    assert sorted(letters) == [13, 31] and "set spec.changes.transactions" in letters[13]
 
 
 def test_without_a_dead_letter_table_an_unknown_key_refuses_the_trigger(tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ def test_a_key_change_deletes_the_old_key_and_upserts_the_new_one() -> None:
         {"id": 1, "name": None, OP_COLUMN: OP_DELETE, ORDER_COLUMN: 5},
         {"id": 7, "name": "a", OP_COLUMN: OP_UPSERT, ORDER_COLUMN: 5},
     ]
-    inserts, deletes, _ = collapse(table, KEY)
+    inserts, deletes, _, _ = collapse(table, KEY)
     assert inserts.column("id").to_pylist() == [7] and deletes.column("id").to_pylist() == [1, 7]
 
 
@@ -253,7 +253,7 @@ def test_collapse_carries_an_unsent_value_from_the_keys_earlier_change_in_the_tr
         event("d", before={"id": 3}),
         event("c", after={"id": 3, "bio": PLACEHOLDER, "n": 5}),  # deleted earlier in the trigger: nothing to keep
     ], columns=REQUIRED_TEXT)
-    inserts, keys, carried = collapse(table, KEY)
+    inserts, keys, carried, _ = collapse(table, KEY)
     assert inserts.to_pylist() == [{"id": 1, "bio": "long text", "n": 3}]
     assert keys.column("id").to_pylist() == [1, 2, 3]
     assert carried.select(["id", "n", CARRY_COLUMN]).to_pylist() == [
@@ -324,7 +324,7 @@ def test_bad_records_are_dead_letters_with_reason_raw_and_position() -> None:
     assert [json.loads(p) for p in table.column(POSITION_COLUMN).to_pylist()][:2] == [at(0), at(1)]
     assert table.column(ORDER_COLUMN).to_pylist() == list(range(12))
     assert table.column("id").null_count == 12
-    inserts, deletes, _ = collapse(table, KEY)
+    inserts, deletes, _, _ = collapse(table, KEY)
     assert inserts.num_rows == 0 and deletes.num_rows == 0
 
 
@@ -366,7 +366,7 @@ def test_composite_keys() -> None:
         event("d", before={"tenant": "b", "id": 1, "v": None}),
         event("u", before={"tenant": "a", "id": 2}, after={"tenant": "c", "id": 2, "v": 4}),
     ], columns=columns, key=["tenant", "id"])
-    inserts, deletes, _ = collapse(table, ["tenant", "id"])
+    inserts, deletes, _, _ = collapse(table, ["tenant", "id"])
     assert inserts.to_pylist() == [{"tenant": "a", "id": 1, "v": 3}, {"tenant": "c", "id": 2, "v": 4}]
     assert deletes.to_pylist() == [{"tenant": "a", "id": 1}, {"tenant": "a", "id": 2}, {"tenant": "b", "id": 1},
                                    {"tenant": "c", "id": 2}]
@@ -388,14 +388,14 @@ def test_collapse_matches_a_reference_model_of_random_changes() -> None:
     parts = [decode(records[i:i + 1000], base=(i // 1000) << 40) for i in range(0, 3000, 1000)]
     table = pa.concat_tables(parts)
     table = table.take(pa.array(rng.sample(range(table.num_rows), table.num_rows)))
-    inserts, deletes, _ = collapse(table, KEY)
+    inserts, deletes, _, _ = collapse(table, KEY)
     assert {r["id"]: r["name"] for r in inserts.to_pylist()} == {k: v for k, v in state.items() if v is not None}
     assert deletes.column("id").to_pylist() == sorted(state)
     assert inserts.column_names == [c.name for c in COLUMNS]
 
 
 def test_collapse_of_nothing() -> None:
-    inserts, deletes, _ = collapse(decode([]), KEY)
+    inserts, deletes, _, _ = collapse(decode([]), KEY)
     assert (inserts.num_rows, deletes.num_rows, deletes.column_names) == (0, 0, ["id"])
 
 

@@ -120,6 +120,9 @@ def test_the_postgres_debezium_example_has_the_connector_settings_the_docs_requi
     spec = load_spec(directory / "icebergsync.yaml").spec
     assert spec.changes is not None and spec.changes.format == "debezium" and spec.table.key == ["id"]
     assert spec.source.kafka is not None and spec.source.kafka.topic == f"{config['topic.prefix']}.{config['table.include.list']}"
+    # Primary-key updates keep unchanged TOASTed values when a trigger never splits a source transaction.
+    assert config["provide.transaction.metadata"] == "true"
+    assert spec.changes.transactions is not None and spec.changes.transactions.topic == f"{config['topic.prefix']}.transaction"
     docs = (REPO_ROOT / "docs" / "connectors.md").read_text()
     for setting in ("decimal.handling.mode", "time.precision.mode", "binary.handling.mode"):
         assert setting in docs

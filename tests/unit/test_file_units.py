@@ -87,5 +87,5 @@ def test_change_orders_of_a_file_read_in_several_blocks_follow_its_lines(tmp_pat
     for index, record in zip(numbered, records, strict=True):
         expected += [order_base(unit) + index] * (1 if json.loads(record)["before"]["id"] == 1 else 2)
     assert orders == expected
-    inserts, _, _ = collapse(changes, ["id"])
+    inserts, _, _, _ = collapse(changes, ["id"])
     assert dict(zip(inserts.column("id").to_pylist(), inserts.column("name").to_pylist(), strict=True))[1] == "r39"

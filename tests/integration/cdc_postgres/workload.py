@@ -243,6 +243,29 @@ class Workload:
             cursor.execute(f"DELETE FROM {DOCUMENTS.name} WHERE id = %s", list(gone))
             self._insert_document(cursor)
 
+    def move_documents(self) -> None:
+        """Primary-key updates that leave the body untouched (Debezium: a delete of the old key, a create of the new
+        one with the placeholder): alone, with another column changed, two in one transaction, and a row updated
+        then moved in one transaction."""
+        keys = self.keys[DOCUMENTS.name]
+
+        def move(cursor: Any, also: str = "") -> None:
+            old = keys.pop(self.rng.randrange(len(keys)))
+            self.next_id += 1
+            cursor.execute(f"UPDATE {DOCUMENTS.name} SET id = %s{also} WHERE id = %s", [self.next_id, *old])
+            keys.append((self.next_id,))
+
+        with self.connection, self.connection.cursor() as cursor:
+            move(cursor)
+        with self.connection, self.connection.cursor() as cursor:
+            move(cursor, ", rev = rev + 1")
+        with self.connection, self.connection.cursor() as cursor:
+            move(cursor)
+            move(cursor)
+        with self.connection, self.connection.cursor() as cursor:
+            self._touch(cursor, keys[-1])
+            move(cursor)
+
     def touch_documents(self) -> None:
         """Two updates leaving the body untouched (the workload going on while a job runs)."""
         for _ in range(2):
