@@ -144,7 +144,8 @@ do_postgres() { bash "$INFRA_DIR/postgres.sh"; }
 # MariaDB connector with the embedded engine of its own version (3.5.0.Final, the newest Maven Central has;
 # debezium.xml's 3.6.1 MySQL connector no longer reads MariaDB), so its own classpath in
 # $CACHE/debezium-mariadb; the same runner (scripts/infra/debezium/src) compiled against it. Started by
-# tests/integration/cdc_mariadb/servers.py. Cold: about 15 s (Maven, ~41 MB) + 3 s (4 .debs, ~59 MB unpacked).
+# tests/integration/cdc_mariadb/servers.py. Cold: ~15 s with an empty Maven repository (4 .debs, 59 MB unpacked: 5 s;
+# the classpath, 41 MB: 10 s), ~7 s when the repository already holds the other parts' artifacts.
 do_debezium_mariadb() { java_part debezium-mariadb "$POMS/debezium-mariadb.xml" "$INFRA_DIR/debezium/src"; }
 do_mariadb() { bash "$INFRA_DIR/mariadb.sh"; do_debezium_mariadb; }
 

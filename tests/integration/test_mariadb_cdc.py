@@ -11,7 +11,8 @@ commit and right after a schema commit, each time restarted with a higher sink v
 Spark runtime must return what ``SELECT *`` returns, row for row and value for value
 (tests/integration/cdc_mariadb/tables.py), with no dead letter.
 
-The pipeline runs once per module (:func:`pipeline`); each test checks one thing of its outcome.
+The pipeline runs once per module (:func:`pipeline`); each test checks one thing of its outcome. The workload's
+seed is ``ICEBERGSYNC_MARIADB_SEED`` (default ``mariadb-cdc``): a seed gives one workload.
 """
 
 from __future__ import annotations
