@@ -35,8 +35,10 @@ import yaml
 from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import SparkSession
 
+from icebergsync import protocol
 from icebergsync.spec import parse_spec
 from spark_app.job import SyncJob
+from spark_app.truncates.positions import TRUNCATED_NOTE
 from tests.infra.services import KafkaBroker
 from tests.integration.cdc_mariadb.servers import MariaDB, connector_settings, start_debezium, start_mariadb
 from tests.integration.cdc_mariadb.tables import SourceTable, iceberg_rows, mariadb_rows
@@ -111,7 +113,7 @@ def wait_for_keys(broker: KafkaBroker, prefix: str, workload: Workload, marks: d
     deadline = time.monotonic() + 120
     for name, key in marks.items():
         expected = message_key(workload.tables[name], key)
-        while not any(json.loads(record.key or b"null")["payload"] == expected
+        while not any(record.key is not None and json.loads(record.key)["payload"] == expected
                       for record in broker.consume(f"{prefix}.shop.{name}", timeout=10)):
             assert time.monotonic() < deadline, f"Debezium never wrote the change of {expected} to {name}'s topic"
             time.sleep(1)
@@ -199,6 +201,8 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession,
         workload.drop_column("orders", "note")
         workload.round()
         workload.rename_column("order_lines", "sku", "product")
+        workload.round()
+        workload.truncate("order_lines")  # docs/connectors.md, "Truncates": binlog positions order it
         workload.round()
         workload.float_extremes()  # last: no later change deletes or moves them
         wait_for_keys(kafka_broker, prefix, workload, workload.last_keys())
@@ -290,6 +294,20 @@ def test_columns_are_the_documented_types(pipeline: Outcome, name: str) -> None:
 def test_no_dead_letters(pipeline: Outcome, name: str) -> None:
     rows = dead_letters(pipeline, name)
     assert rows == [], f"{len(rows)} dead letters, e.g. {[(r['reason'], r['payload']) for r in rows[:2]]}"[:3000]
+
+
+def test_the_truncate_was_applied_once_at_its_binlog_position(pipeline: Outcome) -> None:
+    """``TRUNCATE TABLE order_lines`` (its rows before it gone, the lines after it kept: the row comparison) was one
+    commit of order_lines noted with its binlog position (file number, pos, row), and no other table's."""
+    def truncated(name: str) -> list[list[int]]:
+        notes = [json.loads(s.summary.additional_properties.get(protocol.SOURCE_NOTES, "{}"))
+                 for s in iceberg_table(pipeline, name).snapshots() if s.summary]
+        return [note[TRUNCATED_NOTE] for note in notes if TRUNCATED_NOTE in note]
+
+    assert pipeline.workload.truncates == 1
+    [position] = truncated("order_lines")
+    assert len(position) == 3 and position[0] >= 1
+    assert truncated("orders") == truncated("items") == []
 
 
 def test_float_and_double_extremes_land(pipeline: Outcome, spark: SparkSession) -> None:

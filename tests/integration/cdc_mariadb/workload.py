@@ -104,6 +104,7 @@ class Workload:
     next_item: int = 0
     went_on: int = 0
     next_order: int = 0
+    truncates: int = 0  # TRUNCATE TABLE statements run
 
     def execute(self, *statements: tuple[str, list[Any]]) -> list[int]:
         """The statements as ONE transaction; the rows each changed."""
@@ -251,6 +252,15 @@ class Workload:
         self.keys["order_lines"].append(new)
         self._written("order_lines", new)
         self.execute(("UPDATE order_lines SET line_no = %s WHERE order_id = %s AND line_no = %s", [new[1], *old]))
+
+    def truncate(self, table: str) -> None:
+        """``TRUNCATE TABLE``, then new orders (with lines) so that every table has rows to change again."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE TABLE {table}")
+        self.truncates += 1
+        self.keys[table] = []
+        for _ in range(4):
+            self.execute(*self.new_order())
 
     def last_keys(self) -> dict[str, tuple[Any, ...]]:
         """Insert a row into each table, last: once Debezium has sent a table's, it has sent all its earlier changes."""
