@@ -224,7 +224,7 @@ def _unscaled(column: SpecColumn, text: Any, scale: Any) -> Decimal:
     """A Connect ``Decimal``: base64 of the big-endian two's-complement unscaled value, and its scale."""
     try:
         unscaled = int.from_bytes(base64.b64decode(text, validate=True), "big", signed=True)
-        return Decimal(unscaled).scaleb(-int(scale))
+        return Decimal(f"{unscaled}E{-int(scale)}")  # exact (scaleb would round to the context's 28 digits)
     except (binascii.Error, ValueError, TypeError):
         raise _Bad(f"field {column.name}: value {_shown(text)} is not a Connect Decimal (base64 of the unscaled "
                    f"value, scale {_shown(scale)})") from None
@@ -352,6 +352,13 @@ def _converter(column: SpecColumn) -> Converter:
     if column.type.startswith("decimal"):
         return _decimal(column)
     return _CONVERTERS[column.type](column)
+
+
+def decode_value(column: SpecColumn, value: Any, logical: Logical | None) -> Any:
+    """One parsed JSON value (numbers with a fraction as ``Decimal``) decoded into ``column`` as a record's value is
+    (a date as epoch days, a timestamp as µs, a decimal unscaled to the column's scale); ``ValueError`` (the dead
+    letter's reason) when it does not fit exactly. Used for the defaults of a source's columns."""
+    return _converter(column)(value, logical)
 
 
 def arrow_type(type_name: str) -> pa.DataType:
