@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,3 +133,14 @@ def test_on_format_2_an_added_column_takes_no_default(caplog: pytest.LogCaptureF
         assert schema_changes(drift, "shop.t") == [SchemaChange("add", "c", IntegerType())]
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "new column 'c'" in warning and "format-version 2" in warning and "read null" in warning
+
+
+def test_the_postgres_example_keeps_explicit_nulls_null() -> None:
+    """Part 4: Kafka's JsonConverter writes a column's default for an explicit NULL unless told not to; the example
+    connector tells both converters (docs/connectors.md, "NULL and DEFAULT"; the real run:
+    tests/integration/test_postgres_defaults.py)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "postgres-debezium" / "debezium-connector.json"
+    config = json.loads(example.read_text())["config"]
+    assert config["key.converter"] == config["value.converter"] == "org.apache.kafka.connect.json.JsonConverter"
+    assert config["key.converter.replace.null.with.default"] == "false"
+    assert config["value.converter.replace.null.with.default"] == "false"
