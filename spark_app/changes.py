@@ -45,7 +45,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -258,7 +258,8 @@ def _decimal(column: SpecColumn) -> Converter:
         if not isinstance(exponent, int):
             raise _not_a(column, value)
         if exponent < -scale:
-            number = number.normalize()  # trailing zeros beyond the scale do not round
+            # trailing zeros beyond the scale do not round (a precision of its own digits: never rounded to 28)
+            number = number.normalize(Context(prec=len(number.as_tuple().digits)))
             if number.as_tuple().exponent < -scale:  # type: ignore[operator]
                 raise _Bad(f"field {column.name}: value {_shown(value)} does not fit {column.type} without rounding")
         if number and number.adjusted() >= integer_digits:

@@ -14,6 +14,9 @@ import pytest
 from pyiceberg.types import DateType, IntegerType, StringType
 
 from icebergsync.schema import SchemaChange
+from icebergsync.spec import Column
+from spark_app.changes import Logical, decode_value
+from spark_app.schema_drift.connect_types import CONNECT_DECIMAL
 from spark_app.schema_drift.drift import SchemaDrift, observe
 from spark_app.schema_drift.plan import connect_default, default_value, schema_changes
 
@@ -144,3 +147,16 @@ def test_the_postgres_example_keeps_explicit_nulls_null() -> None:
     assert config["key.converter"] == config["value.converter"] == "org.apache.kafka.connect.json.JsonConverter"
     assert config["key.converter.replace.null.with.default"] == "false"
     assert config["value.converter.replace.null.with.default"] == "false"
+
+
+@pytest.mark.parametrize(("type_name", "value", "logical", "expected"), [
+    ("decimal(38,0)", "J+QbMka+ybFuOYEV", Logical(CONNECT_DECIMAL, {"scale": "0"}), Decimal("12345678901234567890123456789")),
+    ("decimal(38,2)", {"scale": 2, "value": "J+QbMka+ybFuOYEV"}, None, Decimal("123456789012345678901234567.89")),
+    # trailing zeros beyond the column's scale on a number of more than 28 digits
+    ("decimal(38,0)", {"scale": 2, "value": "AJvTCjxkWUPdFpCgOgg="}, None, Decimal("123456789012345678901234567890")),
+])
+def test_decimals_of_more_than_28_digits_decode_exactly(type_name: str, value: Any, logical: Logical | None,
+                                                        expected: Decimal) -> None:
+    """Python's default decimal context keeps 28 digits; Iceberg's decimals have up to 38 (these were rounded)."""
+    decoded = decode_value(Column(name="x", type=type_name), value, logical)
+    assert decoded == expected  # Decimal equality is exact, whatever the context
