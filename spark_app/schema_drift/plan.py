@@ -83,7 +83,8 @@ def default_value(type_name: str, field: Mapping[str, Any]) -> Any:
         raise ValueError("array columns take no default")
     name, parameters = field.get("name"), field.get("parameters")
     logical = Logical(name, parameters if isinstance(parameters, dict) else {}) if isinstance(name, str) else None
-    value = decode_value(Column(name=str(field.get("field", "default")), type=type_name), field.get("default"), logical)
+    column = Column.model_construct(name=str(field.get("field", "default")), type=type_name)  # any source name
+    value = decode_value(column, field.get("default"), logical)
     if isinstance(value, Decimal):
         column_type = iceberg_type(type_name)
         assert isinstance(column_type, DecimalType)

@@ -160,3 +160,7 @@ def test_decimals_of_more_than_28_digits_decode_exactly(type_name: str, value: A
     """Python's default decimal context keeps 28 digits; Iceberg's decimals have up to 38 (these were rounded)."""
     decoded = decode_value(Column(name="x", type=type_name), value, logical)
     assert decoded == expected  # Decimal equality is exact, whatever the context
+
+
+def test_a_source_column_name_that_is_no_spec_name_still_converts() -> None:
+    assert default_value("int", field('{"type": "int32", "default": 7, "field": "weird name-ü"}')) == 7
