@@ -46,7 +46,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -242,7 +242,7 @@ def _unscaled(column: SpecColumn, text: Any, scale: Any) -> Decimal:
     """A Connect ``Decimal``: base64 of the big-endian two's-complement unscaled value, and its scale."""
     try:
         unscaled = int.from_bytes(base64.b64decode(text, validate=True), "big", signed=True)
-        return Decimal(unscaled).scaleb(-int(scale))
+        return Decimal(f"{unscaled}E{-int(scale)}")  # exact (scaleb would round to the context's 28 digits)
     except (binascii.Error, ValueError, TypeError):
         raise _Bad(f"field {column.name}: value {_shown(text)} is not a Connect Decimal (base64 of the unscaled "
                    f"value, scale {_shown(scale)})") from None
@@ -276,7 +276,8 @@ def _decimal(column: SpecColumn) -> Converter:
         if not isinstance(exponent, int):
             raise _not_a(column, value)
         if exponent < -scale:
-            number = number.normalize()  # trailing zeros beyond the scale do not round
+            # trailing zeros beyond the scale do not round (a precision of its own digits: never rounded to 28)
+            number = number.normalize(Context(prec=len(number.as_tuple().digits)))
             if number.as_tuple().exponent < -scale:  # type: ignore[operator]
                 raise _Bad(f"field {column.name}: value {_shown(value)} does not fit {column.type} without rounding")
         if number and number.adjusted() >= integer_digits:
@@ -370,6 +371,13 @@ def _converter(column: SpecColumn) -> Converter:
     if column.type.startswith("decimal"):
         return _decimal(column)
     return _CONVERTERS[column.type](column)
+
+
+def decode_value(column: SpecColumn, value: Any, logical: Logical | None) -> Any:
+    """One parsed JSON value (numbers with a fraction as ``Decimal``) decoded into ``column`` as a record's value is
+    (a date as epoch days, a timestamp as µs, a decimal unscaled to the column's scale); ``ValueError`` (the dead
+    letter's reason) when it does not fit exactly. Used for the defaults of a source's columns."""
+    return _converter(column)(value, logical)
 
 
 def arrow_type(type_name: str) -> pa.DataType:

@@ -109,7 +109,8 @@ class Lane:
 
     def follow_schema(self, drift: SchemaDrift) -> None:
         """Commit the schema change this table's records asked for (its own fenced commit), then plan with it."""
-        changes = schema_changes(drift, self.name)  # raises, naming the columns, when Iceberg cannot
+        format_version = self.catalog.load_table(self.name).metadata.format_version  # 3: new columns take defaults
+        changes = schema_changes(drift, self.name, format_version)  # raises, naming the columns, when Iceberg cannot
         if not changes:
             raise IcebergSyncError(f"{self.name}: records asked for a schema change the table already "
                                    f"has ({drift.describe()}); nothing was committed")
