@@ -818,8 +818,10 @@ class DataCommit:
         committer, output = self.committer, self.output
         carried = committer._carry(table, output) or TaskResult()  # first: it may refuse the trigger
         try:
-            deletes, cow = (_emptied(table) if output.truncate
-                            else committer._position_deletes(table, output))
+            if output.truncate:  # a source truncate: every live file goes
+                deletes, cow = _emptied(table)
+            else:
+                deletes, cow = committer._position_deletes(table, output)
         except BaseException:
             committer._delete_files([f.data_file for f in carried.files])
             raise
