@@ -511,6 +511,16 @@ def _unavailable(value: Any, array: bool) -> bool:
     return array and isinstance(value, list) and value in _UNAVAILABLE_ARRAYS
 
 
+def payload_of(value: bytes | str | None) -> Any:
+    """The payload of a raw JSON record, plain or in Kafka Connect's ``{"schema", "payload"}`` form (None: no JSON)."""
+    if value is None:
+        return None
+    try:
+        return _unwrap(json.loads(value))[0]
+    except ValueError:
+        return None
+
+
 def _unwrap(record: Any) -> tuple[Any, Any]:
     """(payload, Connect schema or None) of a record, unwrapping the ``{"schema", "payload"}`` form."""
     if isinstance(record, dict) and len(record) == 2 and "schema" in record and "payload" in record:

@@ -10,28 +10,16 @@ applied again on the empty table), and at least up to it (what precedes it is re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
+from spark_app.changes import payload_of
 from spark_app.truncates.positions import Position, source_position
 
 WINDOW = 64  # offsets read at once while looking for an event with a position (tombstones have none)
 
 RangeReader = Callable[[int, int], Iterator[pa.RecordBatch]]  # (start, end) -> raw batches (offset, value)
-
-
-def _position_of(value: bytes | None) -> Position | None:
-    if value is None:
-        return None
-    try:
-        record = json.loads(value)
-    except ValueError:
-        return None
-    if isinstance(record, dict) and set(record) == {"schema", "payload"}:
-        record = record["payload"]
-    return source_position(record)
 
 
 def _first_positioned(read: RangeReader, offset: int, end: int) -> tuple[int, Position] | None:
@@ -40,7 +28,7 @@ def _first_positioned(read: RangeReader, offset: int, end: int) -> tuple[int, Po
         stop = min(offset + WINDOW, end)
         for batch in read(offset, stop):
             for at, value in zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist(), strict=True):
-                place = _position_of(value)
+                place = source_position(payload_of(value))
                 if place is not None:
                     return at, place
         offset = stop
