@@ -46,6 +46,9 @@ Offsets = dict[TopicPartition, int]
 Seen = Mapping[TopicPartition, Mapping[str, list[int]]]
 
 SPLIT_NOTE = "transaction-split"
+# How long a transaction the transaction topic does not show yet is waited for before its events are committed
+# without alignment: Debezium writes its BEGIN and END beside the events, and they may become visible later.
+UNKNOWN_GRACE_SECONDS = 15.0
 TRANSACTION_TOPIC_SUFFIX = ".transaction"
 FIRST_READ_CHUNK = 4096  # offsets of the transaction topic read backwards at a time after a start (doubling)
 MAX_REMEMBERED = 200_000  # END events and split transactions remembered; the oldest are forgotten first
@@ -307,6 +310,10 @@ class TransactionAligner:
             elif transaction in self.log.begun:
                 expected[transaction] = None
         now = self.clock()
+        for transaction in counts:  # not on the transaction topic yet (written beside the events, it may trail them)
+            if transaction not in expected and now - self.waiting_since.setdefault(transaction, now) < min(
+                    UNKNOWN_GRACE_SECONDS, self.max_wait_seconds):
+                expected[transaction] = None  # waited for like an open one, for a moment
 
         def overdue(transactions: set[str]) -> bool:
             return any(now - self.waiting_since.setdefault(t, now) >= self.max_wait_seconds for t in transactions)

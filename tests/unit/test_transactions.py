@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 
 from icebergsync.spec import Column
 from spark_app.changes import decode_changes
-from spark_app.sources.transactions import End, align, decide, parse_event, totals
+from spark_app.kafka_client import ClientSettings
+from spark_app.sources.transactions import (
+    UNKNOWN_GRACE_SECONDS,
+    End,
+    TransactionAligner,
+    align,
+    decide,
+    parse_event,
+    totals,
+)
 from spark_app.units import UnitStats
 
 A, B = ("orders", 0), ("lines", 0)
@@ -77,6 +86,31 @@ def test_a_transaction_that_fits_but_not_the_planned_range_grows_it() -> None:
 
 def test_unknown_transactions_are_not_aligned() -> None:
     verdict = decide({A: 0}, {A: 1}, {A: 1}, {A: {"t?": [0, 0, 1]}}, {}, 10, never)
+    assert verdict.action == "commit" and verdict.unknown == ("t?",)
+
+
+class _EmptyLog:
+    """A transaction topic that shows nothing (yet)."""
+
+    def __init__(self) -> None:
+        self.ends: dict[str, End] = {}
+        self.begun: dict[str, None] = {}
+
+    def refresh(self, wanted: object) -> None:
+        pass
+
+
+def test_a_transaction_the_topic_does_not_show_yet_is_waited_for_a_moment_then_committed_unaligned() -> None:
+    """Debezium writes BEGIN and END beside the events: a transaction's events may be read before them."""
+    now = [0.0]
+    aligner = TransactionAligner("db.transaction", 300, ClientSettings("unused:9092"), lambda: ["db.t"], 10,
+                                 clock=lambda: now[0], transaction_log=_EmptyLog())  # type: ignore[arg-type]
+    seen = {A: {"t?": [0, 0, 1]}}
+    assert aligner.check({A: 0}, {A: 1}, {A: 1}, seen).action == "wait"
+    now[0] = UNKNOWN_GRACE_SECONDS - 1
+    assert aligner.check({A: 0}, {A: 1}, {A: 1}, seen).action == "wait"
+    now[0] = UNKNOWN_GRACE_SECONDS
+    verdict = aligner.check({A: 0}, {A: 1}, {A: 1}, seen)
     assert verdict.action == "commit" and verdict.unknown == ("t?",)
 
 
@@ -148,7 +182,6 @@ def test_the_transaction_log_reads_back_only_as_far_as_needed_then_forward(monke
     import pyarrow as pa
 
     import spark_app.sources.transactions as transactions
-    from spark_app.kafka_client import ClientSettings
 
     log_records: list[bytes] = []
     for number in range(6000):  # BEGIN and END of transaction n at offsets 2n and 2n + 1
