@@ -129,6 +129,10 @@ class Truncates:
             self.seen = position
 
 
+_FLOAT32_TYPES = frozenset({"float", "float32"})  # Connect's FLOAT32, as Kafka's JsonConverter names it and not
+_FLOAT32_LOGICAL = Logical("float32", {})  # a float32 field's marker in place of a logical type (_logical_types)
+
+
 class _Bad(ValueError):
     """A record that cannot be applied; the message is the dead letter's reason."""
 
@@ -202,9 +206,9 @@ def _integer(column: SpecColumn) -> Converter:
 def _floating(column: SpecColumn) -> Converter:
     rounded = float32_of if column.type == "float" else float64_of
 
-    def convert(value: Any, _: Logical | None) -> Any:
+    def convert(value: Any, logical: Logical | None) -> Any:
         if isinstance(value, int | Decimal) and not isinstance(value, bool):
-            result = rounded(value)
+            result = float32_of(value) if logical is _FLOAT32_LOGICAL else rounded(value)
             if result is not None:
                 return result
         raise _not_a(column, value)
@@ -497,11 +501,13 @@ def _struct_fields(schema: Any, *path: str) -> list[dict[str, Any]] | None:
 
 def _logical_types(schema: Any, *path: str) -> dict[str, Logical]:
     """Field name -> Kafka Connect logical type, from a record's Connect schema (struct fields along ``path``;
-    an ``array`` field's is that of its items)."""
+    an ``array`` field's is that of its items); a float32 field without one is ``FLOAT32``: its text is a float32's
+    (Java's), read as that float32 also into a ``double`` column (a ``real`` widened to ``double precision``)."""
     nodes = {f["field"]: f["items"] if f.get("type") == "array" and isinstance(f.get("items"), dict) else f
              for f in _struct_fields(schema, *path) or [] if isinstance(f.get("field"), str)}
     return {name: Logical(node["name"], node["parameters"] if isinstance(node.get("parameters"), dict) else {})
-            for name, node in nodes.items() if isinstance(node.get("name"), str)}
+            if isinstance(node.get("name"), str) else _FLOAT32_LOGICAL
+            for name, node in nodes.items() if isinstance(node.get("name"), str) or node.get("type") in _FLOAT32_TYPES}
 
 
 def _unavailable(value: Any, array: bool) -> bool:

@@ -196,6 +196,22 @@ def test_what_fits_the_decoder_reads(field: dict[str, Any], column: str) -> None
     assert any(_decoder_reads(field, sent, meaning, target) for _, same, sent, meaning in ENCODINGS if same == field)
 
 
+def test_a_real_into_a_double_column_keeps_its_float32_value() -> None:
+    """After ``real`` was widened to ``double precision`` (PostgreSQL converts each stored float32 exactly), records
+    sent before the change still say ``float``: their text is Java's shortest text of a float32, read as that float32
+    (-8397.6 is -8397.599609375), not as the nearest double; in arrays alike. A ``double`` field's text stays a double."""
+    columns = [Column(name="id", type="long", required=True), Column(name="v", type="double"),
+               Column(name="a", type="array<double>")]
+    real_array = {**connect("a", "array"), "items": {"type": "float", "optional": True}}
+    double_array = {**connect("a", "array"), "items": {"type": "double", "optional": True}}
+    records = [envelope([connect("id", "int64"), connect("v", "float"), real_array], {"id": 1, "v": -8397.6, "a": [0.1]}),
+               envelope([connect("id", "int64"), connect("v", "double"), double_array], {"id": 2, "v": -8397.6, "a": [0.1]})]
+    decoded = decode_changes(records, None, lambda i: {"line": i}, columns, ["id"], "debezium", 0).to_pylist()
+    assert [(row["v"], row["a"]) for row in decoded] == [
+        (float(np.float32(-8397.6)), [float(np.float32(0.1))]), (-8397.6, [0.1])]
+    assert float(np.float32(-8397.6)) == -8397.599609375
+
+
 def test_the_largest_float32_debezium_prints_is_a_float() -> None:
     """Java prints float32's maximum as 3.4028235E38, above it as a double: it rounds to the maximum."""
     columns = [Column(name="id", type="long", required=True), Column(name="v", type="float")]
