@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
@@ -89,14 +90,20 @@ def spark_ddl(columns: list[Column]) -> str:
 
 @dataclass(frozen=True)
 class SchemaChange:
-    """One safe evolution step to apply before the first commit of a new version."""
+    """One safe evolution step to apply before the first commit of a new version.
+
+    ``default`` (an ``add`` on a format-version 3 table): the new column's initial-default and write-default, in
+    pyiceberg's form for its type (an int, float, bool, str, bytes, a ``Decimal`` at the column's scale, epoch days
+    for a date, µs for a timestamp); rows written before the column existed read it. None: no default."""
 
     kind: str  # "add" | "widen" | "make-optional"
     column: str  # an array's element: "<column>.element"
     new_type: IcebergType | None = None
+    default: Any = None
 
     def describe(self) -> str:
-        return f"{self.kind} {self.column}" + (f" -> {self.new_type}" if self.new_type else "")
+        return (f"{self.kind} {self.column}" + (f" -> {self.new_type}" if self.new_type else "")
+                + (f" default {self.default!r}" if self.default is not None else ""))
 
 
 def widening(column: str, new_type: IcebergType) -> SchemaChange:

@@ -44,8 +44,9 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -57,6 +58,7 @@ from icebergsync.spec import element_type
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
 from spark_app.float32 import float32_of, float64_of
 from spark_app.schema_drift.drift import SchemaDrift, observe
+from spark_app.truncates.positions import Position, source_position
 
 OP_COLUMN = "_isync_op"
 ORDER_COLUMN = "_isync_order"
@@ -64,6 +66,7 @@ CARRY_COLUMN = "_isync_carry"  # the columns of an upsert whose value Debezium d
 # The source event of a Debezium delete, or of a create missing values (a primary-key update's halves: same source)
 MOVE_COLUMN = "_isync_move"
 HAS_VALUES_COLUMN = "_isync_has_values"  # a moved key's values are the trigger's (else: its live row's)
+VIA_COLUMN = "_isync_via"  # a moved key that was itself the new key of a primary-key update in the trigger: that one
 CHANGE_COLUMNS = (OP_COLUMN, ORDER_COLUMN, CARRY_COLUMN, MOVE_COLUMN)
 OP_UPSERT = 0
 OP_DELETE = 1
@@ -112,6 +115,18 @@ class Logical(NamedTuple):
 
     name: str
     parameters: dict[str, Any]
+
+
+@dataclass
+class Truncates:
+    """Truncates while decoding: the source position of the one the table applied, and the newest seen beyond it."""
+
+    applied: Position | None = None
+    seen: Position | None = None
+
+    def see(self, position: Position) -> None:
+        if self.seen is None or position > self.seen:
+            self.seen = position
 
 
 class _Bad(ValueError):
@@ -227,7 +242,7 @@ def _unscaled(column: SpecColumn, text: Any, scale: Any) -> Decimal:
     """A Connect ``Decimal``: base64 of the big-endian two's-complement unscaled value, and its scale."""
     try:
         unscaled = int.from_bytes(base64.b64decode(text, validate=True), "big", signed=True)
-        return Decimal(unscaled).scaleb(-int(scale))
+        return Decimal(f"{unscaled}E{-int(scale)}")  # exact (scaleb would round to the context's 28 digits)
     except (binascii.Error, ValueError, TypeError):
         raise _Bad(f"field {column.name}: value {_shown(text)} is not a Connect Decimal (base64 of the unscaled "
                    f"value, scale {_shown(scale)})") from None
@@ -261,7 +276,8 @@ def _decimal(column: SpecColumn) -> Converter:
         if not isinstance(exponent, int):
             raise _not_a(column, value)
         if exponent < -scale:
-            number = number.normalize()  # trailing zeros beyond the scale do not round
+            # trailing zeros beyond the scale do not round (a precision of its own digits: never rounded to 28)
+            number = number.normalize(Context(prec=len(number.as_tuple().digits)))
             if number.as_tuple().exponent < -scale:  # type: ignore[operator]
                 raise _Bad(f"field {column.name}: value {_shown(value)} does not fit {column.type} without rounding")
         if number and number.adjusted() >= integer_digits:
@@ -357,6 +373,13 @@ def _converter(column: SpecColumn) -> Converter:
     return _CONVERTERS[column.type](column)
 
 
+def decode_value(column: SpecColumn, value: Any, logical: Logical | None) -> Any:
+    """One parsed JSON value (numbers with a fraction as ``Decimal``) decoded into ``column`` as a record's value is
+    (a date as epoch days, a timestamp as µs, a decimal unscaled to the column's scale); ``ValueError`` (the dead
+    letter's reason) when it does not fit exactly. Used for the defaults of a source's columns."""
+    return _converter(column)(value, logical)
+
+
 def arrow_type(type_name: str) -> pa.DataType:
     """The Arrow type of a spec column in decoded batches (that of the table's Arrow schema)."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
@@ -384,8 +407,12 @@ def changes_schema(columns: Sequence[SpecColumn]) -> pa.Schema:
 class _Rows:
     """Decodes one JSON object into a row of the declared columns, strictly."""
 
-    def __init__(self, columns: Sequence[SpecColumn], key: Sequence[str], drift: SchemaDrift | None = None):
+    def __init__(self, columns: Sequence[SpecColumn], key: Sequence[str], drift: SchemaDrift | None = None,
+                 truncated_at: Position | None = None):
         self.columns = list(columns)
+        self.truncated_at = truncated_at  # events up to this source position are before a truncate already applied
+        self.truncate: Position | None = None  # the newest truncate read beyond it
+        self.applies_truncates = False  # the caller empties the table at a truncate (else it is a dead letter)
         self.drift = drift  # collects what records' Connect schemas ask of the table (None: not followed)
         self._observed: set[tuple[Any, ...]] = set()
         self._types = {column.name: column.type for column in columns}
@@ -484,6 +511,16 @@ def _unavailable(value: Any, array: bool) -> bool:
     return array and isinstance(value, list) and value in _UNAVAILABLE_ARRAYS
 
 
+def payload_of(value: bytes | str | None) -> Any:
+    """The payload of a raw JSON record, plain or in Kafka Connect's ``{"schema", "payload"}`` form (None: no JSON)."""
+    if value is None:
+        return None
+    try:
+        return _unwrap(json.loads(value))[0]
+    except ValueError:
+        return None
+
+
 def _unwrap(record: Any) -> tuple[Any, Any]:
     """(payload, Connect schema or None) of a record, unwrapping the ``{"schema", "payload"}`` form."""
     if isinstance(record, dict) and len(record) == 2 and "schema" in record and "payload" in record:
@@ -539,8 +576,12 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
     op = envelope.get("op")
     if op is None:
         raise _Bad("not a Debezium change event: op is missing")
+    if op == "t":
+        return _truncate(rows, envelope)
     if op not in ("c", "r", "u", "d"):
-        raise _Bad(f"unknown op {_shown(op)} (a change event's op is c, r, u or d)")
+        raise _Bad(f"unknown op {_shown(op)} (a change event's op is c, r, u, d or t)")
+    if rows.truncated_at is not None and (place := source_position(envelope)) is not None and place <= rows.truncated_at:
+        return []  # before a truncate the table already applied
     before_types = _logical_types(schema, "before") if schema is not None else {}
     after_types = _logical_types(schema, "after") if schema is not None else {}
     rows.observe(schema, "after" if envelope.get("after") is not None else "before",
@@ -564,6 +605,19 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
             move = _source_event(envelope) if new[2] else None
             return [(OP_DELETE, rows.delete_row(old), None, move), (*new[:3], move)]
     return [new]
+
+
+def _truncate(rows: _Rows, envelope: dict[str, Any]) -> list[_Change]:
+    """A truncate: no change of its own; the newest beyond the one applied is noted (spark_app/truncates/)."""
+    if not rows.applies_truncates:
+        raise _Bad("a truncate (op t) where nothing empties the table (a decoder without truncates)")
+    place = source_position(envelope)
+    if place is None:
+        raise _Bad("a truncate (op t) whose source names no position to order it by against the other changes "
+                   "(PostgreSQL's lsn, MySQL's and MariaDB's binlog file and pos): the table is not emptied")
+    if (rows.truncated_at is None or place > rows.truncated_at) and (rows.truncate is None or place > rows.truncate):
+        rows.truncate = place
+    return []
 
 
 _POSTGRES_TRANSACTION_ID = re.compile(r"(\d+):\d+")
@@ -633,6 +687,7 @@ def decode_changes(
     order_base: int,
     drift: SchemaDrift | None = None,
     transactions: list[tuple[int, str]] | None = None,
+    truncates: Truncates | None = None,
 ) -> pa.Table:
     """Decode change records into a table of changes (schema: :func:`changes_schema`).
 
@@ -654,6 +709,10 @@ def decode_changes(
 
     With ``transactions`` (a list), ``(i, id)`` is appended for each Debezium record ``i`` that names its source
     transaction, a dead letter included (it is one of the transaction's events all the same).
+
+    With ``truncates``, Debezium events at or before its ``applied`` source position are skipped (a truncate the
+    table already applied removed them), and the newest truncate (``op: "t"``) beyond it is noted in its ``seen``
+    for the driver, which empties the table at it (:mod:`spark_app.truncates`). Without, a truncate is a dead letter.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown changes format {format!r} (expected one of {FORMATS})")
@@ -661,7 +720,8 @@ def decode_changes(
         values = values.to_pylist()
     if isinstance(keys, pa.Array | pa.ChunkedArray):
         keys = keys.to_pylist()
-    rows = _Rows(columns, key, drift)
+    rows = _Rows(columns, key, drift, truncates.applied if truncates is not None else None)
+    rows.applies_truncates = truncates is not None
     schema = changes_schema(columns)
     decode = _debezium if format == "debezium" else _upsert
     width = len(rows.names)
@@ -705,6 +765,8 @@ def decode_changes(
             errors.append(None)
             raws.append(None if carry is None else _raw(value))
             where.append(None if carry is None else encode_position(positions(index)))
+    if truncates is not None and rows.truncate is not None:
+        truncates.see(rows.truncate)
     by_column = list(zip(*out_rows, strict=True)) if out_rows else [() for _ in range(width)]
     arrays = [pa.array(list(data), type=field.type) for data, field in zip(by_column, schema, strict=False)]
     arrays += [pa.array(ops, pa.int8()), pa.array(orders, pa.int64()), pa.array(carries, pa.list_(pa.string())),
@@ -739,7 +801,8 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
     A winning delete that names its source event (``_isync_move``: it may be the old key of a primary-key update
     whose create, elsewhere, misses values) is in ``moved`` with the declared columns of the key's newest earlier
     upsert in the trigger when it is complete (``_isync_has_values``), else with its key alone: the driver then
-    carries from the old key's live row (:mod:`spark_app.carry`).
+    carries from the old key's live row (:mod:`spark_app.carry`), or, when that upsert was itself the create of
+    a primary-key update (``_isync_via``), from that update's old key.
     """
     if ERROR_COLUMN in changes.column_names:
         errors = changes.column(ERROR_COLUMN)
@@ -765,16 +828,37 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
 
 def _moved(ordered: pa.Table, first: np.ndarray, declared: list[str]) -> pa.Table:
     """The winning deletes of ``ordered`` (by key, newest first) that name a source event, with the values of the
-    key's next older change when it is a complete upsert (see :func:`collapse`)."""
-    moves = ordered.column(MOVE_COLUMN)
+    key's newest older complete upsert, or the source event of the create it came by (see :func:`collapse`); one
+    whose key an older change deleted in the trigger has no values to give and is left out."""
+    moves = ordered.column(MOVE_COLUMN).to_pylist()
     ops = ordered.column(OP_COLUMN).to_numpy(zero_copy_only=False)
-    winners = np.flatnonzero(first)
-    winners = winners[(ops[winners] == OP_DELETE) & pc.is_valid(moves.take(winners)).to_numpy(zero_copy_only=False)]
-    older = np.minimum(winners + 1, max(ordered.num_rows - 1, 0))
     complete = pc.is_null(ordered.column(CARRY_COLUMN)).to_numpy(zero_copy_only=False)
-    has_values = (winners + 1 < ordered.num_rows) & ~first[older] & (ops[older] == OP_UPSERT) & complete[older]
-    rows = ordered.take(pa.array(np.where(has_values, older, winners), pa.int64())).select(declared)
-    return rows.append_column(MOVE_COLUMN, moves.take(winners)).append_column(HAS_VALUES_COLUMN, pa.array(has_values))
+    winners: list[int] = []
+    sources: list[int] = []
+    vias: list[str | None] = []
+    for winner in np.flatnonzero(first):
+        if ops[winner] != OP_DELETE or moves[winner] is None:
+            continue
+        source, via, row = int(winner), None, int(winner) + 1
+        while row < len(first) and not first[row]:  # the key's older changes, newest first
+            if ops[row] == OP_DELETE:
+                source = -1
+            elif complete[row]:
+                source = row
+            elif moves[row] is not None:
+                via = moves[row]
+            else:
+                row += 1
+                continue
+            break
+        if source >= 0:
+            winners.append(int(winner))
+            sources.append(source)
+            vias.append(via)
+    rows = ordered.take(pa.array(sources, pa.int64())).select(declared)
+    return (rows.append_column(MOVE_COLUMN, pa.array([moves[w] for w in winners], pa.string()))
+            .append_column(HAS_VALUES_COLUMN, pa.array([s != w for s, w in zip(sources, winners, strict=True)]))
+            .append_column(VIA_COLUMN, pa.array(vias, pa.string())))
 
 
 def first_of_each_key(ordered: pa.Table, key: Sequence[str]) -> np.ndarray:
@@ -791,9 +875,12 @@ def first_of_each_key(ordered: pa.Table, key: Sequence[str]) -> np.ndarray:
 
 def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
     """``ordered`` (by key, newest change first) with each winning upsert's missing values taken from the
-    newest earlier change of its key that has them; ``_isync_carry`` keeps what none has."""
+    newest earlier change of its key that has them; ``_isync_carry`` keeps what none has. One missing them
+    too that is the create of a primary-key update hands its source event on (``_isync_move``): the values
+    come from that update's old key."""
     ops = ordered.column(OP_COLUMN).to_numpy()
     carries = ordered.column(CARRY_COLUMN).to_pylist()
+    moves = ordered.column(MOVE_COLUMN).to_pylist()
     errors = ordered.column(ERROR_COLUMN).to_pylist() if ERROR_COLUMN in ordered.column_names else None
     ends = np.append(np.flatnonzero(first)[1:], len(first))
     sources: dict[str, np.ndarray] = {}
@@ -811,6 +898,9 @@ def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
             for name in has:
                 sources.setdefault(name, np.arange(len(first)))[winner] = earlier
             missing = [name for name in missing if name not in has]
+            if missing and moves[earlier] is not None:
+                moves[winner] = moves[earlier]
+                break
             if not missing:
                 break
         carries[winner] = missing or None
@@ -818,13 +908,14 @@ def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
         ordered = ordered.set_column(ordered.column_names.index(name), name, ordered.column(name).take(source))
     ordered = ordered.set_column(ordered.column_names.index(CARRY_COLUMN), CARRY_COLUMN,
                                  pa.array(carries, pa.list_(pa.string())))
+    ordered = ordered.set_column(ordered.column_names.index(MOVE_COLUMN), MOVE_COLUMN, pa.array(moves, pa.string()))
     if errors is not None:
         ordered = ordered.set_column(ordered.column_names.index(ERROR_COLUMN), ERROR_COLUMN, pa.array(errors, pa.string()))
     return ordered
 
 
 __all__ = [
-    "CARRY_COLUMN", "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "HAS_VALUES_COLUMN", "MOVE_COLUMN", "OP_COLUMN", "OP_DELETE", "OP_UPSERT", "ORDER_COLUMN",
-    "POSITION_COLUMN", "RAW_COLUMN", "UNAVAILABLE", "Collapsed", "arrow_type", "changes_schema", "collapse",
+    "CARRY_COLUMN", "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "HAS_VALUES_COLUMN", "MOVE_COLUMN", "OP_COLUMN", "OP_DELETE",
+    "OP_UPSERT", "ORDER_COLUMN", "POSITION_COLUMN", "RAW_COLUMN", "UNAVAILABLE", "VIA_COLUMN", "Collapsed", "arrow_type", "changes_schema", "collapse",
     "decode_changes", "first_of_each_key",
 ]

@@ -56,6 +56,7 @@ from spark_app.iceberg_internals import (
     commit_transaction,
     commit_transactions,
     expire_snapshots,
+    live_files,
     main_head_requirement,
     rewrite_files,
     rewrite_manifests,
@@ -196,6 +197,7 @@ class TriggerOutput:
     carried: pa.Table | None = None
     carry_plan: WritePlan | None = None
     moved: pa.Table | None = None
+    truncate: bool = False  # the table is emptied first: the snapshot removes every live file (a source truncate)
     records: int = 0
     dead_letters: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
@@ -353,7 +355,8 @@ class SinkCommitter:
                 for change in schema_changes:
                     if change.kind == "add":
                         assert change.new_type is not None
-                        update.add_column(change.column, change.new_type, required=False)
+                        default = change.default if table.metadata.format_version >= 3 else None
+                        update.add_column(change.column, change.new_type, required=False, default_value=default)
                     elif change.kind == "widen":
                         update.update_column(change.column, field_type=change.new_type)
                     else:
@@ -762,7 +765,7 @@ class SinkCommitter:
         carried, plan = output.carried, output.carry_plan
         if carried is None or carried.num_rows == 0 or plan is None or plan.key is None:
             return None
-        snapshot = table.current_snapshot()
+        snapshot = None if output.truncate else table.current_snapshot()  # emptied first: no row lives on
         names = sorted({name for names in carried.column(CARRY_COLUMN).to_pylist() if names for name in names})
         moves = matching_moves(carried, output.moved)  # the old keys of primary-key updates (spark_app/carry/moves.py)
         keys = carried.select(list(plan.key))
@@ -815,7 +818,10 @@ class DataCommit:
         committer, output = self.committer, self.output
         carried = committer._carry(table, output) or TaskResult()  # first: it may refuse the trigger
         try:
-            deletes, cow = committer._position_deletes(table, output)
+            if output.truncate:  # a source truncate: every live file goes
+                deletes, cow = _emptied(table)
+            else:
+                deletes, cow = committer._position_deletes(table, output)
         except BaseException:
             committer._delete_files([f.data_file for f in carried.files])
             raise
@@ -867,6 +873,16 @@ class DataCommit:
             committer._commit_dead_letters(dead_letters, frontier, snapshot)
         committer._pending_dead_letter_paths = []
         return Commit(snapshot, (time.monotonic() - self.started) * 1000)
+
+
+def _emptied(table: Table) -> tuple[PositionDeleteDelta, CopyOnWrite]:
+    """Every file live on ``table``'s head, to remove: the commit of a source truncate empties the table."""
+    snapshot = table.current_snapshot()
+    live = live_files(table, snapshot) if snapshot is not None else []
+    removed = CopyOnWrite({})
+    removed.removed_data.extend(f.data_file for f in live if f.data_file.content == DataFileContent.DATA)
+    removed.removed_deletes.extend(f.data_file for f in live if f.data_file.content != DataFileContent.DATA)
+    return PositionDeleteDelta(), removed
 
 
 def commit_together(commits: Sequence[DataCommit]) -> list[Commit]:

@@ -45,6 +45,7 @@ from spark_app.schema_drift.drift import SchemaDrift
 from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
 from spark_app.sources.transactions import SPLIT_NOTE, TransactionAligner, Verdict, aligner_for, check_pending
+from spark_app.truncates.positions import TRUNCATED_NOTE, Position
 from spark_app.units import WorkUnit
 from spark_app.writer import TaskResult, WritePlan
 
@@ -64,6 +65,8 @@ class Written:
     plan: WritePlan
     drift: SchemaDrift = field(default_factory=SchemaDrift)  # what its records' Connect schemas ask of the table
     transactions: dict[tuple[str, int], dict[str, list[int]]] = field(default_factory=dict)  # UnitStats.transactions
+    truncate: Position | None = None  # the newest source truncate its records hold (spark_app/truncates/)
+    truncating: Position | None = None  # staged to empty the table at this truncate and hold what follows it
 
     @property
     def rejected(self) -> bool:
@@ -110,7 +113,10 @@ class Staged:
     @classmethod
     def of(cls, written: Written, results: list[TaskResult]) -> Staged:
         """The part ``written`` with the tasks' ``results`` (merged or not) added up."""
-        output = TriggerOutput(source_lag=written.pending.lag, source_notes=written.source_notes)
+        output = TriggerOutput(source_lag=written.pending.lag, source_notes=written.source_notes,
+                               truncate=written.truncating is not None)
+        if written.truncating is not None:
+            output.source_notes = {**(output.source_notes or {}), TRUNCATED_NOTE: list(written.truncating)}
         newest_event: int | None = None
         rejection: Rejection | None = None
         touched = [pa.ipc.open_stream(r.touched_keys).read_all() for r in results if r.touched_keys is not None]
@@ -236,7 +242,7 @@ class SyncJob:
         """One turn of the loop: the next trigger committed, or its schema followed, or its range re-planned,
         or a wait (nothing due yet)."""
         trigger = self._next_trigger(loop)
-        if trigger is None or self._followed_schema(trigger):
+        if trigger is None or self._followed_schema(trigger) or self._found_truncate(trigger):
             return
         verdict = self._check_transactions(trigger)
         if self._postponed(loop, trigger, verdict):
@@ -260,6 +266,7 @@ class SyncJob:
         pending = self._due_range(loop)
         if pending is None:
             return None
+        pending = self._with_truncates(loop.source, pending)
         units = self._units_by_lane(loop.source, loop.frontier, pending)
         claimed = self._claim(loop.source, loop.frontier, units)
         if claimed != loop.frontier:  # a table's claim read a frontier other than the one planned from
@@ -295,6 +302,29 @@ class SyncJob:
             drifted.lane.follow_schema(drifted.drift)
         return True
 
+    def _found_truncate(self, trigger: Trigger) -> bool:
+        """Whether ``trigger`` holds a source truncate of a table: then it is discarded, and the range staged next
+        empties that table at the truncate and holds what follows it (:meth:`_with_truncates`)."""
+        found = [part for part in trigger.parts if part.truncate is not None]
+        if not found:
+            return False
+        self._discard(trigger)
+        for part in found:
+            log.info("%s v%d: %s was truncated at the source (position %s): its next commit empties it and holds the "
+                     "changes after the truncate", self.writer.sink_id, self.writer.version, part.lane.name,
+                     list(part.truncate or ()))
+            part.lane.truncated_at = part.lane.truncate_pending = part.truncate
+        return True
+
+    def _with_truncates(self, source: Source, pending: Pending) -> Pending:
+        """``pending`` read for the tables with a truncate due: from the first change after it in every stream."""
+        for lane in self.lanes.values():
+            if lane.truncate_pending is not None:
+                pending = source.after_truncate(pending, lane.owns, lane.truncate_pending)
+                pending = dataclasses.replace(pending, truncating={**(pending.truncating or {}),
+                                                                   lane.name: lane.truncate_pending})
+        return pending
+
     def _postponed(self, loop: _Loop, trigger: Trigger, verdict: Verdict | None) -> bool:
         """Whether ``trigger`` is not committed because of its source transactions: then it is discarded and
         its range re-planned (``loop.replanned``), or a poll interval waited out."""
@@ -316,6 +346,9 @@ class SyncJob:
         crash_point("committed")
         loop.last_commit = time.monotonic()
         loop.frontier = trigger.end
+        for part in staged:
+            if part.output.truncate:
+                part.lane.truncate_pending = None
         if self.aligner is not None:
             self.aligner.committed(trigger.transactions, verdict.split if verdict is not None else ())
         for part in staged:
@@ -418,7 +451,8 @@ class SyncJob:
             if not lane.columns:
                 lane.columns = lane.existing_columns() or []
             if not lane.columns:
-                lane.columns_from_drift(read_drift(self.spark, units[name], source.unit_reader([], lane.settings.key)))
+                lane.columns_from_drift(read_drift(self.spark, units[name], source.unit_reader([], lane.settings.key,
+                                                                                        lane.truncated_at)))
             progress = lane.claim(source.identity(), source.check_frontier)
             if progress.frontier is None:  # no progress of the sink on the table: its streams start where planned
                 continue
@@ -477,13 +511,15 @@ class SyncJob:
         assert lane.plan is not None
         if self.spec.transform:
             record_columns = source.record_columns()
-            results, stats = run_transform(self.spark, units, source.unit_reader(record_columns, lane.settings.key), lane.plan,
-                                           lane.columns, record_columns, self.spec.transform)
+            reader = source.unit_reader(record_columns, lane.settings.key, lane.truncated_at)
+            results, stats = run_transform(self.spark, units, reader, lane.plan, lane.columns, record_columns,
+                                           self.spec.transform)
         else:
-            results, stats = run_units(self.spark, units, source.unit_reader(lane.columns, lane.settings.key), lane.plan)
+            reader = source.unit_reader(lane.columns, lane.settings.key, lane.truncated_at)
+            results, stats = run_units(self.spark, units, reader, lane.plan)
         seen = source.restricted(pending, lane.owns) if lane.owns is not None else pending
         return Written(lane, results, seen, source.trigger_notes(seen, stats), lane.plan, stats.drift,
-                       stats.transactions)
+                       stats.transactions, stats.truncate, (pending.truncating or {}).get(lane.name))
 
     def _commit(self, staged: list[Staged]) -> dict[str, Commit]:
         """The trigger's data commits: one table's, or the cut of every table it touched."""

@@ -15,6 +15,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from spark_app.schema_drift.drift import SchemaDrift
+from spark_app.truncates.positions import Position
 
 # Bits of ``_isync_order`` below the unit index: a unit holds fewer than 2**40 records.
 ORDER_UNIT_SHIFT = 40
@@ -67,6 +68,7 @@ class UnitStats:
     # Source transactions seen (spec.changes.transactions): per (topic, partition), per transaction id, the
     # offsets of its first and last event read and how many events were read: [first, last, count].
     transactions: dict[tuple[str, int], dict[str, list[int]]] = field(default_factory=dict)
+    truncate: Position | None = None  # the source position of the newest truncate read (spark_app/truncates/)
 
     def add(self, name: str, count: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + count
@@ -81,7 +83,13 @@ class UnitStats:
         else:
             known[0], known[1], known[2] = min(known[0], first), max(known[1], last), known[2] + count
 
+    def saw_truncate(self, position: Position | None) -> None:
+        """A truncate at ``position`` (None: none) was read."""
+        if position is not None and (self.truncate is None or position > self.truncate):
+            self.truncate = position
+
     def merge(self, other: UnitStats) -> None:
+        self.saw_truncate(other.truncate)
         for name, count in other.counters.items():
             self.add(name, count)
         self.drift.merge(other.drift)

@@ -9,9 +9,9 @@ CREATE TABLE IF NOT EXISTS public.customers (
     avatar     bytea,
     notes      text
 );
--- DEFAULT (the primary key) is enough: the sync keeps unchanged TOASTed values from its own table.
--- FULL makes Debezium send them itself; it is needed when primary keys change on rows with large
--- values (docs/connectors.md, "Unchanged TOASTed values" and "Primary-key updates").
+-- DEFAULT (the primary key) is enough: the sync keeps unchanged TOASTed values from its own table,
+-- through primary-key updates too with the transaction metadata the connector sends (docs/connectors.md,
+-- "Unchanged TOASTed values" and "Primary-key updates"). FULL makes Debezium send them itself.
 ALTER TABLE public.customers REPLICA IDENTITY DEFAULT;
 CREATE PUBLICATION icebergsync_customers FOR TABLE public.customers;
 CREATE ROLE debezium WITH LOGIN REPLICATION PASSWORD 'REPLACE_ME';

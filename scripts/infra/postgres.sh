@@ -23,40 +23,10 @@ declare -A PG_DEBS=(
 DEST="$ICEBERGSYNC_CACHE/postgres/$PG_VERSION"
 BIN="$DEST/usr/lib/postgresql/$PG_MAJOR/bin"
 LIB="$DEST/usr/lib/x86_64-linux-gnu"
-KEY="$(printf '%s\n' "${!PG_DEBS[@]}" "${PG_DEBS[@]}" | LC_ALL=C sort | sha256sum | cut -c1-16)"
 
-fetch() {
-  local tmp spec deb
-  command -v apt-get >/dev/null && command -v dpkg >/dev/null || { log "postgres.sh: needs Debian's apt-get and dpkg"; return 1; }
-  log "fetching PostgreSQL $PG_VERSION from Debian's packages"
-  mkdir -p "$(dirname "$DEST")"
-  tmp="$(mktemp -d "$(dirname "$DEST")/.postgres.XXXXXX")"
-  chmod 755 "$tmp"  # apt's download sandbox user must be able to write here
-  for spec in "${!PG_DEBS[@]}"; do
-    ( cd "$tmp" && apt-get download -q "$spec" >/dev/null 2>"$tmp/apt.err" ) \
-      || ( apt-get update -q >/dev/null 2>&1; cd "$tmp" && apt-get download -q "$spec" >/dev/null ) \
-      || { cat "$tmp/apt.err" >&2; rm -rf "$tmp"; log "postgres.sh: apt-get download $spec failed"; return 1; }
-    deb="$(ls "$tmp"/"${spec%%=*}"_*.deb)"
-    if [[ "$(sha256sum "$deb" | cut -d' ' -f1)" != "${PG_DEBS[$spec]}" ]]; then
-      rm -rf "$tmp"; log "postgres.sh: $spec: sha256 mismatch"; return 1
-    fi
-    dpkg -x "$deb" "$tmp/root"
-  done
-  echo "$KEY" >"$tmp/root/.stamp"
-  rm -rf "$DEST"
-  mv "$tmp/root" "$DEST"
-  rm -rf "$tmp"
-  log "  $(du -sh "$DEST" | cut -f1) in $DEST"
-}
-
-check_libraries() {
-  local missing
-  missing="$(LD_LIBRARY_PATH="$LIB" ldd "$BIN/postgres" "$BIN/initdb" | awk '/not found/ {print $1}' | sort -u | paste -sd' ' -)"
-  [[ -z "$missing" ]] || { log "postgres.sh: libraries missing on this machine: $missing (apt-get install the packages that hold them)"; return 1; }
-}
-
-[[ -f "$DEST/.stamp" && "$(cat "$DEST/.stamp")" == "$KEY" ]] || fetch
-check_libraries
+source "$(dirname "$0")/debs.sh"
+debs_unpack "PostgreSQL $PG_VERSION" "$DEST" PG_DEBS
+debs_check_libraries postgres.sh "$LIB" "$BIN/postgres" "$BIN/initdb"
 if [[ "${1:-}" == "--env" ]]; then
   echo "POSTGRES_BIN=$BIN"
   echo "POSTGRES_LIB=$LIB"

@@ -4,17 +4,19 @@
 # is keyed by what pins it (its pom's content, the MinIO module version, the helper sources) and is
 # built in a temp dir then renamed into place, so an interrupted run never leaves a half cache.
 #
-#   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | debezium | postgres | minio | nessie
+#   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | debezium | postgres | mariadb | minio | nessie
 #     spark     Spark jar bundles: jars/iceberg-spark, jars/kafka-connector           (Maven)
 #     kafka     KRaft Kafka broker classpath + a small admin/produce/consume helper  (Maven, javac)
 #     rest      Iceberg REST catalog server classpath + a 127.0.0.1 launcher         (Maven, javac)
 #     debezium  Debezium's embedded engine + PostgreSQL connector + a runner         (Maven, javac)
 #     postgres  PostgreSQL server binaries, unpacked (scripts/infra/postgres.sh)     (Debian packages)
+#     mariadb   MariaDB server binaries, unpacked (scripts/infra/mariadb.sh), and    (Debian packages)
+#               Debezium's embedded engine + MariaDB connector + the same runner      (Maven, javac)
 #     minio     MinIO server built from its Go module                                 (go install)
 #     nessie    Project Nessie's server (Quarkus runner jar; not part of "all")        (Maven)
-#     jars      spark + kafka + rest + debezium (everything that comes from Maven)
+#     jars      spark + kafka + rest + debezium + mariadb's Debezium (everything that comes from Maven)
 #
-# Sources: Maven Central (through mvn), the Go module proxy (through go) and, for PostgreSQL only,
+# Sources: Maven Central (through mvn), the Go module proxy (through go) and, for PostgreSQL and MariaDB,
 # Debian's packages (apt-get download, no install).
 source "$(dirname "$0")/../lib.sh"
 
@@ -138,6 +140,15 @@ do_debezium() { java_part debezium "$POMS/debezium.xml" "$INFRA_DIR/debezium/src
 # 5. PostgreSQL from Debian's packages (pinned .deb files, unpacked, not installed).
 do_postgres() { bash "$INFRA_DIR/postgres.sh"; }
 
+# 5b. MariaDB: the server from Debian's packages (pinned .deb files, unpacked, not installed), and Debezium's
+# MariaDB connector with the embedded engine of its own version (3.5.0.Final, the newest Maven Central has;
+# debezium.xml's 3.6.1 MySQL connector no longer reads MariaDB), so its own classpath in
+# $CACHE/debezium-mariadb; the same runner (scripts/infra/debezium/src) compiled against it. Started by
+# tests/integration/cdc_mariadb/servers.py. Cold: ~15 s with an empty Maven repository (4 .debs, 59 MB unpacked: 5 s;
+# the classpath, 41 MB: 10 s), ~7 s when the repository already holds the other parts' artifacts.
+do_debezium_mariadb() { java_part debezium-mariadb "$POMS/debezium-mariadb.xml" "$INFRA_DIR/debezium/src"; }
+do_mariadb() { bash "$INFRA_DIR/mariadb.sh"; do_debezium_mariadb; }
+
 # ---------------------------------------------------------------------------------------------
 # 6. MinIO, built from source through the Go module proxy
 do_minio() {
@@ -199,16 +210,17 @@ for part in "${parts[@]}"; do
     all)
       # The MinIO build is CPU-bound and the Maven fetches network-bound: overlap them.
       ( do_minio ) & minio_pid=$!
-      do_spark; do_kafka; do_rest; do_debezium; do_postgres
+      do_spark; do_kafka; do_rest; do_debezium; do_postgres; do_mariadb
       wait "$minio_pid" ;;
-    jars) do_spark; do_kafka; do_rest; do_debezium ;;
+    jars) do_spark; do_kafka; do_rest; do_debezium; do_debezium_mariadb ;;
     spark) do_spark ;;
     kafka) do_kafka ;;
     rest) do_rest ;;
     debezium) do_debezium ;;
     postgres) do_postgres ;;
+    mariadb) do_mariadb ;;
     minio) do_minio ;;
     nessie) do_nessie ;;
-    *) log "unknown part '$part' (all|jars|spark|kafka|rest|debezium|postgres|minio|nessie)"; exit 2 ;;
+    *) log "unknown part '$part' (all|jars|spark|kafka|rest|debezium|postgres|mariadb|minio|nessie)"; exit 2 ;;
   esac
 done

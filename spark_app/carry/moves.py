@@ -6,7 +6,9 @@ placeholder, both with the update's ``source`` (its LSN and txId). Decoding tags
 (``_isync_move``), the trigger's collapse hands the driver its winning deletes so tagged (``moved``), and here a
 carried create whose tag names one takes its unsent values from the old key: the old key's values in the trigger
 when an earlier change there has them all, else its live row on the head the commit swaps against (the
-delete of the same trigger removes that row in the same snapshot).
+delete of the same trigger removes that row in the same snapshot); a key moved twice in the trigger takes them
+along the chain. Both halves must be in one trigger: ``spec.changes.transactions`` keeps them so (a source
+transaction is never split), otherwise a create whose delete is in another trigger is a dead letter.
 """
 
 from __future__ import annotations
@@ -17,15 +19,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_app.changes import CARRY_COLUMN, HAS_VALUES_COLUMN, MOVE_COLUMN
+from spark_app.changes import CARRY_COLUMN, HAS_VALUES_COLUMN, MOVE_COLUMN, VIA_COLUMN
 
 
 def matching_moves(carried: pa.Table, moved: pa.Table | None) -> pa.Table | None:
-    """The rows of ``moved`` whose source event a row of ``carried`` names (None: none)."""
+    """The rows of ``moved`` a row of ``carried`` draws on: the one of its source event, and those it leads to
+    (``_isync_via``: a key moved twice in the trigger); None: none."""
     if moved is None or moved.num_rows == 0 or MOVE_COLUMN not in carried.column_names:
         return None
-    named = {tag for tag in carried.column(MOVE_COLUMN).to_pylist() if tag is not None}
-    matching = moved.filter(pa.array([tag in named for tag in moved.column(MOVE_COLUMN).to_pylist()]))
+    links = dict(zip(moved.column(MOVE_COLUMN).to_pylist(), moved.column(VIA_COLUMN).to_pylist(), strict=True))
+    named: set[str] = set()
+    for event in carried.column(MOVE_COLUMN).to_pylist():
+        while event is not None and event in links and event not in named:
+            named.add(event)
+            event = links[event]
+    matching = moved.filter(pa.array([event in named for event in moved.column(MOVE_COLUMN).to_pylist()]))
     return matching if matching.num_rows else None
 
 
@@ -33,8 +41,25 @@ def old_keys_to_read(moves: pa.Table | None, key: Sequence[str]) -> pa.Table | N
     """The old keys whose values are not in the trigger: read from their live rows."""
     if moves is None:
         return None
-    lacking = moves.filter(pa.array([not has for has in moves.column(HAS_VALUES_COLUMN).to_pylist()]))
+    lacking = moves.filter(pa.array([not has and via is None for has, via in zip(
+        moves.column(HAS_VALUES_COLUMN).to_pylist(), moves.column(VIA_COLUMN).to_pylist(), strict=True)]))
     return lacking.select(list(key)) if lacking.num_rows else None
+
+
+def _source(event: str | None, by_event: dict[str, dict[str, Any]], live_rows: dict[tuple[Any, ...], dict[str, Any]],
+            key: Sequence[str]) -> dict[str, Any] | None:
+    """The values a create of source event ``event`` takes: the old key's in the trigger, its live row's, or (moved
+    twice) those of the key it was moved from."""
+    seen: set[str] = set()
+    while event is not None and event in by_event and event not in seen:
+        seen.add(event)
+        move = by_event[event]
+        if move[HAS_VALUES_COLUMN]:
+            return move
+        if move[VIA_COLUMN] is None:
+            return live_rows.get(tuple(move[name] for name in key))
+        event = move[VIA_COLUMN]
+    return None
 
 
 def fill_from_moves(carried: pa.Table, moves: pa.Table | None, live: pa.Table,
@@ -45,12 +70,7 @@ def fill_from_moves(carried: pa.Table, moves: pa.Table | None, live: pa.Table,
         return carried.slice(0, 0), carried
     by_event = {row[MOVE_COLUMN]: row for row in moves.to_pylist()}
     live_rows = {tuple(row[name] for name in key): row for row in live.to_pylist()}
-    sources: list[dict[str, Any] | None] = []
-    for event in carried.column(MOVE_COLUMN).to_pylist():
-        move = by_event.get(event) if event is not None else None
-        if move is not None and not move[HAS_VALUES_COLUMN]:
-            move = live_rows.get(tuple(move[name] for name in key))
-        sources.append(move)
+    sources = [_source(event, by_event, live_rows, key) for event in carried.column(MOVE_COLUMN).to_pylist()]
     found = pa.array([source is not None for source in sources])
     completed, rest = carried.filter(found), carried.filter(pc.invert(found))
     values_of = [source for source in sources if source is not None]

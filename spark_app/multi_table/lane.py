@@ -29,6 +29,7 @@ from spark_app.faults import crash_point
 from spark_app.maintenance import Maintainer, UpkeepTotals
 from spark_app.schema_drift.drift import SchemaDrift
 from spark_app.schema_drift.plan import new_table_columns, schema_changes, table_columns
+from spark_app.truncates.positions import Position
 from spark_app.writer import WritePlan, rebuild_data_file, table_plan
 
 log = logging.getLogger("icebergsync.job")
@@ -54,6 +55,8 @@ class Lane:
             copy_on_write_bytes=spec.changes.copy_on_write_bytes if spec.changes is not None and settings.key else 0)
         self.plan: WritePlan | None = None  # set by the claim
         self.maintainer: Maintainer | None = None
+        self.truncated_at: Position | None = None  # the source truncate this run applies: what precedes it is skipped
+        self.truncate_pending: Position | None = None  # a truncate found whose commit (emptying the table) is due
 
     @property
     def name(self) -> str:
@@ -106,7 +109,8 @@ class Lane:
 
     def follow_schema(self, drift: SchemaDrift) -> None:
         """Commit the schema change this table's records asked for (its own fenced commit), then plan with it."""
-        changes = schema_changes(drift, self.name)  # raises, naming the columns, when Iceberg cannot
+        format_version = self.catalog.load_table(self.name).metadata.format_version  # 3: new columns take defaults
+        changes = schema_changes(drift, self.name, format_version)  # raises, naming the columns, when Iceberg cannot
         if not changes:
             raise IcebergSyncError(f"{self.name}: records asked for a schema change the table already "
                                    f"has ({drift.describe()}); nothing was committed")

@@ -86,12 +86,17 @@ def classify(column: str, source: str, text: bool = False) -> Fit:
 
 @dataclass
 class SchemaDrift:
-    """Changes a trigger's records ask of the table (column name -> spec type name, or -> reason)."""
+    """Changes a trigger's records ask of the table (column name -> spec type name, or -> reason).
+
+    ``defaults``: of the columns to add, the Connect field schema of those whose schema carries a ``default``
+    (the source column's default, as Debezium sends it; spark_app/schema_drift/plan.py decides whether it becomes
+    the new column's initial-default)."""
 
     adds: dict[str, str] = field(default_factory=dict)
     widens: dict[str, str] = field(default_factory=dict)
     optional: set[str] = field(default_factory=set)
     problems: dict[str, str] = field(default_factory=dict)
+    defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.adds or self.widens or self.optional or self.problems)
@@ -104,6 +109,8 @@ class SchemaDrift:
         self.optional |= other.optional
         for name, reason in other.problems.items():
             self.problems.setdefault(name, reason)
+        for name, schema in other.defaults.items():
+            self.defaults.setdefault(name, schema)
 
     def _widest(self, types: dict[str, str], name: str, type_name: str) -> None:
         seen = types.setdefault(name, type_name)
@@ -139,6 +146,8 @@ def observe(fields: Sequence[Mapping[str, Any]], columns: Mapping[str, str], req
                 drift.problems[name] = f"new column {name!r} cannot be added: {why}"
             else:
                 drift.adds[name] = type_name
+                if "default" in spec:
+                    drift.defaults[name] = dict(spec)
         elif type_name is not None:
             fit = classify(columns[name], type_name, sends_text(spec))
             if fit is Fit.WIDEN:

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+from decimal import Context, Decimal
+from typing import Any
+
 from pyiceberg.schema import Schema
 from pyiceberg.types import DecimalType, ListType, PrimitiveType
 
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.schema import SchemaChange, iceberg_type, widening
 from icebergsync.spec import KEY_TYPES_REFUSED, PRIMITIVE_TYPES, Column, element_type
+from spark_app.changes import Logical, decode_value
+from spark_app.schema_drift.connect_types import MAX_DECIMAL_PRECISION
 from spark_app.schema_drift.drift import SchemaDrift
+
+log = logging.getLogger("icebergsync.job")
+
+# What Debezium's PostgreSQL connector sends as a column's default when it cannot evaluate the expression (now(),
+# current_date, nextval(), gen_random_uuid(), random(), md5(…)): the zero of the type (0, false, "", the epoch, the
+# nil UUID). A default equal to one of these cannot be told from such a placeholder, so it is never used.
+_NIL_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 def _type_name(field_type: object) -> str | None:
@@ -58,15 +72,79 @@ def new_table_columns(drift: SchemaDrift, table_name: str, key: list[str]) -> li
     return [Column(name=name, type=kind, required=name in key) for name, kind in drift.adds.items()]
 
 
-def schema_changes(drift: SchemaDrift, table_name: str) -> list[SchemaChange]:
+def default_value(type_name: str, field: Mapping[str, Any]) -> Any:
+    """The ``default`` of a Connect field schema as a value of a column of spec type ``type_name``, in pyiceberg's
+    form; ``ValueError`` when it does not convert exactly.
+
+    The default is decoded exactly as the field's values are (spark_app/changes.py: a Connect ``Decimal`` is
+    base64 of the unscaled value at the schema's scale, a Debezium ``Date`` epoch days, a ``MicroTimestamp`` µs, a
+    ``ZonedTimestamp`` ISO text), then given as pyiceberg takes it (a decimal at the column's scale)."""
+    if element_type(type_name) is not None:
+        raise ValueError("array columns take no default")
+    name, parameters = field.get("name"), field.get("parameters")
+    logical = Logical(name, parameters if isinstance(parameters, dict) else {}) if isinstance(name, str) else None
+    column = Column.model_construct(name=str(field.get("field", "default")), type=type_name)  # any source name
+    value = decode_value(column, field.get("default"), logical)
+    if isinstance(value, Decimal):
+        column_type = iceberg_type(type_name)
+        assert isinstance(column_type, DecimalType)
+        # exact: the decoder refused rounding, and 38 digits fit the context's precision
+        value = value.quantize(Decimal(1).scaleb(-column_type.scale), context=Context(prec=MAX_DECIMAL_PRECISION + 2))
+    return value
+
+
+def connect_default(type_name: str, field: Mapping[str, Any]) -> tuple[Any, str]:
+    """(the initial-default a new column of spec type ``type_name`` gets from its Connect field schema, ""), or
+    (None, why it gets none).
+
+    None: the schema has no default, it does not convert exactly (:func:`default_value`), the column is a decimal
+    (Spark's Iceberg reader fails on it), or it is the zero of its type, which is also Debezium's placeholder for a
+    default it cannot evaluate (docs/connectors.md, "Schema changes from the source")."""
+    if field.get("default") is None:
+        return None, "the source sends no default"
+    try:
+        value = default_value(type_name, field)
+    except ValueError as exc:
+        return None, f"it does not convert exactly: {exc}"
+    if value in ("", b"", _NIL_UUID) or (not isinstance(value, str | bytes) and value == 0):
+        return None, ("it is the zero of its type, which Debezium also sends for a default it cannot evaluate "
+                      "(now(), current_date, nextval(), gen_random_uuid(), …)")
+    if isinstance(value, Decimal):
+        return None, ("Apache Iceberg's Spark runtime 1.10.1 fails to read a decimal column with a default with its "
+                      "vectorized reader, apache/iceberg#16502")
+    return value, ""
+
+
+def _added(name: str, kind: str, drift: SchemaDrift, table_name: str, format_version: int) -> SchemaChange:
+    """The change adding ``name``, with the source's default as its initial-default when the table can hold one."""
+    field = drift.defaults.get(name)
+    if field is None:
+        return SchemaChange("add", name, iceberg_type(kind))
+    shown = repr(field.get("default"))[:80]
+    if format_version < 3:
+        log.warning("%s: new column %r has a default at the source (%s); a format-version %d table cannot hold it "
+                    "(initial-default needs format-version 3): rows written before the column was added read null "
+                    "there", table_name, name, shown, format_version)
+        return SchemaChange("add", name, iceberg_type(kind))
+    default, why = connect_default(kind, field)
+    if why:
+        log.warning("%s: new column %r: the source's default %s is not used as its initial-default (%s); rows "
+                    "written before the column was added read null there", table_name, name, shown, why)
+    return SchemaChange("add", name, iceberg_type(kind), default)
+
+
+def schema_changes(drift: SchemaDrift, table_name: str, format_version: int = 2) -> list[SchemaChange]:
     """The changes that let ``table_name`` take a trigger's records; ``IncompatibleSchemaError`` naming each
-    column when some change is one Iceberg cannot express (nothing is committed then)."""
+    column when some change is one Iceberg cannot express (nothing is committed then).
+
+    On a ``format_version`` 3 table a new column whose Connect schema carries a default that converts exactly
+    gets it as its initial-default and write-default (:func:`connect_default`)."""
     if drift.problems:
         raise IncompatibleSchemaError(
             f"the source's schema changed in a way {table_name} cannot follow: "
             + "; ".join(drift.problems[name] for name in sorted(drift.problems))
             + ". Nothing of this trigger was committed; see docs/connectors.md, \"Schema changes from the source\""
         )
-    return ([SchemaChange("add", name, iceberg_type(kind)) for name, kind in drift.adds.items()]
+    return ([_added(name, kind, drift, table_name, format_version) for name, kind in drift.adds.items()]
             + [widening(name, iceberg_type(kind)) for name, kind in sorted(drift.widens.items())]
             + [SchemaChange("make-optional", name) for name in sorted(drift.optional)])

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from icebergsync.protocol import Frontier, SourceIdentity
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
+from spark_app.truncates.positions import Position
 from spark_app.units import UnitReader, UnitStats, WorkUnit
 
 
@@ -32,6 +33,7 @@ class Pending:
     lag: dict[str, Any] | None = None
     notes: dict[str, Any] | None = None
     detail: Any = None  # what the source planned beyond the frontier's shape (e.g. the files of the range)
+    truncating: dict[str, Position] | None = None  # tables whose commit of this range empties them first, and where
 
 
 SessionProvider = Callable[[], SparkSession]
@@ -81,9 +83,17 @@ class Source(ABC):
         """
 
     @abstractmethod
-    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> UnitReader:
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None,
+                    truncated_at: Position | None = None) -> UnitReader:
         """The picklable reader the tasks run: a unit's records decoded into ``columns``; change records by ``key``
-        (a table's own key in a sync of many; None: ``spec.table.key``)."""
+        (a table's own key in a sync of many; None: ``spec.table.key``), those up to the source position of the
+        truncate the table applied (``truncated_at``) skipped (spark_app/truncates/)."""
+
+    def after_truncate(self, pending: Pending, owns: Callable[[str], bool] | None, truncate: Position) -> Pending:
+        """``pending`` read so that the table of the streams ``owns`` (None: every stream) can be emptied at the truncate
+        at source position ``truncate`` and hold what follows it (spark_app/truncates/): a source of one ordered
+        stream (files) reads the same range, what precedes the truncate skipped while decoding."""
+        return pending
 
     def record_columns(self) -> list[SpecColumn]:
         """The columns of the source's records: what ``spec.transform`` sees as the view ``source``."""

@@ -38,8 +38,9 @@ from spark_app.arrow_decode import (
     target_schema,
     whole_input_row,
 )
-from spark_app.changes import decode_changes
+from spark_app.changes import Truncates, decode_changes
 from spark_app.schema_drift.drift import SchemaDrift
+from spark_app.truncates.positions import Position
 from spark_app.units import FileUnit, UnitStats, WorkUnit, order_base
 
 BLOCK_BYTES = 8 << 20
@@ -157,15 +158,17 @@ class ChangeReading:
     format: str
     follow_schema: bool = False  # spec.schemaEvolution evolve: note the records' schema drift in the stats
     transactions: bool = False  # spec.changes.transactions: note each record's source transaction in the stats
+    truncated_at: Position | None = None  # the truncate the table applied: skip what precedes it, note newer ones
 
     @classmethod
-    def of(cls, spec: IcebergSyncSpec, columns: list[SpecColumn], key: list[str] | None = None) -> ChangeReading | None:
+    def of(cls, spec: IcebergSyncSpec, columns: list[SpecColumn], key: list[str] | None = None,
+           truncated_at: Position | None = None) -> ChangeReading | None:
         """How ``spec``'s change records decode into ``columns`` by ``key`` (default ``spec.table.key``; a table's own
         in a sync of many); None for a sync of appends."""
         if spec.changes is None:
             return None
         return cls(tuple(columns), tuple(key or spec.table.key or ()), spec.changes.format, spec.follows_source_schema,
-                   spec.changes.transactions is not None)
+                   spec.changes.transactions is not None, truncated_at)
 
     def decode_lines(self, block: bytes, uri: str, first_line: int, base: int,
                      stats: UnitStats) -> tuple[pa.Table, int]:
@@ -173,9 +176,12 @@ class ChangeReading:
         record ``i`` of the block is ordered ``base + i``."""
         numbered = [(first_line + i, line.removesuffix(b"\r")) for i, line in enumerate(block.split(b"\n"))]
         records = [(number, line) for number, line in numbered if line.strip()]
+        truncates = Truncates(self.truncated_at)
         changes = decode_changes([line for _, line in records], None,
                                  lambda i: {"file": uri, "line": records[i][0]},
-                                 list(self.columns), list(self.key), self.format, base, self._drift(stats))
+                                 list(self.columns), list(self.key), self.format, base, self._drift(stats),
+                                 truncates=truncates)
+        stats.saw_truncate(truncates.seen)
         return changes, len(records)
 
     def decode_records(self, values: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray | None,
@@ -183,8 +189,11 @@ class ChangeReading:
                        transactions: list[tuple[int, str]] | None = None) -> pa.Table:
         """The changes of Kafka records (values, message keys) in offset order; record ``i`` is ordered ``base + i``;
         with ``transactions``, ``(i, transaction id)`` of each record that names one (see :func:`decode_changes`)."""
-        return decode_changes(values, keys, positions, list(self.columns), list(self.key), self.format, base,
-                              self._drift(stats), transactions)
+        truncates = Truncates(self.truncated_at)
+        changes = decode_changes(values, keys, positions, list(self.columns), list(self.key), self.format, base,
+                                 self._drift(stats), transactions, truncates)
+        stats.saw_truncate(truncates.seen)
+        return changes
 
     def _drift(self, stats: UnitStats) -> SchemaDrift | None:
         return stats.drift if self.follow_schema else None

@@ -25,6 +25,7 @@ from icebergsync.spec import Column as SpecColumn
 from icebergsync.storage import StoredFile, list_files, normalize
 from spark_app.sources.base import Pending, Source
 from spark_app.sources.file_lines import ChangeReading, FileReader, plan_file_units
+from spark_app.truncates.positions import Position
 from spark_app.units import FileUnit, UnitReader, UnitStats, WorkUnit
 
 log = logging.getLogger("icebergsync.source.files")
@@ -181,9 +182,10 @@ class FilesSource(Source):
         self._late_unnoted = [rel for rel in self._late_unnoted if rel not in notes.get("files-before-frontier", [])]
         return notes
 
-    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> UnitReader:
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None,
+                    truncated_at: Position | None = None) -> UnitReader:
         header = tuple(c.name for c in columns) if self.settings.format == "csv" and self.settings.csv_header else None
-        reading = ChangeReading.of(self.spec, columns, key)
+        reading = ChangeReading.of(self.spec, columns, key, truncated_at)
         return FileReader(self._io_properties, self.settings.format, header, tuple(columns), reading)
 
 

@@ -24,6 +24,7 @@ from icebergsync.protocol import Frontier
 from icebergsync.spec import GENERATOR_COLUMNS
 from icebergsync.spec import Column as SpecColumn
 from spark_app.sources.base import Pending, Source
+from spark_app.truncates.positions import Position
 from spark_app.units import GeneratorUnit, UnitReader, UnitStats, WorkUnit
 
 # Epoch micros of 2025-01-01T00:00:00Z; consecutive ids are 10 ms apart in event time.
@@ -229,7 +230,8 @@ class GeneratorSource(Source):
     def record_columns(self) -> list[SpecColumn]:
         return list(GENERATOR_COLUMNS)
 
-    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> UnitReader:
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None,
+                    truncated_at: Position | None = None) -> UnitReader:
         return GeneratorReader(tuple(column.name for column in columns))
 
     def exhausted(self, frontier: Frontier) -> bool:

@@ -65,6 +65,8 @@ from spark_app.kafka_client import (
 )
 from spark_app.sources.base import Pending, Source
 from spark_app.sources.file_lines import ChangeReading
+from spark_app.truncates.positions import Position
+from spark_app.truncates.replay import first_after
 from spark_app.units import KafkaUnit, UnitStats, WorkUnit, order_base
 
 log = logging.getLogger("icebergsync.source.kafka")
@@ -304,6 +306,27 @@ class KafkaSource(Source):
             lag={"records": sum(max(0, lag) for lag in lag_by_partition.values()),
                  "partitions": as_frontier(lag_by_partition)})
 
+    def after_truncate(self, pending: Pending, owns: Callable[[str], bool] | None, truncate: Position) -> KafkaPending:
+        """``pending`` with each partition of the table's topics read from the first event after the truncate when
+        the table went past it, and at least up to that event (spark_app/truncates/replay.py)."""
+        assert isinstance(pending, KafkaPending)
+        mine = [tp for tp in pending.starts if owns is None or owns(tp[0])]
+        begin, latest = self.lookup.offsets(mine)
+        starts, ends, log_ends = dict(pending.starts), topic_partitions(pending.end), dict(pending.log_ends)
+        for topic, partition in mine:
+            def read(start: int, end: int, topic: str = topic, partition: int = partition) -> Iterator[pa.RecordBatch]:
+                return read_range(self.options.client, topic, partition, start, end)
+            first = first_after(read, begin[(topic, partition)], latest[(topic, partition)], truncate)
+            if first < pending.starts[(topic, partition)] and first == begin[(topic, partition)] > 0:
+                log.warning("kafka source: %s partition %d holds no record before offset %d (retention): changes after "
+                            "the truncate that the table held below it cannot be applied again", topic, partition, first)
+            starts[(topic, partition)] = min(starts[(topic, partition)], first)
+            ends[(topic, partition)] = max(ends[(topic, partition)], first)
+            log_ends[(topic, partition)] = max(log_ends.get((topic, partition), 0), ends[(topic, partition)])
+        records = sum(ends[tp] - start for tp, start in starts.items())
+        return dataclasses.replace(pending, starts=starts, end=as_frontier(ends), log_ends=log_ends,
+                                   estimated_bytes=records * ESTIMATED_BYTES_PER_RECORD)
+
     def streams(self) -> list[str] | None:
         try:
             self._partitions()
@@ -356,8 +379,9 @@ class KafkaSource(Source):
         return [KafkaUnit(index, topic, partition, start, end)
                 for index, (topic, partition, start, end) in enumerate(splits)]
 
-    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None) -> KafkaUnitReader:
-        reading = ChangeReading.of(self.spec, columns, key)
+    def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None,
+                    truncated_at: Position | None = None) -> KafkaUnitReader:
+        reading = ChangeReading.of(self.spec, columns, key, truncated_at)
         return KafkaUnitReader(self.options.client, list(columns), self.settings.format, reading)
 
 

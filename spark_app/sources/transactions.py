@@ -29,14 +29,13 @@ Everything here but :class:`TransactionLog` and :class:`TransactionAligner`'s cl
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spark_app.changes import transaction_key
+from spark_app.changes import payload_of, transaction_key
 from spark_app.kafka_client import ClientSettings, KafkaAccessError, OffsetLookup, read_range
 
 log = logging.getLogger("icebergsync.transactions")
@@ -167,14 +166,7 @@ class End:
 def parse_event(value: bytes | None) -> tuple[str, str, End | None] | None:
     """``(status, id, End or None)`` of a transaction topic record (plain JSON or ``{schema, payload}``); None when
     it is not a BEGIN or END event."""
-    if value is None:
-        return None
-    try:
-        record = json.loads(value)
-    except ValueError:
-        return None
-    if isinstance(record, dict) and set(record) == {"schema", "payload"}:
-        record = record["payload"]
+    record = payload_of(value)
     if not isinstance(record, dict) or not isinstance(record.get("id"), str):
         return None
     status = record.get("status")

@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from spark_app.session import build_session
 from tests.infra.services import spark_classpath
+from tests.integration.cdc_mariadb.servers import MariaDB, start_mariadb
 from tests.integration.cdc_postgres.servers import Postgres, running_postgres
 
 
@@ -34,3 +35,14 @@ def postgres(tmp_path: Path) -> Iterator[Postgres]:
     (tmp_path / "postgres").mkdir()
     with running_postgres(tmp_path / "postgres") as server:
         yield server
+
+
+@pytest.fixture
+def mariadb(tmp_path: Path) -> Iterator[MariaDB]:
+    """A MariaDB server of the test's own (binary log in ROW format, a fresh datadir), stopped after it."""
+    (tmp_path / "mariadb").mkdir()
+    server = start_mariadb(tmp_path / "mariadb")
+    try:
+        yield server
+    finally:
+        server.server.stop()

@@ -17,12 +17,13 @@ default type handling; without it, decimals and temporal values as text, and tra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,15 +138,14 @@ def test_iceberg_returns_what_select_star_returns(tmp_path: Path, spark: SparkSe
         debezium.stop()
 
 
-def test_primary_key_updates_keep_unchanged_toasted_values_without_replica_identity_full(
-        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker, postgres: Postgres) -> None:
-    """Issue 38: under REPLICA IDENTITY DEFAULT a primary-key update of a row whose ~16 KB body is unchanged reaches
-    Kafka as a delete of the old key and a create of the new key holding Debezium's placeholder. Configured as
-    docs/connectors.md ("Primary-key updates") says (transaction metadata on, ``spec.changes.transactions``, so
-    both halves are always in one trigger, here of at most 5 records), the new key keeps the old key's body; the
-    job is killed mid-stream and restarted; Spark's rows equal ``SELECT *`` and nothing is a dead letter."""
+@contextlib.contextmanager
+def documents_sync(tmp_path: Path, kafka_broker: KafkaBroker, postgres: Postgres, seed: str, settings: dict[str, str],
+                   max_records: int) -> Iterator[tuple[Workload, dict[str, Any], str]]:
+    """The ``documents`` table (REPLICA IDENTITY DEFAULT, large bodies) captured by Debezium with ``settings`` (and
+    the records' schema, transaction metadata), and a sync of it as the docs say for key moves and truncates: no
+    ``spec.schema``, ``spec.changes.transactions``, at most ``max_records`` a trigger. Yields (workload, sync, topic)."""
     connection = postgres.connect()
-    workload = Workload(connection, random.Random("postgres-key-moves"))
+    workload = Workload(connection, random.Random(seed))
     workload.create_documents()
     prefix = f"pg{uuid.uuid4().hex[:8]}"
     topic = topic_of(prefix, DOCUMENTS)
@@ -153,28 +153,65 @@ def test_primary_key_updates_keep_unchanged_toasted_values_without_replica_ident
     kafka_broker.create_topic(f"{prefix}.transaction", 1)
     (tmp_path / "debezium").mkdir()
     debezium = start_debezium(tmp_path / "debezium", postgres, kafka_broker, prefix, [DOCUMENTS.name],
-                              {"converter.schemas.enable": "true", "provide.transaction.metadata": "true"})
+                              {"converter.schemas.enable": "true", "provide.transaction.metadata": "true", **settings})
     try:
         document = sync_of(tmp_path / "documents", kafka_broker, prefix, DOCUMENTS, VARIANTS[0])
-        document["spec"]["source"]["kafka"]["maxRecordsPerTrigger"] = 5
+        document["spec"]["source"]["kafka"]["maxRecordsPerTrigger"] = max_records
         document["spec"]["changes"]["transactions"] = {"topic": f"{prefix}.transaction"}
         del document["spec"]["schema"]  # created from the records, as the example does
+        yield workload, document, topic
+    finally:
+        connection.close()
+        debezium.stop()
+
+
+def catch_up(spark: SparkSession, kafka_broker: KafkaBroker, workload: Workload, document: dict[str, Any],
+             topic: str) -> None:
+    """Once Debezium sent the workload's last change: a job of version 2 until the sync's frontier is at the end."""
+    wait_for_key(kafka_broker, topic, {"id": workload.last_document()[0]})
+    with BackgroundJob(SyncJob(parse_spec(document), 2, spark)) as running:
+        running.wait_until(lambda: caught_up(document, kafka_broker, topic), "documents caught up", 180)
+
+
+def test_primary_key_updates_keep_unchanged_toasted_values_without_replica_identity_full(
+        tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker, postgres: Postgres) -> None:
+    """Issue 38: under REPLICA IDENTITY DEFAULT a primary-key update of a row whose ~16 KB body is unchanged reaches
+    Kafka as a delete of the old key and a create of the new key holding Debezium's placeholder. Configured as
+    docs/connectors.md ("Primary-key updates") says (transaction metadata on, ``spec.changes.transactions``, so
+    both halves are always in one trigger, here of at most 5 records), the new key keeps the old key's body; the
+    job is killed mid-stream and restarted; Spark's rows equal ``SELECT *`` and nothing is a dead letter."""
+    with documents_sync(tmp_path, kafka_broker, postgres, "postgres-key-moves", {}, 5) as (workload, document, topic):
         workload.move_documents()
         workload.documents_round()
         kill_mid_stream(write_spec(tmp_path / "documents", document), document, workload, workload.move_documents)
         workload.move_documents()
         workload.move_documents()
-        last = workload.last_document()
-        wait_for_key(kafka_broker, topic, {"id": last[0]})
-        with BackgroundJob(SyncJob(parse_spec(document), 2, spark)) as running:
-            running.wait_until(lambda: caught_up(document, kafka_broker, topic), "documents caught up", 180)
+        catch_up(spark, kafka_broker, workload, document, topic)
         creates = [json.loads(record.value)["payload"] for record in kafka_broker.consume(topic, timeout=10)
                    if record.value and UNAVAILABLE.encode() in record.value]
         assert sum(create["op"] == "c" for create in creates) >= 10, "too few key moves with an unchanged body"
-        assert_equals_select_star(spark, connection, document, DOCUMENTS, VARIANTS[0])
-    finally:
-        connection.close()
-        debezium.stop()
+        assert_equals_select_star(spark, workload.connection, document, DOCUMENTS, VARIANTS[0])
+
+
+def test_truncates_empty_the_table_where_postgres_did(tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker,
+                                                      postgres: Postgres) -> None:
+    """Issue 38: with ``skipped.operations=none`` (as the example sets it) a TRUNCATE reaches the sync, which empties
+    the table at it: alone, and inside a transaction between inserts; updates and key moves around it; the job
+    killed mid-stream. Spark's rows equal ``SELECT *`` and nothing is a dead letter."""
+    with documents_sync(tmp_path, kafka_broker, postgres, "postgres-truncates", {"skipped.operations": "none"},
+                        7) as (workload, document, topic):
+        workload.documents_round()
+        kill_mid_stream(write_spec(tmp_path / "documents", document), document, workload, workload.truncate_documents)
+        workload.documents_round()
+        workload.move_documents()
+        workload.truncate_documents()
+        workload.documents_round()
+        workload.insert_documents(8)
+        catch_up(spark, kafka_broker, workload, document, topic)
+        truncates = [record for record in kafka_broker.consume(topic, timeout=10)
+                     if record.value and json.loads(record.value)["payload"]["op"] == "t"]
+        assert len(truncates) == workload.truncates >= 4, "Debezium sent every TRUNCATE"
+        assert_equals_select_star(spark, workload.connection, document, DOCUMENTS, VARIANTS[0])
 
 
 def assert_equals_select_star(spark: SparkSession, connection: Any, document: dict[str, Any], table: SourceTable,

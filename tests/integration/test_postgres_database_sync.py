@@ -33,15 +33,13 @@ Debezium is started, and its initial snapshot awaited, before the workload's fir
 (``ALTER COLUMN … TYPE bigint``) is not MVCC-safe, and a snapshot that reads the table after it finds it empty (seen:
 ``Finished exporting 0 records for table 'public.accounts'``; the rows never updated afterwards were never sent).
 
-Known product bugs, each its own strict xfail: :func:`test_real_widened_to_double_keeps_its_float32_values`,
-:func:`test_a_moved_row_updated_in_the_same_trigger_keeps_its_toasted_value`.
+A known product bug is a strict xfail of its own: :func:`test_real_widened_to_double_keeps_its_float32_values`.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import random
 import re
 import signal
@@ -146,8 +144,8 @@ def database_sync(directory: Path, broker: KafkaBroker, prefix: str,
                   declare: dict[str, dict[str, str]]) -> dict[str, Any]:
     """examples/postgres-debezium/icebergsync.yaml turned into ONE sync of the database as docs/many-tables.md says:
     every topic of ``<prefix>.public.*`` into ``shop.{1}``, keyed by ``id`` unless ``spec.tables`` says otherwise,
-    a dead-letter table per table; on a SQLite catalog under ``directory`` (the test's: no catalogRef, no Kafka
-    credentials, the test's commit interval). ``declare``: columns declared in ``spec.tables`` (with the table's key)
+    a dead-letter table per table, the transaction topic of the test's prefix; on a SQLite catalog under ``directory``
+    (the test's: no catalogRef, no Kafka credentials, the test's commit interval). ``declare``: columns declared in ``spec.tables`` (with the table's key)
     as the docs say; no other schema anywhere."""
     example = next(document for document in yaml.safe_load_all(EXAMPLE_SYNC.read_text())
                    if document and document["kind"] == "IcebergSync")
@@ -168,6 +166,9 @@ def database_sync(directory: Path, broker: KafkaBroker, prefix: str,
             {"name": "id", "type": "long", "required": True},
             *({"name": column, "type": column_type} for column, column_type in columns.items())]
     spec["deadLetter"] = {"table": f"{NAMESPACE}.{{1}}_dead_letters"}
+    transactions = spec["changes"]["transactions"]
+    assert transactions["topic"] == "dbserver1.transaction"  # <topic.prefix>.transaction
+    transactions["topic"] = f"{prefix}.transaction"
     del spec["commit"]  # the example's 1m: the test commits every second (sync_document)
     directory.mkdir(parents=True, exist_ok=True)
     return sync_document(directory, spec.pop("source"), name="shop-database", table=table, tables=tables, **spec)
@@ -260,6 +261,8 @@ def synced(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     effective = {name: connector.config.get(name, default) for name, default in DEBEZIUM_DEFAULTS.items()}
     for table in TABLES:
         kafka_broker.create_topic(topic_of(prefix, table), connector.partitions)
+    assert connector.config["provide.transaction.metadata"] == "true"
+    kafka_broker.create_topic(f"{prefix}.transaction", connector.partitions)  # BEGIN and END events
     debezium = run_debezium(tmp_path / "debezium", kafka_broker, connector.config)
     wait_streaming(debezium)
     document = database_sync(tmp_path / "sync", kafka_broker, prefix, modes.declare)
@@ -372,7 +375,7 @@ def compare(spark: SparkSession, connection: Any, document: dict[str, Any], work
 
 
 def differences(compared: Compared, columns: set[str] | None = None,
-                keys: set[tuple[Any, ...]] | None = None) -> list[str]:
+                keys: set[Any] | None = None) -> list[str]:
     """Each key in one side only, and each value that differs (of ``columns`` and ``keys``, by default all)."""
     out = [f"{key}: only in iceberg" for key in compared.rows if key not in compared.expected_rows]
     out += [f"{key}: only in postgres" for key in compared.expected_rows if key not in compared.rows]
@@ -406,13 +409,8 @@ def test_iceberg_returns_what_select_star_returns(synced: Synced) -> None:
         columns = set(compared.types)
         if name == WIDENED_REAL[0]:
             columns.discard(WIDENED_REAL[1])
-        keys = set(compared.rows) | set(compared.expected_rows)
-        if name == CUSTOMERS.name:
-            keys.discard(synced.moved_then_updated)
-        assert differences(compared, columns, keys) == [], name
-    if synced.moved is not None:
-        # Carried from the old key (the delete in the same trigger), although docs/connectors.md ("Primary-key
-        # updates") says such a create is a dead letter under REPLICA IDENTITY DEFAULT
+        assert differences(compared, columns) == [], name
+    if synced.moved is not None:  # carried from the old key (docs/connectors.md, "Primary-key updates")
         assert synced.tables[CUSTOMERS.name].rows[synced.moved]["notes"]
 
 
@@ -429,23 +427,12 @@ def test_no_record_is_a_dead_letter(synced: Synced) -> None:
     """Nothing in the workload is a documented dead letter (a multidimensional array is no dead letter: Debezium
     sends its sub-arrays as nulls; a primary-key update of a row with an unchanged TOASTed value is carried from the
     old key)."""
-    letters = {name: [letter for letter in compared.dead_letters if not (
-        name == CUSTOMERS.name and synced.moved_then_updated == (dead_letter_key(letter),))]
-        for name, compared in synced.tables.items()}
-    assert {name: found for name, found in letters.items() if found} == {}
+    assert {name: compared.dead_letters for name, compared in synced.tables.items() if compared.dead_letters} == {}
 
 
-def dead_letter_key(letter: dict[str, Any]) -> Any:
-    payload = json.loads(letter["payload"])
-    return ((payload.get("payload") or payload).get("after") or {}).get("id")
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "product bug: a primary-key update leaving a TOASTed value unchanged (REPLICA IDENTITY DEFAULT) followed by an "
-    "update of the new key, all in one trigger with the delete of the old key: the update wins the collapse, is not "
-    "paired with the move (only a create is), and is a dead letter whose reason says the delete 'was not in the same "
-    "trigger'; the new key's row is missing, while the same move without the later update is carried"))
 def test_a_moved_row_updated_in_the_same_trigger_keeps_its_toasted_value(synced: Synced) -> None:
+    """docs/connectors.md, "Primary-key updates": a key updated right after its move, in the same trigger, follows
+    the chain back to the old key (a dead letter whose row went missing on this branch's base, e52ba36)."""
     if synced.moved_then_updated is None:
         pytest.skip("run with the example's configuration")
     compared = synced.tables[CUSTOMERS.name]

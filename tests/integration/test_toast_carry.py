@@ -146,11 +146,13 @@ def test_a_primary_key_update_carries_unsent_values_from_the_old_key(tmp_path: P
         *moved(1, 11, 5, "tx-1"),  # from the live row of the old key
         upsert("u", 2, "changed in the trigger", 2), *moved(2, 12, 6, "tx-2"),  # from the trigger's newer value
         upsert("c", 31, UNAVAILABLE, 1) | {"source": {"txId": "tx-9"}},  # its delete is in no trigger
+        *moved(3, 41, 2, "tx-5"), upsert("u", 41, UNAVAILABLE, 3),  # moved, updated, moved again, updated
+        *moved(41, 42, 3, "tx-6"), upsert("u", 42, UNAVAILABLE, 4),
     ], "00001-0"), {"t": 2})
-    assert rows(spark, catalog, name) == {3: (long_c, 1), 11: (long_a, 5), 12: ("changed in the trigger", 6)}
+    assert rows(spark, catalog, name) == {11: (long_a, 5), 12: ("changed in the trigger", 6), 42: (long_c, 4)}
     # The halves in two triggers (without spec.changes.transactions a trigger may end between them): the create
     # cannot know its old key, and is a dead letter naming the fix; the delete deletes.
-    create, delete = moved(3, 13, 8, "tx-4")
+    create, delete = moved(42, 13, 8, "tx-4")
     committer.commit(stage(plan, [create], "00002-0"), {"t": 3})
     committer.commit(stage(plan, [delete], "00003-0"), {"t": 4})
     assert rows(spark, catalog, name) == {11: (long_a, 5), 12: ("changed in the trigger", 6)}

@@ -110,8 +110,8 @@ KEYED = (
              "located = locate_rows(table, self.last_snapshot or snapshot, touched_keys, self._file_keys, stats, "
              "self._spark, self._key_columns)"),)),
     Mutant("no-relocate-on-retry", "a commit retried on a new head keeps the deletes located on its first round",
-           ((COMMITTER, "            deletes, cow = committer._position_deletes(table, output)\n",
-             "            deletes, cow = self.__dict__.setdefault('_first', committer._position_deletes(table, output))\n"
+           ((COMMITTER, "                deletes, cow = committer._position_deletes(table, output)\n",
+             "                deletes, cow = self.__dict__.setdefault('_first', committer._position_deletes(table, output))\n"
              ),)),
     Mutant("deletes-not-touched", "a key a trigger only deletes is not among the keys it touches (its row stays)",
            ((CHANGES, "upserts.filter(complete).select(declared), winners.select(list(key)),",

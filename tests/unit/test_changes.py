@@ -309,14 +309,14 @@ def test_bad_records_are_dead_letters_with_reason_raw_and_position() -> None:
         "malformed JSON",
         "duplicate key(s) in the record: op",
         "record is an array, not a JSON object",
-        'unknown op "x" (a change event\'s op is c, r, u or d)',
+        'unknown op "x" (a change event\'s op is c, r, u, d or t)',
         "not a Debezium change event: op is missing",
         "a delete (op d) without before: the deleted key is unknown",
         "op c without after: there is no new row",
         "key field id is missing or null (in before)",
         "required field id is missing or null (in after)",
         "record is not valid UTF-8 (the payload is its bytes in base64)",
-        'unknown op "t" (a change event\'s op is c, r, u or d)',
+        "a truncate (op t) where nothing empties the table (a decoder without truncates)",
         "malformed JSON",
     ]
     assert table.column(RAW_COLUMN).to_pylist()[0] == "{not json"

@@ -120,9 +120,37 @@ def test_the_postgres_debezium_example_has_the_connector_settings_the_docs_requi
     spec = load_spec(directory / "icebergsync.yaml").spec
     assert spec.changes is not None and spec.changes.format == "debezium" and spec.table.key == ["id"]
     assert spec.source.kafka is not None and spec.source.kafka.topic == f"{config['topic.prefix']}.{config['table.include.list']}"
+    # Primary-key updates keep unchanged TOASTed values when a trigger never splits a source transaction.
+    assert config["provide.transaction.metadata"] == "true"
+    assert config["skipped.operations"] == "none"  # TRUNCATE reaches the sync (docs/connectors.md, "Truncates")
+    assert spec.changes.transactions is not None and spec.changes.transactions.topic == f"{config['topic.prefix']}.transaction"
     docs = (REPO_ROOT / "docs" / "connectors.md").read_text()
     for setting in ("decimal.handling.mode", "time.precision.mode", "binary.handling.mode"):
         assert setting in docs
+
+
+def test_the_mariadb_debezium_example_has_the_settings_docs_mysql_mariadb_requires() -> None:
+    """Issue 38: the connector's settings are those docs/mysql-mariadb.md maps types under, and ONE sync reads every
+    table's topic of the captured database, without spec.schema (tests/integration/test_mariadb_cdc.py runs it)."""
+    directory = REPO_ROOT / "examples" / "mariadb-debezium"
+    config = json.loads((directory / "debezium-connector.json").read_text())["config"]
+    required = {"connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+                "value.converter.schemas.enable": "true", "value.converter.replace.null.with.default": "false",
+                "decimal.handling.mode": "precise", "bigint.unsigned.handling.mode": "precise",
+                "time.precision.mode": "adaptive_time_microseconds", "binary.handling.mode": "bytes",
+                "skipped.operations": "none", "include.schema.changes": "false"}
+    assert {key: config.get(key) for key in required} == required
+    assert config["schema.history.internal.kafka.topic"]
+    spec = load_spec(directory / "icebergsync.yaml").spec
+    assert not spec.schema_
+    assert spec.changes is not None and spec.changes.format == "debezium" and spec.table.name == "shop.{1}"
+    kafka = spec.source.kafka
+    assert kafka is not None and kafka.topic_pattern is not None
+    assert re.fullmatch(kafka.topic_pattern, f"{config['topic.prefix']}.{config['database.include.list']}.orders")
+    docs = (REPO_ROOT / "docs" / "mysql-mariadb.md").read_text()
+    for setting in required:
+        assert f"`{setting}`" in docs, setting
+    assert "mysql-mariadb.md" in (REPO_ROOT / "docs" / "connectors.md").read_text()
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.relative_to(REPO_ROOT / "examples").as_posix())

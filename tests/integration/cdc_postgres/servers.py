@@ -5,8 +5,8 @@ PostgreSQL packages, unpacked; Debezium from Maven Central) and run like every o
 (:class:`tests.infra.services.ServerProcess`): on 127.0.0.1, under ``timeout``, killed when pytest
 dies, stopped at the end.
 
-PostgreSQL refuses to run as root; as root the server runs in a user namespace that maps the
-caller to an ordinary uid, so it can read the cache under ``$HOME`` and owns its data directory.
+PostgreSQL refuses to run as root: as root it runs as an ordinary user (``AS_ORDINARY_USER``,
+tests/integration/cdc_servers.py, which also runs Debezium).
 """
 
 from __future__ import annotations
@@ -22,21 +22,11 @@ from pathlib import Path
 import psycopg2
 from psycopg2.extensions import connection as Connection
 
-from tests.infra.services import (
-    HOST,
-    JAVA,
-    REPO_ROOT,
-    SMALL_JVM,
-    KafkaBroker,
-    ServerProcess,
-    cache_dir,
-    ensure_services,
-    free_port,
-)
+from tests.infra.services import HOST, REPO_ROOT, KafkaBroker, ServerProcess, free_port
+from tests.integration.cdc_servers import AS_ORDINARY_USER, server_paths, start_debezium_runner
 
 USER = "icebergsync"
 DATABASE = "postgres"
-_AS_ORDINARY_USER = ["unshare", "--user", "--map-user=1000", "--map-group=1000"] if os.geteuid() == 0 else []
 
 
 @dataclass
@@ -61,25 +51,18 @@ class Postgres:
         return self.connect(name)
 
 
-def _postgres_env() -> dict[str, str]:
-    ensure_services("postgres")
-    out = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "infra" / "postgres.sh"), "--env"],
-                         check=True, capture_output=True, text=True, timeout=600).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
 def start_postgres(workdir: Path) -> Postgres:
     """initdb a fresh cluster under ``workdir`` and start it with ``wal_level=logical`` (trust auth, loopback only)."""
-    paths = _postgres_env()
+    paths = server_paths("postgres")
     binary = Path(paths["POSTGRES_BIN"])
     env = {"LD_LIBRARY_PATH": paths["POSTGRES_LIB"], "TZ": "UTC"}
     data = workdir / "data"
-    subprocess.run([*_AS_ORDINARY_USER, str(binary / "initdb"), "-D", str(data), "-U", USER, "--auth=trust",
+    subprocess.run([*AS_ORDINARY_USER, str(binary / "initdb"), "-D", str(data), "-U", USER, "--auth=trust",
                     "-E", "UTF8", "--locale=C.UTF-8"],
                    check=True, capture_output=True, timeout=120, env={**os.environ, **env})
     port = free_port()
     server = ServerProcess("postgres", [
-        *_AS_ORDINARY_USER, str(binary / "postgres"), "-D", str(data), "-h", HOST, "-p", str(port),
+        *AS_ORDINARY_USER, str(binary / "postgres"), "-D", str(data), "-h", HOST, "-p", str(port),
         "-k", str(workdir), "-c", "wal_level=logical", "-c", "max_replication_slots=8", "-c", "max_wal_senders=8",
         "-c", "fsync=off", "-c", "timezone=UTC"], workdir / "postgres.log", env=env)
     postgres = Postgres(port, server)
@@ -137,13 +120,17 @@ def example_connector(workdir: Path, postgres: Postgres, database: str, prefix: 
     """The example's connector settings, overriding only what a test must: the connection (this server and
     ``database``, the slot: one per connector of the server), the offsets (a file: the engine has no Connect worker),
     ``table.include.list`` (``public.<table>`` for each of ``tables``), ``topic.prefix``, and ``modes`` (the settings
-    under test). Kafka Connect's converter settings become the engine's: one JsonConverter for keys and values."""
+    under test). Kafka Connect's converter settings (``key.converter.*``, ``value.converter.*``) become the engine's
+    (``converter.*``): one JsonConverter for keys and values."""
     example = json.loads(EXAMPLE_CONNECTOR.read_text())
     config = {"name": example["name"], **example["config"]}
     for side in ("key", "value"):
         assert config.pop(f"{side}.converter") == _JSON_CONVERTER, f"{side}.converter is not Kafka's JsonConverter"
-    schemas = {config.pop("key.converter.schemas.enable"), config.pop("value.converter.schemas.enable")}
-    assert len(schemas) == 1, "the engine's converter takes one schemas.enable for keys and values"
+    for name in [name for name in config if name.startswith(("key.converter.", "value.converter."))]:
+        setting = name.split(".converter.", 1)[1]
+        value = config.pop(name)
+        assert config.setdefault(f"converter.{setting}", value) == value, (
+            f"the engine's converter takes one {setting} for keys and values")
     partitions = int(config.pop("topic.creation.default.partitions"))
     config.pop("topic.creation.default.replication.factor")  # one broker: replication 1
     config.update({
@@ -152,7 +139,6 @@ def example_connector(workdir: Path, postgres: Postgres, database: str, prefix: 
         "slot.name": f"{config['slot.name']}_{database}",
         "topic.prefix": prefix,
         "table.include.list": ",".join(f"public.{table}" for table in tables),
-        "converter.schemas.enable": schemas.pop(),
         **modes,
     })
     return ExampleConnector(config, partitions)
@@ -170,19 +156,9 @@ def _engine_settings(workdir: Path, postgres: Postgres, database: str) -> dict[s
 
 
 def run_debezium(workdir: Path, broker: KafkaBroker, config: Mapping[str, str]) -> ServerProcess:
-    """Debezium's embedded engine with ``config`` (the engine's and the connector's settings), writing to ``broker``;
-    returns once the connector's task runs."""
-    ensure_services("debezium")
-    home = cache_dir() / "debezium"
-    properties = workdir / "debezium.properties"
-    properties.write_text("".join(f"{key}={value}\n" for key, value in
-                                  {**config, "kafka.bootstrap.servers": broker.bootstrap_servers}.items()))
-    log = workdir / "debezium.log"
-    server = ServerProcess("debezium", [
-        JAVA, *SMALL_JVM, "-Xmx384m", "-cp", f"{home / 'classes'}{os.pathsep}{home / 'lib'}/*",
-        "icebergsync.testinfra.DebeziumToKafka", str(properties)], log, cwd=workdir)
-    server.wait_until(lambda: "debezium: task started" in log.read_text(errors="replace"), 120, "the connector's task")
-    return server
+    """Debezium's embedded engine with the PostgreSQL connector and ``config`` (the engine's and the connector's
+    settings), writing to ``broker``; returns once the connector's task runs."""
+    return start_debezium_runner(workdir, "debezium", "debezium", broker, config)
 
 
 def wait_streaming(debezium: ServerProcess, timeout: float = 120) -> None:

@@ -132,6 +132,7 @@ class Workload:
         self.words = words
         self.keys: dict[str, list[tuple[Any, ...]]] = {table.name: [] for table in self.tables}
         self.next_id = 1
+        self.truncates = 0  # TRUNCATE statements run
 
     def wrote(self, table: SourceTable, key: tuple[Any, ...]) -> None:
         """Called for each row an insert, update or primary-key update writes (a hook for subclasses)."""
@@ -311,6 +312,28 @@ class Workload:
         with self.connection, self.connection.cursor() as cursor:
             self._touch(cursor, keys[-1])
             move(cursor)
+
+    def insert_documents(self, count: int) -> None:
+        """``count`` more documents, one transaction."""
+        with self.connection, self.connection.cursor() as cursor:
+            for _ in range(count):
+                self._insert_document(cursor)
+
+    def truncate_documents(self) -> None:
+        """TRUNCATE, alone and in a transaction between inserts (those before it go, those after it stay)."""
+        self.truncates += 2
+        with self.connection, self.connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {DOCUMENTS.name}")
+        self.keys[DOCUMENTS.name] = []
+        for _ in range(6):
+            with self.connection, self.connection.cursor() as cursor:
+                self._insert_document(cursor)
+        with self.connection, self.connection.cursor() as cursor:
+            self._insert_document(cursor)
+            cursor.execute(f"TRUNCATE {DOCUMENTS.name}")
+            self.keys[DOCUMENTS.name] = []
+            for _ in range(8):
+                self._insert_document(cursor)
 
     def touch_documents(self) -> None:
         """Two updates leaving the body untouched (the workload going on while a job runs)."""
