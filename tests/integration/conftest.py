@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from spark_app.session import build_session
 from tests.infra.services import spark_classpath
 from tests.integration.cdc_mariadb.servers import MariaDB, start_mariadb
-from tests.integration.cdc_postgres.servers import Postgres, start_postgres
+from tests.integration.cdc_postgres.servers import Postgres, running_postgres
 
 
 @pytest.fixture(scope="session")
@@ -33,11 +33,8 @@ def spark() -> Iterator[SparkSession]:
 def postgres(tmp_path: Path) -> Iterator[Postgres]:
     """A PostgreSQL server of the test's own (the source database of the Debezium tests), stopped after it."""
     (tmp_path / "postgres").mkdir()
-    server = start_postgres(tmp_path / "postgres")
-    try:
+    with running_postgres(tmp_path / "postgres") as server:
         yield server
-    finally:
-        server.server.stop()
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from pyiceberg.table import Table
 from icebergsync import protocol
 from icebergsync.spec import parse_spec
 from tests.infra.services import KafkaBroker
+from tests.integration.cdc_postgres.progress import message_key
 from tests.integration.cdc_postgres.servers import start_debezium, start_postgres
 from tests.integration.cdc_postgres.tables import DOCUMENTS, TABLES, VARIANTS
 from tests.integration.cdc_postgres.tables import postgres_rows as select_star
@@ -52,7 +53,6 @@ from tests.integration.sync_support import (
     sync_document,
     write_spec,
 )
-from tests.integration.test_postgres_cdc import message_key
 
 SINK = "test/orders"
 HOT, WARM, IDLE = 3, 45, 8  # topics: hot (2 partitions, many changes), warm (1 partition, 1-8 changes), idle

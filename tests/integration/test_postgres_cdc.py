@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import SparkSession
 
 from icebergsync.spec import parse_spec
 from spark_app.changes import UNAVAILABLE
 from spark_app.job import SyncJob
 from tests.infra.services import KafkaBroker
+from tests.integration.cdc_postgres.progress import caught_up, dead_letters, sink_id, wait_for_key
 from tests.integration.cdc_postgres.schema_changes import ACCOUNTS, EvolvingWorkload
 from tests.integration.cdc_postgres.schema_changes import iceberg_rows as schema_iceberg_rows
 from tests.integration.cdc_postgres.schema_changes import postgres_rows as schema_postgres_rows
@@ -79,31 +79,6 @@ def sync_of(directory: Path, broker: KafkaBroker, prefix: str, table: SourceTabl
                          deadLetter={"table": f"cdc.{table.name}_dlq"})
 
 
-def sink_id(document: dict[str, Any]) -> str:
-    return f"test/{document['metadata']['name']}"
-
-
-def message_key(record_key: bytes | None) -> Any:
-    parsed = json.loads(record_key or b"null")
-    return parsed["payload"] if isinstance(parsed, dict) and set(parsed) == {"schema", "payload"} else parsed
-
-
-def wait_for_key(broker: KafkaBroker, topic: str, key: dict[str, Any], timeout: float = 120) -> None:
-    """Until Debezium has written a change of ``key`` (the workload's last) to ``topic``: then every earlier
-    change of that table is there too (the runner flushes each batch before the next)."""
-    deadline = time.monotonic() + timeout
-    while not any(message_key(record.key) == key for record in broker.consume(topic, timeout=10)):
-        assert time.monotonic() < deadline, f"Debezium never wrote the change of {key} to {topic}"
-        time.sleep(1)
-
-
-def caught_up(document: dict[str, Any], broker: KafkaBroker, topic: str) -> bool:
-    table = catalog_of(parse_spec(document)).load_table(document["spec"]["table"]["name"])
-    commits = sink_commits(table, sink_id(document))
-    frontier = (commits[-1].frontier or {}).get(topic, {}) if commits else {}
-    return all(int(frontier.get(str(p), 0)) == end for p, end in broker.end_offsets(topic).items())
-
-
 def kill_mid_stream(spec_path: Path, document: dict[str, Any], workload: Workload,
                     meanwhile: Callable[[], None] | None = None) -> None:
     """Run the job (version 1) in a process of its own while the workload goes on (``meanwhile``, by default
@@ -115,14 +90,6 @@ def kill_mid_stream(spec_path: Path, document: dict[str, Any], workload: Workloa
         return any(commit.kind == "data" for commit in commits)
 
     kill_after_first_commit(spec_path, committed_data, meanwhile or workload.go_on)
-
-
-def dead_letters(document: dict[str, Any]) -> list[dict[str, Any]]:
-    try:
-        table = catalog_of(parse_spec(document)).load_table(document["spec"]["deadLetter"]["table"])
-    except NoSuchTableError:
-        return []
-    return table.scan().to_arrow().to_pylist()
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=[variant.name for variant in VARIANTS])

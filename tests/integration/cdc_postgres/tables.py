@@ -16,16 +16,30 @@ Values are compared after a type-aware normalization, the same for PostgreSQL's 
 * arrays: their elements normalized as above (NULL elements stay);
 * ``uuid``: lower-case text; ``json``/``jsonb``: the parsed JSON value (PostgreSQL keeps json's text
   and reformats jsonb's; Debezium sends the text); ``bytea``: the bytes.
+
+Under Debezium's other modes (``decimal.handling.mode``, ``binary.handling.mode``, ``time.precision.mode``,
+``interval.handling.mode``; :func:`column_type` is the column a sync without spec.schema makes of each): numbers
+sent as text or as a double are compared as :class:`~decimal.Decimal` or float; ``bytea`` sent as base64 or hex
+text as its bytes; ``time`` in the unit sent (ms for ``io.debezium.time.Time`` and Connect's ``Time``),
+``time``/``timestamp`` under ``connect`` cut to ms as Debezium cuts them (toward the past); ``interval`` as
+Debezium's µs (a month 30.4375 days) or as (months, days, µs) parsed from ISO-8601 text (PostgreSQL's
+``intervalstyle = iso_8601`` and Debezium's string alike); ``money`` as a Decimal; ``hstore`` as a dict.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
+import psycopg2.extensions
+import psycopg2.extras
 
 
 @dataclass(frozen=True)
@@ -110,73 +124,216 @@ def spec_type(pg_type: str, variant: Variant) -> str:
     }[pg_type]
 
 
+# Debezium's settings when not set (its defaults), and the one a column type depends on of each.
+DEBEZIUM_DEFAULTS = {"decimal.handling.mode": "precise", "binary.handling.mode": "bytes",
+                     "time.precision.mode": "adaptive", "interval.handling.mode": "numeric"}
+
+
+def _parts(pg_type: str) -> tuple[str, list[int]]:
+    """A type's name and its modifiers: ``numeric(10,2)`` -> ``("numeric", [10, 2])``."""
+    name, _, modifiers = pg_type.partition("(")
+    return name, [int(part) for part in modifiers.rstrip(")").split(",") if part]
+
+
+def column_type(pg_type: str, modes: Mapping[str, str]) -> str | None:
+    """The Iceberg column (a spec type) a keyed sync without spec.schema creates for a PostgreSQL column under
+    Debezium's ``modes`` (the records' Kafka Connect schema, docs/connectors.md, "Connect types as Iceberg columns");
+    None where there is none (an unconstrained ``numeric`` in ``precise`` mode: the sync stops)."""
+    modes = {**DEBEZIUM_DEFAULTS, **modes}
+    if pg_type.endswith("[]"):
+        element = column_type(pg_type[:-2], modes)
+        return None if element is None else f"array<{element}>"
+    name, modifiers = _parts(pg_type)
+    if name in ("numeric", "money"):
+        decimal = modes["decimal.handling.mode"]
+        if decimal != "precise":
+            return decimal  # string | double
+        if name == "money":
+            return "decimal(38,2)"  # Connect Decimal of scale 2 (money.fraction.digits) without a precision
+        return f"decimal({modifiers[0]},{modifiers[1]})" if modifiers else None
+    if name == "bytea":
+        return "binary" if modes["binary.handling.mode"] == "bytes" else "string"
+    if name == "time":
+        time_mode = modes["time.precision.mode"]
+        # io.debezium.time.MicroTime is an int64, io.debezium.time.Time and Connect's Time an int32
+        return "long" if time_mode == "adaptive_time_microseconds" or (
+            time_mode == "adaptive" and (not modifiers or modifiers[0] > 3)) else "int"
+    if name == "interval":
+        return "long" if modes["interval.handling.mode"] == "numeric" else "string"
+    return {
+        "smallint": "int", "integer": "int", "bigint": "long", "real": "float", "double precision": "double",
+        "boolean": "boolean", "text": "string", "varchar": "string", "date": "date", "timestamp": "timestamp",
+        "timestamptz": "timestamptz", "uuid": "string", "json": "string", "jsonb": "string", "hstore": "string",
+    }.get(name, "string")  # enums: io.debezium.data.Enum text
+
+
 def _micros(moment: datetime) -> int:
     return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
-def _normal(pg_type: str, spec: str, value: Any) -> Any:
-    """A PostgreSQL value (as psycopg2 returns it) in the comparable form."""
+def _millis_only(pg_type: str, modes: Mapping[str, str]) -> bool:
+    """Whether Debezium sends this temporal type in ms, cut from PostgreSQL's µs (``time.precision.mode=connect``)."""
+    return modes.get("time.precision.mode") == "connect" and _parts(pg_type)[0] in ("time", "timestamp")
+
+
+_ISO_INTERVAL = re.compile(r"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)D)?"
+                           r"(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?[\d.]+)S)?)?")
+
+
+def _interval_parts(text: str) -> tuple[int, int, int, int, int, Decimal]:
+    """(years, months, days, hours, minutes, seconds) of ISO-8601 interval text (PostgreSQL's ``iso_8601`` style
+    omits zero fields; Debezium's string mode writes them all)."""
+    match = _ISO_INTERVAL.fullmatch(text)
+    assert match, f"not an ISO-8601 interval: {text}"
+    *whole, seconds = match.groups()
+    years, months, days, hours, minutes = (int(part or 0) for part in whole)
+    return years, months, days, hours, minutes, Decimal(seconds or 0)
+
+
+def _interval_canonical(text: str) -> tuple[int, int, int]:
+    """(months, days, µs): what an interval holds, however its text splits it."""
+    years, months, days, hours, minutes, seconds = _interval_parts(text)
+    return years * 12 + months, days, int(((hours * 60 + minutes) * 60 + seconds) * 1_000_000)
+
+
+def _debezium_interval_micros(text: str) -> int:
+    """Debezium's ``MicroDuration`` of an interval: its arithmetic in doubles, a month 30.4375 days (365.25 / 12),
+    truncated to a long (io.debezium.time.MicroDuration.durationMicros)."""
+    years, months, days, hours, minutes, seconds = _interval_parts(text)
+    whole = int(seconds)  # PGInterval: whole seconds plus µs / 1e6
+    seconds_double = whole + int((seconds - whole) * 1_000_000) / 1e6
+    number_of_days = (years * 12 + months) * 30.4375 + days
+    number_of_seconds = ((number_of_days * 24 + hours) * 60 + minutes) * 60 + seconds_double
+    return int(number_of_seconds * 1e6)
+
+
+def postgres_value(pg_type: str, spec: str, value: Any, modes: Mapping[str, str] | None = None) -> Any:
+    """A PostgreSQL value (as psycopg2 returns it on a connection of :func:`register_types`) in the comparable
+    form, for an Iceberg column of type ``spec`` (Debezium's ``modes``: see the module's docstring)."""
+    modes = modes or {}
     if value is None:
         return None
     if pg_type.endswith("[]"):
-        return [_normal(pg_type[:-2], spec[len("array<"):-1], item) for item in value]
-    if pg_type == "real":
+        return [postgres_value(pg_type[:-2], spec[len("array<"):-1], item, modes) for item in value]
+    name, _ = _parts(pg_type)
+    if name == "real":
         return float(np.float32(value))
-    if pg_type == "timestamptz" or (pg_type == "timestamp" and spec == "timestamptz"):
+    if name in ("numeric", "money") and spec == "double":
+        return float(value)
+    if name == "interval":
+        return _debezium_interval_micros(value) if spec == "long" else _interval_canonical(value)
+    if name == "time" and _millis_only(pg_type, modes):
+        return value.replace(microsecond=value.microsecond // 1000 * 1000)
+    if name == "timestamp" and _millis_only(pg_type, modes):
+        return value.replace(microsecond=value.microsecond // 1000 * 1000)
+    if pg_type == "timestamptz" or (name == "timestamp" and spec == "timestamptz"):
         return _micros(value if value.tzinfo else value.replace(tzinfo=UTC))
     if pg_type == "bytea":
         return bytes(value)
     if pg_type == "uuid":
         return str(value).lower()
-    return value  # json and jsonb: psycopg2 parses both
+    return value  # json and jsonb: psycopg2 parses both; hstore: a dict; money: a Decimal
 
 
-def _spark_normal(pg_type: str, spec: str, value: Any) -> Any:
+def iceberg_value(pg_type: str, spec: str, value: Any, modes: Mapping[str, str] | None = None) -> Any:
     """A value as Spark returns it (timestamptz columns selected as ``unix_micros``) in the comparable form."""
+    modes = modes or {}
     if value is None:
         return None
     if pg_type.endswith("[]"):
-        return [_spark_normal(pg_type[:-2], spec[len("array<"):-1], item) for item in value]
-    if pg_type == "real":
+        return [iceberg_value(pg_type[:-2], spec[len("array<"):-1], item, modes) for item in value]
+    name, _ = _parts(pg_type)
+    if name == "real":
         return float(np.float32(value))
-    if pg_type == "time":
-        if spec == "long":
-            return (datetime.min + timedelta(microseconds=value)).time()
+    if name in ("numeric", "money") and spec == "string":
+        return Decimal(value)
+    if name == "time":
+        if spec in ("long", "int"):
+            millis = spec == "int"  # io.debezium.time.Time and Connect's Time: ms; MicroTime: µs
+            return (datetime.min + timedelta(microseconds=value * (1000 if millis else 1))).time()
         return time.fromisoformat(value.removesuffix("Z"))
-    if pg_type in ("json", "jsonb"):
+    if name == "interval":
+        return value if spec == "long" else _interval_canonical(value)
+    if name in ("json", "jsonb", "hstore"):
         return json.loads(value)
-    if pg_type == "bytea":
+    if name == "bytea":
+        if spec == "string":
+            binary = modes.get("binary.handling.mode")
+            return bytes.fromhex(value) if binary == "hex" else base64.b64decode(value, validate=True)
         return bytes(value)
     return value
 
 
-def postgres_rows(connection: Any, table: SourceTable, variant: Variant) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-    """``SELECT * FROM`` the table, normalized, by key."""
-    names = [name for name, _ in table.columns]
-    specs = {column["name"]: column["type"] for column in table.spec_schema(variant)}
+def register_types(connection: Any) -> None:
+    """Make ``connection`` return what psycopg2 does not parse as the comparison needs: ``money`` as a Decimal
+    (its text, ``-$1,234.56`` in the C locale), ``interval`` as its ISO-8601 text (``intervalstyle = iso_8601``;
+    psycopg2's timedelta takes a month for 30 days), ``hstore`` as a dict."""
+    with connection, connection.cursor() as cursor:
+        cursor.execute("SET intervalstyle = iso_8601")
+        cursor.execute("SELECT oid, typname FROM pg_type WHERE typname IN ('money', '_money', 'interval', '_interval')")
+        oids = dict((name, oid) for oid, name in cursor.fetchall())
+
+    def money(text: str | None, _cursor: Any) -> Decimal | None:
+        return None if text is None else Decimal(text.replace("$", "").replace(",", ""))
+
+    def interval(text: str | None, _cursor: Any) -> str | None:
+        return text
+
+    for name, parse in (("money", money), ("interval", interval)):
+        scalar = psycopg2.extensions.new_type((oids[name],), name.upper() + "_TEXT", parse)
+        psycopg2.extensions.register_type(scalar, connection)
+        psycopg2.extensions.register_type(
+            psycopg2.extensions.new_array_type((oids[f"_{name}"],), name.upper() + "_TEXT[]", scalar), connection)
+    with connection, connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_type WHERE typname = 'hstore'")
+        if cursor.fetchone():
+            psycopg2.extras.register_hstore(connection)
+
+
+def select_star(connection: Any, table: str, columns: Mapping[str, tuple[str, str]], key: list[str],
+                modes: Mapping[str, str] | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """``SELECT * FROM table`` normalized by key, each row by column name; ``columns`` gives each column's
+    (PostgreSQL type, Iceberg column type)."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT * FROM {table.name}")
-        assert [d.name for d in cursor.description] == names
+        cursor.execute(f"SELECT * FROM {table}")
+        names = [d.name for d in cursor.description]
+        assert names == list(columns), f"{table}: the columns are {names}"
         rows = cursor.fetchall()
     out = {}
     for row in rows:
-        normal = tuple(_normal(pg_type, specs[name], value)
-                       for (name, pg_type), value in zip(table.columns, row, strict=True))
-        out[tuple(normal[names.index(k)] for k in table.key)] = normal
+        normal = {name: postgres_value(*columns[name], value, modes) for name, value in zip(names, row, strict=True)}
+        out[tuple(normal[k] for k in key)] = normal
     return out
+
+
+def iceberg_rows(spark: Any, metadata_location: str, columns: Mapping[str, tuple[str, str]], key: list[str],
+                 modes: Mapping[str, str] | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The Iceberg table's ``columns`` as Apache Iceberg's Spark reader returns them, normalized, by key."""
+    select = [f"unix_micros({name}) AS {name}" if spec == "timestamptz" else name
+              for name, (_, spec) in columns.items()]
+    frame = spark.read.format("iceberg").load(metadata_location).selectExpr(*select)
+    out = {}
+    for row in frame.collect():
+        normal = {name: iceberg_value(*columns[name], row[name], modes) for name in columns}
+        key_of = tuple(normal[k] for k in key)
+        assert key_of not in out, f"key {key_of} is in the table twice"
+        out[key_of] = normal
+    return out
+
+
+def _columns(table: SourceTable, variant: Variant) -> dict[str, tuple[str, str]]:
+    specs = {column["name"]: column["type"] for column in table.spec_schema(variant)}
+    return {name: (pg_type, specs[name]) for name, pg_type in table.columns}
+
+
+def postgres_rows(connection: Any, table: SourceTable, variant: Variant) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """``SELECT * FROM`` the table, normalized, by key."""
+    rows = select_star(connection, table.name, _columns(table, variant), table.key)
+    return {key: tuple(row.values()) for key, row in rows.items()}
 
 
 def spark_rows(spark: Any, metadata_location: str, table: SourceTable,
                variant: Variant) -> dict[tuple[Any, ...], tuple[Any, ...]]:
     """The Iceberg table as Apache Iceberg's Spark reader returns it, normalized, by key."""
-    names = [name for name, _ in table.columns]
-    specs = {column["name"]: column["type"] for column in table.spec_schema(variant)}
-    select = [f"unix_micros({name}) AS {name}" if specs[name] == "timestamptz" else name for name in names]
-    frame = spark.read.format("iceberg").load(metadata_location).selectExpr(*select)
-    out = {}
-    for row in frame.collect():
-        normal = tuple(_spark_normal(pg_type, specs[name], row[name]) for name, pg_type in table.columns)
-        key = tuple(normal[names.index(k)] for k in table.key)
-        assert key not in out, f"key {key} is in the table twice"
-        out[key] = normal
-    return out
+    rows = iceberg_rows(spark, metadata_location, _columns(table, variant), table.key)
+    return {key: tuple(row.values()) for key, row in rows.items()}

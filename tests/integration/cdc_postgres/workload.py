@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -19,9 +19,7 @@ import psycopg2
 from tests.integration.cdc_postgres.tables import (
     COLLECTIONS,
     CUSTOMERS,
-    DEVICES,
     DOCUMENTS,
-    ORDER_LINES,
     TABLES,
     SourceTable,
 )
@@ -30,8 +28,34 @@ NULLS = 0.15
 WORDS = ["alpha", "Ünïcödé ✓", "it's", 'say "hi"', "back\\slash", "tab\there", "", "日本語"]
 
 
-def value(rng: random.Random, pg_type: str) -> Any:
-    """A random value of a PostgreSQL type, as a psycopg2 parameter."""
+MOODS = ["sad", "ok", "happy"]  # the enum type mood of the database sync's test
+
+
+def hstore_text(pairs: dict[str, str | None]) -> str:
+    def quoted(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return ", ".join(f"{quoted(k)}=>{'NULL' if v is None else quoted(v)}" for k, v in pairs.items())
+
+
+def value(rng: random.Random, pg_type: str, words: list[str] = WORDS) -> Any:
+    """A random value of a PostgreSQL type, as a psycopg2 parameter (text from ``words``)."""
+    if pg_type == "time(3)":
+        return value(rng, "time")  # PostgreSQL rounds it to ms
+    if pg_type == "timestamp(3)":
+        return value(rng, "timestamp")
+    if pg_type == "interval":
+        sign = rng.choice([1, -1])
+        return (f"{sign * rng.randint(0, 30)} years {rng.randint(-11, 11)} mons {sign * rng.randint(0, 400)} days "
+                f"{rng.randint(-99, 99)}:{rng.randint(0, 59):02}:{rng.randint(0, 59):02}.{rng.randint(0, 999999):06}")
+    if pg_type == "money":
+        return str(Decimal(rng.randint(-(10**14), 10**14)).scaleb(-2))
+    if pg_type == "mood":
+        return rng.choice(MOODS)
+    if pg_type == "hstore":
+        return hstore_text({rng.choice(words) + str(i): None if rng.random() < NULLS else rng.choice(words)
+                             for i in range(rng.randint(0, 3))})
+    if pg_type.startswith("varchar") or pg_type == "text":
+        return " ".join(rng.choice(words) for _ in range(rng.randint(0, 3)))[:16]  # fits every varchar here
     if pg_type == "smallint":
         return rng.randint(-32768, 32767)
     if pg_type == "integer":
@@ -49,8 +73,6 @@ def value(rng: random.Random, pg_type: str) -> Any:
         return rng.uniform(-1e9, 1e9)
     if pg_type == "boolean":
         return rng.random() < 0.5
-    if pg_type in ("text", "varchar(16)", "varchar(32)"):
-        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 3)))[:16]  # fits every varchar here
     if pg_type == "date":
         return date(1990, 1, 1) + timedelta(days=rng.randint(0, 20000))
     if pg_type == "time":
@@ -62,7 +84,7 @@ def value(rng: random.Random, pg_type: str) -> Any:
     if pg_type == "uuid":
         return str(uuid.UUID(int=rng.getrandbits(128), version=4))
     if pg_type in ("json", "jsonb"):
-        return json.dumps({"n": rng.randint(0, 99), "tags": [rng.choice(WORDS) for _ in range(2)],
+        return json.dumps({"n": rng.randint(0, 99), "tags": [rng.choice(words) for _ in range(2)],
                            "ok": rng.random() < 0.5, "nested": {"x": None}})
     if pg_type == "bytea":
         return psycopg2.Binary(rng.randbytes(rng.randint(0, 48)))
@@ -96,14 +118,24 @@ def large_text(rng: random.Random) -> str:
 
 
 class Workload:
-    """The workload's state: the keys that exist, and the next new key of each table."""
+    """The workload's state: the keys that exist, and the next new key of each table.
 
-    def __init__(self, connection: Any, rng: random.Random):
+    ``tables`` are its tables (by default those of :data:`TABLES`); the columns named in ``toasted`` hold a large
+    TOASTed text in about half the rows, and updates leave them untouched."""
+
+    def __init__(self, connection: Any, rng: random.Random, tables: Sequence[SourceTable] = TABLES,
+                 toasted: Sequence[str] = ("bio",), words: list[str] = WORDS):
         self.connection = connection
         self.rng = rng
-        self.keys: dict[str, list[tuple[Any, ...]]] = {table.name: [] for table in TABLES}
+        self.tables = list(tables)
+        self.toasted = set(toasted)
+        self.words = words
+        self.keys: dict[str, list[tuple[Any, ...]]] = {table.name: [] for table in self.tables}
         self.next_id = 1
         self.truncates = 0  # TRUNCATE statements run
+
+    def wrote(self, table: SourceTable, key: tuple[Any, ...]) -> None:
+        """Called for each row an insert, update or primary-key update writes (a hook for subclasses)."""
 
     def create(self) -> None:
         with self.connection, self.connection.cursor() as cursor:
@@ -117,17 +149,19 @@ class Workload:
         for name, pg_type in table.columns:
             if name in table.key:
                 row[name] = key[table.key.index(name)]
-            elif name == "bio":
+            elif name in self.toasted:
                 row[name] = large_text(self.rng) if self.rng.random() < 0.5 else None
+            elif pg_type.endswith("[]"):
+                row[name] = array_value(self.rng, pg_type)
             else:
-                row[name] = None if self.rng.random() < NULLS else value(self.rng, pg_type)
+                row[name] = None if self.rng.random() < NULLS else value(self.rng, pg_type, self.words)
         return row
 
     def _new_key(self, table: SourceTable) -> tuple[Any, ...]:
         self.next_id += 1
-        if table is DEVICES:
+        if dict(table.columns)[table.key[0]] == "uuid":
             return (str(uuid.UUID(int=self.rng.getrandbits(128), version=4)),)
-        if table is ORDER_LINES:
+        if len(table.key) == 2:
             return (self.next_id // 4, self.next_id % 4)
         return (self.next_id,)
 
@@ -141,47 +175,59 @@ class Workload:
             cursor.execute(f"INSERT INTO {table.name} ({', '.join(row)}) VALUES ({', '.join(['%s'] * len(row))})",
                            list(row.values()))
             self.keys[table.name].append(key)
+            self.wrote(table, key)
 
     def update(self, cursor: Any, table: SourceTable, count: int = 1) -> None:
-        """Update a few random non-key columns (never ``bio``: its TOASTed value stays as it was)."""
-        candidates = [(name, pg_type) for name, pg_type in table.columns if name not in table.key and name != "bio"]
+        """Update a few random non-key columns (never a ``toasted`` one: its TOASTed value stays as it was)."""
+        candidates = [(name, pg_type) for name, pg_type in table.columns
+                      if name not in table.key and name not in self.toasted]
         for _ in range(count):
             key = self.rng.choice(self.keys[table.name])
-            changed = self.rng.sample(candidates, self.rng.randint(1, 3))
-            values = [None if self.rng.random() < NULLS else value(self.rng, pg_type) for _, pg_type in changed]
+            changed = self.rng.sample(candidates, min(len(candidates), self.rng.randint(1, 3)))
+            values = [array_value(self.rng, pg_type) if pg_type.endswith("[]")
+                      else None if self.rng.random() < NULLS else value(self.rng, pg_type, self.words)
+                      for _, pg_type in changed]
             assignments = ", ".join(f"{name} = %s" for name, _ in changed)
             cursor.execute(f"UPDATE {table.name} SET {assignments} WHERE {self._where(table)}", [*values, *key])
+            self.wrote(table, key)
 
     def delete(self, cursor: Any, table: SourceTable, count: int = 1) -> None:
         for _ in range(count):
             key = self.keys[table.name].pop(self.rng.randrange(len(self.keys[table.name])))
             cursor.execute(f"DELETE FROM {table.name} WHERE {self._where(table)}", list(key))
 
-    def move(self, cursor: Any, table: SourceTable) -> None:
-        """Update a row's primary key (Debezium: a delete of the old key, its tombstone, a create of the new)."""
+    def movable(self, cursor: Any, table: SourceTable) -> list[tuple[Any, ...]]:
+        """The keys :meth:`move` may move (all of them: a hook for subclasses)."""
+        return self.keys[table.name]
+
+    def move(self, cursor: Any, table: SourceTable, old: tuple[Any, ...] | None = None) -> None:
+        """Update a row's primary key (Debezium: a delete of the old key, its tombstone, a create of the new);
+        ``old``, or a random key of :meth:`movable`."""
         keys = self.keys[table.name]
-        old = keys.pop(self.rng.randrange(len(keys)))
+        old = self.rng.choice(self.movable(cursor, table)) if old is None else old
+        keys.remove(old)
         new = self._new_key(table)
         assignments = ", ".join(f"{name} = %s" for name in table.key)
         cursor.execute(f"UPDATE {table.name} SET {assignments} WHERE {self._where(table)}", [*new, *old])
         keys.append(new)
+        self.wrote(table, new)
 
     def snapshot_rows(self) -> None:
         """The rows that exist before Debezium starts: its snapshot reads them (op r)."""
         with self.connection, self.connection.cursor() as cursor:
-            for table in TABLES:
+            for table in self.tables:
                 self.insert(cursor, table, 12)
 
     def round(self) -> None:
         """One round of changes: each a transaction of its own, and one multi-row transaction over all tables."""
-        for table in TABLES:
+        for table in self.tables:
             for step in (self.insert, self.insert, self.update, self.update, self.update, self.delete):
                 with self.connection, self.connection.cursor() as cursor:
                     step(cursor, table)
             with self.connection, self.connection.cursor() as cursor:
                 self.move(cursor, table)
         with self.connection, self.connection.cursor() as cursor:
-            for table in TABLES:
+            for table in self.tables:
                 self.insert(cursor, table, 3)
                 self.update(cursor, table, 3)
                 self.delete(cursor, table, 1)
@@ -190,13 +236,13 @@ class Workload:
     def last_row(self) -> dict[str, tuple[Any, ...]]:
         """Insert one more row into each table, the last change of the workload; returns its key per table."""
         with self.connection, self.connection.cursor() as cursor:
-            for table in TABLES:
+            for table in self.tables:
                 self.insert(cursor, table)
-        return {table.name: self.keys[table.name][-1] for table in TABLES}
+        return {table.name: self.keys[table.name][-1] for table in self.tables}
 
     def update_some(self) -> None:
         """A few updates of each table, each in its own transaction (the workload going on while a job runs)."""
-        for table in TABLES:
+        for table in self.tables:
             with self.connection, self.connection.cursor() as cursor:
                 self.update(cursor, table, 2)
 
