@@ -33,7 +33,8 @@ Debezium is started, and its initial snapshot awaited, before the workload's fir
 (``ALTER COLUMN … TYPE bigint``) is not MVCC-safe, and a snapshot that reads the table after it finds it empty (seen:
 ``Finished exporting 0 records for table 'public.accounts'``; the rows never updated afterwards were never sent).
 
-A known product bug is a strict xfail of its own: :func:`test_real_widened_to_double_keeps_its_float32_values`.
+A ``real`` widened to ``double precision`` mid-stream keeps its float32 values in the rows staged again after the
+schema commit (:func:`test_real_widened_to_double_keeps_its_float32_values`; a bug this test found).
 """
 
 from __future__ import annotations
@@ -388,7 +389,7 @@ def differences(compared: Compared, columns: set[str] | None = None,
     return out
 
 
-# accounts.score, a real widened to double precision mid-stream: a known product bug (see the xfailed test)
+# accounts.score, a real widened to double precision mid-stream
 WIDENED_REAL = (ACCOUNTS.name, "score")
 
 
@@ -404,22 +405,16 @@ def test_every_table_has_the_sources_columns_of_the_documented_types(synced: Syn
 
 
 def test_iceberg_returns_what_select_star_returns(synced: Synced) -> None:
-    """Row for row, value for value, every table and column (but :data:`WIDENED_REAL`, below)."""
+    """Row for row, value for value, every table and column."""
     for name, compared in synced.tables.items():
-        columns = set(compared.types)
-        if name == WIDENED_REAL[0]:
-            columns.discard(WIDENED_REAL[1])
-        assert differences(compared, columns) == [], name
+        assert differences(compared, set(compared.types)) == [], name
     if synced.moved is not None:  # carried from the old key (docs/connectors.md, "Primary-key updates")
         assert synced.tables[CUSTOMERS.name].rows[synced.moved]["notes"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product bug: a Connect float (PostgreSQL real) value decoded into a double column is taken as the double "
-    "nearest its decimal text, not as the float32 it is: after real -> double precision, the records sent before the "
-    "ALTER and staged again after the schema commit store e.g. -8397.6 where PostgreSQL (and the rows committed "
-    "before) hold float32 -8397.599609375 (spark_app/changes.py _floating ignores the record's Connect type)"))
 def test_real_widened_to_double_keeps_its_float32_values(synced: Synced) -> None:
+    """The records sent before ``ALTER COLUMN score TYPE double precision`` say ``float``: staged again after the
+    schema commit they hold the float32 PostgreSQL converted (-8397.599609375, not -8397.6)."""
     assert differences(synced.tables[WIDENED_REAL[0]], {WIDENED_REAL[1]}) == []
 
 
