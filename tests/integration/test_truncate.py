@@ -21,7 +21,14 @@ from icebergsync.spec import parse_spec
 from spark_app.job import SyncJob
 from tests.infra.services import KafkaBroker
 from tests.integration.kafka_support import kafka_document, last_frontier, new_topic
-from tests.integration.sync_support import BackgroundJob, catalog_of, run_job_process, write_spec
+from tests.integration.sync_support import (
+    BackgroundJob,
+    catalog_of,
+    make_sync,
+    run_job_process,
+    sink_commits,
+    write_spec,
+)
 
 SCHEMA = [{"name": "id", "type": "long", "required": True}, {"name": "v", "type": "string"}]
 
@@ -76,6 +83,31 @@ def test_a_truncate_empties_the_table_at_its_place_in_the_source(tmp_path: Path,
     notes = [json.loads(s.summary.additional_properties[protocol.SOURCE_NOTES]) for s in table.snapshots()
              if s.summary and protocol.SOURCE_NOTES in s.summary.additional_properties]
     assert [note["truncated-at"] for note in notes if "truncated-at" in note] == [[500]]  # applied once
+
+
+def test_a_truncate_in_change_files_empties_the_table_at_its_line(tmp_path: Path, spark: SparkSession) -> None:
+    """Change files are one ordered stream: the truncate's trigger is the same range, what precedes it skipped."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    lines = {"0000.json": [change("c", 1, 100, 0), change("c", 2, 110, 0)],
+             "0001.json": [change("c", 3, 120, 0), change("t", None, 130, 0), change("c", 4, 140, 0),
+                           change("u", 1, 150, 0)],
+             "0002.json": [change("c", 5, 160, 0)]}
+    for name, events in lines.items():
+        (inbox / name).write_text("".join(event + "\n" for _, event, _ in events))
+    sync = make_sync(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
+                     table={"key": ["id"]}, changes={"format": "debezium"}, deadLetter={"table": "sales.orders_dlq"})
+    catalog = catalog_of(sync)
+
+    def reached() -> bool:
+        commits = sink_commits(catalog.load_table("sales.orders"), "test/orders")
+        return bool(commits) and commits[-1].frontier == {"after": "0002.json"}
+
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(reached, "the last file committed")
+    table = catalog.load_table("sales.orders")
+    rows = {row["id"]: row["v"] for row in spark.read.format("iceberg").load(table.metadata_location).collect()}
+    assert rows == {1: "v1@150", 4: "v4@140", 5: "v5@160"}
 
 
 def test_a_truncate_without_a_source_position_is_a_dead_letter(tmp_path: Path, spark: SparkSession,
