@@ -83,9 +83,8 @@ def rows(spark: SparkSession, catalog: Catalog, name: str) -> dict[int, tuple[st
     return {r["id"]: (r["bio"], r["n"]) for r in found}
 
 
-@pytest.mark.parametrize("format_version", ["2", "3"])
-def test_unsent_values_are_carried_from_the_live_row_the_commit_lands_on(tmp_path: Path, spark: SparkSession,
-                                                                        format_version: str) -> None:
+def people_sink(tmp_path: Path, format_version: str) -> tuple[Catalog, str, str, SinkCommitter, WritePlan]:
+    """A keyed table of ``COLUMNS`` with a dead-letter table, its started committer and its write plan."""
     catalog = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=(tmp_path / "wh").as_uri())
     name, dead = f"shop_{uuid.uuid4().hex[:6]}.people", "shop_dlq.letters"
     ensure_table(catalog, name, iceberg_schema(COLUMNS), [], {"format-version": format_version}, key=list(KEY))
@@ -94,6 +93,13 @@ def test_unsent_values_are_carried_from_the_live_row_the_commit_lands_on(tmp_pat
     committer = SinkCommitter(catalog, name, writer, dead_letter_identifier=dead)
     committer.start([])
     plan = plan_of(catalog, name, dead, writer)
+    return catalog, name, dead, committer, plan
+
+
+@pytest.mark.parametrize("format_version", ["2", "3"])
+def test_unsent_values_are_carried_from_the_live_row_the_commit_lands_on(tmp_path: Path, spark: SparkSession,
+                                                                        format_version: str) -> None:
+    catalog, name, dead, committer, plan = people_sink(tmp_path, format_version)
     long_a, long_b = "a" * 5000, "b" * 5000
 
     committer.commit(stage(plan, [upsert("r", 1, long_a, 1), upsert("r", 2, long_b, 1), upsert("r", 3, None, 1)],
@@ -131,14 +137,7 @@ def test_a_primary_key_update_carries_unsent_values_from_the_old_key(tmp_path: P
     """Without REPLICA IDENTITY FULL the new key of a primary-key update gets the old key's unchanged TOASTed
     value: from the old key's live row, or from its newer values in the same trigger; a create whose delete is in
     another trigger has nothing to take it from (a dead letter, never the placeholder)."""
-    catalog = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=(tmp_path / "wh").as_uri())
-    name, dead = f"shop_{uuid.uuid4().hex[:6]}.people", "shop_dlq.letters"
-    ensure_table(catalog, name, iceberg_schema(COLUMNS), [], {"format-version": format_version}, key=list(KEY))
-    ensure_table(catalog, dead, DEAD_LETTER_SCHEMA, [], {})
-    writer = Writer("test/people", 1, "a1")
-    committer = SinkCommitter(catalog, name, writer, dead_letter_identifier=dead)
-    committer.start([])
-    plan = plan_of(catalog, name, dead, writer)
+    catalog, name, dead, committer, plan = people_sink(tmp_path, format_version)
     long_a, long_b, long_c = "a" * 5000, "b" * 5000, "c" * 5000
     committer.commit(stage(plan, [upsert("r", 1, long_a, 1), upsert("r", 2, long_b, 1), upsert("r", 3, long_c, 1)],
                            "00000-0"), {"t": 1})
