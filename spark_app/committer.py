@@ -43,6 +43,7 @@ from icebergsync.errors import (
 from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
+from icebergsync.transient.calls import last_line, retry_transient
 from spark_app.carry.fill import fill
 from spark_app.carry.live_rows import live_positions, read_live_rows
 from spark_app.carry.moves import fill_from_moves, matching_moves, old_keys_to_read
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("icebergsync.committer")
+CLEANUP_BUDGET_SECONDS = 30.0  # how long deleting what never landed rides out faults (start-up cleanup is next)
 
 MAIN_SEQUENCE = "main-sequence-number"
 MAIN_SNAPSHOT = protocol.MAIN_SNAPSHOT_ID
@@ -715,10 +717,27 @@ class SinkCommitter:
 
     def discard(self, output: TriggerOutput) -> None:
         """Delete files staged for a main commit that certainly did not land."""
-        io = self._catalog.load_table(self._identifier).io
-        for path in output.all_paths():
-            with contextlib.suppress(FileNotFoundError):
-                io.delete(path)
+        self._delete_paths(output.all_paths())
+
+    def _delete_paths(self, paths: Sequence[str]) -> None:
+        """Delete files no snapshot references, as well as the catalog and the object store let it: a fault
+        here never stops the sync nor hides the error that led here (it may be on its way up). What stays is
+        the start-up cleanup's (:meth:`cleanup_orphans`), which runs under the fence."""
+        remaining = list(paths)
+
+        def delete_remaining() -> None:
+            io = self._catalog.load_table(self._identifier).io
+            while remaining:
+                with contextlib.suppress(FileNotFoundError):
+                    io.delete(remaining[-1])
+                remaining.pop()
+
+        try:
+            retry_transient(f"delete {len(remaining)} file(s) of {self._identifier}", delete_remaining,
+                            budget_seconds=CLEANUP_BUDGET_SECONDS)
+        except Exception as error:
+            log.warning("%s: could not delete %d file(s) no snapshot references (%s); the next start-up's cleanup "
+                        "removes them", self.writer.sink_id, len(remaining), last_line(error))
 
     def _position_deletes(self, table: Table, output: TriggerOutput) -> tuple[PositionDeleteDelta, CopyOnWrite]:
         """The position deletes (or deletion vectors) of the rows ``output.touched_keys`` hold on ``table``'s head,
@@ -786,12 +805,7 @@ class SinkCommitter:
         return result
 
     def _delete_files(self, files: list[DataFile]) -> None:
-        if not files:
-            return
-        io = self._catalog.load_table(self._identifier).io
-        for data_file in files:
-            with contextlib.suppress(FileNotFoundError):
-                io.delete(data_file.file_path)
+        self._delete_paths([data_file.file_path for data_file in files])
 
 
 @dataclass
