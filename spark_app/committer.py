@@ -10,7 +10,7 @@ table is reloaded and searched for the snapshot ids this commit attempted before
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import dataclasses
 import json
 import logging
 import random
@@ -40,7 +40,15 @@ from icebergsync.errors import (
     ProgressConflictError,
     TableChangedError,
 )
-from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer
+from icebergsync.protocol import (
+    Frontier,
+    Progress,
+    SourceIdentity,
+    Writer,
+    attempt_file_prefix,
+    file_owner,
+    sink_file_prefix,
+)
 from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
 from icebergsync.transient.calls import last_line, retry_transient
@@ -57,11 +65,13 @@ from spark_app.iceberg_internals import (
     commit_transaction,
     commit_transactions,
     expire_snapshots,
+    fast_append,
     live_files,
     main_head_requirement,
     rewrite_files,
     rewrite_manifests,
     row_delta,
+    written_metadata,
 )
 from spark_app.key_index.file_keys import FileKeysCache
 from spark_app.key_index.key_columns import DRIVER_KEY_COLUMNS
@@ -84,27 +94,6 @@ PENDING_DEAD_LETTERS = "pending-dead-letter-files"
 UNKNOWN_OUTCOME_DEADLINE_SECONDS = 300.0
 
 T = TypeVar("T")
-
-
-def sink_file_prefix(sink_id: str) -> str:
-    """File-name prefix shared by every file any version of this sink stages."""
-    return "isync-" + hashlib.sha1(sink_id.encode()).hexdigest()[:10]
-
-
-def attempt_file_prefix(writer: Writer) -> str:
-    """File-name prefix of one attempt: sink prefix, version and attempt id."""
-    return f"{sink_file_prefix(writer.sink_id)}-v{writer.version}-{writer.attempt}"
-
-
-def _parse_file_owner(name: str, sink_prefix: str) -> tuple[int, str] | None:
-    """(version, attempt) encoded in a staged file's name, or None if it is not this sink's."""
-    if not name.startswith(sink_prefix + "-v"):
-        return None
-    parts = name[len(sink_prefix) + 2:].split("-")
-    try:
-        return int(parts[0]), parts[1]
-    except (IndexError, ValueError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -372,7 +361,7 @@ class SinkCommitter:
             snapshot_id = row_delta(transaction, summary, files, delete_files or [], removed_delete_files or (),
                                     removed_data_files or ())
         else:
-            with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
+            with fast_append(transaction, summary) as append:
                 for data_file in files:
                     append.append_data_file(data_file)
                 snapshot_id = appended_snapshot_id(append)
@@ -681,10 +670,11 @@ class SinkCommitter:
     # -- cleanup ----------------------------------------------------------------------------------
 
     def cleanup_orphans(self, table: Table, older_than_ms: int | None = None) -> list[str]:
-        """Delete staged files of earlier attempts of this sink that no snapshot references.
+        """Delete files of earlier attempts of this sink that no snapshot references: staged data and delete
+        files, and the manifests and manifest lists of commits that never landed.
 
         Only files of lower versions, or of the same version by another attempt written before this
-        attempt's fence, are candidates: a newer writer's staged files are never touched. With
+        attempt's fence, are candidates: a newer writer's files are never touched. With
         ``older_than_ms`` (epoch ms) only files written before it are (the periodic removal's safety age).
         """
         assert self.fence_time_ms is not None
@@ -692,8 +682,11 @@ class SinkCommitter:
         before = datetime.fromtimestamp(older_than_ms / 1000, tz=UTC) if older_than_ms is not None else None
         prefix = sink_file_prefix(self.writer.sink_id)
         candidates = []
-        for stored in list_files(f"{table.metadata.location}/data", table.io.properties):
-            owner = _parse_file_owner(stored.uri.rsplit("/", 1)[-1], prefix)
+        metadata_dir = table.location_provider().new_metadata_location("").rstrip("/")
+        stored_files = [*list_files(f"{table.metadata.location}/data", table.io.properties),
+                        *(f for f in list_files(metadata_dir, table.io.properties) if f.uri.endswith(".avro"))]
+        for stored in stored_files:
+            owner = file_owner(stored.uri.rsplit("/", 1)[-1], prefix)
             if owner is None or (before is not None and (stored.mtime is None or stored.mtime >= before)):
                 continue
             version, attempt = owner
@@ -712,7 +705,8 @@ class SinkCommitter:
             with contextlib.suppress(FileNotFoundError):  # its (fenced) writer may have discarded it meanwhile
                 table.io.delete(uri)
         if orphans:
-            log.info("%s: deleted %d leftover staged file(s) of earlier attempts", self.writer.sink_id, len(orphans))
+            log.info("%s: deleted %d leftover file(s) of earlier attempts (staged files, manifests of commits that "
+                     "never landed)", self.writer.sink_id, len(orphans))
         return orphans
 
     def discard(self, output: TriggerOutput) -> None:
@@ -854,7 +848,7 @@ class DataCommit:
             max_event_time=output.max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
             cut=self.cut,
         )
-        self.rounds[snapshot_id] = written
+        self.rounds[snapshot_id] = dataclasses.replace(written, metadata=written_metadata(transaction))
         return transaction, snapshot_id
 
     def abandon(self) -> None:
@@ -862,12 +856,14 @@ class DataCommit:
         was sent)."""
         self.committer.discard(self.output)
         self.committer._delete_files([f for written in self.rounds.values() for f in written.files])
+        self.committer._delete_paths([path for written in self.rounds.values() for path in written.metadata])
 
     def land(self, snapshot: Snapshot) -> Commit:
         """Book the snapshot that landed, delete what other rounds wrote, then commit the dead letters."""
         committer, output, frontier = self.committer, self.output, self.frontier
-        committer._delete_files([f for snapshot_id, written in self.rounds.items()
-                                 if snapshot_id != snapshot.snapshot_id for f in written.files])
+        lost = [written for snapshot_id, written in self.rounds.items() if snapshot_id != snapshot.snapshot_id]
+        committer._delete_files([f for written in lost for f in written.files])
+        committer._delete_paths([path for written in lost for path in written.metadata])
         landed = self.rounds.get(snapshot.snapshot_id, _Round([], TaskResult()))
         # The staged files the landed snapshot merged into its copy-on-write files: no snapshot holds them.
         committer._delete_files(landed.replaced_staged)
@@ -928,6 +924,7 @@ class _Round:
     carried: TaskResult
     rewritten: list[DataFile] = field(default_factory=list)
     replaced_staged: list[DataFile] = field(default_factory=list)
+    metadata: list[str] = field(default_factory=list)  # the manifests and manifest list of its snapshot
 
     def _of(self, table: str) -> list[DataFile]:
         return [f.data_file for f in self.carried.files if f.table == table]
@@ -984,14 +981,17 @@ def _pending_extra(paths: list[str]) -> dict[str, list[str]]:
 
 
 def referenced_files(table: Table) -> set[str]:
-    """Normalized paths of every data and delete file referenced by any snapshot of the table."""
+    """Normalized paths of every file any snapshot of the table references: its manifest list, their manifests,
+    and their data and delete files."""
     referenced: set[str] = set()
     seen_manifests: set[str] = set()
     for snapshot in table.metadata.snapshots:
+        referenced.add(normalize(snapshot.manifest_list))
         for manifest in snapshot.manifests(table.io):
             if manifest.manifest_path in seen_manifests:
                 continue
             seen_manifests.add(manifest.manifest_path)
+            referenced.add(normalize(manifest.manifest_path))
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                 referenced.add(normalize(entry.data_file.file_path))
     return referenced

@@ -62,10 +62,11 @@ from icebergsync.errors import (
     IcebergSyncError,
     ObjectStoreUnreachableError,
 )
+from icebergsync.protocol import attempt_file_prefix
 from icebergsync.spec import Maintenance
 from icebergsync.storage import normalize
 from icebergsync.transient.calls import last_line
-from spark_app.committer import MaintenanceConflictError, SinkCommitter, attempt_file_prefix
+from spark_app.committer import MaintenanceConflictError, SinkCommitter
 from spark_app.faults import crash_point
 from spark_app.iceberg_internals import LiveFile, live_files, manifest_files
 from spark_app.upkeep.deletes import PositionReferences
