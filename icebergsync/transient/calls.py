@@ -34,6 +34,7 @@ BACKOFF_MAX_SECONDS = 15.0
 _TRANSIENT_S3 = re.compile(
     r"AWS Error (NETWORK_CONNECTION|SLOW_DOWN|SERVICE_UNAVAILABLE|INTERNAL_FAILURE|THROTTLING|REQUEST_TIMEOUT|"
     r"REQUEST_TIME_TOO_SKEWED)|HTTP status (429|5\d\d)|curlCode: (6|7|18|28|52|55|56)|Connection reset|timed out")
+_SPARK_TASK_FAILURES = ("PythonException", "Py4JJavaError")
 _CATALOG_FAULTS: tuple[type[BaseException], ...] = (
     TooManyRequestsError, ServiceUnavailableError, ServerError, requests.ConnectionError, requests.Timeout,
     requests.exceptions.ChunkedEncodingError)
@@ -51,9 +52,12 @@ def catalog_fault(error: BaseException) -> bool:
 
 
 def object_store_fault(error: BaseException) -> bool:
-    """Whether ``error`` is a transient fault of the object store (as pyarrow's S3 filesystem reports it)."""
-    return isinstance(error, OSError) and not isinstance(error, FileNotFoundError | PermissionError) and bool(
-        _TRANSIENT_S3.search(str(error)))
+    """Whether ``error`` is a transient fault of the object store, as pyarrow's S3 filesystem reports it: in this
+    process, or in a Spark task whose failure reached the driver (``PythonException``, ``Py4JJavaError``)."""
+    if isinstance(error, FileNotFoundError | PermissionError):
+        return False
+    from_task = type(error).__name__ in _SPARK_TASK_FAILURES and "OSError" in str(error)
+    return (isinstance(error, OSError) or from_task) and bool(_TRANSIENT_S3.search(str(error)))
 
 
 def last_line(error: BaseException) -> str:

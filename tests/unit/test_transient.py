@@ -204,3 +204,4 @@ def test_the_job_ends_with_one_line_and_the_documented_status(caplog: pytest.Log
     last = caplog.records[-1]
     assert last.getMessage() == "icebergsync failed: RuntimeError: boom" and last.exc_info is None
     assert caplog.records[-2].exc_info is not None  # the traceback comes before the one line
+
