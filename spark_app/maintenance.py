@@ -64,9 +64,8 @@ from icebergsync.errors import (
 )
 from icebergsync.protocol import attempt_file_prefix
 from icebergsync.spec import Maintenance
-from icebergsync.storage import normalize
 from icebergsync.transient.calls import last_line
-from spark_app.committer import MaintenanceConflictError, SinkCommitter
+from spark_app.committer import MaintenanceConflictError, SinkCommitter, file_references
 from spark_app.faults import crash_point
 from spark_app.iceberg_internals import LiveFile, live_files, manifest_files
 from spark_app.upkeep.deletes import PositionReferences
@@ -359,27 +358,12 @@ class Maintainer:
         return removed
 
 
-def _references(table: Table, snapshots: list[Snapshot], live_only: bool) -> dict[str, str]:
-    """Normalized path -> URI of the files ``snapshots`` reference: manifest lists, manifests, and their data and
-    delete files (``live_only``: only those live in a snapshot, not those it records as deleted)."""
-    referenced: dict[str, str] = {}
-    for snapshot in snapshots:
-        referenced[normalize(snapshot.manifest_list)] = snapshot.manifest_list
-        for manifest in snapshot.manifests(table.io):
-            if normalize(manifest.manifest_path) in referenced:
-                continue
-            referenced[normalize(manifest.manifest_path)] = manifest.manifest_path
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=live_only):
-                referenced[normalize(entry.data_file.file_path)] = entry.data_file.file_path
-    return referenced
-
-
 def delete_unreferenced(table: Table, expired: list[Snapshot]) -> int:
     """After ``expired`` left ``table`` (the metadata after the expiry): delete the files they referenced that no
     remaining snapshot reads (data and delete files live in none of them, manifests and manifest lists none of
     them lists); return how many. A file a remaining snapshot only records as deleted is read by none."""
-    gone = _references(table, expired, live_only=False)
-    kept = _references(table, list(table.metadata.snapshots), live_only=True)
+    gone = file_references(table, expired, live_only=False)
+    kept = file_references(table, table.metadata.snapshots, live_only=True)
     deleted = 0
     for path in sorted(set(gone) - set(kept)):
         with contextlib.suppress(FileNotFoundError):
