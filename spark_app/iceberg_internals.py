@@ -909,11 +909,13 @@ class RewriteManifests(_RowLevelProducer):
             raise ValueError(f"manifests to rewrite are not in snapshot {parent.snapshot_id}: {sorted(missing)[:3]}")
         written = []
         for bin_manifests in self._bins:
+            entries = [entry for manifest in bin_manifests for entry in manifest_entries(self._io, manifest)]
+            if not entries:  # manifests of DELETED entries only (a compaction's): nothing of them is live any more
+                continue
             first = bin_manifests[0]
             with self._manifest_writer(self.spec(first.partition_spec_id), first.content) as writer:
-                for manifest in bin_manifests:
-                    for entry in manifest_entries(self._io, manifest):
-                        writer.existing(entry)
+                for entry in entries:
+                    writer.existing(entry)
             written.append(writer.to_manifest_file())
         return [*written, *(m for m in manifests if m.manifest_path not in rewritten)]
 
