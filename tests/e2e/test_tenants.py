@@ -4,7 +4,8 @@ The objects under test are the chart's own: rendered with ``helm template`` and 
 A tenant is an impersonated user holding the chart's tenant roles through RoleBindings in a fresh
 namespace. This API server runs no controller-manager, so the built-in ``view``/``edit``/``admin``
 roles are never filled in by aggregation: the tests bind the chart's roles directly and check that
-the built-in roles' aggregation selectors pick them (tests/unit/test_chart_tenants.py checks their rules).
+the built-in roles' aggregation selectors pick them (tests/unit/test_chart_tenants.py checks their rules,
+tests/cluster/test_tenant_roles.py the real aggregation).
 """
 
 from __future__ import annotations
