@@ -7,6 +7,7 @@ environment that the operator's own settings parser turns into the intended sett
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tomllib
 from collections.abc import Iterable
@@ -186,6 +187,7 @@ def test_defaults_render_the_expected_objects(helm_binary: Path, tmp_path: Path)
         ("Role", f"{FULLNAME}-secrets"), ("RoleBinding", f"{FULLNAME}-secrets"),
         ("Service", f"{FULLNAME}-metrics"),
         ("Deployment", FULLNAME),
+        ("PodDisruptionBudget", FULLNAME),
         ("NetworkPolicy", FULLNAME),
         ("ClusterKopfPeering", "icebergsync"),
         *[("ClusterRole", role) for role in TENANT_ROLES],
@@ -410,7 +412,8 @@ def test_cluster_scope_with_watched_namespaces_uses_namespaced_peering(helm_bina
 def test_namespaced_scope_needs_namespaces(helm_binary: Path, tmp_path: Path) -> None:
     assert "rbac.scope=namespaced needs watchNamespaces" in render_error(
         helm_binary, tmp_path, {"rbac": {"scope": "namespaced"}})
-    assert "rbac.scope must be cluster or namespaced" in render_error(helm_binary, tmp_path, {"rbac": {"scope": "all"}})
+    assert "at '/rbac/scope': value must be one of 'cluster', 'namespaced'" in render_error(helm_binary, tmp_path,
+                                                                                          {"rbac": {"scope": "all"}})
 
 
 def test_service_monitor(helm_binary: Path, tmp_path: Path) -> None:
@@ -579,3 +582,60 @@ def test_network_policy_can_restrict_the_operators_egress(helm_binary: Path, tmp
         {"to": api_server, "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]},
         dns, catalog]
     assert "egress.apiServer" in render_error(helm_binary, tmp_path, {"networkPolicy": {"egress": {"enabled": True}}})
+
+
+def _schema_paths(schema: dict[str, Any], prefix: str = "") -> set[str]:
+    """The dotted paths of every key the values schema declares (objects with declared properties only)."""
+    paths = set()
+    for key, child in schema.get("properties", {}).items():
+        paths.add(prefix + key)
+        paths |= _schema_paths(child, f"{prefix}{key}.")
+    return paths
+
+
+def _value_paths(values: dict[str, Any], schema: dict[str, Any], prefix: str = "") -> set[str]:
+    """The dotted paths of values.yaml's keys, down to where the schema stops declaring properties."""
+    paths = set()
+    for key, value in values.items():
+        paths.add(prefix + key)
+        child = schema.get("properties", {}).get(key, {})
+        if isinstance(value, dict) and "properties" in child:
+            paths |= _value_paths(value, child, f"{prefix}{key}.")
+    return paths
+
+
+def test_the_values_schema_declares_every_value_and_closes_every_object() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert _value_paths(values, schema) == _schema_paths(schema)
+
+    def closed(node: dict[str, Any], where: str) -> None:
+        if "properties" in node:
+            assert node.get("additionalProperties") is False, f"{where or 'values'} accepts unknown keys"
+            for key, child in node["properties"].items():
+                closed(child, f"{where}.{key}".lstrip("."))
+
+    closed(schema, "")
+
+
+@pytest.mark.parametrize(("values", "says"), [
+    ({"watchNamespace": ["data"]}, "watchNamespace"),  # a typo of watchNamespaces
+    ({"watchNamespaces": "data"}, "watchNamespaces"),  # --set watchNamespaces=data: a string, not a list
+    ({"replicaCount": "two"}, "replicaCount"),
+    ({"operator": {"logLevel": "LOUD"}}, "logLevel"),
+    ({"operator": {"timerInterval": "30 seconds"}}, "timerInterval"),
+    ({"rbac": {"secrets": {"namespace": ["data"]}}}, "namespace"),
+    ({"policy": {"maxMemory": "lots"}}, "maxMemory"),
+])
+def test_a_wrong_value_fails_the_render_naming_it(helm_binary: Path, tmp_path: Path, values: dict[str, Any],
+                                                  says: str) -> None:
+    assert says in render_error(helm_binary, tmp_path, values)
+
+
+def test_the_operator_has_a_disruption_budget_that_never_blocks_a_drain_of_one(helm_binary: Path,
+                                                                               tmp_path: Path) -> None:
+    budget = one(render(helm_binary, tmp_path), "PodDisruptionBudget")
+    deployment = one(render(helm_binary, tmp_path), "Deployment")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert not of_kind(render(helm_binary, tmp_path, {"podDisruptionBudget": {"enabled": False}}), "PodDisruptionBudget")

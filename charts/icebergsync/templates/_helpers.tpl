@@ -69,9 +69,6 @@ app.kubernetes.io/part-of: icebergsync
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.peering.enabled) }}
 {{- fail "replicaCount > 1 needs peering.enabled=true: without kopf peering every replica would act" }}
 {{- end }}
-{{- if not (has .Values.rbac.scope (list "cluster" "namespaced")) }}
-{{- fail (printf "rbac.scope must be cluster or namespaced, not %q" .Values.rbac.scope) }}
-{{- end }}
 {{- if and .Values.rbac.create (eq .Values.rbac.scope "namespaced") (not .Values.watchNamespaces) }}
 {{- fail "rbac.scope=namespaced needs watchNamespaces: an operator watching every namespace needs rbac.scope=cluster" }}
 {{- end }}
