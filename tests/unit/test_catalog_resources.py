@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,21 @@ def test_ready_moves_its_transition_time_only_on_a_change_and_events_only_on_a_c
     assert failed.conditions[0].status == FALSE and failed.observed_generation == 2
     assert failed.conditions[0].last_transition_time != first.conditions[0].last_transition_time
     assert transition_event(again, down) == ("Warning", "Unreachable", down.message)
+
+
+def test_the_connection_check_never_logs_a_catalog_password(caplog: pytest.LogCaptureFixture) -> None:
+    from icebergsync_operator.catalog_access import CatalogAccessError
+    from icebergsync_operator.catalogs.check import check_connection
+
+    from icebergsync.spec import Catalog
+    from tests.infra.services import free_port
+
+    uri = f"postgresql://sync:hunter2@127.0.0.1:{free_port()}/lake"  # nothing listens: the check fails and logs
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(CatalogAccessError) as refused:
+        check_connection(Catalog(name="lake", type="sql", uri=uri), {},
+                         OperatorSettings(catalog_timeout=3.0, allowed_catalog_uris=(uri,)))
+    assert "hunter2" not in str(refused.value)
+    logged = [record.getMessage() for record in caplog.records]
+    assert any("checking the catalog at postgresql://127.0.0.1" in message for message in logged), logged
+    assert not [message for message in logged if "hunter2" in message]

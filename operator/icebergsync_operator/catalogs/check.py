@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from icebergsync.spec import Catalog
 from icebergsync_operator.catalog_access import CatalogAccessError, CatalogTimeout, operator_properties
 from icebergsync_operator.deadline import Deadline
+from icebergsync_operator.endpoints import redact
 from icebergsync_operator.rest_read import open_rest_catalog
 from icebergsync_operator.settings import OperatorSettings
 from icebergsync_operator.sql_read import check_sql_catalog
@@ -29,7 +30,7 @@ def check_connection(catalog: Catalog, secret_values: Mapping[str, str], setting
         else:
             check_sql_catalog(catalog, deadline, settings)
 
-    bounded(catalog, settings, f"checking the catalog at {catalog.uri}", connect)
+    bounded(catalog, settings, f"checking the catalog at {redact(catalog.uri)}", connect)
 
 
 def observe_connection(catalog: Catalog, secret_values: Mapping[str, str],
