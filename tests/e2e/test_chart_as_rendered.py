@@ -162,10 +162,11 @@ def test_the_rendered_application_is_hardened(operator: OperatorProcess, tenants
     lake_catalog(tenant, warehouse)
     tenant.kube.create_sync("trips", ref_spec("lake"))
 
-    application = tenant.admin.wait_applications({"trips-v1"})["trips-v1"]["spec"]
+    rendered = tenant.admin.wait_applications({"trips-v1"})["trips-v1"]
+    assert mounted_secrets(rendered) == set()
+    application = rendered["spec"]
     assert application["image"] == operator.env["ICEBERGSYNC_DEFAULT_IMAGE"]  # the chart's image, nobody else's
     assert "serviceAccount" not in application["driver"]  # the chart creates no job account by default
-    assert mounted_secrets({"spec": application}) == set()
     assert {key: application["sparkConf"][key] for key in ("spark.authenticate", "spark.network.crypto.enabled",
                                                            "spark.ui.killEnabled")} == {
         "spark.authenticate": "true", "spark.network.crypto.enabled": "true", "spark.ui.killEnabled": "false"}
