@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -128,25 +128,32 @@ def _free_port() -> int:
 
 @dataclass
 class OperatorProcess:
-    """``icebergsync-operator`` in a subprocess, watching the given namespaces, with its own ports and log."""
+    """``icebergsync-operator`` in a subprocess (bounded lifetime) with its log, health and metrics URLs."""
 
-    namespaces: str  #: comma-separated
+    command: tuple[str, ...]  #: the operator's argv
     env: dict[str, str]
     log_path: Path
-    extra_args: tuple[str, ...] = ()
-    metrics_port: int = field(default_factory=_free_port)
-    health_port: int = field(default_factory=_free_port)
+    health_url: str  #: its liveness endpoint (kopf's)
+    metrics_url: str  #: its Prometheus endpoint
+    cwd: Path = REPO_ROOT
     process: subprocess.Popen[bytes] | None = None
 
+    @classmethod
+    def local(cls, namespaces: str, env: dict[str, str], log_path: Path,
+              extra_args: tuple[str, ...] = ()) -> OperatorProcess:
+        """The operator watching ``namespaces`` (comma-separated), its endpoints on free loopback ports."""
+        metrics, health = _free_port(), _free_port()
+        command = (sys.executable, "-m", "icebergsync_operator.main", "--namespaces", namespaces,
+                   "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics),
+                   "--liveness-endpoint", f"http://127.0.0.1:{health}/healthz", *extra_args)
+        return cls(command, env, log_path, f"http://127.0.0.1:{health}/healthz", f"http://127.0.0.1:{metrics}/metrics")
+
     def start(self) -> OperatorProcess:
-        args = ["timeout", "--kill-after=10", str(OPERATOR_MAX_SECONDS), sys.executable, "-m",
-                "icebergsync_operator.main", "--namespaces", self.namespaces, "--metrics-address", "127.0.0.1",
-                "--metrics-port", str(self.metrics_port),
-                "--liveness-endpoint", f"http://127.0.0.1:{self.health_port}/healthz", *self.extra_args]
+        args = ["timeout", "--kill-after=10", str(OPERATOR_MAX_SECONDS), *self.command]
         with open(self.log_path, "ab") as out:
-            self.process = subprocess.Popen(args, cwd=REPO_ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            self.process = subprocess.Popen(args, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True)
-        wait_for(f"operator liveness on port {self.health_port}", self._healthy, timeout=60)
+        wait_for(f"operator liveness at {self.health_url}", self._healthy, timeout=60)
         return self
 
     def _healthy(self) -> bool:
@@ -158,7 +165,7 @@ class OperatorProcess:
     def liveness(self) -> int | None:
         """The HTTP status of the liveness endpoint; None when it does not answer."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5) as response:
+            with urllib.request.urlopen(self.health_url, timeout=5) as response:
                 return int(response.status)
         except urllib.error.HTTPError as error:
             return int(error.code)
@@ -188,7 +195,7 @@ class OperatorProcess:
 
     def metrics(self) -> dict[str, float]:
         """The Prometheus samples, e.g. ``icebergsync_operator_launches_total{reason="Launched"}``."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
             text = response.read().decode()
         samples = {}
         for line in text.splitlines():
@@ -245,8 +252,8 @@ def start_operator(operator_crds: KubeCluster, kube: Kube, tmp_path: Path) -> It
     def start(*args: str, watch: tuple[str, ...] = ()) -> OperatorProcess:
         defaults = ("--timer-interval", "1", "--backoff-base", "1", "--backoff-cap", "2", "--stall-threshold", "120",
                     "--allow-inline-catalogs")
-        operator = OperatorProcess(",".join((kube.namespace, *watch)), env, tmp_path / f"operator-{len(started)}.log",
-                                   (*defaults, *args))
+        operator = OperatorProcess.local(",".join((kube.namespace, *watch)), env,
+                                         tmp_path / f"operator-{len(started)}.log", (*defaults, *args))
         started.append(operator)
         return operator.start()
 
@@ -278,3 +285,61 @@ def warehouse(tmp_path: Path) -> Iterator[dict[str, str]]:
     root.mkdir()
     yield {"uri": f"sqlite:///{root / 'catalog.db'}", "warehouse": str(root / "warehouse")}
     shutil.rmtree(root, ignore_errors=True)
+
+
+# --- tenants: users acting by impersonation, with the tenant role in their own namespace ----------
+
+TENANT_ROLE = "icebergsync-tenant"
+_CRUD = ["create", "get", "list", "watch", "update", "patch", "delete"]
+#: What a tenant may do in their namespace. On a real cluster tenants are bound to the built-in ``edit``
+#: ClusterRole, into which the chart's tenant ClusterRoles aggregate; the test API server runs no
+#: kube-controller-manager, so nothing aggregates there (``edit`` has no rules at all) and the role is
+#: spelled out: sync and catalog resources (not their status), Secrets to create (not read), ConfigMaps.
+TENANT_RULES = [
+    client.V1PolicyRule(api_groups=[GROUP], resources=["icebergsyncs", "icebergcatalogs"], verbs=_CRUD),
+    client.V1PolicyRule(api_groups=[""], resources=["secrets"], verbs=["create"]),
+    client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=_CRUD),
+]
+
+
+def grant_tenant(api_client: client.ApiClient, namespace: str, user: str) -> None:
+    """Bind ``user`` to the tenant role in ``namespace``: the one place a tenant's rights come from."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    metadata = client.V1ObjectMeta(name=TENANT_ROLE)
+    rbac.create_namespaced_role(namespace, client.V1Role(metadata=metadata, rules=TENANT_RULES))
+    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
+        metadata=metadata, role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role",
+                                                     name=TENANT_ROLE),
+        subjects=[client.RbacV1Subject(api_group="rbac.authorization.k8s.io", kind="User", name=user)]))
+
+
+@dataclass
+class Tenant:
+    """A tenant in a namespace of their own: ``kube`` acts as them, ``admin`` is the cluster admin's view."""
+
+    user: str
+    kube: Kube
+    admin: Kube
+
+    @property
+    def namespace(self) -> str:
+        return self.kube.namespace
+
+
+@pytest.fixture
+def tenants(kube_cluster: KubeCluster) -> Iterator[Callable[[], Tenant]]:
+    """Make tenants: each a fresh namespace and user, bound by ``grant_tenant``, acting by impersonation."""
+    clients: list[client.ApiClient] = []
+
+    def new_tenant() -> Tenant:
+        user = f"tenant-{uuid.uuid4().hex[:8]}"
+        admin, acting = kube_cluster.api_client(), kube_cluster.api_client()
+        clients.extend((admin, acting))
+        client.CoreV1Api(admin).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=user)))
+        grant_tenant(admin, user, user)
+        acting.set_default_header("Impersonate-User", user)
+        return Tenant(user, Kube(acting, user), Kube(admin, user))
+
+    yield new_tenant
+    for api_client in clients:
+        api_client.close()

@@ -16,6 +16,8 @@ What the cluster is -- and is not:
   - Garbage collection does not happen: objects with ``ownerReferences`` to a deleted owner are
     *not* deleted, and ``foreground``/``background`` propagation never completes. Tests of
     owner references can only assert that the references are set correctly.
+  - Aggregated ClusterRoles (``edit``, ``view``, ``admin``) have no rules: aggregation is a
+    controller-manager controller. Bind explicit rules instead.
   - No ``default`` ServiceAccount and no ``kube-root-ca.crt`` ConfigMap appear in new namespaces
     (controller-manager creates those). The ServiceAccount admission plugin is on, so creating a
     Pod whose ServiceAccount (``default`` if unset) does not exist is rejected: create the
@@ -411,7 +413,8 @@ def _user_tokens(token_file: Path | None) -> dict[str, tuple[str, tuple[str, ...
     return result
 
 
-def _write_kubeconfig(path: Path, server: str, ca_file: Path, user: str, creds: dict[str, str]) -> None:
+def _write_kubeconfig(path: Path, server: str, ca_file: Path, user: str, creds: dict[str, str],
+                      namespace: str = "default") -> None:
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -420,7 +423,7 @@ def _write_kubeconfig(path: Path, server: str, ca_file: Path, user: str, creds: 
         ],
         "users": [{"name": user, "user": creds}],
         "contexts": [
-            {"name": user, "context": {"cluster": "icebergsync-test", "user": user, "namespace": "default"}}
+            {"name": user, "context": {"cluster": "icebergsync-test", "user": user, "namespace": namespace}}
         ],
         "current-context": user,
     }
