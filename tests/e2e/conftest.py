@@ -289,28 +289,29 @@ def warehouse(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 # --- tenants: users acting by impersonation, with the tenant role in their own namespace ----------
 
-TENANT_ROLE = "icebergsync-tenant"
+TENANT_CORE = "icebergsync-tenant-core"
 _CRUD = ["create", "get", "list", "watch", "update", "patch", "delete"]
-#: What a tenant may do in their namespace. On a real cluster tenants are bound to the built-in ``edit``
-#: ClusterRole, into which the chart's tenant ClusterRoles aggregate; the test API server runs no
-#: kube-controller-manager, so nothing aggregates there (``edit`` has no rules at all) and the role is
-#: spelled out: sync and catalog resources (not their status), Secrets to create (not read), ConfigMaps.
-TENANT_RULES = [
-    client.V1PolicyRule(api_groups=[GROUP], resources=["icebergsyncs", "icebergcatalogs"], verbs=_CRUD),
+#: What Kubernetes' built-in ``admin`` role gives a tenant besides the chart's rights: Secrets to create (not
+#: read), ConfigMaps. On a real cluster a tenant is bound to ``admin`` (or ``edit``), into which the chart's
+#: tenant ClusterRoles aggregate; the test API server runs no kube-controller-manager, so nothing aggregates
+#: there (the built-in roles have no rules at all): the chart's role is bound directly, and these beside it.
+TENANT_CORE_RULES = [
     client.V1PolicyRule(api_groups=[""], resources=["secrets"], verbs=["create"]),
     client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=_CRUD),
 ]
 
 
-def grant_tenant(api_client: client.ApiClient, namespace: str, user: str) -> None:
-    """Bind ``user`` to the tenant role in ``namespace``: the one place a tenant's rights come from."""
+def grant_tenant(api_client: client.ApiClient, namespace: str, user: str, chart_role: str) -> None:
+    """Bind ``user`` in ``namespace`` to the chart's tenant ClusterRole ``chart_role`` and to
+    ``TENANT_CORE_RULES``: the one place a tenant's rights come from."""
     rbac = client.RbacAuthorizationV1Api(api_client)
-    metadata = client.V1ObjectMeta(name=TENANT_ROLE)
-    rbac.create_namespaced_role(namespace, client.V1Role(metadata=metadata, rules=TENANT_RULES))
-    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
-        metadata=metadata, role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role",
-                                                     name=TENANT_ROLE),
-        subjects=[client.RbacV1Subject(api_group="rbac.authorization.k8s.io", kind="User", name=user)]))
+    subject = client.RbacV1Subject(api_group="rbac.authorization.k8s.io", kind="User", name=user)
+    rbac.create_namespaced_role(namespace, client.V1Role(metadata=client.V1ObjectMeta(name=TENANT_CORE),
+                                                         rules=TENANT_CORE_RULES))
+    for kind, role in (("Role", TENANT_CORE), ("ClusterRole", chart_role)):
+        rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name=f"tenant-{role}"), subjects=[subject],
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind=kind, name=role)))
 
 
 @dataclass
@@ -327,8 +328,9 @@ class Tenant:
 
 
 @pytest.fixture
-def tenants(kube_cluster: KubeCluster) -> Iterator[Callable[[], Tenant]]:
-    """Make tenants: each a fresh namespace and user, bound by ``grant_tenant``, acting by impersonation."""
+def tenants(kube_cluster: KubeCluster, tenant_role: str) -> Iterator[Callable[[], Tenant]]:
+    """Make tenants: each a fresh namespace and user, bound by ``grant_tenant`` to the chart's ``tenant_role``
+    (a fixture of the module: the role of the chart it applied), acting by impersonation."""
     clients: list[client.ApiClient] = []
 
     def new_tenant() -> Tenant:
@@ -336,7 +338,7 @@ def tenants(kube_cluster: KubeCluster) -> Iterator[Callable[[], Tenant]]:
         admin, acting = kube_cluster.api_client(), kube_cluster.api_client()
         clients.extend((admin, acting))
         client.CoreV1Api(admin).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=user)))
-        grant_tenant(admin, user, user)
+        grant_tenant(admin, user, user, tenant_role)
         acting.set_default_header("Impersonate-User", user)
         return Tenant(user, Kube(acting, user), Kube(admin, user))
 
