@@ -64,6 +64,10 @@ class TablePlan:
     def arrow_schema(self) -> pa.Schema:
         return schema_to_pyarrow(self.schema, include_field_ids=True)
 
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(field.name for field in self.schema.fields)
+
 
 @dataclass(frozen=True)
 class WritePlan:
@@ -78,7 +82,8 @@ class WritePlan:
     writer_memory_bytes: int
     required_columns: tuple[str, ...]
     event_time_column: str | None
-    key: tuple[str, ...] | None = None  # a keyed sync's key: changes are routed and collapsed by it
+    key: tuple[str, ...] | None = None  # a keyed sync's key: changes are routed and collapsed by it; () for a table
+    # without a primary key: changes are routed by every column and collapsed as copies (spark_app/keyless/)
     deletes: DeletePlan | None = None  # with changes.deletes: equality, its equality deletes (spark_app/deletes.py)
 
 
@@ -103,6 +108,7 @@ class TaskResult:
     touched_keys: bytes | None = None  # keyed, position deletes: the keys (Arrow IPC) whose older rows go
     carried: bytes | None = None  # keyed, position deletes: upserts missing values (Arrow IPC; spark_app/carry/)
     moved: bytes | None = None  # keyed, position deletes: deleted keys of source events (Arrow IPC; spark_app/carry/)
+    removed_copies: bytes | None = None  # keyless: distinct rows whose live copies go, with counts (spark_app/keyless/)
     unit_stats: UnitStats = field(default_factory=UnitStats)
 
 
