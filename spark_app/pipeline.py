@@ -186,10 +186,8 @@ def stage_changes(plan: WritePlan, tables: list[pa.Table], task_id: str) -> Task
         return _stage_copies(plan, changes, task_id)
     if plan.deletes is not None:
         changes = _refuse_carry(changes)
-    errors = changes.column(ERROR_COLUMN)
-    bad = changes.filter(pc.is_valid(errors)).drop_columns(list(CHANGE_COLUMNS))
     upserts, deleted, carried, moved = collapse(changes, plan.key)
-    result = stage_partition(plan, iter(bad.to_batches() + upserts.to_batches()), task_id)
+    result = stage_partition(plan, iter(_dead_letters(changes).to_batches() + upserts.to_batches()), task_id)
     if result.rejection is not None:
         return result
     if plan.deletes is None:
@@ -211,12 +209,16 @@ def _stage_copies(plan: WritePlan, changes: pa.Table, task_id: str) -> TaskResul
     """Write one row bucket of a trigger's changes to a table without a primary key: dead letters and the copies
     to append; the distinct rows whose live copies go (with how many) are returned to the driver, which deletes
     that many by position at commit time (:mod:`spark_app.keyless`)."""
-    bad = changes.filter(pc.is_valid(changes.column(ERROR_COLUMN))).drop_columns(list(CHANGE_COLUMNS))
     inserts, removed = collapse_copies(changes)
-    result = stage_partition(plan, iter(bad.to_batches() + inserts.to_batches()), task_id)
+    result = stage_partition(plan, iter(_dead_letters(changes).to_batches() + inserts.to_batches()), task_id)
     if result.rejection is None and removed.num_rows:
         result.removed_copies = _ipc(removed)
     return result
+
+
+def _dead_letters(changes: pa.Table) -> pa.Table:
+    """The dead letters among decoded changes (rows with an ``_isync_error``), as the writer takes them."""
+    return changes.filter(pc.is_valid(changes.column(ERROR_COLUMN))).drop_columns(list(CHANGE_COLUMNS))
 
 
 def _refuse_carry(changes: pa.Table) -> pa.Table:
