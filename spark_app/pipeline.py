@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync.schema import spark_ddl
 from icebergsync.spec import Column as SpecColumn
-from spark_app.changes import CARRY_COLUMN, CHANGE_COLUMNS, UNAVAILABLE, collapse
+from spark_app.changes import CARRY_COLUMN, CHANGE_COLUMNS, UNAVAILABLE, collapse, declared_columns
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, with_control_columns_arrow
 from spark_app.decode import apply_transform
 from spark_app.deletes import write_equality_deletes
@@ -98,14 +98,16 @@ def key_hashes(table: pa.Table | pa.RecordBatch, key: tuple[str, ...]) -> np.nda
 
 @dataclass(frozen=True)
 class KeyRouter:
-    """Bucket of each row: a stable hash of its key (every change of one key in one bucket, in order)."""
+    """Bucket of each row: a stable hash of its key (every change of one key in one bucket, in order); an empty key
+    (a table without a primary key) hashes every declared column: every change of one distinct row in one bucket."""
 
     key: tuple[str, ...]
     buckets: int
 
     def split(self, batch: pa.RecordBatch) -> Iterator[tuple[int, pa.Table]]:
         table = pa.Table.from_batches([batch])
-        buckets = (key_hashes(table, self.key) % np.uint64(self.buckets)).astype(np.int64)
+        key = self.key or tuple(declared_columns(table))
+        buckets = (key_hashes(table, key) % np.uint64(self.buckets)).astype(np.int64)
         for bucket in np.unique(buckets):
             yield int(bucket), table.filter(pa.array(buckets == bucket))
 
@@ -121,8 +123,7 @@ def run_units(spark: SparkSession, units: list[WorkUnit], reader: UnitReader,
     rdd = context.parallelize(units, tasks)
     if plan.key is not None:
         tasks = context.defaultParallelism  # every change of a key meets the others in one task
-        router = KeyRouter(plan.key or plan.table.column_names, tasks)  # keyless: every change of a row meets
-        keyed = rdd.mapPartitions(_route_function(reader, router)).partitionBy(
+        keyed = rdd.mapPartitions(_route_function(reader, KeyRouter(plan.key, tasks))).partitionBy(
             tasks, lambda bucket: max(0, bucket))
         payloads = keyed.mapPartitions(_stage_changes_function(plan)).collect()
     else:

@@ -64,10 +64,6 @@ class TablePlan:
     def arrow_schema(self) -> pa.Schema:
         return schema_to_pyarrow(self.schema, include_field_ids=True)
 
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(field.name for field in self.schema.fields)
-
 
 @dataclass(frozen=True)
 class WritePlan:
