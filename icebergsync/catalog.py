@@ -169,13 +169,14 @@ def ensure_table(catalog: Catalog, identifier: str, schema: Schema, partition_by
     With ``key`` (``spec.table.key``) the table is *keyed*: created with the key columns as its
     identifier fields and format-version 2 (equality deletes need it); an existing table must be
     format-version 2 with exactly those identifier fields, else ``IncompatibleSchemaError`` names
-    what differs. (Its unpartitioned spec for global equality deletes is added by the sink's fence.)
+    what differs. An empty ``key`` (a table without a primary key) is the same with no identifier fields. (Its
+    unpartitioned spec for global equality deletes is added by the sink's fence.)
     """
-    if key:
+    if key is not None:
         schema, properties = _keyed(identifier, schema, properties, key)
     table = retry_transient(f"create or load {identifier}", lambda: _create_or_load(
         catalog, identifier, schema, partition_by, {**NEW_TABLE_DEFAULTS, **properties}))
-    if key:
+    if key is not None:
         check_keyed_table(identifier, table, key)
     return table
 

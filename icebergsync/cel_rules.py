@@ -80,7 +80,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": TABLES_NEED_TEMPLATE_MESSAGE,
         },
         {
-            "rule": "!has(self.changes) || (has(self.table.key) && size(self.table.key) > 0)",
+            "rule": "!has(self.changes) || has(self.table.key)",
             "fieldPath": ".changes",
             "message": CHANGES_NEED_KEY_MESSAGE,
         },

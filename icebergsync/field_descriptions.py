@@ -52,13 +52,13 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "bucket(N, col), truncate(N, col).",
     "spec.table.properties": "Table properties set when the table is created.",
     "spec.table.key[]": "A key column.",
-    "spec.tables.*.key": "This table's key columns (instead of spec.table.key).",
+    "spec.tables.*.key": "This table's key columns (instead of spec.table.key); [] for a table without a primary key.",
     "spec.tables.*.partitionBy": "This table's partition transforms (instead of spec.table.partitionBy).",
     "spec.tables.*.schema": "This table's columns (instead of spec.schema).",
     "spec.tables.*.schema[].name": "Column name.",
     "spec.tables.*.schema[].required": "Whether the column is NOT NULL.",
-    "spec.changes": "Change data capture: records upsert and delete rows by spec.table.key (needs table.key "
-    "and the files or kafka source). See docs/connectors.md.",
+    "spec.changes": "Change data capture: records upsert and delete rows by spec.table.key (needs table.key, [] for "
+    "a table without a primary key, and the files or kafka source). See docs/connectors.md.",
     "spec.commit": "When the job commits.",
     "spec.commit.interval": ("Longest time between commits while records arrive, e.g. 30s, 5m, 1h30m (a backlog that fills a "
                              "trigger to maxStagedSize or the source's per-trigger cap commits at once)."),

@@ -58,7 +58,13 @@ ZERO_WIDTH_PATTERN = r"^\s*(bucket|truncate)\(\s*0+\s*,"
 MIN_TARGET_FILE_BYTES = 1024
 MAX_KEY_COLUMNS = 16
 CHANGE_FORMATS = ("debezium", "upsert")
-CHANGES_NEED_KEY_MESSAGE = "changes needs table.key: the columns each change upserts or deletes by"
+CHANGES_NEED_KEY_MESSAGE = ("changes needs table.key: the columns each change upserts or deletes by ([] for a table "
+                            "without a primary key: rows are matched by all their columns)")
+KEYLESS_NEEDS_DEBEZIUM_MESSAGE = ("an empty key (a table without a primary key) needs changes.format debezium: a delete "
+                                  "or update removes one row equal to the event's before image")
+KEYLESS_NEEDS_POSITION_MESSAGE = ("an empty key (a table without a primary key) needs changes.deletes position: an "
+                                  "equality delete on every column would delete every copy of a duplicated row")
+KEYLESS_NEEDS_CHANGES_MESSAGE = "an empty key (a table without a primary key) needs spec.changes"
 CHANGES_NEED_FILES_OR_KAFKA_MESSAGE = "changes needs the files or kafka source"
 TOPIC_OR_PATTERN_MESSAGE = "set exactly one of topic and topicPattern"
 TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE = ("changes.transactions needs changes.format debezium and the kafka source "
@@ -254,9 +260,12 @@ class Table(Model):
     partition_by: list[PartitionTransform] = Field(default_factory=list, max_length=64)
     properties: dict[str, str] = Field(default_factory=dict)
     key: list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=256)]] | None = Field(
-        default=None, min_length=1, max_length=MAX_KEY_COLUMNS,
+        default=None, max_length=MAX_KEY_COLUMNS,
         description="Key columns (each a required column of spec.schema, not float, double or an array): the table's "
-        "identifier fields, by which spec.changes upserts and deletes rows. A keyed table is Iceberg format-version 2.",
+        "identifier fields, by which spec.changes upserts and deletes rows. A keyed table is Iceberg format-version 2. "
+        "[] declares a table without a primary key (changes.format debezium, changes.deletes position): each delete "
+        "or update removes exactly one live row equal to the event's before image, so duplicates stay duplicates "
+        "(docs/connectors.md, \"Tables without a primary key\").",
     )
 
     @field_validator("partition_by")
@@ -541,7 +550,7 @@ class TableOverride(Model):
     """One table's own settings in a sync of many tables; what is left out comes from spec.table (and spec.schema)."""
 
     key: list[Annotated[str, Field(pattern=IDENTIFIER_PATTERN, max_length=256)]] | None = Field(
-        default=None, min_length=1, max_length=MAX_KEY_COLUMNS)
+        default=None, max_length=MAX_KEY_COLUMNS)
     partition_by: list[PartitionTransform] | None = Field(default=None, max_length=64)
     properties: dict[str, str] = Field(default_factory=dict, description="Added to spec.table.properties.")
     schema_: list[Column] | None = Field(default=None, alias="schema")
@@ -557,6 +566,11 @@ class TableSettings:
     properties: dict[str, str]
     columns: list[Column]
     dead_letter: str | None
+
+    @property
+    def keyless(self) -> bool:
+        """An empty key: a table without a primary key, its rows matched by all their columns."""
+        return self.key == []
 
 
 class Resources(Model):
@@ -625,7 +639,7 @@ class IcebergSyncSpec(Model):
     @classmethod
     def _changes_have_a_key(cls, changes: Changes | None, info: ValidationInfo) -> Changes | None:
         table = info.data.get("table")
-        if changes is not None and isinstance(table, Table) and not table.key:
+        if changes is not None and isinstance(table, Table) and table.key is None:
             raise ValueError(CHANGES_NEED_KEY_MESSAGE)
         source = info.data.get("source")
         if changes is not None and isinstance(source, Source) and source.kind == "generator":
@@ -662,6 +676,12 @@ class IcebergSyncSpec(Model):
                 self.changes.format != "debezium" or self.source.kafka is None):
             raise ValueError(TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE)
         return self
+
+    def keyless_stream(self, stream: str) -> bool:
+        """Whether the table ``stream`` (a Kafka topic) goes to has no primary key (an empty key)."""
+        pattern = self.source.kafka.pattern if self.source.kafka else None
+        name = table_for(self.table.name, stream, pattern) if self.table.is_template else self.table.name
+        return self.changes is not None and self.table_settings(name).keyless
 
     def table_settings(self, name: str, stream: str | None = None) -> TableSettings:
         """The settings of table ``name`` (for a template: the table ``stream`` is routed to, whose dead-letter
@@ -790,6 +810,7 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     columns = {column.name: column for column in effective_columns(spec)}
     from_records = not columns  # the columns come from the records: checked when the table is created
     problems += _template_problems(spec)
+    problems += _keyless_problems(spec)
     if spec.changes is not None and spec.transform:
         problems.append("spec.transform: not supported with spec.changes (a change record is decoded into "
                         "the row it upserts or deletes; declare spec.schema as the row)")
@@ -873,7 +894,26 @@ def _template_problems(spec: IcebergSyncSpec) -> list[str]:
             problems.append(f"{where}: the table.name template {spec.table.name!r} never names this table")
         columns = override.schema_ if override.schema_ is not None else effective_columns(spec)
         problems += _table_problems(columns, override.partition_by if override.partition_by is not None else
-                                    spec.table.partition_by, override.key or spec.table.key, where)
+                                    spec.table.partition_by,
+                                    override.key if override.key is not None else spec.table.key, where)
+    return problems
+
+
+def _keyless_problems(spec: IcebergSyncSpec) -> list[str]:
+    """An empty key (spec.table.key or a table's own) against spec.changes: a keyless table needs Debezium's
+    ``before`` images and position deletes."""
+    places = [("spec.table.key", spec.table.key)] + [(f"spec.tables[{name}].key", override.key)
+                                                      for name, override in spec.tables.items()]
+    problems = []
+    for where, key in places:
+        if key != []:
+            continue
+        if spec.changes is None:
+            problems.append(f"{where}: {KEYLESS_NEEDS_CHANGES_MESSAGE}")
+        elif spec.changes.format != "debezium":
+            problems.append(f"{where}: {KEYLESS_NEEDS_DEBEZIUM_MESSAGE}")
+        elif spec.changes.deletes != "position":
+            problems.append(f"{where}: {KEYLESS_NEEDS_POSITION_MESSAGE}")
     return problems
 
 

@@ -592,6 +592,8 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
     after_types = _logical_types(schema, "after") if schema is not None else {}
     rows.observe(schema, "after" if envelope.get("after") is not None else "before",
                  whole_row=envelope.get("after") is not None)
+    if not rows.key:
+        return _keyless(rows, envelope, op, before_types, after_types)
     if op == "d":
         before = envelope.get("before")
         if before is None:
@@ -611,6 +613,29 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
             move = _source_event(envelope) if new[2] else None
             return [(OP_DELETE, rows.delete_row(old), None, move), (*new[:3], move)]
     return [new]
+
+
+KEYLESS_BEFORE = ("on a table without a primary key a change removes the row equal to its before image: set "
+                  "REPLICA IDENTITY FULL on the PostgreSQL table (binlog_row_image=FULL on MySQL/MariaDB)")
+
+
+def _keyless(rows: _Rows, envelope: dict[str, Any], op: str, before_types: dict[str, Logical],
+             after_types: dict[str, Logical]) -> list[_Change]:
+    """A change to a table without a primary key (an empty key): a delete of the whole ``before`` row, an insert of
+    the whole ``after`` row, an update both. Every value must be there: nothing is carried for such a row."""
+    changes: list[_Change] = []
+    for side, wanted, types in (("before", op in ("u", "d"), before_types), ("after", op != "d", after_types)):
+        if not wanted:
+            continue
+        image = envelope.get(side)
+        if image is None:
+            raise _Bad(f"op {op} without {side}: " + (KEYLESS_BEFORE if side == "before" else "there is no new row"))
+        values = rows.row(image, side, types)
+        if rows.unavailable:
+            raise _Bad(f"{side}: Debezium did not send the value of {', '.join(rows.unavailable)} ({UNAVAILABLE}); "
+                       + KEYLESS_BEFORE)
+        changes.append((OP_DELETE if side == "before" else OP_UPSERT, values, None, None))
+    return changes
 
 
 def _truncate(rows: _Rows, envelope: dict[str, Any]) -> list[_Change]:
@@ -704,7 +729,11 @@ def decode_changes(
     order: a delete of the old key and an upsert of the new one (different keys, so they never
     compete in :func:`collapse`).
 
-    A delete row carries only the key columns (the others are null); every good upsert row has its
+    With an empty ``key`` (a table without a primary key, format ``debezium``) a delete row carries the whole
+    ``before`` row and an update is a delete of ``before`` and an upsert of ``after``; an event without ``before``,
+    or with a value Debezium did not send, is a dead letter (:mod:`spark_app.keyless`).
+
+    A keyed delete row carries only the key columns (the others are null); every good upsert row has its
     required columns but those named in ``_isync_carry`` (values Debezium did not send, null until
     carried; such a row keeps its ``_isync_raw`` and ``_isync_position`` for a dead letter).
     A bad record is one row with ``_isync_error``, ``_isync_raw`` and ``_isync_position`` set.
@@ -810,11 +839,8 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
     carries from the old key's live row (:mod:`spark_app.carry`), or, when that upsert was itself the create of
     a primary-key update (``_isync_via``), from that update's old key.
     """
-    if ERROR_COLUMN in changes.column_names:
-        errors = changes.column(ERROR_COLUMN)
-        if errors.null_count != changes.num_rows:
-            changes = changes.filter(pc.is_null(errors))
-    declared = [name for name in changes.column_names if name not in CHANGE_COLUMNS and name not in CONTROL_COLUMNS]
+    changes = valid_changes(changes)
+    declared = declared_columns(changes)
     pending = [*declared, CARRY_COLUMN, MOVE_COLUMN, *CONTROL_COLUMNS]
     if changes.num_rows == 0:
         return Collapsed(changes.select(declared), changes.select(list(key)), changes.select(pending),
@@ -830,6 +856,20 @@ def collapse(changes: pa.Table, key: Sequence[str]) -> Collapsed:
     complete = pc.is_null(upserts.column(CARRY_COLUMN))
     return Collapsed(upserts.filter(complete).select(declared), winners.select(list(key)),
                      upserts.filter(pc.invert(complete)).select(pending), _moved(ordered, first, declared))
+
+
+def valid_changes(changes: pa.Table) -> pa.Table:
+    """``changes`` without its dead letters (rows with an ``_isync_error``)."""
+    if ERROR_COLUMN in changes.column_names:
+        errors = changes.column(ERROR_COLUMN)
+        if errors.null_count != changes.num_rows:
+            changes = changes.filter(pc.is_null(errors))
+    return changes
+
+
+def declared_columns(changes: pa.Table) -> list[str]:
+    """The declared (table) columns of a decoded batch of changes."""
+    return [name for name in changes.column_names if name not in CHANGE_COLUMNS and name not in CONTROL_COLUMNS]
 
 
 def _moved(ordered: pa.Table, first: np.ndarray, declared: list[str]) -> pa.Table:
@@ -923,5 +963,5 @@ def _carry_within(ordered: pa.Table, first: np.ndarray) -> pa.Table:
 __all__ = [
     "CARRY_COLUMN", "CHANGE_COLUMNS", "DELETED_FIELD", "FORMATS", "HAS_VALUES_COLUMN", "MOVE_COLUMN", "OP_COLUMN", "OP_DELETE",
     "OP_UPSERT", "ORDER_COLUMN", "POSITION_COLUMN", "RAW_COLUMN", "UNAVAILABLE", "VIA_COLUMN", "Collapsed", "arrow_type", "changes_schema", "collapse",
-    "decode_changes", "first_of_each_key",
+    "declared_columns", "decode_changes", "first_of_each_key", "valid_changes",
 ]

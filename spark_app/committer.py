@@ -76,6 +76,8 @@ from spark_app.iceberg_internals import (
 from spark_app.key_index.file_keys import FileKeysCache
 from spark_app.key_index.key_columns import DRIVER_KEY_COLUMNS
 from spark_app.key_index.locate import LocateStats, locate_rows
+from spark_app.keyless.locate import locate_copies
+from spark_app.keyless.rows import COUNT_COLUMN
 from spark_app.multi_table.cut import AtomicCutUnsupportedError, TableChange, atomic_cut_supported
 from spark_app.position_deletes.copy_on_write import CopyOnWrite, copy_on_write
 from spark_app.position_deletes.deletion_vector import DeletionVector
@@ -179,6 +181,8 @@ class TriggerOutput:
     Debezium did not send: completed from their keys' live rows on that same head and written with
     ``carry_plan`` (spark_app/carry/), they join it too (or its dead letters); ``moved`` are the trigger's deletes
     of source events, the old keys of primary-key updates whose creates are among ``carried``.
+    ``removed_copies`` (a table without a primary key) are the distinct rows whose live copies the trigger removes,
+    with how many (spark_app/keyless/): located on that same head, and deleted by position with the keys' rows.
     """
 
     data_files: list[DataFile] = field(default_factory=list)
@@ -188,6 +192,7 @@ class TriggerOutput:
     carried: pa.Table | None = None
     carry_plan: WritePlan | None = None
     moved: pa.Table | None = None
+    removed_copies: pa.Table | None = None
     truncate: bool = False  # the table is emptied first: the snapshot removes every live file (a source truncate)
     records: int = 0
     dead_letters: int = 0
@@ -315,6 +320,7 @@ class SinkCommitter:
         self._spark = spark  # runs a large locate's reads as tasks (spark_app/key_index/tasks.py)
         # keyed, position deletes: touched data files smaller than this are written again (changes.copyOnWriteBelow)
         self.copy_on_write_bytes = copy_on_write_bytes
+        self.unmatched_copies = 0  # of the last keyless locate: rows the source removed that the table did not hold
         self._live_manifests: dict[str, list[LiveFile]] = {}  # the head's live files by manifest, for copy-on-write
 
     # -- compare-and-swap -------------------------------------------------------------------------
@@ -742,6 +748,7 @@ class SinkCommitter:
             return PositionDeleteDelta(), CopyOnWrite({})
         prefix = f"{attempt_file_prefix(self.writer)}-{snapshot.snapshot_id}"
         located = self._locate(table, snapshot, output.touched_keys)
+        located.update(self._locate_copies(table, snapshot, output.removed_copies))
         cow = CopyOnWrite(located)
         if self.copy_on_write_bytes > 0 and not output.delete_files and (located or output.data_files):
             started = time.monotonic()
@@ -771,6 +778,25 @@ class SinkCommitter:
                  stats.row_groups, stats.row_groups_skipped_by_statistics, stats.row_groups_skipped_by_bloom,
                  stats.rows_in_memory, stats.rows_read, stats.rows_read_in_tasks, len(located))
         return dict(located)
+
+    def _locate_copies(self, table: Table, snapshot: Snapshot, removed: pa.Table | None) -> dict[str, DeletionVector]:
+        """Data file path -> the positions of the live copies ``removed`` (a keyless trigger's) takes on ``snapshot``;
+        copies the table does not hold are counted in ``unmatched_copies`` and warned about."""
+        self.unmatched_copies = 0
+        if removed is None or removed.num_rows == 0:
+            return {}
+        started, stats = time.monotonic(), LocateStats()
+        located = locate_copies(table, snapshot, removed, self._file_keys, stats, self._spark)
+        log.info("%s: located %d row(s) to remove (%d copies) in %.2fs: %d of %d file(s) read (%d row(s)), "
+                 "%d file(s) with deletes", self.writer.sink_id, removed.num_rows,
+                 sum(removed.column(COUNT_COLUMN).to_pylist()), time.monotonic() - started,
+                 stats.files - stats.files_skipped_by_bounds, stats.files, stats.rows_read, len(located.positions))
+        if located.unmatched:
+            self.unmatched_copies = located.unmatched
+            log.warning("%s: the source removed %d row(s) of %s that the table does not hold as live rows (a table "
+                        "without a primary key: a delete or update removes one live row equal to its before image); "
+                        "nothing else was removed for them", self.writer.sink_id, located.unmatched, table.name())
+        return located.positions
 
     def _carry(self, table: Table, output: TriggerOutput) -> TaskResult | None:
         """The files of ``output.carried`` completed from their keys' live rows on ``table``'s head (data files, and
@@ -825,6 +851,7 @@ class DataCommit:
     def _build(self, table: Table) -> tuple[Transaction, int]:
         committer, output = self.committer, self.output
         carried = committer._carry(table, output) or TaskResult()  # first: it may refuse the trigger
+        committer.unmatched_copies = 0
         try:
             if output.truncate:  # a source truncate: every live file goes
                 deletes, cow = _emptied(table)
@@ -845,8 +872,8 @@ class DataCommit:
             removed_delete_files=deletes.removed + cow.removed_deletes, removed_data_files=cow.removed_data,
             records=output.records + written.carried.records,
             dead_letters=output.dead_letters + written.carried.dead_letters, dead_letter_files=dead_letter_paths,
-            max_event_time=output.max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
-            cut=self.cut,
+            max_event_time=output.max_event_time, source_lag=output.source_lag,
+            source_notes=_noting_unmatched(output.source_notes, committer.unmatched_copies), cut=self.cut,
         )
         self.rounds[snapshot_id] = dataclasses.replace(written, metadata=written_metadata(transaction))
         return transaction, snapshot_id
@@ -883,6 +910,14 @@ class DataCommit:
             committer._commit_dead_letters(dead_letters, frontier, snapshot)
         committer._pending_dead_letter_paths = []
         return Commit(snapshot, (time.monotonic() - self.started) * 1000)
+
+
+UNMATCHED_COPIES_NOTE = "keyless-rows-not-found"
+
+
+def _noting_unmatched(notes: dict[str, object] | None, unmatched: int) -> dict[str, object] | None:
+    """A snapshot's source notes, with the rows a keyless trigger removed that the table did not hold (if any)."""
+    return {**(notes or {}), UNMATCHED_COPIES_NOTE: unmatched} if unmatched else notes
 
 
 def _emptied(table: Table) -> tuple[PositionDeleteDelta, CopyOnWrite]:

@@ -122,6 +122,9 @@ class Staged:
         touched = [pa.ipc.open_stream(r.touched_keys).read_all() for r in results if r.touched_keys is not None]
         if touched:
             output.touched_keys = pa.concat_tables(touched)
+        removed = [pa.ipc.open_stream(r.removed_copies).read_all() for r in results if r.removed_copies is not None]
+        if removed:
+            output.removed_copies = pa.concat_tables(removed)
         carried = [pa.ipc.open_stream(r.carried).read_all() for r in results if r.carried is not None]
         if carried:
             output.carried, output.carry_plan = pa.concat_tables(carried), written.plan

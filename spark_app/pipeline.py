@@ -5,7 +5,8 @@ Three shapes, all ending in :func:`spark_app.writer.stage_partition` inside the 
 * direct — each task reads its units and writes what it read (appends; the small files this leaves
   per partition are merged before the commit, :mod:`spark_app.merge`);
 * keyed — each task reads its units and splits the decoded batches by a hash of the key; a Spark
-  shuffle of Arrow IPC blocks brings every change of a key to one writer task;
+  shuffle of Arrow IPC blocks brings every change of a key to one writer task (of a table without a
+  primary key: a hash of the whole row, so every change of one distinct row meets in one task);
 * transform — ``spec.transform`` needs rows in the JVM: the decoded batches become a DataFrame,
   the SQL runs, and the result is written as before.
 
@@ -27,10 +28,11 @@ from pyspark.sql import SparkSession
 
 from icebergsync.schema import spark_ddl
 from icebergsync.spec import Column as SpecColumn
-from spark_app.changes import CARRY_COLUMN, CHANGE_COLUMNS, UNAVAILABLE, collapse
+from spark_app.changes import CARRY_COLUMN, CHANGE_COLUMNS, UNAVAILABLE, collapse, declared_columns
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, with_control_columns_arrow
 from spark_app.decode import apply_transform
 from spark_app.deletes import write_equality_deletes
+from spark_app.keyless.collapse import collapse_copies
 from spark_app.schema_drift.drift import SchemaDrift
 from spark_app.units import UnitReader, UnitStats, WorkUnit
 from spark_app.writer import (
@@ -63,7 +65,8 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _column_hashes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A stable 64-bit hash of each value (the same in every process; nulls hash to 0)."""
+    """A stable 64-bit hash of each value (the same in every process; nulls hash to 0; equal values, arrays
+    included, hash equal)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     kind = column.type
@@ -73,7 +76,10 @@ def _column_hashes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
                               column.view(pa.int64() if kind.bit_width == 64 else pa.int32()).cast(pa.int64()), 0)
         with np.errstate(over="ignore"):
             return values.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64) * _MIX
-    text = column.cast(pa.string()) if not (pa.types.is_string(kind) or pa.types.is_binary(kind)) else column
+    if pa.types.is_nested(kind):  # an array column (a keyless table's rows are routed by every column)
+        text = pa.array([None if value is None else repr(value) for value in column.to_pylist()], pa.string())
+    else:
+        text = column.cast(pa.string()) if not (pa.types.is_string(kind) or pa.types.is_binary(kind)) else column
     distinct = pc.unique(text)
     codes = np.array([zlib.crc32(value.encode() if isinstance(value, str) else value) if value is not None else 0
                       for value in distinct.to_pylist()], dtype=np.uint64)
@@ -92,14 +98,16 @@ def key_hashes(table: pa.Table | pa.RecordBatch, key: tuple[str, ...]) -> np.nda
 
 @dataclass(frozen=True)
 class KeyRouter:
-    """Bucket of each row: a stable hash of its key (every change of one key in one bucket, in order)."""
+    """Bucket of each row: a stable hash of its key (every change of one key in one bucket, in order); an empty key
+    (a table without a primary key) hashes every declared column: every change of one distinct row in one bucket."""
 
     key: tuple[str, ...]
     buckets: int
 
     def split(self, batch: pa.RecordBatch) -> Iterator[tuple[int, pa.Table]]:
         table = pa.Table.from_batches([batch])
-        buckets = (key_hashes(table, self.key) % np.uint64(self.buckets)).astype(np.int64)
+        key = self.key or tuple(declared_columns(table))
+        buckets = (key_hashes(table, key) % np.uint64(self.buckets)).astype(np.int64)
         for bucket in np.unique(buckets):
             yield int(bucket), table.filter(pa.array(buckets == bucket))
 
@@ -175,12 +183,12 @@ def stage_changes(plan: WritePlan, tables: list[pa.Table], task_id: str) -> Task
     changes = pa.concat_tables(tables, promote_options="permissive") if tables else None
     if changes is None or changes.num_rows == 0:
         return TaskResult()
+    if not plan.key:
+        return _stage_copies(plan, changes, task_id)
     if plan.deletes is not None:
         changes = _refuse_carry(changes)
-    errors = changes.column(ERROR_COLUMN)
-    bad = changes.filter(pc.is_valid(errors)).drop_columns(list(CHANGE_COLUMNS))
     upserts, deleted, carried, moved = collapse(changes, plan.key)
-    result = stage_partition(plan, iter(bad.to_batches() + upserts.to_batches()), task_id)
+    result = stage_partition(plan, iter(_dead_letters(changes).to_batches() + upserts.to_batches()), task_id)
     if result.rejection is not None:
         return result
     if plan.deletes is None:
@@ -196,6 +204,22 @@ def stage_changes(plan: WritePlan, tables: list[pa.Table], task_id: str) -> Task
     if delete_file is not None:
         result.files.append(StagedFile("delete", delete_file))
     return result
+
+
+def _stage_copies(plan: WritePlan, changes: pa.Table, task_id: str) -> TaskResult:
+    """Write one row bucket of a trigger's changes to a table without a primary key: dead letters and the copies
+    to append; the distinct rows whose live copies go (with how many) are returned to the driver, which deletes
+    that many by position at commit time (:mod:`spark_app.keyless`)."""
+    inserts, removed = collapse_copies(changes)
+    result = stage_partition(plan, iter(_dead_letters(changes).to_batches() + inserts.to_batches()), task_id)
+    if result.rejection is None and removed.num_rows:
+        result.removed_copies = _ipc(removed)
+    return result
+
+
+def _dead_letters(changes: pa.Table) -> pa.Table:
+    """The dead letters among decoded changes (rows with an ``_isync_error``), as the writer takes them."""
+    return changes.filter(pc.is_valid(changes.column(ERROR_COLUMN))).drop_columns(list(CHANGE_COLUMNS))
 
 
 def _refuse_carry(changes: pa.Table) -> pa.Table:

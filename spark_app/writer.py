@@ -79,7 +79,8 @@ class WritePlan:
     writer_memory_bytes: int
     required_columns: tuple[str, ...]
     event_time_column: str | None
-    key: tuple[str, ...] | None = None  # a keyed sync's key: changes are routed and collapsed by it
+    key: tuple[str, ...] | None = None  # a keyed sync's key: changes are routed and collapsed by it; () for a table
+    # without a primary key: changes are routed by every column and collapsed as copies (spark_app/keyless/)
     deletes: DeletePlan | None = None  # with changes.deletes: equality, its equality deletes (spark_app/deletes.py)
 
 
@@ -104,6 +105,7 @@ class TaskResult:
     touched_keys: bytes | None = None  # keyed, position deletes: the keys (Arrow IPC) whose older rows go
     carried: bytes | None = None  # keyed, position deletes: upserts missing values (Arrow IPC; spark_app/carry/)
     moved: bytes | None = None  # keyed, position deletes: deleted keys of source events (Arrow IPC; spark_app/carry/)
+    removed_copies: bytes | None = None  # keyless: distinct rows whose live copies go, with counts (spark_app/keyless/)
     unit_stats: UnitStats = field(default_factory=UnitStats)
 
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DRIVER_LOCATE_ROWS = 2_000_000  # key rows a locate reads in the driver; more are read by Spark tasks
-_PRUNABLE = (IntegerType, LongType, StringType)  # bounds decode to the values Arrow's to_pylist gives
+PRUNABLE_TYPES = (IntegerType, LongType, StringType)  # bounds decode to the values Arrow's to_pylist gives
 
 
 @dataclass
@@ -87,7 +87,7 @@ class _FirstKey:
 
     @property
     def _prunable(self) -> bool:
-        return isinstance(self.field_type, _PRUNABLE)
+        return isinstance(self.field_type, PRUNABLE_TYPES)
 
     def _span(self, lower: Any, upper: Any) -> tuple[int, int]:
         """The slice of ``sorted`` in ``[lower, upper]`` (None: unbounded)."""

@@ -52,7 +52,8 @@ class Lane:
         self.columns = list(settings.columns)
         self.committer = SinkCommitter(
             catalog, settings.name, writer, settings.dead_letter, rebuild_data_file, spark,
-            copy_on_write_bytes=spec.changes.copy_on_write_bytes if spec.changes is not None and settings.key else 0)
+            copy_on_write_bytes=spec.changes.copy_on_write_bytes if spec.changes is not None and settings.key is not None
+            else 0)
         self.plan: WritePlan | None = None  # set by the claim
         self.maintainer: Maintainer | None = None
         self.truncated_at: Position | None = None  # the source truncate this run applies: what precedes it is skipped
@@ -159,6 +160,6 @@ class Lane:
             writer_memory_bytes=WRITER_MEMORY_BYTES,
             required_columns=tuple(f.name for f in table.schema().fields if f.required),
             event_time_column=self.spec.event_time_column,
-            key=table_key(table) if self.spec.changes else None,
+            key=None if not self.spec.changes else () if self.settings.keyless else table_key(table),
             deletes=delete_plan(table) if self.spec.changes and self.spec.changes.deletes == "equality" else None,
         )

@@ -167,7 +167,8 @@ class ChangeReading:
         in a sync of many); None for a sync of appends."""
         if spec.changes is None:
             return None
-        return cls(tuple(columns), tuple(key or spec.table.key or ()), spec.changes.format, spec.follows_source_schema,
+        return cls(tuple(columns), tuple(key if key is not None else spec.table.key or ()), spec.changes.format,
+                   spec.follows_source_schema,
                    spec.changes.transactions is not None, truncated_at)
 
     def decode_lines(self, block: bytes, uri: str, first_line: int, base: int,

@@ -40,6 +40,7 @@ import dataclasses
 import itertools
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,13 +191,13 @@ class KafkaSource(Source):
         if self.settings.pattern is not None:  # listed again at every poll: a topic created later is read too
             partitions = self.lookup.matching_partitions(self.settings.pattern)
             self.topics = sorted({topic for topic, _ in partitions})
-            return partitions
+            return _one_partition_if_keyless(self.spec, partitions)
         partitions = self.lookup.partitions(self.topics)
         for topic in self.topics:
             if not any(t == topic for t, _ in partitions) and topic not in self._missing_topics_reported:
                 log.warning("kafka source: topic %r has no partitions (does it exist?); waiting for it", topic)
                 self._missing_topics_reported.add(topic)
-        return partitions
+        return _one_partition_if_keyless(self.spec, partitions)
 
     def initial_frontier(self) -> Frontier:
         """Where a sink with no progress starts: ``{}`` (every partition from its earliest offset),
@@ -383,6 +384,20 @@ class KafkaSource(Source):
                     truncated_at: Position | None = None) -> KafkaUnitReader:
         reading = ChangeReading.of(self.spec, columns, key, truncated_at)
         return KafkaUnitReader(self.options.client, list(columns), self.settings.format, reading)
+
+
+def _one_partition_if_keyless(spec: IcebergSyncSpec, partitions: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """``partitions``; ``SpecError`` when a topic of a table without a primary key has more than one: Debezium sends
+    such a table's events with a null message key, spread over the partitions, so their order would be lost (a
+    delete read before the insert it removes)."""
+    counts = Counter(topic for topic, _ in partitions)
+    split = sorted(topic for topic, count in counts.items() if count > 1 and spec.keyless_stream(topic))
+    if split:
+        raise SpecError([f"spec.source.kafka: topic {split[0]} has {counts[split[0]]} partitions, but its table has "
+                         "no primary key (key: []), whose events Debezium sends with a null message key to any "
+                         "partition, out of order: use a topic of one partition (docs/connectors.md, \"Tables "
+                         "without a primary key\")"])
+    return partitions
 
 
 def split_ranges(ranges: dict[tuple[str, int], tuple[int, int]], target: int, max_offsets: int | None,

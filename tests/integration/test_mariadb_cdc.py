@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import SparkSession
 
@@ -40,11 +39,11 @@ from icebergsync.spec import parse_spec
 from spark_app.job import SyncJob
 from spark_app.truncates.positions import TRUNCATED_NOTE
 from tests.infra.services import KafkaBroker
+from tests.integration.cdc_mariadb.example import EXAMPLE, PASSWORD, example_sync, run_setup_sql
 from tests.integration.cdc_mariadb.servers import MariaDB, connector_settings, start_debezium, start_mariadb
 from tests.integration.cdc_mariadb.tables import SourceTable, iceberg_rows, mariadb_rows
 from tests.integration.cdc_mariadb.workload import Workload
 from tests.integration.sync_support import (
-    REPO,
     BackgroundJob,
     catalog_of,
     job_process,
@@ -54,37 +53,7 @@ from tests.integration.sync_support import (
     write_spec,
 )
 
-EXAMPLE = REPO / "examples" / "mariadb-debezium"
-PASSWORD = "debezium-secret"  # replaces the example's REPLACE_ME
 PARTITIONS = 2
-
-
-def run_setup_sql(mariadb: MariaDB) -> None:
-    """The example's ``mariadb-setup.sql`` as an administrator, its password replaced."""
-    connection = mariadb.connect()
-    try:
-        with connection.cursor() as cursor:
-            for statement in (EXAMPLE / "mariadb-setup.sql").read_text().split(";"):
-                sql = "\n".join(line for line in statement.splitlines() if not line.lstrip().startswith("--")).strip()
-                if sql:
-                    cursor.execute(sql.replace("REPLACE_ME", PASSWORD))
-    finally:
-        connection.close()
-
-
-def example_sync(directory: Path, broker: KafkaBroker) -> dict[str, Any]:
-    """The example's IcebergSync on this broker and a SQLite catalog under ``directory``, committing every second."""
-    documents = [d for d in yaml.safe_load_all((EXAMPLE / "icebergsync.yaml").read_text()) if d]
-    (document,) = [d for d in documents if d["kind"] == "IcebergSync"]
-    document["metadata"]["namespace"] = "test"
-    kafka = document["spec"]["source"]["kafka"]
-    kafka["bootstrapServers"] = broker.bootstrap_servers
-    del kafka["secretRef"]
-    table = document["spec"]["table"]
-    del table["catalogRef"]
-    table["catalog"] = {"type": "sql", "uri": f"sqlite:///{directory}/catalog.db", "warehouse": str(directory / "warehouse")}
-    document["spec"]["commit"] = {"interval": "1s", "pollInterval": "200ms"}
-    return document
 
 
 def sink_id(document: dict[str, Any]) -> str:

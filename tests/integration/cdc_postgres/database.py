@@ -83,6 +83,17 @@ _EDGE_MEASURES = [Decimal("12345678901234567890.123456789012345678"), Decimal("-
                   Decimal("0"), Decimal("3.14159"), Decimal("1.500"), Decimal("-99999999999999999999")]
 
 
+def run_example_setup(cursor: Any) -> None:
+    """examples/postgres-debezium/postgres-setup.sql as it is (its role created once per server), on ``cursor``'s
+    database (autocommit)."""
+    cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = 'debezium'")
+    role_exists = cursor.fetchone() is not None
+    sql = re.sub(r"--[^\n]*", "", EXAMPLE_SETUP.read_text())
+    for statement in filter(None, (part.strip() for part in sql.split(";"))):
+        if not (role_exists and statement.startswith("CREATE ROLE")):
+            cursor.execute(statement.replace("REPLACE_ME", "test"))
+
+
 class DatabaseWorkload(Workload):
     """:class:`Workload` on :data:`TABLES` (``customers.notes`` TOASTed, left untouched by updates), plus edge rows,
     schema changes of ``accounts``, and what Iceberg holds of its dropped and renamed columns."""
@@ -104,12 +115,7 @@ class DatabaseWorkload(Workload):
         REPLICA IDENTITY DEFAULT as the example's, in the example's publication and readable by its role."""
         self.connection.autocommit = True
         with self.connection.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = 'debezium'")
-            role_exists = cursor.fetchone() is not None
-            sql = re.sub(r"--[^\n]*", "", EXAMPLE_SETUP.read_text())
-            for statement in filter(None, (part.strip() for part in sql.split(";"))):
-                if not (role_exists and statement.startswith("CREATE ROLE")):
-                    cursor.execute(statement.replace("REPLACE_ME", "test"))
+            run_example_setup(cursor)
             cursor.execute("CREATE EXTENSION hstore")
             cursor.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
             for table in TABLES[1:]:

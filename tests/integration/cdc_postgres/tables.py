@@ -290,31 +290,39 @@ def register_types(connection: Any) -> None:
             psycopg2.extras.register_hstore(connection)
 
 
-def select_star(connection: Any, table: str, columns: Mapping[str, tuple[str, str]], key: list[str],
-                modes: Mapping[str, str] | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """``SELECT * FROM table`` normalized by key, each row by column name; ``columns`` gives each column's
-    (PostgreSQL type, Iceberg column type)."""
+def select_star_rows(connection: Any, table: str, columns: Mapping[str, tuple[str, str]],
+                     modes: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """``SELECT * FROM table``, each row normalized, by column name; ``columns`` gives each column's (PostgreSQL
+    type, Iceberg column type)."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT * FROM {table}")
         names = [d.name for d in cursor.description]
         assert names == list(columns), f"{table}: the columns are {names}"
         rows = cursor.fetchall()
-    out = {}
-    for row in rows:
-        normal = {name: postgres_value(*columns[name], value, modes) for name, value in zip(names, row, strict=True)}
-        out[tuple(normal[k] for k in key)] = normal
-    return out
+    return [{name: postgres_value(*columns[name], value, modes) for name, value in zip(names, row, strict=True)}
+            for row in rows]
+
+
+def select_star(connection: Any, table: str, columns: Mapping[str, tuple[str, str]], key: list[str],
+                modes: Mapping[str, str] | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """:func:`select_star_rows` by key."""
+    return {tuple(row[k] for k in key): row for row in select_star_rows(connection, table, columns, modes)}
+
+
+def iceberg_table_rows(spark: Any, metadata_location: str, columns: Mapping[str, tuple[str, str]],
+                       modes: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """The Iceberg table's ``columns`` as Apache Iceberg's Spark reader returns them, each row normalized."""
+    select = [f"unix_micros({name}) AS {name}" if spec == "timestamptz" else name
+              for name, (_, spec) in columns.items()]
+    frame = spark.read.format("iceberg").load(metadata_location).selectExpr(*select)
+    return [{name: iceberg_value(*columns[name], row[name], modes) for name in columns} for row in frame.collect()]
 
 
 def iceberg_rows(spark: Any, metadata_location: str, columns: Mapping[str, tuple[str, str]], key: list[str],
                  modes: Mapping[str, str] | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The Iceberg table's ``columns`` as Apache Iceberg's Spark reader returns them, normalized, by key."""
-    select = [f"unix_micros({name}) AS {name}" if spec == "timestamptz" else name
-              for name, (_, spec) in columns.items()]
-    frame = spark.read.format("iceberg").load(metadata_location).selectExpr(*select)
+    """:func:`iceberg_table_rows` by key (each key once)."""
     out = {}
-    for row in frame.collect():
-        normal = {name: iceberg_value(*columns[name], row[name], modes) for name in columns}
+    for normal in iceberg_table_rows(spark, metadata_location, columns, modes):
         key_of = tuple(normal[k] for k in key)
         assert key_of not in out, f"key {key_of} is in the table twice"
         out[key_of] = normal
