@@ -724,6 +724,8 @@ class SinkCommitter:
         here never stops the sync nor hides the error that led here (it may be on its way up). What stays is
         the start-up cleanup's (:meth:`cleanup_orphans`), which runs under the fence."""
         remaining = list(paths)
+        if not remaining:  # nothing to delete: no table load either (after every commit that landed as built)
+            return
 
         def delete_remaining() -> None:
             io = self._catalog.load_table(self._identifier).io

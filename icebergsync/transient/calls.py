@@ -34,7 +34,9 @@ BACKOFF_MAX_SECONDS = 15.0
 _TRANSIENT_S3 = re.compile(
     r"AWS Error (NETWORK_CONNECTION|SLOW_DOWN|SERVICE_UNAVAILABLE|INTERNAL_FAILURE|THROTTLING|REQUEST_TIMEOUT|"
     r"REQUEST_TIME_TOO_SKEWED)|HTTP status (429|5\d\d)|curlCode: (6|7|18|28|52|55|56)|Connection reset|timed out")
-_SPARK_TASK_FAILURES = ("PythonException", "Py4JJavaError")
+# How the driver hears of a Spark task's error (a Py4JJavaError, a PythonException): the worker's traceback as text,
+# its exception on a line of its own.
+_TASK_OS_ERROR = re.compile(r"^(?:builtins\.)?OSError: .*$", re.MULTILINE)
 _CATALOG_FAULTS: tuple[type[BaseException], ...] = (
     TooManyRequestsError, ServiceUnavailableError, ServerError, requests.ConnectionError, requests.Timeout,
     requests.exceptions.ChunkedEncodingError)
@@ -52,16 +54,24 @@ def catalog_fault(error: BaseException) -> bool:
 
 
 def object_store_fault(error: BaseException) -> bool:
-    """Whether ``error`` is a transient fault of the object store, as pyarrow's S3 filesystem reports it: in this
-    process, or in a Spark task whose failure reached the driver (``PythonException``, ``Py4JJavaError``)."""
-    if isinstance(error, FileNotFoundError | PermissionError):
-        return False
-    from_task = type(error).__name__ in _SPARK_TASK_FAILURES and "OSError" in str(error)
-    return (isinstance(error, OSError) or from_task) and bool(_TRANSIENT_S3.search(str(error)))
+    """Whether ``error`` is a transient fault of the object store (as pyarrow's S3 filesystem reports it), met by the
+    driver or by a Spark task (an executor's upload: the driver hears of it as the task's failure)."""
+    if isinstance(error, OSError):
+        return not isinstance(error, FileNotFoundError | PermissionError) and bool(_TRANSIENT_S3.search(str(error)))
+    return _task_fault(error) is not None
+
+
+def _task_fault(error: BaseException) -> str | None:
+    """The line of the transient object-store fault of a Spark task whose failure ``error`` reports (None: none)."""
+    return next((line for line in reversed(_TASK_OS_ERROR.findall(str(error))) if _TRANSIENT_S3.search(line)), None)
 
 
 def last_line(error: BaseException) -> str:
-    """The last nonempty line of ``error``'s message (the SDK's and the servers' messages run long)."""
+    """The last nonempty line of ``error``'s message (the SDK's and the servers' messages run long); for a Spark task's
+    object-store fault, its line (the last one of a task's failure is a Java stack frame)."""
+    task_fault = None if isinstance(error, OSError) else _task_fault(error)
+    if task_fault is not None:
+        return f"{type(error).__name__} of a Spark task: {task_fault.strip()}"
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
 

@@ -5,7 +5,8 @@ rule of which request may be repeated after which answer:
 
 * a connection that could not be opened (the request never left): any method;
 * ``429 Too Many Requests``: any method — the server refused the request without applying it;
-* ``500``/``502``/``503``/``504`` and a connection lost after sending: reads (``GET``, ``HEAD``) only.
+* ``500``/``502``/``503``/``504``, a connection lost after sending, and an answer whose body breaks off (truncated,
+  reset mid-body: :class:`ReadingAdapter`): reads (``GET``, ``HEAD``) only.
   A ``POST`` is a create or a commit whose outcome such an answer leaves unknown: the committer looks
   for what landed before it sends again (``spark_app/committer.py``), and ``ensure_table`` retries
   create-or-load as a whole (:mod:`.calls`).
@@ -15,6 +16,10 @@ A ``Retry-After`` header is honoured up to ``RETRY_AFTER_MAX_SECONDS``; otherwis
 """
 
 from __future__ import annotations
+
+import random
+import time
+from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -49,9 +54,30 @@ def transient_retry() -> TransientRetry:
     )
 
 
+class ReadingAdapter(HTTPAdapter):
+    """An adapter that reads a read's whole answer before it returns, and sends the read again (up to ``ATTEMPTS``)
+    when the body breaks off: urllib3's :class:`Retry` ends once an answer's headers arrived, and ``requests`` reads
+    the body after it."""
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        attempt = 0
+        while True:
+            response = super().send(request, **kwargs)
+            if (request.method or "").upper() not in READS or kwargs.get("stream"):
+                return response
+            try:
+                response.content  # noqa: B018 - reads the body now, within the retries
+                return response
+            except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError):
+                attempt += 1
+                if attempt >= ATTEMPTS:
+                    raise
+                time.sleep(min(BACKOFF_MAX_SECONDS, BACKOFF_SECONDS * 2**attempt) * random.uniform(0.5, 1.0))
+
+
 def mount_retries(session: requests.Session) -> requests.Session:
     """Mount :func:`transient_retry` on ``session`` for http and https; return it."""
-    adapter = HTTPAdapter(max_retries=transient_retry())
+    adapter = ReadingAdapter(max_retries=transient_retry())
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session

@@ -520,9 +520,7 @@ def start_kafka(workdir: Path, ttl: int = SERVICE_TTL) -> KafkaBroker:
             ]
         )
     )
-    log4j = _log4j2_config(workdir / "log4j2.properties", "INFO")
-    cp = _classpath(home / "lib")
-    jvm = [f"-Dlog4j2.configurationFile={log4j}", "-cp", cp]
+    jvm = _kafka_jvm(workdir)
     cluster_id = _kafka_cluster_id()
     fmt = subprocess.run(
         [
@@ -547,22 +545,7 @@ def start_kafka(workdir: Path, ttl: int = SERVICE_TTL) -> KafkaBroker:
     if fmt.returncode != 0:
         raise RuntimeError(f"kafka storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
     log_path = workdir / "kafka.log"
-    server = ServerProcess(
-        "kafka broker",
-        [
-            JAVA,
-            "-Xms256m",
-            "-Xmx768m",
-            "-XX:+UseSerialGC",
-            "-Djava.awt.headless=true",
-            *jvm,
-            "kafka.Kafka",
-            str(props),
-        ],
-        log_path,
-        cwd=workdir,
-        ttl=ttl,
-    )
+    server = _kafka_server(workdir, ttl)
     client: _KafkaClient | None = None
     try:
         # start the client JVM while the broker boots; it retries until the broker answers
@@ -581,6 +564,35 @@ def start_kafka(workdir: Path, ttl: int = SERVICE_TTL) -> KafkaBroker:
         sasl_ssl=f"{HOST}:{secured['SASL_SSL']}", mtls=f"{HOST}:{secured['MTLS']}", ca_pem=pki["ca"],
         client_cert_pem=pki["client_cert"], client_key_pem=pki["client_key"], users=dict(KAFKA_USERS))
     return KafkaBroker(f"{HOST}:{port}", port, cport, cluster_id, data, log_path, security, server, client)
+
+
+def _kafka_jvm(workdir: Path) -> list[str]:
+    """The JVM options of the Kafka tools and broker of ``workdir`` (its log4j configuration, written here)."""
+    log4j = _log4j2_config(workdir / "log4j2.properties", "INFO")
+    return [f"-Dlog4j2.configurationFile={log4j}", "-cp", _classpath(cache_dir() / "kafka" / "lib")]
+
+
+def _kafka_server(workdir: Path, ttl: int) -> ServerProcess:
+    """The broker of ``workdir`` (its ``server.properties`` and data directory), started."""
+    return ServerProcess(
+        "kafka broker",
+        [JAVA, "-Xms256m", "-Xmx768m", "-XX:+UseSerialGC", "-Djava.awt.headless=true", *_kafka_jvm(workdir),
+         "kafka.Kafka", str(workdir / "server.properties")],
+        workdir / "kafka.log",
+        cwd=workdir,
+        ttl=ttl,
+    )
+
+
+def restart_kafka(broker: KafkaBroker, down_seconds: float = 0.0, ttl: int = SERVICE_TTL) -> None:
+    """Stop the broker (SIGTERM), leave it down ``down_seconds``, and start it again on the same data directory and
+    ports; returns once it answers (the test client reconnects by itself)."""
+    broker._server.stop()
+    time.sleep(down_seconds)
+    broker._server = _kafka_server(broker.data_dir.parent, ttl)
+    broker._server.wait_until(lambda: _port_open(broker.port), 120, "its listener")
+    if broker._client.call("ping") != [broker.cluster_id]:
+        raise broker._server.failure("another cluster answered after the restart")
 
 
 def stop_kafka(broker: KafkaBroker) -> None:

@@ -212,3 +212,15 @@ def wait_while_running(job: Future[Any], predicate: Callable[[], bool], what: st
         assert not job.done(), f"the job ended before {what}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
+
+
+def unreferenced_files(table: Table, io_properties: dict[str, str]) -> list[str]:
+    """Every file under the table's location that neither its metadata nor any of its snapshots references: metadata
+    files (current and logged), manifest lists, manifests, data and delete files (deleted entries included)."""
+    referenced = {normalize(table.metadata_location), *(normalize(m.metadata_file) for m in table.metadata.metadata_log)}
+    referenced |= referenced_files(table)
+    for snapshot in table.metadata.snapshots:
+        referenced.add(normalize(snapshot.manifest_list))
+        referenced |= {normalize(manifest.manifest_path) for manifest in snapshot.manifests(table.io)}
+    referenced |= {normalize(statistics.statistics_path) for statistics in table.metadata.statistics}
+    return sorted(f.uri for f in list_files(table.metadata.location, io_properties) if normalize(f.uri) not in referenced)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -32,7 +33,8 @@ from icebergsync.transient.object_store import RetryingFileIO, close_upload
 
 
 class _Weather:
-    """A real HTTP server on 127.0.0.1 that answers each path's planned statuses in turn, then 200."""
+    """A real HTTP server on 127.0.0.1 that answers each path's planned statuses in turn, then 200 (status 0: a 200
+    whose body breaks off)."""
 
     def __init__(self, plans: dict[str, list[tuple[int, dict[str, str]]]]):
         self.plans = {path: list(plan) for path, plan in plans.items()}
@@ -53,12 +55,16 @@ class _Weather:
                 plan = weather.plans.get(self.path, [])
                 status, headers = plan.pop(0) if plan else (200, {})
                 body = b"{}"
-                self.send_response(status)
+                self.send_response(status or 200)
                 for name, value in headers.items():
                     self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(len(body) if status else 100))  # 0: a truncated answer
                 self.end_headers()
                 self.wfile.write(body)
+                if not status:
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
 
             do_GET = do_POST = _answer
 
@@ -101,6 +107,15 @@ def test_a_commit_is_repeated_after_429_but_never_after_503(weather: Any) -> Non
     # 429: refused, not applied, so sent again; 503 on a POST: its outcome is the committer's to check.
     assert answer.status_code == 503
     assert [method for method, _, _ in server.seen] == ["POST", "POST"]
+
+
+def test_a_read_whose_answer_breaks_off_is_sent_again_but_never_a_commit(weather: Any) -> None:
+    server = weather({"/v1/config": [(0, {}), (0, {})], "/commit": [(0, {})]})
+    session = mount_retries(requests.Session())
+    assert session.get(server.url + "/v1/config", timeout=10).json() == {}
+    with pytest.raises(requests.exceptions.ChunkedEncodingError):
+        session.post(server.url + "/commit", data=b"{}", timeout=10)
+    assert [method for method, _, _ in server.seen] == ["GET", "GET", "GET", "POST"]
 
 
 def test_the_job_opens_a_retrying_rest_catalog_and_file_io() -> None:
@@ -205,3 +220,22 @@ def test_the_job_ends_with_one_line_and_the_documented_status(caplog: pytest.Log
     assert last.getMessage() == "icebergsync failed: RuntimeError: boom" and last.exc_info is None
     assert caplog.records[-2].exc_info is not None  # the traceback comes before the one line
 
+
+class _TaskFailed(Exception):
+    """How the driver hears of a Spark task's error (py4j's Py4JJavaError): the worker's traceback inside a Java trace."""
+
+
+def test_an_executors_object_store_fault_is_the_object_stores_status(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "icebergsync")
+    failed = _TaskFailed(
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/app/spark_app/writer.py", line 316, in close\n'
+        "OSError: When uploading object with key 'a.parquet' in bucket 'b': AWS Error SLOW_DOWN during PutObject "
+        "operation: Please reduce your request rate.\n\n\tat org.apache.spark.api.python.BasePythonRunner\n\t... 1 more")
+    assert exit_status_of(failed) == EXIT_OBJECT_STORE_UNREACHABLE
+    assert caplog.records[-1].getMessage() == (
+        "the job: the object store did not answer usefully (_TaskFailed of a Spark task: OSError: When uploading "
+        "object with key 'a.parquet' in bucket 'b': AWS Error SLOW_DOWN during PutObject operation: Please reduce "
+        "your request rate.)")
+    assert exit_status_of(_TaskFailed("OSError: disk full\n\t... 1 more")) == EXIT_FAILED  # not weather
