@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -138,6 +139,28 @@ def open_catalog(catalog: model.Catalog, secret_values: dict[str, str] | None = 
     except Exception as exc:
         raise CatalogUnreachableError(f"catalog {catalog.name!r} at {catalog.uri} is unreachable: {exc}") from exc
     return loaded
+
+
+def open_catalog_within(catalog: model.Catalog, seconds: float) -> Catalog:
+    """``open_catalog``, given up after ``seconds`` (``CatalogUnreachableError``): a catalog that takes longer
+    to answer is as good as down for whoever waits (the call goes on in a daemon thread, abandoned)."""
+    outcome: list[Catalog | BaseException] = []
+
+    def attempt() -> None:
+        try:
+            outcome.append(open_catalog(catalog))
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=attempt, name="isync-open-catalog", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        raise CatalogUnreachableError(f"catalog {catalog.name!r} at {catalog.uri} is unreachable: "
+                                      f"it did not answer within {seconds:.0f}s")
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def partition_spec(schema: Schema, expressions: list[str]) -> PartitionSpec:

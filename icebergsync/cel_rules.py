@@ -12,9 +12,11 @@ from icebergsync.spec import (
     CATALOG_OR_REF_MESSAGE,
     CHANGES_NEED_FILES_OR_KAFKA_MESSAGE,
     CHANGES_NEED_KEY_MESSAGE,
+    COLUMN_TYPES_MESSAGE,
     DEAD_LETTER_TEMPLATE_MESSAGE,
     EXACTLY_ONE_SOURCE_MESSAGE,
     MIN_TARGET_FILE_BYTES,
+    PRIMITIVE_TYPES,
     REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE,
     SCHEMA_REQUIRED_MESSAGE,
     SOURCE_KINDS,
@@ -24,8 +26,9 @@ from icebergsync.spec import (
     TEMPLATE_NEEDS_KAFKA_MESSAGE,
     TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE,
     ZERO_WIDTH_PATTERN,
+    positive_duration_message,
 )
-from icebergsync.units import SIZE_UNITS
+from icebergsync.units import DURATION_PATTERN, SIZE_UNITS
 
 
 def _cel_string(text: str) -> str:
@@ -45,8 +48,20 @@ def _size_bytes(field: str) -> str:
 
 
 def _positive_duration(field: str) -> dict[str, str]:
-    return {"rule": f"!has(self.{field}) || duration(self.{field}) > duration('0s')", "fieldPath": f".{field}",
-            "message": f"{field} must be greater than zero"}
+    """A duration field is above zero: matched against its pattern before ``duration()`` converts it, so a value
+    that is no duration gets this rule's message, not a CEL conversion error."""
+    value = f"self.{field}"
+    return {"rule": f"!has({value}) || ({value}.matches({_cel_string(DURATION_PATTERN)}) && "
+                    f"duration({value}) > duration('0s'))",
+            "fieldPath": f".{field}", "message": positive_duration_message(field)}
+
+
+# A column type is checked by the schema's pattern; this rule only says the valid types in words where the type
+# is not even shaped like one (a precise regex per column is past the API server's CEL cost budget on an unbounded
+# list; on spec.tables' schemas, a thousand of them, even this is: there the pattern alone speaks).
+_COLUMN_TYPE = {"rule": f"self.type in [{', '.join(map(_cel_string, PRIMITIVE_TYPES))}] || "
+                        "self.type.startsWith('decimal(') || self.type.startsWith('array<')",
+                "fieldPath": ".type", "message": COLUMN_TYPES_MESSAGE}
 
 
 CEL_RULES: dict[str, list[dict[str, str]]] = {
@@ -130,6 +145,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     "spec.table": [
         {"rule": "!(has(self.catalog) && has(self.catalogRef))", "message": CATALOG_OR_REF_MESSAGE},
     ],
+    "spec.schema[]": [_COLUMN_TYPE],
     "spec.table.partitionBy[]": [
         {
             "rule": f"!self.matches({_cel_string(ZERO_WIDTH_PATTERN)})",

@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from icebergsync.errors import SpecError
+from icebergsync.errors import SpecError, SpecFileError
 from icebergsync.tables.routing import is_template, table_for, template_fields, template_matcher
 from icebergsync.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
@@ -38,6 +38,8 @@ PRIMITIVE_TYPES = (
 )
 _PRIMITIVE_PATTERN = r"(boolean|int|long|float|double|string|binary|date|timestamp|timestamptz|decimal\(\s*[0-9]+\s*,\s*[0-9]+\s*\))"
 COLUMN_TYPE_PATTERN = rf"^({_PRIMITIVE_PATTERN}|array<\s*{_PRIMITIVE_PATTERN}\s*>)$"
+COLUMN_TYPES_MESSAGE = (f"type must be one of {', '.join(PRIMITIVE_TYPES)}, decimal(p,s), or array<T> with T one "
+                        "of them (e.g. array<string>)")
 _ARRAY_TYPE = re.compile(r"array<\s*(.+?)\s*>")
 PARTITION_PATTERN = (
     r"^\s*(identity\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)|(year|month|day|hour|void)\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)"
@@ -49,6 +51,20 @@ TABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 # (icebergsync.tables.routing), the namespace is fixed.
 TABLE_TEMPLATE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\.([A-Za-z0-9_]|\{topic\}|\{[1-9][0-9]?\})+$"
 K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+DURATION_EXAMPLES = "e.g. 500ms, 30s, 5m or 1h30m"
+# What a value that misses one of these patterns must be, said instead of the pattern (parse_spec).
+PATTERN_MESSAGES = {
+    DURATION_PATTERN: f"must be a duration, {DURATION_EXAMPLES}",
+    SIZE_PATTERN: "must be a size, e.g. 134217728, 128Mi, 512MB or 1Gi",
+    COLUMN_TYPE_PATTERN: COLUMN_TYPES_MESSAGE,
+}
+
+
+def positive_duration_message(field: str) -> str:
+    """The problem of a duration field that is zero or no duration (the model's and the CEL rule's words)."""
+    return f"{field} must be a duration greater than zero ({DURATION_EXAMPLES})"
+
 
 # The length bounds also let the API server's CEL cost estimator accept the rules on these strings.
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=64)]
@@ -95,8 +111,9 @@ class SecretRef(Model):
 
 class Column(Model):
     name: str = Field(pattern=IDENTIFIER_PATTERN)
-    type: str = Field(pattern=COLUMN_TYPE_PATTERN, description="Iceberg primitive type, e.g. long or decimal(10,2), "
-                      "or an array of one, e.g. array<string> (its elements optional).")
+    # The length bound keeps the CRD's CEL rule of readable words on it cheap enough (icebergsync.cel_rules).
+    type: str = Field(pattern=COLUMN_TYPE_PATTERN, max_length=32, description="Iceberg primitive type, e.g. long or "
+                      "decimal(10,2), or an array of one, e.g. array<string> (its elements optional).")
     required: bool = False
 
 
@@ -324,9 +341,9 @@ class Commit(Model):
     @model_validator(mode="after")
     def _positive(self) -> Commit:
         if self.interval_seconds <= 0:
-            raise ValueError("interval must be greater than zero")
+            raise ValueError(positive_duration_message("interval"))
         if self.poll_seconds <= 0:
-            raise ValueError("pollInterval must be greater than zero")
+            raise ValueError(positive_duration_message("pollInterval"))
         if self.target_file_bytes < MIN_TARGET_FILE_BYTES:
             raise ValueError("targetFileSize must be at least 1Ki")
         return self
@@ -356,7 +373,7 @@ class Transactions(Model):
     @model_validator(mode="after")
     def _positive_wait(self) -> Transactions:
         if self.max_wait_seconds <= 0:
-            raise ValueError("maxWait must be greater than zero")
+            raise ValueError(positive_duration_message("maxWait"))
         return self
 
 
@@ -446,7 +463,7 @@ class RewriteDeletes(Model):
         if self.every is not None and self.after_commits is not None:
             raise ValueError(REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE)
         if self.every is not None and parse_duration(self.every) <= 0:
-            raise ValueError("every must be greater than zero")
+            raise ValueError(positive_duration_message("every"))
         return self
 
     def allowed(self, commits: int, seconds: float) -> bool:
@@ -466,7 +483,7 @@ class _Periodic(Model):
     @model_validator(mode="after")
     def _positive(self) -> Self:
         if self.every_seconds <= 0:
-            raise ValueError("every must be greater than zero")
+            raise ValueError(positive_duration_message("every"))
         return self
 
     @property
@@ -793,7 +810,9 @@ def parse_spec(document: dict[str, Any]) -> IcebergSync:
             location = _format_location(error["loc"]) or "document"
             message = error["msg"].removeprefix("Value error, ")
             if error["type"] == "string_pattern_mismatch":
-                message = f"{shown(error['input'])} is not valid (must match {error['ctx']['pattern']})"
+                pattern = error["ctx"]["pattern"]
+                message = f"{PATTERN_MESSAGES[pattern]} (got {shown(error['input'])})" if pattern in PATTERN_MESSAGES \
+                    else f"{shown(error['input'])} is not valid (must match {pattern})"
             elif "input" in error and error["type"] not in ("missing", "model_type") and not isinstance(error["input"], dict):
                 message = f"{message} (got {shown(error['input'])})"
             problems.append(f"{location}: {message}")
@@ -918,13 +937,34 @@ def _keyless_problems(spec: IcebergSyncSpec) -> list[str]:
 
 
 def load_spec(path: str | Path) -> IcebergSync:
-    """Read and validate an IcebergSync YAML file (the first IcebergSync document in it)."""
-    text = Path(path).read_text()
+    """Read and validate an IcebergSync YAML file (the first IcebergSync document in it).
+
+    A file that cannot be read is a ``SpecFileError``, invalid YAML a ``SpecError`` naming where; both say
+    it in one line."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SpecFileError(f"cannot read the spec file {path}: {reason.lower()}; give the path of an "
+                            "IcebergSync YAML file (examples/quickstart.yaml is one)") from None
     try:
         documents = [doc for doc in yaml.safe_load_all(text) if doc]
     except yaml.YAMLError as exc:
-        raise SpecError([f"{path}: not valid YAML: {exc}"]) from None
+        raise SpecError([f"{path}: not valid YAML{_yaml_position(exc)}: {_yaml_problem(exc)}; fix the YAML "
+                         "there (indentation, a missing ':' or an unclosed quote)"]) from None
     for document in documents:
         if isinstance(document, dict) and document.get("kind") == KIND:
             return parse_spec(document)
     raise SpecError([f"{path}: no document with kind: {KIND}"])
+
+
+def _yaml_position(error: yaml.YAMLError) -> str:
+    """`` at line L, column C`` of a YAML error (1-based), when it has a mark."""
+    mark = getattr(error, "problem_mark", None)
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error's problem in one line (its message without the excerpt of the document)."""
+    problem = getattr(error, "problem", None) or str(error)
+    return " ".join(str(problem).split())

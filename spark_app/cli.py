@@ -1,4 +1,4 @@
-"""`icebergsync run | status`: the program users and the SparkApplication run.
+"""`icebergsync run | status | validate`: the program users and the SparkApplication run.
 
 The core's command line (``icebergsync.cli``) with the data plane's `run` command added.
 """
@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from icebergsync import cli
 from icebergsync.catalog import open_catalog
 from icebergsync.errors import FencedError
+from icebergsync.launch_check import check_launch
 from icebergsync.spark_conf import spark_conf
 from icebergsync.spec import load_spec, shown
 
@@ -28,22 +29,21 @@ def run_command(args: argparse.Namespace) -> int:
 
     stop_requested = threading.Event()
     install_stop_handlers(stop_requested)
-    log.info("starting %s as sink version %d", args.spec, args.sink_version)
     sync = load_spec(args.spec)
     catalog = open_catalog(sync.spec.table.catalog_or_default)  # fail fast, before a JVM starts
-    conf = {**spark_conf(sync.spec), **dict(item.split("=", 1) for item in args.conf)}
+    version = check_launch(catalog, sync, args.sink_version)
+    log.info("starting %s as sink version %d%s", args.spec, version,
+             "" if args.sink_version is not None else " (the one after the table's newest)")
+    conf = {**spark_conf(sync.spec), **dict(args.conf)}
     # The JVM and the Python workers start while the sink fences the table (which needs no Spark).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="isync-spark-start") as starter:
         session = starter.submit(
-            lambda: warm_up(build_session(f"icebergsync-{sync.metadata.name}-v{args.sink_version}",
-                                          args.master or None, conf)))
-        job = SyncJob(sync, args.sink_version, session.result, catalog, stop_requested)
+            lambda: warm_up(build_session(f"icebergsync-{sync.metadata.name}-v{version}", args.master or None, conf)))
+        job = SyncJob(sync, version, session.result, catalog, stop_requested)
         try:
             summary = job.run()
         except FencedError as fenced:
-            log.error("FENCED: sink %s version %d stops without writing: version %d%s owns the table",
-                      fenced.sink_id, fenced.version, fenced.by_version,
-                      f" (attempt {fenced.by_attempt})" if fenced.by_attempt else "")
+            log.error("FENCED: %s", fenced)
             return fenced.exit_status
         finally:
             session.result().stop()
@@ -70,14 +70,24 @@ def positive_int(text: str) -> int:
     return value
 
 
+def conf_pair(text: str) -> tuple[str, str]:
+    """A ``KEY=VALUE`` Spark setting."""
+    key, separator, value = text.partition("=")
+    if not separator or not key.strip():
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not KEY=VALUE (e.g. spark.driver.memory=2g)")
+    return key.strip(), value
+
+
 def add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `run SPEC [--sink-version N] [--master M] [--conf K=V]`."""
     run = commands.add_parser("run", help="run the sync (local Spark unless --master is empty under spark-submit)")
     run.add_argument("spec")
-    run.add_argument("--sink-version", type=positive_int, default=1,
-                     help="this launch's sink version (at least 1; a higher one fences lower ones)")
+    run.add_argument("--sink-version", type=positive_int, default=None,
+                     help="this launch's sink version (at least 1; a higher one fences lower ones); default: the one "
+                          "after the newest version of this sink the table has seen (1 for a new table)")
     run.add_argument("--master", default="local[*]", help="Spark master; '' to take it from spark-submit")
-    run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf")
+    run.add_argument("--conf", action="append", default=[], type=conf_pair, metavar="KEY=VALUE",
+                     help="extra Spark conf")
     run.set_defaults(handler=run_command)
 
 

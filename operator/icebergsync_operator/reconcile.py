@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from icebergsync.errors import TableInUseError
 from icebergsync.resource_status import SyncStatus
 from icebergsync.sink_state import SinkState
 from icebergsync.tables.cuts import CutSupport
@@ -250,8 +251,9 @@ def _suspend(observation: Observation, previous: SyncStatus) -> Decision:
 def _launch(observation: Observation, previous: SyncStatus, reason: str, settings: OperatorSettings) -> Decision:
     if observation.table.error is not None:
         return _waiting_for_catalog(observation, previous, reason, settings)
-    if observation.table.in_use is not None:
-        return _table_in_use(observation, previous, *observation.table.in_use)
+    refusal = observation.table.in_use
+    if refusal is not None:
+        return _table_in_use(observation, previous, refusal)
     if observation.missing_secrets:
         return _waiting(observation, previous, reason, settings, "WaitingForSecret",
                         f"not launching until {', '.join(observation.missing_secrets)} exists")
@@ -301,14 +303,10 @@ def _waiting(observation: Observation, previous: SyncStatus, reason: str, settin
     return _finish(observation, previous, assessment, events=events, observed_generation=previous.observed_generation)
 
 
-def _table_in_use(observation: Observation, previous: SyncStatus, table: str, other_sink: str) -> Decision:
+def _table_in_use(observation: Observation, previous: SyncStatus, refusal: TableInUseError) -> Decision:
     """A launch is due but another sink wrote the table (one of the sync's tables) last: never launch into it
     (checked again each refresh)."""
-    message = (f"not launching: table {table} is written by sink {other_sink}, not {observation.sink_id} "
-               "(its newest IcebergSync commit); a sink never writes a table another sink writes. Point spec.table.name "
-               "at another table or stop the other writer; a sync renamed within this namespace keeps its sink "
-               "with spec.sinkId set to its former name")
-    assessment, events = _stalled(previous, "TableInUse", message)
+    assessment, events = _stalled(previous, "TableInUse", f"not launching: {refusal}")
     # observedGeneration stays: the generation is not acted on until a version is launched for it.
     return _finish(observation, previous, assessment, events=events, observed_generation=previous.observed_generation)
 

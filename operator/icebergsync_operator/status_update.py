@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from icebergsync.errors import TableInUseError
+from icebergsync.launch_check import TableState, highest_version, table_in_use
 from icebergsync.protocol import encode_json
 from icebergsync.resource_status import LastCommit, SyncCondition, SyncStatus
 from icebergsync.sink_state import SinkState
@@ -36,19 +38,19 @@ class TableObservation:
     lanes: Lanes | None = None  #: a sync of many tables: its tables (``sink`` is then the newest commit's table)
 
     @property
-    def highest_version(self) -> int | None:
-        """The highest sink version the table (every table, for many) has seen."""
-        if self.lanes is not None:
-            return self.lanes.highest_version
-        return self.sink.sink_version if self.sink is not None else None
+    def state(self) -> TableState | None:
+        """What was read: the tables of a template, else the one table's sink state."""
+        return self.lanes if self.lanes is not None else self.sink
 
     @property
-    def in_use(self) -> tuple[str, str] | None:
-        """A table of the sink that another sink wrote last, and that sink: (table, sink id)."""
-        state = self.lanes.taken_over if self.lanes is not None else self.sink
-        if state is None or state.other_sink is None:
-            return None
-        return state.table, state.other_sink
+    def highest_version(self) -> int | None:
+        """The highest sink version the table (every table, for many) has seen."""
+        return highest_version(self.state)
+
+    @property
+    def in_use(self) -> TableInUseError | None:
+        """The refusal due when another sink wrote a table of the sink last (``icebergsync.launch_check``)."""
+        return table_in_use(self.state)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from icebergsync.cel_rules import CEL_RULES
 from icebergsync.errors import SpecError
-from icebergsync.spec import parse_spec
+from icebergsync.spec import parse_spec, positive_duration_message
 from tests.e2e.conftest import GROUP, PLURAL, VERSION, Kube
 
 CEL_MESSAGES = [rule["message"] for rules in CEL_RULES.values() for rule in rules]
@@ -43,6 +43,10 @@ CASES: dict[str, dict[str, Any]] = {
     "interval 0m0ms": {"commit": {"interval": "0m0ms"}},
     "interval 0.5s": {"commit": {"interval": "0.5s"}},
     "interval 1h30m": {"commit": {"interval": "1h30m"}},
+    "a column of an unknown type": {"source": FILES, "schema": [{"name": "id", "type": "integer"}]},
+    "columns of every kind of type": {"source": FILES, "schema": [
+        {"name": "a", "type": "long"}, {"name": "b", "type": "decimal( 10 , 2 )"}, {"name": "c", "type": "array<string>"},
+        {"name": "d", "type": "array< decimal(8,2) >"}, {"name": "e", "type": "timestamptz"}]},
     "poll interval 0ms": {"commit": {"pollInterval": "0ms"}},
     "poll interval 250ms": {"commit": {"pollInterval": "250ms"}},
     "target file size 1023": {"commit": {"targetFileSize": "1023"}},
@@ -140,6 +144,15 @@ def test_the_api_server_and_the_model_agree(kube: Kube, name: str) -> None:
         assert refused_by, f"not refused by a CEL rule: {server}"
         # The model stops at the first broken object, so it may name fewer of the rules than the API server.
         assert any(message in model for message in refused_by), f"API server: {server!r}; model: {model!r}"
+
+
+def test_a_value_that_is_no_duration_gets_the_rules_message_not_a_conversion_error(kube: Kube) -> None:
+    body = document({"commit": {"interval": "2 seconds"}})
+    server = api_server_verdict(kube, body)
+    assert server is not None and positive_duration_message("interval") in server, server
+    assert "conversion" not in server and "no such overload" not in server, server
+    model = model_verdict(body)
+    assert model is not None and "spec.commit.interval: must be a duration, e.g. 500ms" in model
 
 
 def test_every_spec_rule_is_exercised() -> None:

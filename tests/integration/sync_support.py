@@ -93,13 +93,15 @@ def data_file_rows(table: Table) -> list[tuple[Any, Any]]:
     return result
 
 
-def job_command(spec_path: Path, version: int) -> list[str]:
-    return [sys.executable, "-m", "spark_app.cli", "run", str(spec_path), "--sink-version", str(version),
-            "--master", "local[2]"]
+def job_command(spec_path: Path, version: int | None) -> list[str]:
+    """``icebergsync run`` of the spec as ``version`` (None: the CLI's default, the one after the table's newest)."""
+    given = ["--sink-version", str(version)] if version is not None else []
+    return [sys.executable, "-m", "spark_app.cli", "run", str(spec_path), *given, "--master", "local[2]"]
 
 
 @contextlib.contextmanager
-def job_process(spec_path: Path, version: int, crash_at: str | None = None) -> Iterator[tuple[subprocess.Popen[Any], Path]]:
+def job_process(spec_path: Path, version: int | None, crash_at: str | None = None
+                ) -> Iterator[tuple[subprocess.Popen[Any], Path]]:
     """``icebergsync run`` in its own process group, its output in a log next to the spec; ``crash_at``
     sets ``ICEBERGSYNC_CRASH_AT``. On leaving, the whole group is SIGKILLed and reaped: the JVM is a
     child of the Python driver, and no part of the job may survive it."""
@@ -119,7 +121,7 @@ def job_process(spec_path: Path, version: int, crash_at: str | None = None) -> I
             process.wait()
 
 
-def run_job_process(spec_path: Path, version: int, *, crash_at: str | None = None, kill_after: float | None = None,
+def run_job_process(spec_path: Path, version: int | None, *, crash_at: str | None = None, kill_after: float | None = None,
                     stop_when: Callable[[], bool] | None = None, timeout: float = 240) -> tuple[int, str]:
     """Run ``icebergsync run`` in a subprocess and return (exit status, output); SIGKILL shows as -9.
 

@@ -112,7 +112,7 @@ def test_the_operator_reads_a_sql_catalogs_tables_of_the_sink(tmp_path: Path) ->
 
     commit(catalog, Writer(OTHER, 2, "d"), "shop.lines", 4, 6)  # another sink takes one of the sink's tables
     taken = observe_table(cast(KubeApi, None), sync, READS)
-    assert taken.in_use == ("shop.lines", OTHER)
+    assert taken.in_use is not None and (taken.in_use.table, taken.in_use.other_sink) == ("shop.lines", OTHER)
 
 
 def test_a_namespace_not_created_yet_is_a_sync_of_no_tables(tmp_path: Path) -> None:

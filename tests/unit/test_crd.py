@@ -9,7 +9,12 @@ from typing import Any
 import yaml
 
 from icebergsync import crd, generate, resource_status
-from icebergsync.spec import SCHEMA_REQUIRED_MESSAGE, IcebergSyncSpec
+from icebergsync.spec import (
+    COLUMN_TYPES_MESSAGE,
+    SCHEMA_REQUIRED_MESSAGE,
+    IcebergSyncSpec,
+    positive_duration_message,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,7 +118,8 @@ def test_cel_rules_cover_cross_field_checks() -> None:
         "exactly one of generator, files, kafka must be set",
         SCHEMA_REQUIRED_MESSAGE,
         "deadLetter.table must differ from table.name",
-        "interval must be greater than zero",
+        positive_duration_message("interval"),
+        COLUMN_TYPES_MESSAGE,
         "bucket and truncate need a width of at least 1",
         "set at most one of catalog and catalogRef",
     } <= messages

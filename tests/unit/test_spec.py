@@ -78,8 +78,8 @@ def test_every_problem_is_reported_with_its_path() -> None:
     )
     problems = problems_of(document)
     joined = "\n".join(problems)
-    assert "spec.commit.interval: '30x' is not valid" in joined
-    assert "spec.commit.targetFileSize: 'big' is not valid" in joined
+    assert "spec.commit.interval: must be a duration, e.g. 500ms, 30s, 5m or 1h30m (got '30x')" in joined
+    assert "spec.commit.targetFileSize: must be a size, e.g. 134217728, 128Mi, 512MB or 1Gi (got 'big')" in joined
     assert "spec.table.name: 'nodots' is not valid" in joined
     assert "spec.table.partitionBy[0]" in joined
     assert "spec.surprise" in joined
@@ -260,7 +260,7 @@ def test_maintenance_problems_are_refused_at_their_path() -> None:
                                 maintenance={"rewriteDeletes": {"every": "1m", "afterCommits": 2}})) == [
         f"spec.maintenance.rewriteDeletes: {REWRITE_EVERY_OR_AFTER_COMMITS_MESSAGE}"]
     assert problems_of(cdc_spec(keyed, changes={"format": "debezium"}, maintenance={"rewriteDeletes": {"every": "0s"}})) \
-        == ["spec.maintenance.rewriteDeletes: every must be greater than zero"]
+        == ["spec.maintenance.rewriteDeletes: every must be a duration greater than zero (e.g. 500ms, 30s, 5m or 1h30m)"]
     for bad, path in [({"rewriteDeletes": {"afterCommits": 0}}, "spec.maintenance.rewriteDeletes.afterCommits"),
                       ({"rewriteDeletes": {"minDeleteFiles": 0}}, "spec.maintenance.rewriteDeletes.minDeleteFiles"),
                       ({"rewriteDeletes": {"deletedRowsPercent": 101}},
@@ -279,9 +279,9 @@ def test_maintenance_problems_are_refused_at_their_path() -> None:
     assert problems_of(with_spec(maintenance={"maxBytesPerRun": "0Mi"})) == [
         "spec.maintenance: maxBytesPerRun must be greater than zero"]
     assert problems_of(with_spec(maintenance={"removeOrphans": {"every": "0s"}})) == [
-        "spec.maintenance.removeOrphans: every must be greater than zero"]
+        "spec.maintenance.removeOrphans: every must be a duration greater than zero (e.g. 500ms, 30s, 5m or 1h30m)"]
     assert problems_of(with_spec(maintenance={"expireSnapshots": {"every": "0ms"}})) == [
-        "spec.maintenance.expireSnapshots: every must be greater than zero"]
+        "spec.maintenance.expireSnapshots: every must be a duration greater than zero (e.g. 500ms, 30s, 5m or 1h30m)"]
 
 
 def test_array_columns_of_primitives_and_where_they_are_refused() -> None:
@@ -324,7 +324,7 @@ def test_transactions_need_debezium_on_kafka_and_their_own_topic() -> None:
     own = {"kafka": {"bootstrapServers": "k:9092", "topicPattern": r"db\..*"}}
     assert any(p.startswith("spec.changes.transactions.topic: the transaction topic is one of")
                for p in problems_of(on(own, aligned)))
-    assert any(p.startswith("spec.changes.transactions") and "maxWait must be greater than zero" in p for p in problems_of(
+    assert any(p.startswith("spec.changes.transactions") and "maxWait must be a duration greater than zero" in p for p in problems_of(
         on(kafka, {**aligned, "transactions": {"topic": "t", "maxWait": "0s"}})))
 
 
