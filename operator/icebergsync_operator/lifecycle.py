@@ -26,8 +26,9 @@ from icebergsync.tables.cuts import spec_cut_support
 from icebergsync_operator import metrics
 from icebergsync_operator.applications import parse_application
 from icebergsync_operator.catalog_reads import CatalogReads
+from icebergsync_operator.catalog_scope import CatalogScope
 from icebergsync_operator.catalogs.lookup import resolve_sync_catalog
-from icebergsync_operator.catalogs.resolve import CatalogRefusal
+from icebergsync_operator.catalogs.resolve import CatalogRefusal, admin_declared, scope_refusal
 from icebergsync_operator.cleanup import delete_applications, delete_everything
 from icebergsync_operator.kube import KubeApi
 from icebergsync_operator.launch import launch
@@ -37,7 +38,7 @@ from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.render import spec_document
 from icebergsync_operator.settings import OperatorSettings
 from icebergsync_operator.status_update import TableObservation, parse_status
-from icebergsync_operator.table import observe_table
+from icebergsync_operator.table import CatalogReach, observe_table
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class Reading:
     spec_problems: tuple[str, ...]
     policy_problems: tuple[str, ...]
     catalog_refusal: CatalogRefusal | None = None
+    scope: CatalogScope | None = None  #: where the operator may go for the sync's catalog (None: not resolved)
 
     @property
     def table_readable(self) -> bool:
@@ -82,7 +84,8 @@ class Reading:
 
 
 def read_spec(context: OperatorContext, body: Mapping[str, Any]) -> Reading:
-    """Parse the stored spec, resolve its catalog (reading the catalog resource) and check the policy."""
+    """Parse the stored spec, resolve its catalog (reading the catalog resource), check that the operator may
+    contact it, and check the policy."""
     metadata = body["metadata"]
     try:
         sync: IcebergSync | None = parse_spec(spec_document(metadata["name"], metadata["namespace"],
@@ -93,9 +96,12 @@ def read_spec(context: OperatorContext, body: Mapping[str, Any]) -> Reading:
     resolved = resolve_sync_catalog(context.api, context.settings, sync) if sync is not None else None
     if isinstance(resolved, CatalogRefusal):
         return Reading(body, sync, problems, (), resolved)
-    refused = policy_problems(resolved, context.settings, catalog_uri_field(sync)) \
-        if resolved is not None and sync is not None else ()
-    return Reading(body, resolved, problems, refused)
+    if resolved is None or sync is None:
+        return Reading(body, None, problems, ())
+    field = catalog_uri_field(sync)
+    scope = context.settings.catalog_scope(admin_declared(sync))
+    return Reading(body, resolved, problems, policy_problems(resolved, context.settings, field),
+                   scope_refusal(resolved, scope, field), scope)
 
 
 def observe(context: OperatorContext, reading: Reading, table: TableObservation,
@@ -156,12 +162,13 @@ def act(context: OperatorContext, body: Mapping[str, Any], sync: IcebergSync | N
 
 async def read_table(context: OperatorContext, reading: Reading) -> TableObservation:
     """The table's view, read in a thread of its own within the catalog deadline (nothing when not readable)."""
-    sync = reading.sync
-    if sync is None or not reading.table_readable:
+    sync, scope = reading.sync, reading.scope
+    if sync is None or scope is None or not reading.table_readable:
         return TableObservation()
     key = (sync.metadata.namespace, sync.metadata.name)
+    reach = CatalogReach(context.settings, scope, context.catalog_reads.memory)
     return await context.catalog_reads.read(key, sync.spec.table.catalog_or_default.uri,
-                                            lambda: observe_table(context.api, sync, context.settings))
+                                            lambda: observe_table(context.api, sync, reach))
 
 
 async def reconcile_sync(context: OperatorContext, namespace: str, name: str) -> Decision | None:
