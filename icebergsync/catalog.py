@@ -23,6 +23,8 @@ from pyiceberg.transforms import parse_transform
 
 from icebergsync import spec as model
 from icebergsync.errors import CatalogUnreachableError, IncompatibleSchemaError, SpecError
+from icebergsync.transient import object_store, rest_catalog
+from icebergsync.transient.calls import retry_transient
 
 DEFAULT_SECRETS_DIR = "/etc/icebergsync/secrets"
 _ENV_REFERENCE = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -114,9 +116,20 @@ def catalog_properties(catalog: model.Catalog, secret_values: dict[str, str] | N
     return properties
 
 
+def with_retries(properties: dict[str, str]) -> dict[str, str]:
+    """``properties`` with the job's transient-fault handling (icebergsync/transient/): a REST catalog whose
+    requests retry where that is safe, and a FileIO whose uploads survive lost answers, unless the catalog's
+    properties name a FileIO of their own."""
+    properties = {"py-io-impl": object_store.IMPL, **properties}
+    if properties.get("type") == "rest":
+        properties = {name: value for name, value in properties.items() if name != "type"}
+        properties["py-catalog-impl"] = rest_catalog.IMPL
+    return properties
+
+
 def open_catalog(catalog: model.Catalog, secret_values: dict[str, str] | None = None) -> Catalog:
     """Connect to the catalog; raise ``CatalogUnreachableError`` with the URI when it does not answer."""
-    properties = catalog_properties(catalog, secret_values)
+    properties = with_retries(catalog_properties(catalog, secret_values))
     try:
         loaded = load_catalog(catalog.name, **properties)
         loaded.list_namespaces()
@@ -158,22 +171,29 @@ def ensure_table(catalog: Catalog, identifier: str, schema: Schema, partition_by
     format-version 2 with exactly those identifier fields, else ``IncompatibleSchemaError`` names
     what differs. (Its unpartitioned spec for global equality deletes is added by the sink's fence.)
     """
-    namespace = identifier.rsplit(".", 1)[0]
-    with contextlib.suppress(NamespaceAlreadyExistsError):
-        catalog.create_namespace(namespace)
     if key:
         schema, properties = _keyed(identifier, schema, properties, key)
-    try:
-        table = catalog.load_table(identifier)
-    except NoSuchTableError:
-        try:
-            table = catalog.create_table(identifier, schema=schema, partition_spec=partition_spec(schema, partition_by),
-                                         properties={**NEW_TABLE_DEFAULTS, **properties})
-        except TableAlreadyExistsError:
-            table = catalog.load_table(identifier)
+    table = retry_transient(f"create or load {identifier}", lambda: _create_or_load(
+        catalog, identifier, schema, partition_by, {**NEW_TABLE_DEFAULTS, **properties}))
     if key:
         check_keyed_table(identifier, table, key)
     return table
+
+
+def _create_or_load(catalog: Catalog, identifier: str, schema: Schema, partition_by: list[str],
+                    properties: dict[str, str]) -> Table:
+    """Load the table, creating its namespace and itself when missing: idempotent as a whole (a create whose
+    answer was lost finds the table on the next attempt)."""
+    with contextlib.suppress(NamespaceAlreadyExistsError):
+        catalog.create_namespace(identifier.rsplit(".", 1)[0])
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError:
+        try:
+            return catalog.create_table(identifier, schema=schema, partition_spec=partition_spec(schema, partition_by),
+                                        properties=properties)
+        except TableAlreadyExistsError:
+            return catalog.load_table(identifier)
 
 
 KEYED_FORMAT_VERSION = 2  # what a new keyed table is, unless spec.table.properties asks for 3 (deletion vectors)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from icebergsync.errors import EXIT_FAILED, EXIT_OK, IcebergSyncError
 from icebergsync.spec import IcebergSync, load_spec
+from icebergsync.transient.calls import last_line, unreachable
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -124,9 +125,20 @@ def main(argv: list[str] | None = None, extra_commands: Sequence[CommandAdder] =
     _configure_logging(args.log_level)
     try:
         return int(args.handler(args))
-    except IcebergSyncError as error:
-        log.error("%s", error)
-        return error.exit_status
-    except Exception:
-        log.exception("icebergsync failed")
-        return EXIT_FAILED
+    except Exception as error:
+        return exit_status_of(error)
+
+
+def exit_status_of(error: Exception) -> int:
+    """Log ``error`` as the job's end and return its documented exit status.
+
+    The last line printed is always one line saying what ended the job: a transient fault that outlasted the
+    retry budget (:mod:`icebergsync.transient`) is the catalog's or the object store's documented status; any
+    other unexpected error is logged with its traceback first (for whoever debugs it), then the line."""
+    documented = error if isinstance(error, IcebergSyncError) else unreachable("the job", error)
+    if documented is not None:
+        log.error("%s", documented)
+        return documented.exit_status
+    log.warning("the job failed with an unexpected error", exc_info=error)
+    log.error("icebergsync failed: %s", last_line(error))
+    return EXIT_FAILED

@@ -10,6 +10,8 @@ EXIT_INVALID_SPEC = 2
 EXIT_FENCED = 75
 EXIT_INCOMPATIBLE_SCHEMA = 3
 EXIT_CATALOG_UNREACHABLE = 4
+# The object store kept failing after the retry budget (icebergsync/transient/): nothing of that trigger committed.
+EXIT_OBJECT_STORE_UNREACHABLE = 6
 # A record or file that cannot be ingested and no dead-letter table to put it in (EX_DATAERR): waiting or
 # relaunching will not help, the operator reports Stalled with the reason.
 EXIT_BAD_INPUT = 65
@@ -58,6 +60,12 @@ class CatalogUnreachableError(IcebergSyncError):
     """The catalog could not be contacted; nothing was written."""
 
     exit_status = EXIT_CATALOG_UNREACHABLE
+
+
+class ObjectStoreUnreachableError(IcebergSyncError):
+    """The object store kept failing after the retry budget; nothing of the trigger was committed."""
+
+    exit_status = EXIT_OBJECT_STORE_UNREACHABLE
 
 
 class BadInputError(IcebergSyncError):

@@ -9,7 +9,9 @@ Everything here is pure: it reads table metadata and decides; it never writes.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +72,41 @@ class Writer:
     sink_id: str
     version: int
     attempt: str
+
+
+def sink_file_prefix(sink_id: str) -> str:
+    """File-name prefix shared by every file any version of this sink writes (staged files, manifests)."""
+    return "isync-" + hashlib.sha1(sink_id.encode()).hexdigest()[:10]
+
+
+def attempt_file_prefix(writer: Writer) -> str:
+    """File-name prefix of one attempt: sink prefix, version and attempt id."""
+    return f"{sink_file_prefix(writer.sink_id)}-v{writer.version}-{writer.attempt}"
+
+
+def summary_writer(summary: Mapping[str, str]) -> Writer | None:
+    """The writer a snapshot summary names (None: not a sink's snapshot)."""
+    try:
+        return Writer(summary[SINK_ID], int(summary[SINK_VERSION]), summary[ATTEMPT])
+    except (KeyError, ValueError):
+        return None
+
+
+_MANIFEST_LIST_NAME = re.compile(r"^snap-\d+-\d+-")  # pyiceberg's: snap-<snapshot id>-<attempt>-<commit uuid>.avro
+
+
+def file_owner(name: str, sink_prefix: str) -> tuple[int, str] | None:
+    """(version, attempt) of the sink's attempt that wrote the file ``name``, or None if no attempt of the sink
+    with ``sink_prefix`` did: a staged data or delete file (``<attempt prefix>-…``), a manifest
+    (``<attempt prefix>-<uuid>-m<n>.avro``) or a manifest list (``snap-<snapshot id>-<n>-<attempt prefix>-….avro``)."""
+    name = _MANIFEST_LIST_NAME.sub("", name)
+    if not name.startswith(sink_prefix + "-v"):
+        return None
+    parts = name[len(sink_prefix) + 2:].split("-")
+    try:
+        return int(parts[0]), parts[1]
+    except (IndexError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ log "pytest"
 basetemp="$(mktemp -d)"
 trap 'rm -rf "$basetemp"' EXIT
 status=0
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 --basetemp="$basetemp/pytest" "$@" || status=$?
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 --durations=25 --basetemp="$basetemp/pytest" "$@" || status=$?
 if [[ $status -eq 5 ]]; then
   log "pytest collected no tests: that is a failure"
   exit 1

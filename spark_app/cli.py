@@ -50,11 +50,12 @@ def run_command(args: argparse.Namespace) -> int:
     upkeep = summary.upkeep
     log.info("done: sink=%s version=%d commits=%d records=%d dead_letters=%d frontier=%s; maintenance: %d run(s) "
              "rewrote %d data file(s) (%d bytes) into %d, removed %d delete file(s), merged %d manifest(s) into %d, "
-             "expired %d snapshot(s), removed %d orphan(s) in %.1fs", summary.writer.sink_id, summary.writer.version,
+             "expired %d snapshot(s), removed %d orphan(s), %d step(s) failed and retried in %.1fs",
+             summary.writer.sink_id, summary.writer.version,
              summary.commits, summary.records, summary.dead_letters, json.dumps(summary.frontier, sort_keys=True),
              upkeep.runs, upkeep.data_files_rewritten, upkeep.bytes_rewritten, upkeep.data_files_written,
              upkeep.delete_files_removed, upkeep.manifests_rewritten, upkeep.manifests_written,
-             upkeep.snapshots_expired, upkeep.orphans_removed, upkeep.seconds)
+             upkeep.snapshots_expired, upkeep.orphans_removed, upkeep.failures, upkeep.seconds)
     return summary.exit_status
 
 

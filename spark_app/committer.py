@@ -10,7 +10,7 @@ table is reloaded and searched for the snapshot ids this commit attempted before
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import dataclasses
 import json
 import logging
 import random
@@ -40,9 +40,18 @@ from icebergsync.errors import (
     ProgressConflictError,
     TableChangedError,
 )
-from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer
+from icebergsync.protocol import (
+    Frontier,
+    Progress,
+    SourceIdentity,
+    Writer,
+    attempt_file_prefix,
+    file_owner,
+    sink_file_prefix,
+)
 from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
+from icebergsync.transient.calls import last_line, retry_transient
 from spark_app.carry.fill import fill
 from spark_app.carry.live_rows import live_positions, read_live_rows
 from spark_app.carry.moves import fill_from_moves, matching_moves, old_keys_to_read
@@ -56,11 +65,13 @@ from spark_app.iceberg_internals import (
     commit_transaction,
     commit_transactions,
     expire_snapshots,
+    fast_append,
     live_files,
     main_head_requirement,
     rewrite_files,
     rewrite_manifests,
     row_delta,
+    written_metadata,
 )
 from spark_app.key_index.file_keys import FileKeysCache
 from spark_app.key_index.key_columns import DRIVER_KEY_COLUMNS
@@ -75,6 +86,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("icebergsync.committer")
+CLEANUP_BUDGET_SECONDS = 30.0  # how long deleting what never landed rides out faults (start-up cleanup is next)
 
 MAIN_SEQUENCE = "main-sequence-number"
 MAIN_SNAPSHOT = protocol.MAIN_SNAPSHOT_ID
@@ -82,27 +94,6 @@ PENDING_DEAD_LETTERS = "pending-dead-letter-files"
 UNKNOWN_OUTCOME_DEADLINE_SECONDS = 300.0
 
 T = TypeVar("T")
-
-
-def sink_file_prefix(sink_id: str) -> str:
-    """File-name prefix shared by every file any version of this sink stages."""
-    return "isync-" + hashlib.sha1(sink_id.encode()).hexdigest()[:10]
-
-
-def attempt_file_prefix(writer: Writer) -> str:
-    """File-name prefix of one attempt: sink prefix, version and attempt id."""
-    return f"{sink_file_prefix(writer.sink_id)}-v{writer.version}-{writer.attempt}"
-
-
-def _parse_file_owner(name: str, sink_prefix: str) -> tuple[int, str] | None:
-    """(version, attempt) encoded in a staged file's name, or None if it is not this sink's."""
-    if not name.startswith(sink_prefix + "-v"):
-        return None
-    parts = name[len(sink_prefix) + 2:].split("-")
-    try:
-        return int(parts[0]), parts[1]
-    except (IndexError, ValueError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -370,7 +361,7 @@ class SinkCommitter:
             snapshot_id = row_delta(transaction, summary, files, delete_files or [], removed_delete_files or (),
                                     removed_data_files or ())
         else:
-            with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
+            with fast_append(transaction, summary) as append:
                 for data_file in files:
                     append.append_data_file(data_file)
                 snapshot_id = appended_snapshot_id(append)
@@ -679,10 +670,11 @@ class SinkCommitter:
     # -- cleanup ----------------------------------------------------------------------------------
 
     def cleanup_orphans(self, table: Table, older_than_ms: int | None = None) -> list[str]:
-        """Delete staged files of earlier attempts of this sink that no snapshot references.
+        """Delete files of earlier attempts of this sink that no snapshot references: staged data and delete
+        files, and the manifests and manifest lists of commits that never landed.
 
         Only files of lower versions, or of the same version by another attempt written before this
-        attempt's fence, are candidates: a newer writer's staged files are never touched. With
+        attempt's fence, are candidates: a newer writer's files are never touched. With
         ``older_than_ms`` (epoch ms) only files written before it are (the periodic removal's safety age).
         """
         assert self.fence_time_ms is not None
@@ -690,8 +682,11 @@ class SinkCommitter:
         before = datetime.fromtimestamp(older_than_ms / 1000, tz=UTC) if older_than_ms is not None else None
         prefix = sink_file_prefix(self.writer.sink_id)
         candidates = []
-        for stored in list_files(f"{table.metadata.location}/data", table.io.properties):
-            owner = _parse_file_owner(stored.uri.rsplit("/", 1)[-1], prefix)
+        metadata_dir = table.location_provider().new_metadata_location("").rstrip("/")
+        stored_files = [*list_files(f"{table.metadata.location}/data", table.io.properties),
+                        *(f for f in list_files(metadata_dir, table.io.properties) if f.uri.endswith(".avro"))]
+        for stored in stored_files:
+            owner = file_owner(stored.uri.rsplit("/", 1)[-1], prefix)
             if owner is None or (before is not None and (stored.mtime is None or stored.mtime >= before)):
                 continue
             version, attempt = owner
@@ -710,15 +705,33 @@ class SinkCommitter:
             with contextlib.suppress(FileNotFoundError):  # its (fenced) writer may have discarded it meanwhile
                 table.io.delete(uri)
         if orphans:
-            log.info("%s: deleted %d leftover staged file(s) of earlier attempts", self.writer.sink_id, len(orphans))
+            log.info("%s: deleted %d leftover file(s) of earlier attempts (staged files, manifests of commits that "
+                     "never landed)", self.writer.sink_id, len(orphans))
         return orphans
 
     def discard(self, output: TriggerOutput) -> None:
         """Delete files staged for a main commit that certainly did not land."""
-        io = self._catalog.load_table(self._identifier).io
-        for path in output.all_paths():
-            with contextlib.suppress(FileNotFoundError):
-                io.delete(path)
+        self._delete_paths(output.all_paths())
+
+    def _delete_paths(self, paths: Sequence[str]) -> None:
+        """Delete files no snapshot references, as well as the catalog and the object store let it: a fault
+        here never stops the sync nor hides the error that led here (it may be on its way up). What stays is
+        the start-up cleanup's (:meth:`cleanup_orphans`), which runs under the fence."""
+        remaining = list(paths)
+
+        def delete_remaining() -> None:
+            io = self._catalog.load_table(self._identifier).io
+            while remaining:
+                with contextlib.suppress(FileNotFoundError):
+                    io.delete(remaining[-1])
+                remaining.pop()
+
+        try:
+            retry_transient(f"delete {len(remaining)} file(s) of {self._identifier}", delete_remaining,
+                            budget_seconds=CLEANUP_BUDGET_SECONDS)
+        except Exception as error:
+            log.warning("%s: could not delete %d file(s) no snapshot references (%s); the next start-up's cleanup "
+                        "removes them", self.writer.sink_id, len(remaining), last_line(error))
 
     def _position_deletes(self, table: Table, output: TriggerOutput) -> tuple[PositionDeleteDelta, CopyOnWrite]:
         """The position deletes (or deletion vectors) of the rows ``output.touched_keys`` hold on ``table``'s head,
@@ -786,12 +799,7 @@ class SinkCommitter:
         return result
 
     def _delete_files(self, files: list[DataFile]) -> None:
-        if not files:
-            return
-        io = self._catalog.load_table(self._identifier).io
-        for data_file in files:
-            with contextlib.suppress(FileNotFoundError):
-                io.delete(data_file.file_path)
+        self._delete_paths([data_file.file_path for data_file in files])
 
 
 @dataclass
@@ -840,7 +848,7 @@ class DataCommit:
             max_event_time=output.max_event_time, source_lag=output.source_lag, source_notes=output.source_notes,
             cut=self.cut,
         )
-        self.rounds[snapshot_id] = written
+        self.rounds[snapshot_id] = dataclasses.replace(written, metadata=written_metadata(transaction))
         return transaction, snapshot_id
 
     def abandon(self) -> None:
@@ -848,12 +856,14 @@ class DataCommit:
         was sent)."""
         self.committer.discard(self.output)
         self.committer._delete_files([f for written in self.rounds.values() for f in written.files])
+        self.committer._delete_paths([path for written in self.rounds.values() for path in written.metadata])
 
     def land(self, snapshot: Snapshot) -> Commit:
         """Book the snapshot that landed, delete what other rounds wrote, then commit the dead letters."""
         committer, output, frontier = self.committer, self.output, self.frontier
-        committer._delete_files([f for snapshot_id, written in self.rounds.items()
-                                 if snapshot_id != snapshot.snapshot_id for f in written.files])
+        lost = [written for snapshot_id, written in self.rounds.items() if snapshot_id != snapshot.snapshot_id]
+        committer._delete_files([f for written in lost for f in written.files])
+        committer._delete_paths([path for written in lost for path in written.metadata])
         landed = self.rounds.get(snapshot.snapshot_id, _Round([], TaskResult()))
         # The staged files the landed snapshot merged into its copy-on-write files: no snapshot holds them.
         committer._delete_files(landed.replaced_staged)
@@ -914,6 +924,7 @@ class _Round:
     carried: TaskResult
     rewritten: list[DataFile] = field(default_factory=list)
     replaced_staged: list[DataFile] = field(default_factory=list)
+    metadata: list[str] = field(default_factory=list)  # the manifests and manifest list of its snapshot
 
     def _of(self, table: str) -> list[DataFile]:
         return [f.data_file for f in self.carried.files if f.table == table]
@@ -970,14 +981,21 @@ def _pending_extra(paths: list[str]) -> dict[str, list[str]]:
 
 
 def referenced_files(table: Table) -> set[str]:
-    """Normalized paths of every data and delete file referenced by any snapshot of the table."""
-    referenced: set[str] = set()
-    seen_manifests: set[str] = set()
-    for snapshot in table.metadata.snapshots:
+    """Normalized paths of every file any snapshot of the table references: manifest lists, manifests, and their
+    data and delete files."""
+    return set(file_references(table, table.metadata.snapshots, live_only=False))
+
+
+def file_references(table: Table, snapshots: Sequence[Snapshot], live_only: bool) -> dict[str, str]:
+    """Normalized path -> URI of the files ``snapshots`` reference: manifest lists, manifests, and their data and
+    delete files (``live_only``: only those live in a snapshot, not those it records as deleted)."""
+    referenced: dict[str, str] = {}
+    for snapshot in snapshots:
+        referenced[normalize(snapshot.manifest_list)] = snapshot.manifest_list
         for manifest in snapshot.manifests(table.io):
-            if manifest.manifest_path in seen_manifests:
+            if normalize(manifest.manifest_path) in referenced:
                 continue
-            seen_manifests.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                referenced.add(normalize(entry.data_file.file_path))
+            referenced[normalize(manifest.manifest_path)] = manifest.manifest_path
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=live_only):
+                referenced[normalize(entry.data_file.file_path)] = entry.data_file.file_path
     return referenced

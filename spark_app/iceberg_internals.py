@@ -33,6 +33,7 @@ Format version 3 (deletion vectors) needs more than pyiceberg 0.12 does; what is
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -97,6 +98,7 @@ from pyiceberg.table.update.snapshot import (
 from pyiceberg.typedef import IcebergBaseModel, TableVersion
 from pyiceberg.types import IcebergType, IntegerType, ListType, MapType, NestedField, StructType
 
+from icebergsync import protocol
 from spark_app.multi_table.cut import TableChange, commit_cut
 
 
@@ -434,13 +436,55 @@ class _Carried:
     live: list[DataFile]  # the other live files of the manifests that were read
 
 
+class _AttemptCommitUUID(uuid.UUID):
+    """A commit's uuid whose text starts with the file prefix of the sink's attempt that commits: pyiceberg names a
+    commit's manifests ``<commit uuid>-m<n>.avro`` and its manifest list ``snap-<id>-<n>-<commit uuid>.avro``, so
+    these carry the attempt like its staged files, and the start-up cleanup finds those that never landed."""
+
+    prefix: str
+
+    def __init__(self, prefix: str, value: int | None = None):
+        super().__init__(int=uuid.uuid4().int if value is None else value)
+        object.__setattr__(self, "prefix", prefix)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}-{super().__str__()}"
+
+    def __reduce__(self) -> tuple[type[_AttemptCommitUUID], tuple[str, int]]:  # copies and pickles keep the prefix
+        return type(self), (self.prefix, self.int)
+
+
+def attempt_commit_uuid(snapshot_properties: dict[str, str]) -> uuid.UUID:
+    """The commit uuid of a snapshot with these summary properties: named for the sink's attempt when they name
+    one (:func:`icebergsync.protocol.file_owner` reads it back)."""
+    writer = protocol.summary_writer(snapshot_properties)
+    return _AttemptCommitUUID(protocol.attempt_file_prefix(writer)) if writer is not None else uuid.uuid4()
+
+
+def fast_append(transaction: Transaction, snapshot_properties: dict[str, str]) -> _FastAppendFiles:
+    """pyiceberg's fast append, its manifests named for the committing attempt (:func:`attempt_commit_uuid`)."""
+    append = transaction.update_snapshot(snapshot_properties=snapshot_properties).fast_append()
+    append.commit_uuid = attempt_commit_uuid(snapshot_properties)
+    return append
+
+
+def written_metadata(transaction: Transaction) -> list[str]:
+    """The manifests and manifest lists the snapshots of ``transaction`` wrote (none of them live until it lands)."""
+    return [path for producer in transaction._snapshot_producers
+            for path in (*producer._written_manifests, *producer._written_manifest_lists)]
+
+
 class _RowLevelProducer(_SnapshotProducer[Any]):
     """A snapshot producer for format-version 2 and 3 tables.
 
     Its manifests keep every field of a content file (see :class:`_ManifestWriter`); for format 3
     it writes the manifest list itself and sets the snapshot's ``first-row-id`` and ``added-rows``
-    (row lineage), which pyiceberg 0.12 does not.
+    (row lineage), which pyiceberg 0.12 does not. Its manifests are named for the committing attempt
+    (:func:`attempt_commit_uuid`).
     """
+
+    def __init__(self, **arguments: Any):
+        super().__init__(**arguments, commit_uuid=attempt_commit_uuid(arguments["snapshot_properties"]))
 
     def _deleted_entries(self) -> list[ManifestEntry]:
         return []  # removed entries are written DELETED inside the rewritten manifests
@@ -865,11 +909,13 @@ class RewriteManifests(_RowLevelProducer):
             raise ValueError(f"manifests to rewrite are not in snapshot {parent.snapshot_id}: {sorted(missing)[:3]}")
         written = []
         for bin_manifests in self._bins:
+            entries = [entry for manifest in bin_manifests for entry in manifest_entries(self._io, manifest)]
+            if not entries:  # manifests of DELETED entries only (a compaction's): nothing of them is live any more
+                continue
             first = bin_manifests[0]
             with self._manifest_writer(self.spec(first.partition_spec_id), first.content) as writer:
-                for manifest in bin_manifests:
-                    for entry in manifest_entries(self._io, manifest):
-                        writer.existing(entry)
+                for entry in entries:
+                    writer.existing(entry)
             written.append(writer.to_manifest_file())
         return [*written, *(m for m in manifests if m.manifest_path not in rewritten)]
 

@@ -56,10 +56,16 @@ from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import SparkSession
 
 from icebergsync import protocol
-from icebergsync.errors import CommitStateUnknownError, IcebergSyncError
+from icebergsync.errors import (
+    CatalogUnreachableError,
+    CommitStateUnknownError,
+    IcebergSyncError,
+    ObjectStoreUnreachableError,
+)
+from icebergsync.protocol import attempt_file_prefix
 from icebergsync.spec import Maintenance
-from icebergsync.storage import normalize
-from spark_app.committer import MaintenanceConflictError, SinkCommitter, attempt_file_prefix
+from icebergsync.transient.calls import last_line
+from spark_app.committer import MaintenanceConflictError, SinkCommitter, file_references
 from spark_app.faults import crash_point
 from spark_app.iceberg_internals import LiveFile, live_files, manifest_files
 from spark_app.upkeep.deletes import PositionReferences
@@ -68,6 +74,9 @@ from spark_app.upkeep.plan import TIER_FLOOR_BYTES, Thresholds, UpkeepPlan, plan
 from spark_app.upkeep.rewrite import Outcome, RewriteContext, delete_written, run_plan
 
 log = logging.getLogger("icebergsync.maintenance")
+# What fails an upkeep step without stopping the sync: the catalog's or the object store's weather, and a
+# maintenance commit whose outcome stayed unknown.
+_UPKEEP_WEATHER = (CatalogUnreachableError, ObjectStoreUnreachableError, CommitStateUnknownError)
 
 
 @dataclass
@@ -86,6 +95,7 @@ class UpkeepTotals:
     manifests_written: int = 0
     snapshots_expired: int = 0
     orphans_removed: int = 0
+    failures: int = 0  # steps that failed and run again after a later commit (never a stop of the sync)
     seconds: float = 0.0
 
 
@@ -177,25 +187,41 @@ class Maintainer:
         if self.settings.rewrite_manifests.enabled:
             self._guarded("rewriteManifests", self.rewrite_manifests)
         expire, orphans = self.settings.expire_snapshots, self.settings.remove_orphans
-        if expire.enabled and (self._clock() - self._last_expiry >= expire.every_seconds or self._too_many_snapshots()):
-            self._last_expiry = self._clock()
-            self._guarded("expireSnapshots", self.expire_snapshots)
+        if expire.enabled:
+            self._guarded("expireSnapshots", self._expire_when_due)
         if orphans.enabled and self._clock() - self._last_orphans >= orphans.every_seconds:
             self._last_orphans = self._clock()
             self._guarded("removeOrphans", self.remove_orphans)
+
+    def _expire_when_due(self) -> ExpiryResult | None:
+        """Expire snapshots when ``every`` has passed or main holds more than ``maxSnapshots``."""
+        expire = self.settings.expire_snapshots
+        if self._clock() - self._last_expiry < expire.every_seconds and not self._too_many_snapshots():
+            return None
+        self._last_expiry = self._clock()
+        return self.expire_snapshots()
 
     def _too_many_snapshots(self) -> bool:
         main = protocol.main_ancestry(self.catalog.load_table(self.identifier).metadata)
         return sum(1 for _ in main) > self.settings.expire_snapshots.max_snapshots
 
     def _guarded(self, what: str, run: Callable[[], object]) -> None:
+        """Run one upkeep step; only what stops a data commit too (fenced, table changed, rolled back) stops the
+        sync. A fault of the catalog or the object store, or a commit whose outcome stayed unknown, is logged,
+        counted, and the step runs again after a later commit (a maintenance snapshot that did land is on main,
+        which every data commit reads again)."""
         try:
             run()
         except MaintenanceConflictError as exc:
             log.info("%s: maintenance %s skipped: %s", self.committer.writer.sink_id, what, exc)
+        except _UPKEEP_WEATHER as exc:
+            self.totals.failures += 1
+            log.warning("%s: maintenance %s failed (%s); the sync goes on and retries it after a later commit",
+                        self.committer.writer.sink_id, what, last_line(exc))
         except IcebergSyncError:
-            raise  # fenced, table changed, rolled back, unknown outcome: as for a data commit
+            raise  # fenced, table changed, rolled back: as for a data commit
         except Exception:
+            self.totals.failures += 1
             log.exception("%s: maintenance %s failed; the sync goes on and retries it after a later commit",
                           self.committer.writer.sink_id, what)
 
@@ -332,27 +358,12 @@ class Maintainer:
         return removed
 
 
-def _references(table: Table, snapshots: list[Snapshot], live_only: bool) -> dict[str, str]:
-    """Normalized path -> URI of the files ``snapshots`` reference: manifest lists, manifests, and their data and
-    delete files (``live_only``: only those live in a snapshot, not those it records as deleted)."""
-    referenced: dict[str, str] = {}
-    for snapshot in snapshots:
-        referenced[normalize(snapshot.manifest_list)] = snapshot.manifest_list
-        for manifest in snapshot.manifests(table.io):
-            if normalize(manifest.manifest_path) in referenced:
-                continue
-            referenced[normalize(manifest.manifest_path)] = manifest.manifest_path
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=live_only):
-                referenced[normalize(entry.data_file.file_path)] = entry.data_file.file_path
-    return referenced
-
-
 def delete_unreferenced(table: Table, expired: list[Snapshot]) -> int:
     """After ``expired`` left ``table`` (the metadata after the expiry): delete the files they referenced that no
     remaining snapshot reads (data and delete files live in none of them, manifests and manifest lists none of
     them lists); return how many. A file a remaining snapshot only records as deleted is read by none."""
-    gone = _references(table, expired, live_only=False)
-    kept = _references(table, list(table.metadata.snapshots), live_only=True)
+    gone = file_references(table, expired, live_only=False)
+    kept = file_references(table, table.metadata.snapshots, live_only=True)
     deleted = 0
     for path in sorted(set(gone) - set(kept)):
         with contextlib.suppress(FileNotFoundError):

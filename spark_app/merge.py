@@ -31,6 +31,7 @@ from pyiceberg.typedef import Record
 from pyspark.sql import SparkSession
 
 from spark_app.parquet_stitch import Piece, StitchRefused, plan_stitch
+from spark_app.position_deletes.plan import write_new_file
 from spark_app.writer import (
     RollingParquetWriter,
     StagedFile,
@@ -177,8 +178,7 @@ def _stitch_group(plan: TablePlan, io: FileIO, group: MergeGroup, name_prefix: s
     path = new_file_path(load_location_provider(plan.location, plan.properties), partition_path(plan, partition),
                          name_prefix, 1)
     try:
-        with io.new_output(path).create(overwrite=False) as out:
-            stitched.write_to(out)
+        write_new_file(io, path, stitched.write_to)
     except BaseException:
         _delete_quietly(io, path)
         raise

@@ -31,6 +31,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.locations import LocationProvider, load_location_provider
 from pyiceberg.typedef import Record
 
+from icebergsync.transient.object_store import close_upload
 from spark_app.deadletter import Rejection, count_reasons, dead_letter_rows, split_dead_letters
 from spark_app.deletes import DeletePlan
 from spark_app.iceberg_internals import footer_statistics, new_data_location, partition_value
@@ -312,7 +313,7 @@ class RollingParquetWriter:
         self._writer.close()
         metadata = self._writer.writer.metadata
         size = self._stream.tell()
-        self._stream.close()
+        close_upload(self._stream, self._io, self._path, size)
         self.closed_files.append(data_file_from_footer(self._plan, self._path, size, self._partition, metadata))
         self._writer, self._stream = None, None
 

@@ -165,6 +165,11 @@ class KubeApi:
                                             f"is not UTF-8 text") from None
         return values
 
+    def secret_type(self, namespace: str, name: str) -> str | None:
+        """A Secret's type; None when it does not exist (its values are not kept)."""
+        secret = _unless_missing(self.core.read_namespaced_secret, name, namespace)
+        return None if secret is None else str(secret.type or "Opaque")
+
     def post_event(self, owner: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on an IcebergSync or catalog resource (failures to post are logged, never raised).
 

@@ -36,6 +36,7 @@ from icebergsync_operator.liveness import ReconcileWatch
 from icebergsync_operator.policy import catalog_uri_field, policy_problems
 from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.render import spec_document
+from icebergsync_operator.secret_refs import SecretCheck, catalog_secret_field, check_secrets, named_secrets
 from icebergsync_operator.settings import OperatorSettings
 from icebergsync_operator.status_update import TableObservation, parse_status
 from icebergsync_operator.table import CatalogReach, observe_table
@@ -75,17 +76,18 @@ class Reading:
     policy_problems: tuple[str, ...]
     catalog_refusal: CatalogRefusal | None = None
     scope: CatalogScope | None = None  #: where the operator may go for the sync's catalog (None: not resolved)
+    secrets: SecretCheck = field(default_factory=SecretCheck)  #: the types of the Secrets it names (read only for an allowed spec)
 
     @property
     def table_readable(self) -> bool:
         """Whether the table is read: never for an invalid, refused or suspended spec."""
         return (self.sync is not None and not self.sync.spec.suspend and not self.policy_problems
-                and self.catalog_refusal is None)
+                and self.catalog_refusal is None and not self.secrets.problems)
 
 
 def read_spec(context: OperatorContext, body: Mapping[str, Any]) -> Reading:
-    """Parse the stored spec, resolve its catalog (reading the catalog resource), check that the operator may
-    contact it, and check the policy."""
+    """Parse the stored spec, resolve its catalog (reading the catalog resource), check the policy and that the
+    operator may contact the catalog, then the types of the Secrets it names."""
     metadata = body["metadata"]
     try:
         sync: IcebergSync | None = parse_spec(spec_document(metadata["name"], metadata["namespace"],
@@ -97,11 +99,17 @@ def read_spec(context: OperatorContext, body: Mapping[str, Any]) -> Reading:
     if isinstance(resolved, CatalogRefusal):
         return Reading(body, sync, problems, (), resolved)
     if resolved is None or sync is None:
-        return Reading(body, None, problems, ())
-    field = catalog_uri_field(sync)
+        return Reading(body, resolved, problems, ())
+    uri_field = catalog_uri_field(sync)
     scope = context.settings.catalog_scope(admin_declared(sync))
-    return Reading(body, resolved, problems, policy_problems(resolved, context.settings, field),
-                   scope_refusal(resolved, scope, field), scope)
+    refused = policy_problems(resolved, context.settings, uri_field)
+    not_allowed = scope_refusal(resolved, scope, uri_field)
+    if refused or not_allowed:
+        return Reading(body, resolved, problems, refused, not_allowed, scope)
+    namespace = metadata["namespace"]
+    secrets = check_secrets(lambda name: context.api.secret_type(namespace, name),
+                            named_secrets(resolved, catalog_secret_field(sync)))
+    return Reading(body, resolved, problems, refused, scope=scope, secrets=secrets)
 
 
 def observe(context: OperatorContext, reading: Reading, table: TableObservation,
@@ -129,6 +137,8 @@ def observe(context: OperatorContext, reading: Reading, table: TableObservation,
         source_exhausted=bool(sync and table.sink and sync.spec.source.exhausted(table.sink.frontier)),
         policy_problems=refused,
         catalog_refusal=reading.catalog_refusal,
+        secret_problems=reading.secrets.problems,
+        missing_secrets=reading.secrets.missing,
         cuts=spec_cut_support(sync.spec.table.catalog_or_default) if sync and sync.spec.table.is_template else None,
     )
 

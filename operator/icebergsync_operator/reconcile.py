@@ -66,6 +66,8 @@ class Observation:
     source_exhausted: bool = False  #: the table's committed frontier is the bounded source's end
     policy_problems: tuple[str, ...] = ()  #: what the operator's policy refuses in a valid spec
     catalog_refusal: CatalogRefusal | None = None  #: why a valid spec may not use its catalog
+    secret_problems: tuple[str, ...] = ()  #: Secrets named by an allowed spec that a job may not mount
+    missing_secrets: tuple[str, ...] = ()  #: Secrets named by the spec that do not exist (yet)
     cuts: CutSupport | None = None  #: a sync of many tables: whether its catalog commits its cuts atomically
 
     @property
@@ -114,6 +116,9 @@ def decide(observation: Observation, settings: OperatorSettings) -> Decision:
     if observation.policy_problems:
         return _refused(observation, previous, "PolicyViolation", observation.policy_problems,
                         "the operator's policy refuses the spec")
+    if observation.secret_problems:
+        return _refused(observation, previous, "SecretRefused", observation.secret_problems,
+                        "a Secret the spec names may not be mounted")
     if observation.suspend:
         return _suspend(observation, previous)
     reason = _launch_reason(observation, previous)
@@ -247,6 +252,9 @@ def _launch(observation: Observation, previous: SyncStatus, reason: str, setting
         return _waiting_for_catalog(observation, previous, reason, settings)
     if observation.table.in_use is not None:
         return _table_in_use(observation, previous, *observation.table.in_use)
+    if observation.missing_secrets:
+        return _waiting(observation, previous, reason, settings, "WaitingForSecret",
+                        f"not launching until {', '.join(observation.missing_secrets)} exists")
     version = next_version(observation, previous)
     name = application_name(observation.name, version)
     messages = {
@@ -273,14 +281,20 @@ def _waiting_for_catalog(observation: Observation, previous: SyncStatus, reason:
                          settings: OperatorSettings) -> Decision:
     """A launch is due but the catalog cannot be read: wait (each status refresh reads it again)."""
     assert observation.table.error is not None
-    message = f"not launching until the catalog answers (the table's sink version is unknown): {observation.table.error}"
+    return _waiting(observation, previous, reason, settings, "WaitingForCatalog",
+                    f"not launching until the catalog answers (the table's sink version is unknown): "
+                    f"{observation.table.error}")
+
+
+def _waiting(observation: Observation, previous: SyncStatus, reason: str, settings: OperatorSettings,
+             waiting_for: str, message: str) -> Decision:
+    """A launch is due but cannot happen yet (``waiting_for``, the reason): wait, checking again at each refresh."""
     before = condition(previous, "Reconciling")
-    events = () if before is not None and before.reason == "WaitingForCatalog" else (
-        Event(WARNING, "WaitingForCatalog", message),)
+    events = () if before is not None and before.reason == waiting_for else (Event(WARNING, waiting_for, message),)
     assessment = Assessment(
         phase="Pending" if previous.phase in (None, "Pending") else "Degraded",
-        ready=Verdict(FALSE, "WaitingForCatalog", message),
-        reconciling=Verdict(TRUE, "WaitingForCatalog", f"{LAUNCH_REASONS[reason]}: {message}"),
+        ready=Verdict(FALSE, waiting_for, message),
+        reconciling=Verdict(TRUE, waiting_for, f"{LAUNCH_REASONS[reason]}: {message}"),
         stalled=_stalled_by_failures(previous.consecutive_failures, settings),
     )
     # observedGeneration stays: the new generation is not acted on until a version is launched for it.

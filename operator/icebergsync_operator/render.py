@@ -44,6 +44,7 @@ from icebergsync_operator.constants import (
     SYNC_LABEL,
     SYNC_VERSION,
 )
+from icebergsync_operator.secret_refs import named_secrets
 from icebergsync_operator.settings import OperatorSettings
 
 # The Spark Operator derives pod and service names from the application name (e.g. "<app>-ui-svc",
@@ -136,10 +137,7 @@ def build_spec_configmap(sync: IcebergSync, raw_spec: Mapping[str, Any], version
 
 def secret_names(sync: IcebergSync) -> list[str]:
     """Every Secret the spec references, each once, in a stable order."""
-    source = sync.spec.source
-    refs = [sync.spec.table.catalog_or_default.secret_ref, source.files.secret_ref if source.files else None,
-            source.kafka.secret_ref if source.kafka else None]
-    return sorted({ref.name for ref in refs if ref is not None})
+    return sorted({secret.name for secret in named_secrets(sync)})
 
 
 def pod_template(spec_configmap: str, container: str, *, api_token: bool) -> dict[str, Any]:

@@ -63,7 +63,7 @@ class OperatorSettings:
     catalog_max_bytes: int = 4 * 1024**2  #: largest catalog answer or metadata file, after decompression
     catalog_read_memory: int = 192 * 1024**2  #: memory all catalog reads in flight may take (see catalog_memory)
     max_catalog_reads: int = 16  #: catalog reads in flight at once (running or stuck), in all
-    max_namespace_catalog_reads: int = 4  #: catalog reads in flight at once for one namespace
+    max_namespace_catalog_reads: int = 2  #: catalog reads in flight at once for one namespace
     max_stuck_catalog_reads: int = 4  #: abandoned catalog reads a namespace may have before no new one starts
     reconcile_stuck_after: float = 300.0  #: a reconcile running this long fails the liveness probe
     allowed_catalog_uris: tuple[str, ...] = ()  #: endpoints (and paths under them) the operator may connect to;
@@ -171,7 +171,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
              "then backs off (default 16)")
     add("--max-namespace-catalog-reads", type=int,
         default=int(str(env("MAX_NAMESPACE_CATALOG_READS", defaults.max_namespace_catalog_reads))),
-        help="catalog reads in flight at once for one namespace (default 4)")
+        help="catalog reads in flight at once for one namespace: eight namespaces are needed to take every "
+             "slot (default 2)")
     add("--max-stuck-catalog-reads", type=int,
         default=int(str(env("MAX_STUCK_CATALOG_READS", defaults.max_stuck_catalog_reads))),
         help="catalog reads of one namespace left running past their deadline before no new one starts there")

@@ -18,11 +18,11 @@ from pyspark.sql import SparkSession
 
 from icebergsync.catalog import ensure_table, partition_spec
 from icebergsync.errors import IcebergSyncError
-from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer, encode_json
+from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer, attempt_file_prefix, encode_json
 from icebergsync.schema import iceberg_schema, plan_evolution, spark_ddl
 from icebergsync.spec import Column, IcebergSyncSpec, TableSettings
 from icebergsync.tables.routing import table_frontier
-from spark_app.committer import Commit, SinkCommitter, attempt_file_prefix
+from spark_app.committer import Commit, SinkCommitter
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.deletes import delete_plan, table_key
 from spark_app.faults import crash_point

@@ -11,6 +11,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.locations import load_location_provider
 
+from icebergsync.transient.object_store import close_upload
 from spark_app.iceberg_internals import new_data_location
 from spark_app.position_deletes.deletion_vector import DeletionVector
 
@@ -68,7 +69,7 @@ def write_new_file(io: FileIO, path: str, write: Callable[[Any], T]) -> tuple[T,
     try:
         result = write(stream)
         size = stream.tell()
-        stream.close()
+        close_upload(stream, io, path, size)
     except BaseException:
         stream.close()
         io.delete(path)

@@ -22,9 +22,10 @@ from pyiceberg.table import Table
 
 from icebergsync import protocol
 from icebergsync.catalog import open_catalog
+from icebergsync.protocol import sink_file_prefix
 from icebergsync.spec import IcebergSync, parse_spec
 from icebergsync.storage import list_files, normalize
-from spark_app.committer import referenced_files, sink_file_prefix
+from spark_app.committer import referenced_files
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,12 +12,14 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+import spark_app.committer as committer_module
 from icebergsync import protocol
 from icebergsync.errors import FencedError
-from icebergsync.protocol import Writer
+from icebergsync.protocol import Writer, sink_file_prefix
 from icebergsync.storage import list_files, normalize
-from spark_app.committer import SinkCommitter, TriggerOutput, sink_file_prefix
+from spark_app.committer import SinkCommitter, TriggerOutput, referenced_files
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
+from spark_app.multi_table.cut import TableChange
 from tests.integration.committer_support import (
     TABLE,
     commit_range,
@@ -249,3 +251,56 @@ def test_a_table_the_sink_creates_keeps_a_bounded_number_of_metadata_files(tmp_p
     assert metadata_files == sorted(normalize(uri) for uri in [
         *(entry.metadata_file for entry in table.metadata.metadata_log), table.metadata_location])
     assert committed_ids(catalog) == list(range(80))
+
+
+def _metadata_avro(catalog: Catalog) -> set[str]:
+    """Names of the manifests and manifest lists in the table's metadata directory."""
+    table = catalog.load_table(TABLE)
+    return {Path(f.uri).name for f in list_files(table.metadata.location + "/metadata", {}) if f.uri.endswith(".avro")}
+
+
+def _referenced_avro(catalog: Catalog) -> set[str]:
+    return {Path(p).name for p in referenced_files(catalog.load_table(TABLE)) if p.endswith(".avro")}
+
+
+def test_a_commit_round_that_lost_to_a_conflict_leaves_no_manifest(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog, table, sink = started_sink(tmp_path, 3)
+    real_commit = committer_module.commit_transactions
+    rounds = []
+
+    def another_writer_first(catalog_: Catalog, changes: list[TableChange]) -> object:
+        rounds.append(len(changes))
+        if len(rounds) == 1:  # the head moves between the build and the send: this round's snapshot loses
+            foreign = catalog.load_table(TABLE)
+            foreign.append(pa.Table.from_pylist([{"id": -1, "who": "foreign"}], schema=foreign.schema().as_arrow()))
+        return real_commit(catalog_, changes)
+
+    monkeypatch.setattr(committer_module, "commit_transactions", another_writer_first)
+    commit_range(sink, table, 3, 6)
+    assert len(rounds) == 2
+    assert _metadata_avro(catalog) == _referenced_avro(catalog)  # the lost round's manifests went with it
+    assert committed_ids(catalog) == [-1, 0, 1, 2, 3, 4, 5]
+
+
+def test_manifests_of_a_commit_that_never_landed_are_deleted_on_start_and_only_those(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog, table, crashed = started_sink(tmp_path, 3)
+
+    def crash_before_sending(catalog_: Catalog, changes: list[TableChange]) -> object:
+        raise KeyboardInterrupt("killed between writing the commit's manifests and sending it")
+
+    monkeypatch.setattr(committer_module, "commit_transactions", crash_before_sending)
+    with pytest.raises(KeyboardInterrupt):
+        commit_range(crashed, table, 3, 6)
+    monkeypatch.undo()
+    left = _metadata_avro(catalog) - _referenced_avro(catalog)
+    assert len(left) >= 2 and all(sink_file_prefix(SINK) in name for name in left)  # a manifest and its list
+    foreign = catalog.load_table(TABLE)
+    foreign.append(pa.Table.from_pylist([{"id": -1, "who": "foreign"}], schema=foreign.schema().as_arrow()))
+    restarted = committer(catalog, 2)
+    restarted.start([])
+    deleted = {Path(p).name for p in restarted.cleanup_orphans(catalog.load_table(TABLE)) if p.endswith(".avro")}
+    assert deleted == left
+    assert _metadata_avro(catalog) == _referenced_avro(catalog)
+    assert committed_ids(catalog) == [-1, 0, 1, 2]

@@ -27,11 +27,11 @@ from pyspark.sql import SparkSession
 
 from icebergsync.catalog import ensure_table
 from icebergsync.errors import FencedError, IcebergSyncError
-from icebergsync.protocol import Writer
+from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.schema import iceberg_schema
 from icebergsync.storage import normalize
 from spark_app.changes import collapse, decode_changes
-from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix, referenced_files
+from spark_app.committer import SinkCommitter, TriggerOutput, referenced_files
 from spark_app.deadletter import ERROR_COLUMN
 from spark_app.deletes import delete_plan, write_equality_deletes
 from spark_app.iceberg_internals import unpartitioned_spec_id

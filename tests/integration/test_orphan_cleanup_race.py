@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import spark_app.committer as committer_module
-from icebergsync.protocol import Writer
+from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.storage import StoredFile
-from spark_app.committer import SinkCommitter, attempt_file_prefix
+from spark_app.committer import SinkCommitter
 from tests.integration.committer_support import TABLE, create_table, open_catalog, stage
 
 

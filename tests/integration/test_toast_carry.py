@@ -23,13 +23,13 @@ from pyspark.sql import SparkSession
 
 from icebergsync.catalog import ensure_table
 from icebergsync.errors import BadInputError
-from icebergsync.protocol import Writer
+from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column
 from spark_app.carry import live_rows
 from spark_app.carry.live_rows import live_positions, read_live_rows
 from spark_app.changes import UNAVAILABLE, decode_changes
-from spark_app.committer import SinkCommitter, TriggerOutput, attempt_file_prefix
+from spark_app.committer import SinkCommitter, TriggerOutput
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.deletes import delete_plan
 from spark_app.key_index.locate import locate_rows

@@ -132,10 +132,10 @@ KEYED = (
 UPKEEP = (
     Mutant("manifest-rewrite-renumbers", "a manifest rewrite adds its entries anew: they take the rewrite's "
            "sequence numbers, so the deletes committed before it no longer apply to them",
-           ((INTERNALS, "                    for entry in manifest_entries(self._io, manifest):\n"
-                        "                        writer.existing(entry)\n",
-             "                    for entry in manifest_entries(self._io, manifest):\n"
-             "                        writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, "
+           ((INTERNALS, "                for entry in entries:\n"
+                        "                    writer.existing(entry)\n",
+             "                for entry in entries:\n"
+             "                    writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, "
              "snapshot_id=self._snapshot_id, data_file=entry.data_file))\n"),)),
 )
 

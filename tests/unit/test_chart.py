@@ -44,6 +44,7 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
 }
 PEERING_VERBS = {"get", "list", "watch", "patch", "create"}
 CLUSTER_CATALOGS = f"{FULLNAME}-cluster-catalogs"
+TENANT_ROLES = [f"{FULLNAME}-{role}" for role in ("view", "edit", "admin")]  # tests/unit/test_chart_tenants.py
 CLUSTER_CATALOG_RULES = {
     ("icebergsync.io", "clustericebergcatalogs"): {"get", "list", "watch", "patch"},
     ("icebergsync.io", "clustericebergcatalogs/status"): {"patch"},
@@ -187,9 +188,14 @@ def test_defaults_render_the_expected_objects(helm_binary: Path, tmp_path: Path)
         ("Deployment", FULLNAME),
         ("NetworkPolicy", FULLNAME),
         ("ClusterKopfPeering", "icebergsync"),
+        *[("ClusterRole", role) for role in TENANT_ROLES],
+        *[(kind, f"{FULLNAME}-{resource}-secret-refs") for resource in ("icebergsyncs", "icebergcatalogs")
+          for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")],
     ])
+    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering", "ValidatingAdmissionPolicy",
+                      "ValidatingAdmissionPolicyBinding")
     for doc in docs:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"):
+        if doc["kind"] not in cluster_scoped:
             assert doc["metadata"]["namespace"] == NAMESPACE
         assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
 
@@ -325,9 +331,12 @@ def test_namespaced_rbac_with_two_namespaces(helm_binary: Path, tmp_path: Path) 
     for binding in bindings:
         assert binding["roleRef"]["kind"] == "Role" and binding["roleRef"]["name"] == FULLNAME
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
-    # No cluster-wide grant of the operator's rules; only the observation and cluster catalog roles.
-    assert sorted(r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")) == [CLUSTER_CATALOGS,
-                                                                                   f"{FULLNAME}-observe"]
+    # No cluster-wide grant of the operator's rules; only the observation and cluster catalog roles (and the
+    # tenants' roles, bound to no one by the chart).
+    assert sorted(r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")) == sorted([
+        CLUSTER_CATALOGS, f"{FULLNAME}-observe", *TENANT_ROLES])
+    assert sorted(b["roleRef"]["name"] for b in of_kind(docs, "ClusterRoleBinding")) == sorted([
+        CLUSTER_CATALOGS, f"{FULLNAME}-observe"])
     assert rules_of(one(docs, "ClusterRole", f"{FULLNAME}-observe")) == {
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
         ("", "namespaces"): {"list", "watch"},
@@ -340,7 +349,8 @@ def test_namespaced_rbac_with_two_namespaces(helm_binary: Path, tmp_path: Path) 
 def test_namespaced_without_cluster_observation(helm_binary: Path, tmp_path: Path) -> None:
     docs = render(helm_binary, tmp_path, {"watchNamespaces": ["team-a"], "rbac": {"scope": "namespaced",
                                                                                     "clusterObserve": False}})
-    assert [r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")] == [CLUSTER_CATALOGS]
+    assert sorted(r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")) == sorted([CLUSTER_CATALOGS,
+                                                                                         *TENANT_ROLES])
     assert len(of_kind(docs, "Role")) == 3  # the operator's and the Secrets reader's, there and for cluster catalogs
 
 

@@ -122,3 +122,13 @@ Only the verbs the operator uses (operator/icebergsync_operator/kube.py and kopf
 {{- define "icebergsync.peeringVerbs" -}}
 verbs: ["get", "list", "watch", "patch", "create"]
 {{- end }}
+
+{{/* Every field naming a Secret, by resource (tests/unit/test_chart.py checks it against the CRDs). */}}
+{{- define "icebergsync.secretRefPaths" -}}
+icebergsyncs:
+- spec.source.files.secretRef
+- spec.source.kafka.secretRef
+- spec.table.catalog.secretRef
+icebergcatalogs:
+- spec.secretRef
+{{- end }}

@@ -20,11 +20,11 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table, Transaction
 
 from icebergsync.catalog import ensure_table
-from icebergsync.protocol import Writer
+from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column
 from spark_app.changes import decode_changes
-from spark_app.committer import TriggerOutput, attempt_file_prefix
+from spark_app.committer import TriggerOutput
 from spark_app.iceberg_internals import live_files, rewrite_files, row_delta
 from spark_app.pipeline import KeyRouter, stage_changes
 from spark_app.position_deletes.deletion_vector import DeletionVector
