@@ -1,8 +1,9 @@
 """Servers standing in for a hostile tenant's catalog, on 127.0.0.1 only, each with a bounded lifetime.
 
 ``Listener`` accepts connections in a thread, counts them, and hands each to a behaviour: hold it
-and never answer (a tarpit), drip a response a byte a second, send a fixed response (a gzip bomb,
-a redirect), or speak PostgreSQL up to authentication and then go silent. Leaving the ``with``
+and never answer (a tarpit), drip a response a byte a second, send an endless body as fast as the
+reader takes it, send a fixed response (a gzip bomb, a redirect), or speak PostgreSQL up to
+authentication and then go silent. Leaving the ``with``
 block (or ``stop``) closes the listener and every connection, and joins the threads.
 """
 
@@ -109,6 +110,15 @@ def drip(connection: socket.socket, stop: threading.Event) -> None:
     connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
     while not stop.wait(1.0):
         connection.sendall(b" ")
+
+
+def endless(connection: socket.socket, stop: threading.Event) -> None:
+    """An endless body: a 200 without a length, then zeros as fast as the reader takes them."""
+    _read_request_head(connection)
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
+    block = b"\0" * 65536
+    while not stop.is_set():
+        connection.sendall(block)
 
 
 def respond(status: str, headers: dict[str, str], body: bytes = b"") -> Behaviour:

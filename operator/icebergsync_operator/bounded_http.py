@@ -7,8 +7,9 @@ request is made (OAuth2 token exchange included). For every request it:
   connects to exactly that parse's scheme, host and port (never through a proxy);
 - registers each new socket with the read's ``Deadline``, which cuts it when the deadline passes;
 - refuses redirects instead of following them;
-- reads the whole body itself, decompressing gzip/deflate with a cap on the decompressed size,
-  so neither a slow drip nor a gzip bomb outlives the deadline or the cap.
+- reads the whole body itself, decompressing gzip/deflate with a cap on the decompressed size and
+  every byte charged to the read's ``MemoryShare``, so neither a slow drip nor a gzip bomb outlives
+  the deadline, the cap or the operator's memory for catalog reads.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool
 
+from icebergsync_operator.catalog_memory import MemoryShare, TooLarge
 from icebergsync_operator.deadline import Deadline
 from icebergsync_operator.endpoints import Endpoint, parse_endpoint
 
@@ -44,39 +46,50 @@ def _watched(base: type[HTTPConnection], deadline: Deadline) -> type[HTTPConnect
     return Watched
 
 
-class CappedBody:
-    """A body accumulated up to ``limit`` bytes after decompression (gzip, deflate or none)."""
+def too_large(limit: int) -> TooLarge:
+    return TooLarge(f"sent a response larger than {limit} bytes")
 
-    def __init__(self, encoding: str, limit: int):
+
+class CappedBody:
+    """A body accumulated up to the share's ``body_limit`` bytes after decompression (gzip, deflate or
+    none), each byte charged to ``memory`` as it arrives."""
+
+    def __init__(self, encoding: str, memory: MemoryShare):
         encoding = encoding.strip().lower()
         if encoding not in ("", "identity", *_WBITS):
             raise RefusedResponse("sent a body in a content encoding the operator did not ask for")
         self._inflate = zlib.decompressobj(_WBITS[encoding]) if encoding in _WBITS else None
-        self._limit = limit
+        self._memory = memory
+        self._limit = memory.body_limit
         self.data = bytearray()
+        memory.start_body()
+
+    def _add(self, data: bytes) -> None:
+        if len(self.data) + len(data) > self._limit:
+            raise too_large(self._limit)
+        self._memory.charge(len(data))
+        self.data += data
 
     def feed(self, chunk: bytes) -> None:
         while chunk:
             room = self._limit + 1 - len(self.data)
             if self._inflate is None:
-                self.data += chunk[:room]
+                self._add(chunk[:room])
                 chunk = b""
             else:
                 try:
-                    self.data += self._inflate.decompress(chunk, room)
+                    self._add(self._inflate.decompress(chunk, min(room, CHUNK)))
                 except zlib.error:
                     raise RefusedResponse("sent a body that does not decompress") from None
                 chunk = self._inflate.unconsumed_tail
-            if len(self.data) > self._limit:
-                raise RefusedResponse(f"sent a response larger than {self._limit} bytes")
 
 
-def read_body(response: requests.Response, deadline: Deadline, limit: int) -> bytes:
-    """The whole decompressed body, or ``RefusedResponse`` past ``limit`` bytes."""
+def read_body(response: requests.Response, deadline: Deadline, memory: MemoryShare) -> bytes:
+    """The whole decompressed body, or ``TooLarge`` past the share's body limit or budget."""
     length = response.headers.get("Content-Length", "")
-    if length.isdigit() and int(length) > limit:
-        raise RefusedResponse(f"sent a response larger than {limit} bytes")
-    body = CappedBody(response.headers.get("Content-Encoding", ""), limit)
+    if length.isdigit() and int(length) > memory.body_limit:
+        raise too_large(memory.body_limit)
+    body = CappedBody(response.headers.get("Content-Encoding", ""), memory)
     for chunk in response.raw.stream(CHUNK, decode_content=False):
         deadline.remaining()
         body.feed(chunk)
@@ -86,11 +99,11 @@ def read_body(response: requests.Response, deadline: Deadline, limit: int) -> by
 class BoundedAdapter(HTTPAdapter):
     """Transport for one catalog read: see the module docstring."""
 
-    def __init__(self, deadline: Deadline, check: Callable[[Endpoint], None], limit: int):
+    def __init__(self, deadline: Deadline, check: Callable[[Endpoint], None], memory: MemoryShare):
         super().__init__(max_retries=0)
         self._deadline = deadline
         self._check = check
-        self._limit = limit
+        self._memory = memory
         self._connections = {"http": _watched(HTTPConnection, deadline),
                              "https": _watched(HTTPSConnection, deadline)}
 
@@ -113,20 +126,20 @@ class BoundedAdapter(HTTPAdapter):
                 if response.is_redirect:
                     raise RefusedResponse(f"answered with a redirect (HTTP {response.status_code}), which the "
                                           "operator does not follow")
-                response._content = read_body(response, self._deadline, self._limit)
+                response._content = read_body(response, self._deadline, self._memory)
             finally:
                 response.close()
         except Exception as error:
-            if self._deadline.expired and not isinstance(error, RefusedResponse):
+            if self._deadline.expired and not isinstance(error, (RefusedResponse, TooLarge)):
                 raise self._deadline.exceeded() from error
             raise
         return response
 
 
-def bounded_session(deadline: Deadline, check: Callable[[Endpoint], None], limit: int) -> requests.Session:
+def bounded_session(deadline: Deadline, check: Callable[[Endpoint], None], memory: MemoryShare) -> requests.Session:
     """A session whose every request goes through a ``BoundedAdapter``."""
     session = requests.Session()
-    adapter = BoundedAdapter(deadline, check, limit)
+    adapter = BoundedAdapter(deadline, check, memory)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session

@@ -7,10 +7,11 @@ so, unlike the job, it:
   its own environment);
 - passes only ``ALLOWED_PROPERTIES`` (from the spec, the Secret, and the REST server's config), so
   no property can load code, read local files or redirect credentials;
-- parses every endpoint once (``endpoints``) and connects only to that parse, and only when it is
-  under ``--allowed-catalog-uris`` (when set);
+- parses every endpoint once (``endpoints``) and connects only to that parse, and only where the
+  catalog's ``CatalogScope`` allows (the admin's ``--allowed-catalog-uris``; no local file in a cluster);
 - reads the metadata within one deadline (``--catalog-timeout``) covering every connection, TLS
-  handshake, token exchange, query and body, with no body above ``--catalog-max-bytes``;
+  handshake, token exchange, query and body, with no body above ``--catalog-max-bytes`` and every
+  body within the operator's memory for catalog reads (``catalog_memory``);
 - reports failures without remote content: "catalog at http://… returned HTTP 500", never the body.
 """
 
@@ -22,11 +23,10 @@ import requests
 
 from icebergsync import spec as model
 from icebergsync_operator.bounded_http import RefusedResponse
+from icebergsync_operator.catalog_memory import TooLarge
 from icebergsync_operator.endpoints import (
     Endpoint,
     EndpointError,
-    allowed,
-    parse_allow_list,
     parse_endpoint,
     parse_sql_uri,
     redact,
@@ -39,24 +39,22 @@ ALLOWED_PROPERTIES = frozenset({
     "s3.endpoint", "s3.region", "s3.access-key-id", "s3.secret-access-key", "s3.session-token",
     "s3.path-style-access", "s3.force-virtual-addressing", "prefix",
 })
-# Properties naming an endpoint the operator would connect to (parsed and canonicalised). The first two
-# are requested at or below their own path and are allow-checked up front; S3 requests name a bucket
-# and key below ``s3.endpoint`` (an allow-list entry may name the bucket), so each is checked as sent.
-ENDPOINT_PROPERTIES = ("uri", "oauth2-server-uri", "s3.endpoint")
-CHECKED_UP_FRONT = ("uri", "oauth2-server-uri")
 
 
 class CatalogAccessError(Exception):
     """The operator will not or could not read the catalog; the message is safe to show anywhere."""
 
 
-class CatalogTimeout(CatalogAccessError):
+class CatalogBackoff(CatalogAccessError):
+    """A failure retried only after a backoff (``--backoff-base``/``--backoff-cap``), not every status refresh."""
+
+
+class CatalogTimeout(CatalogBackoff):
     """The catalog did not answer within the read's deadline."""
 
 
-def _not_allowed(uri: str, allow_list: tuple[str, ...]) -> str:
-    return (f"{redact(uri)} is not among the endpoints this operator may connect to "
-            f"(--allowed-catalog-uris: {', '.join(allow_list)})")
+class CatalogTooLarge(CatalogBackoff):
+    """An answer over ``--catalog-max-bytes``, or a read the operator's memory for catalog reads cannot hold."""
 
 
 def catalog_endpoint(catalog: model.Catalog) -> Endpoint | None:
@@ -68,42 +66,18 @@ def catalog_endpoint(catalog: model.Catalog) -> Endpoint | None:
     return parse_sql_uri(catalog.uri).endpoint
 
 
-def endpoint_problem(catalog: model.Catalog, allow_list: tuple[str, ...]) -> str | None:
-    """Why the operator may not connect to the catalog's ``uri``, or None (an empty allow-list allows any)."""
+def endpoint_problem(catalog: model.Catalog) -> str | None:
+    """Why the catalog's ``uri`` is refused whatever the allow-list (it is ambiguous), or None."""
     try:
-        endpoint = catalog_endpoint(catalog)
+        catalog_endpoint(catalog)
     except EndpointError as error:
         return str(error)
-    if not allow_list or (endpoint is not None and allowed(endpoint, parse_allow_list(allow_list))):
-        return None
-    return _not_allowed(catalog.uri, allow_list)
-
-
-def check_endpoint(endpoint: Endpoint, allow_list: tuple[str, ...]) -> None:
-    """``CatalogAccessError`` unless the operator may connect to ``endpoint``."""
-    if not allowed(endpoint, parse_allow_list(allow_list)):
-        raise CatalogAccessError(_not_allowed(endpoint.url, allow_list))
+    return None
 
 
 def allowed_only(properties: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in properties.items()
             if key in ALLOWED_PROPERTIES and ENV_REFERENCE not in value}
-
-
-def checked_endpoints(properties: Mapping[str, str], allow_list: tuple[str, ...]) -> dict[str, str]:
-    """``properties`` with each endpoint parsed, allowed (see ``CHECKED_UP_FRONT``), and replaced by its canonical URL."""
-    result = dict(properties)
-    for key in ENDPOINT_PROPERTIES:
-        if key not in properties:
-            continue
-        try:
-            endpoint = parse_endpoint(properties[key])
-            if key in CHECKED_UP_FRONT:
-                check_endpoint(endpoint, allow_list)
-        except (EndpointError, CatalogAccessError) as error:
-            raise CatalogAccessError(f"catalog {key} {error}") from None
-        result[key] = endpoint.url
-    return result
 
 
 def operator_properties(catalog: model.Catalog, secret_values: Mapping[str, str]) -> dict[str, str]:
@@ -132,13 +106,18 @@ def is_timeout(error: BaseException) -> bool:
     return any(isinstance(link, (requests.Timeout, TimeoutError)) for link in _chain(error))
 
 
+def is_too_large(error: BaseException) -> bool:
+    """Whether ``error`` comes from an answer over the size cap or the memory for catalog reads."""
+    return any(isinstance(link, TooLarge) for link in _chain(error))
+
+
 def describe_failure(error: BaseException, uri: str, timeout: float) -> str:
     """What went wrong, from the error's type and HTTP status only (never a remote body or message)."""
     where = f"catalog at {redact(uri)}"
     for link in _chain(error):
         if isinstance(link, (CatalogAccessError, EndpointError)):
             return str(link)
-        if isinstance(link, RefusedResponse):
+        if isinstance(link, (RefusedResponse, TooLarge)):
             return f"{where} {link}"
         response = getattr(link, "response", None)
         if isinstance(link, requests.HTTPError) and response is not None:

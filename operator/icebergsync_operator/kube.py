@@ -56,13 +56,15 @@ def _unless_missing(call: Callable[..., Any], *args: Any) -> Any:
         raise
 
 
-def load_api_client() -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG)."""
+def load_api_client() -> tuple[client.ApiClient, bool]:
+    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG); and whether in a pod."""
     try:
         config.load_incluster_config()
+        in_cluster = True
     except config.ConfigException:
         config.load_kube_config()
-    return client.ApiClient()
+        in_cluster = False
+    return client.ApiClient(), in_cluster
 
 
 class KubeApi:

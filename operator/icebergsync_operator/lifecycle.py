@@ -26,8 +26,9 @@ from icebergsync.tables.cuts import spec_cut_support
 from icebergsync_operator import metrics
 from icebergsync_operator.applications import parse_application
 from icebergsync_operator.catalog_reads import CatalogReads
+from icebergsync_operator.catalog_scope import CatalogScope
 from icebergsync_operator.catalogs.lookup import resolve_sync_catalog
-from icebergsync_operator.catalogs.resolve import CatalogRefusal
+from icebergsync_operator.catalogs.resolve import CatalogRefusal, admin_declared, scope_refusal
 from icebergsync_operator.cleanup import delete_applications, delete_everything
 from icebergsync_operator.kube import KubeApi
 from icebergsync_operator.launch import launch
@@ -38,7 +39,7 @@ from icebergsync_operator.render import spec_document
 from icebergsync_operator.secret_refs import SecretCheck, catalog_secret_field, check_secrets, named_secrets
 from icebergsync_operator.settings import OperatorSettings
 from icebergsync_operator.status_update import TableObservation, parse_status
-from icebergsync_operator.table import observe_table
+from icebergsync_operator.table import CatalogReach, observe_table
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class Reading:
     spec_problems: tuple[str, ...]
     policy_problems: tuple[str, ...]
     catalog_refusal: CatalogRefusal | None = None
+    scope: CatalogScope | None = None  #: where the operator may go for the sync's catalog (None: not resolved)
     secrets: SecretCheck = field(default_factory=SecretCheck)  #: the types of the Secrets it names (read only for an allowed spec)
 
     @property
@@ -84,8 +86,8 @@ class Reading:
 
 
 def read_spec(context: OperatorContext, body: Mapping[str, Any]) -> Reading:
-    """Parse the stored spec, resolve its catalog (reading the catalog resource), check the policy, then the
-    types of the Secrets it names."""
+    """Parse the stored spec, resolve its catalog (reading the catalog resource), check the policy and that the
+    operator may contact the catalog, then the types of the Secrets it names."""
     metadata = body["metadata"]
     try:
         sync: IcebergSync | None = parse_spec(spec_document(metadata["name"], metadata["namespace"],
@@ -98,13 +100,16 @@ def read_spec(context: OperatorContext, body: Mapping[str, Any]) -> Reading:
         return Reading(body, sync, problems, (), resolved)
     if resolved is None or sync is None:
         return Reading(body, resolved, problems, ())
-    refused = policy_problems(resolved, context.settings, catalog_uri_field(sync))
-    if refused:
-        return Reading(body, resolved, problems, refused)
+    uri_field = catalog_uri_field(sync)
+    scope = context.settings.catalog_scope(admin_declared(sync))
+    refused = policy_problems(resolved, context.settings, uri_field)
+    not_allowed = scope_refusal(resolved, scope, uri_field)
+    if refused or not_allowed:
+        return Reading(body, resolved, problems, refused, not_allowed, scope)
     namespace = metadata["namespace"]
     secrets = check_secrets(lambda name: context.api.secret_type(namespace, name),
                             named_secrets(resolved, catalog_secret_field(sync)))
-    return Reading(body, resolved, problems, refused, secrets=secrets)
+    return Reading(body, resolved, problems, refused, scope=scope, secrets=secrets)
 
 
 def observe(context: OperatorContext, reading: Reading, table: TableObservation,
@@ -167,12 +172,13 @@ def act(context: OperatorContext, body: Mapping[str, Any], sync: IcebergSync | N
 
 async def read_table(context: OperatorContext, reading: Reading) -> TableObservation:
     """The table's view, read in a thread of its own within the catalog deadline (nothing when not readable)."""
-    sync = reading.sync
-    if sync is None or not reading.table_readable:
+    sync, scope = reading.sync, reading.scope
+    if sync is None or scope is None or not reading.table_readable:
         return TableObservation()
     key = (sync.metadata.namespace, sync.metadata.name)
+    reach = CatalogReach(context.settings, scope, context.catalog_reads.memory)
     return await context.catalog_reads.read(key, sync.spec.table.catalog_or_default.uri,
-                                            lambda: observe_table(context.api, sync, context.settings))
+                                            lambda: observe_table(context.api, sync, reach))
 
 
 async def reconcile_sync(context: OperatorContext, namespace: str, name: str) -> Decision | None:

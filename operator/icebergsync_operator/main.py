@@ -25,7 +25,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings, log_level = parse_settings(argv)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    api = KubeApi(load_api_client())
+    api_client, in_cluster = load_api_client()
+    if in_cluster and settings.allow_local_catalogs:
+        log.error("--allow-local-catalogs is for an operator run outside a cluster: in a pod, the operator never "
+                  "opens a local file for a catalog")
+        return 1
+    api = KubeApi(api_client)
     if not settings.standalone:
         try:
             prepare_peering(api, settings)

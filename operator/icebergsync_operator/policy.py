@@ -2,7 +2,8 @@
 
 ``spec.spark.image``, ``spec.spark.serviceAccount``, ``spec.spark.conf`` and the pods' sizes go
 into the SparkApplication, and the operator itself connects to ``spec.table.catalog.uri`` (parsed
-by ``endpoints``: an ambiguous URI is refused even when every endpoint is allowed);
+by ``endpoints``: an ambiguous URI is refused even when every endpoint is allowed; whether the
+operator may contact the catalog at all is the catalog's ``CatalogScope``, checked apart);
 ``policy_problems`` lists each one the operator's settings do not allow, so a refused spec is
 never rendered nor its catalog contacted. Every default is closed: the operator's own image and
 service account, named tuning conf keys (shell-style patterns, ``fnmatch``), capped sizes, no SQL
@@ -93,7 +94,7 @@ def policy_problems(sync: IcebergSync, settings: OperatorSettings,
     if sync.spec.transform and not settings.allow_transform:
         problems.append("spec.transform: SQL transforms are not allowed (policy.allowTransform): Spark SQL can call "
                         "Java methods and read the job's local files, which is running code as the job")
-    endpoint = endpoint_problem(sync.spec.table.catalog_or_default, settings.allowed_catalog_uris)
+    endpoint = endpoint_problem(sync.spec.table.catalog_or_default)
     if endpoint:
         problems.append(f"{catalog_field}: {endpoint}")
     return tuple(problems)

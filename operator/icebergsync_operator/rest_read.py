@@ -12,15 +12,8 @@ from pyiceberg.typedef import EMPTY_DICT, Properties
 from icebergsync import spec as model
 from icebergsync.tables.status import Lanes, read_catalog_lanes
 from icebergsync_operator.bounded_http import bounded_session
-from icebergsync_operator.catalog_access import (
-    CatalogAccessError,
-    allowed_only,
-    check_endpoint,
-    checked_endpoints,
-)
-from icebergsync_operator.deadline import Deadline
-from icebergsync_operator.endpoints import Endpoint
-from icebergsync_operator.settings import OperatorSettings
+from icebergsync_operator.catalog_access import CatalogAccessError, allowed_only
+from icebergsync_operator.read_bounds import ReadBounds
 
 
 class _NoFiles(FileIO):
@@ -45,16 +38,12 @@ class GuardedRestCatalog(RestCatalog):
     oauth2-server-uri); no custom auth managers, SigV4, TLS files or extra headers.
     """
 
-    def __init__(self, name: str, deadline: Deadline, settings: OperatorSettings, **properties: str):
-        self._deadline = deadline
-        self._settings = settings
+    def __init__(self, name: str, bounds: ReadBounds, **properties: str):
+        self._bounds = bounds
         super().__init__(name, **properties)
 
-    def _check(self, endpoint: Endpoint) -> None:
-        check_endpoint(endpoint, self._settings.allowed_catalog_uris)
-
     def _create_session(self) -> requests.Session:
-        session = bounded_session(self._deadline, self._check, self._settings.catalog_max_bytes)
+        session = bounded_session(self._bounds.deadline, self._bounds.scope.check, self._bounds.memory)
         self._config_headers(session)
         self._auth_manager = self._create_legacy_oauth2_auth_manager(session)
         session.auth = AuthManagerAdapter(self._auth_manager)
@@ -62,29 +51,26 @@ class GuardedRestCatalog(RestCatalog):
 
     def _fetch_config(self) -> None:
         super()._fetch_config()
-        properties = checked_endpoints({**allowed_only(self.properties), "uri": self.uri},
-                                       self._settings.allowed_catalog_uris)
+        properties = self._bounds.scope.checked_endpoints({**allowed_only(self.properties), "uri": self.uri})
         self.properties, self.uri = properties, properties["uri"]
 
     def _load_file_io(self, properties: Properties = EMPTY_DICT, location: str | None = None) -> FileIO:
         return _NoFiles()
 
 
-def open_rest_catalog(catalog: model.Catalog, properties: dict[str, str], deadline: Deadline,
-                      settings: OperatorSettings) -> GuardedRestCatalog:
+def open_rest_catalog(catalog: model.Catalog, properties: dict[str, str], bounds: ReadBounds) -> GuardedRestCatalog:
     """The REST catalog, opened: its config fetched (and its OAuth2 token exchanged) on the bounded session."""
-    return GuardedRestCatalog(catalog.name, deadline, settings,
-                              **checked_endpoints({**properties, "uri": catalog.uri}, settings.allowed_catalog_uris))
+    return GuardedRestCatalog(catalog.name, bounds, **bounds.scope.checked_endpoints({**properties, "uri": catalog.uri}))
 
 
 def read_rest_metadata(catalog: model.Catalog, properties: dict[str, str], table_name: str,
-                       deadline: Deadline, settings: OperatorSettings) -> TableMetadata:
+                       bounds: ReadBounds) -> TableMetadata:
     """The table's metadata as the REST catalog answers it (config, token exchange, load table)."""
-    return open_rest_catalog(catalog, properties, deadline, settings).load_table(table_name).metadata
+    return open_rest_catalog(catalog, properties, bounds).load_table(table_name).metadata
 
 
 def read_rest_lanes(catalog: model.Catalog, properties: dict[str, str], template: str, sink_id: str,
-                    deadline: Deadline, settings: OperatorSettings) -> Lanes:
+                    bounds: ReadBounds) -> Lanes:
     """The tables of a sync of many tables: ``GET /v1/namespaces/{ns}/tables`` (every page, each answer bounded),
-    then each one the template names loaded (all within ``deadline``, at most ``MAX_READ`` tables)."""
-    return read_catalog_lanes(open_rest_catalog(catalog, properties, deadline, settings), template, sink_id)
+    then each one the template names loaded (all within the read's deadline, at most ``MAX_READ`` tables)."""
+    return read_catalog_lanes(open_rest_catalog(catalog, properties, bounds), template, sink_id)

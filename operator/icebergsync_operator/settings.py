@@ -12,10 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from icebergsync.units import parse_duration, parse_size
+from icebergsync_operator.catalog_memory import BYTES_CHARGED, SMALL_READ
+from icebergsync_operator.catalog_scope import CatalogScope
 from icebergsync_operator.endpoints import EndpointError, parse_allow_list
 
 DEFAULT_IMAGE = "ghcr.io/icebergsync/icebergsync:0.1.0"
-RECONCILE_MARGIN = 60.0  #: seconds a reconcile may take beyond its catalog read before liveness counts it stuck
+# Seconds a reconcile may take beyond its catalog read (and its wait for one) before liveness counts it stuck.
+RECONCILE_MARGIN = 60.0
 DEFAULT_SPARK_VERSION = "4.0.1"
 ANY = "*"  #: in allowedImages or allowedServiceAccounts: any image / service account
 # spark.conf keys a tenant may set by default: tuning of memory use, parallelism, shuffle, SQL and
@@ -57,10 +60,15 @@ class OperatorSettings:
     create_peering: bool = True  #: create missing peering objects at once; False: first wait for the chart's
     priority: int | None = None  #: peering priority; unset: older replicas outrank newer ones
     catalog_timeout: float = 10.0  #: seconds one catalog read (every connection, request and file of it) may take
-    catalog_max_bytes: int = 32 * 1024**2  #: largest catalog answer or metadata file, after decompression
+    catalog_max_bytes: int = 4 * 1024**2  #: largest catalog answer or metadata file, after decompression
+    catalog_read_memory: int = 192 * 1024**2  #: memory all catalog reads in flight may take (see catalog_memory)
+    max_catalog_reads: int = 16  #: catalog reads in flight at once (running or stuck), in all
+    max_namespace_catalog_reads: int = 2  #: catalog reads in flight at once for one namespace
     max_stuck_catalog_reads: int = 4  #: abandoned catalog reads a namespace may have before no new one starts
     reconcile_stuck_after: float = 300.0  #: a reconcile running this long fails the liveness probe
-    allowed_catalog_uris: tuple[str, ...] = ()  #: endpoints (and paths under them) the operator may connect to; empty: any
+    allowed_catalog_uris: tuple[str, ...] = ()  #: endpoints (and paths under them) the operator may connect to;
+    #: empty: only ClusterIcebergCatalogs, anywhere
+    allow_local_catalogs: bool = False  #: open sqlite: catalogs and local metadata files (never in a cluster)
     allowed_images: tuple[str, ...] = ()  #: prefixes spec.spark.image may start with besides default_image; "*": any
     allowed_service_accounts: tuple[str, ...] = ()  #: spec.spark.serviceAccount besides the default; "*": any
     allowed_spark_conf: tuple[str, ...] = DEFAULT_ALLOWED_SPARK_CONF  #: patterns every spec.spark.conf key must match
@@ -74,6 +82,11 @@ class OperatorSettings:
     @property
     def clusterwide(self) -> bool:
         return not self.namespaces
+
+    def catalog_scope(self, admin_declared: bool) -> CatalogScope:
+        """Where the operator may go for a catalog a tenant declared, or (``admin_declared``) a
+        ClusterIcebergCatalog."""
+        return CatalogScope(self.allowed_catalog_uris, admin_declared, self.allow_local_catalogs)
 
     def retry_delay(self, consecutive_failures: int) -> float:
         """Seconds to wait before relaunching after the given number of consecutive failures."""
@@ -148,7 +161,18 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="total time of one catalog read of the operator: every connection, token exchange, request, "
              "query and metadata file of it")
     add("--catalog-max-bytes", type=_bytes, default=_bytes(str(env("CATALOG_MAX_BYTES", defaults.catalog_max_bytes))),
-        help="largest catalog answer or metadata file the operator reads, after decompression (default 32Mi)")
+        help="largest catalog answer or metadata file the operator reads, after decompression (default 4Mi)")
+    add("--catalog-read-memory", type=_bytes,
+        default=_bytes(str(env("CATALOG_READ_MEMORY", defaults.catalog_read_memory))),
+        help=f"memory all catalog reads in flight may take, each buffered byte charged {BYTES_CHARGED} bytes (its "
+             "copies and parse); a read that would exceed it fails and backs off (default 192Mi)")
+    add("--max-catalog-reads", type=int, default=int(str(env("MAX_CATALOG_READS", defaults.max_catalog_reads))),
+        help="catalog reads in flight at once, running or stuck; a read waits up to --catalog-timeout for a slot, "
+             "then backs off (default 16)")
+    add("--max-namespace-catalog-reads", type=int,
+        default=int(str(env("MAX_NAMESPACE_CATALOG_READS", defaults.max_namespace_catalog_reads))),
+        help="catalog reads in flight at once for one namespace: eight namespaces are needed to take every "
+             "slot (default 2)")
     add("--max-stuck-catalog-reads", type=int,
         default=int(str(env("MAX_STUCK_CATALOG_READS", defaults.max_stuck_catalog_reads))),
         help="catalog reads of one namespace left running past their deadline before no new one starts there")
@@ -157,8 +181,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="a reconcile still running after this long makes the liveness probe fail (default 5m)")
     add("--allowed-catalog-uris", type=_list, default=_list(str(env("ALLOWED_CATALOG_URIS", ""))),
         help="comma-separated endpoints (scheme://host[:port][/path]) of the catalogs and their OAuth2 and S3 "
-             "endpoints the operator may connect to, each allowing that host and port and paths under it "
-             "(default: any)")
+             "endpoints the operator may connect to, each allowing that host and port and paths under it; empty "
+             "(the default): no IcebergCatalog or inline catalog is contacted, ClusterIcebergCatalogs anywhere")
+    add("--allow-local-catalogs", action=argparse.BooleanOptionalAction,
+        default=_flag(str(env("ALLOW_LOCAL_CATALOGS", ""))),
+        help="open sqlite: catalogs and local metadata files, for an operator run on a workstation against a "
+             "local lake; refused in a cluster (default: refused)")
     add("--allowed-images", type=_list, default=_list(str(env("ALLOWED_IMAGES", ""))),
         help="comma-separated prefixes spec.spark.image may start with besides --default-image; * allows any "
              "(default: only --default-image)")
@@ -188,6 +216,18 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _check_catalog_memory(args: argparse.Namespace) -> None:
+    """The read slots and the memory budget must admit one answer of --catalog-max-bytes."""
+    if not 1 <= args.max_namespace_catalog_reads <= args.max_catalog_reads:
+        raise SystemExit("--max-namespace-catalog-reads must be at least 1 and at most --max-catalog-reads")
+    reserve = args.max_catalog_reads * SMALL_READ * BYTES_CHARGED
+    largest = max(args.catalog_max_bytes - SMALL_READ, 0) * BYTES_CHARGED
+    if args.catalog_read_memory < reserve + largest:
+        raise SystemExit(f"--catalog-read-memory must be at least {reserve + largest} bytes: {BYTES_CHARGED} per byte "
+                         f"of one --catalog-max-bytes answer, plus {SMALL_READ * BYTES_CHARGED} reserved for each "
+                         "of --max-catalog-reads")
+
+
 def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
                    ) -> tuple[OperatorSettings, str]:
     """Settings and log level from the command line and environment."""
@@ -196,9 +236,11 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         raise SystemExit("--backoff-base must be > 0 and --backoff-cap at least --backoff-base")
     if args.catalog_timeout <= 0 or args.catalog_max_bytes <= 0 or args.max_stuck_catalog_reads < 1:
         raise SystemExit("--catalog-timeout and --catalog-max-bytes must be > 0, --max-stuck-catalog-reads at least 1")
-    if args.reconcile_stuck_after < args.catalog_timeout + RECONCILE_MARGIN:
-        raise SystemExit(f"--reconcile-stuck-after must be at least --catalog-timeout + {RECONCILE_MARGIN:g}s: a "
-                         "reconcile waiting on a tenant's catalog must never fail the liveness probe")
+    _check_catalog_memory(args)
+    if args.reconcile_stuck_after < 2 * args.catalog_timeout + RECONCILE_MARGIN:
+        raise SystemExit(f"--reconcile-stuck-after must be at least twice --catalog-timeout + {RECONCILE_MARGIN:g}s: "
+                         "a reconcile waiting for a catalog read and on a tenant's catalog must never fail the "
+                         "liveness probe")
     try:
         parse_allow_list(args.allowed_catalog_uris)
     except EndpointError as error:
@@ -226,9 +268,13 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         priority=args.priority,
         catalog_timeout=args.catalog_timeout,
         catalog_max_bytes=args.catalog_max_bytes,
+        catalog_read_memory=args.catalog_read_memory,
+        max_catalog_reads=args.max_catalog_reads,
+        max_namespace_catalog_reads=args.max_namespace_catalog_reads,
         max_stuck_catalog_reads=args.max_stuck_catalog_reads,
         reconcile_stuck_after=args.reconcile_stuck_after,
         allowed_catalog_uris=args.allowed_catalog_uris,
+        allow_local_catalogs=args.allow_local_catalogs,
         allowed_images=args.allowed_images,
         allowed_service_accounts=args.allowed_service_accounts,
         allowed_spark_conf=args.allowed_spark_conf,

@@ -35,12 +35,18 @@ class TableObservation:
     sink: SinkState | None = None  #: None when the table does not exist yet or could not be read
     error: str | None = None  #: set when the catalog or table could not be read
     timed_out: bool = False  #: the read ran out of time (it is retried after a backoff)
+    too_large: bool = False  #: an answer was over the size cap or the memory budget (retried after a backoff)
     lanes: Lanes | None = None  #: a sync of many tables: its tables (``sink`` is then the newest commit's table)
 
     @property
     def state(self) -> TableState | None:
         """What was read: the tables of a template, else the one table's sink state."""
         return self.lanes if self.lanes is not None else self.sink
+
+    @property
+    def backs_off(self) -> bool:
+        """Whether the read is tried again only after a backoff: a timeout, an answer too large."""
+        return self.timed_out or self.too_large
 
     @property
     def highest_version(self) -> int | None:

@@ -235,10 +235,11 @@ def install_storage(
 
 
 def helm_install_operator(cluster: NodeCluster, helm: Path, image: BuiltImage, watch_namespace: str,
-                          extra_spark_conf: tuple[str, ...] = ()) -> None:
+                          allowed_catalog_uris: tuple[str, ...], extra_spark_conf: tuple[str, ...] = ()) -> None:
     """``helm install`` the chart: the operator Deployment from the built image, watching one
-    namespace, with the chart's ServiceAccount + Role for Spark drivers there, and the chart's
-    conf allow-list opened to ``extra_spark_conf`` as an admin would."""
+    namespace, with the chart's ServiceAccount + Role for Spark drivers there, the catalog endpoints
+    the operator may contact (``operator.allowedCatalogUris``: none by default) and the chart's
+    conf allow-list opened to ``extra_spark_conf``, as an admin would."""
     chart = REPO_ROOT / "charts" / "icebergsync"
     allowed = yaml.safe_load((chart / "values.yaml").read_text())["policy"]["allowedSparkConf"]
     installed = subprocess.run(
@@ -252,6 +253,7 @@ def helm_install_operator(cluster: NodeCluster, helm: Path, image: BuiltImage, w
             "--set", "sparkJob.serviceAccount.create=true",
             "--set", "operator.timerInterval=5s",
             "--set-json", f"policy.allowedSparkConf={json.dumps([*allowed, *extra_spark_conf])}",
+            "--set-json", f"operator.allowedCatalogUris={json.dumps(list(allowed_catalog_uris))}",
             "--wait", "--timeout=10m",
         ],
         env=cluster.env, check=False, capture_output=True, text=True, timeout=700,
@@ -341,7 +343,9 @@ def installed_product(cluster: NodeCluster, image: BuiltImage, namespace: str, b
     controller: SparkOperatorController | None = None
     try:
         storage = install_storage(cluster, namespace, image, buckets=buckets)
-        helm_install_operator(cluster, tools.helm, image, namespace, extra_spark_conf=CORE_REQUESTS)
+        helm_install_operator(cluster, tools.helm, image, namespace,
+                              (storage.rest_uri_in_cluster, storage.s3_endpoint_in_cluster),
+                              extra_spark_conf=CORE_REQUESTS)
         for crd in tools.spark_operator_crds:
             cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd))
         controller = start_spark_operator(cluster.kubeconfig, cluster.server, work_dir, [namespace])

@@ -240,18 +240,37 @@ def other_kube(kube: Kube) -> Kube:
 
 
 @pytest.fixture
+def cluster_catalogs(kube: Kube) -> Iterator[Callable[[dict[str, Any]], str]]:
+    """Create ClusterIcebergCatalogs under unique names; each is deleted after the test."""
+    created: list[str] = []
+
+    def create(spec: dict[str, Any]) -> str:
+        name = f"lake-{uuid.uuid4().hex[:8]}"
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterIcebergCatalog", "metadata": {"name": name},
+                "spec": spec}
+        kube.custom.create_cluster_custom_object(GROUP, VERSION, "clustericebergcatalogs", body)
+        created.append(name)
+        return name
+
+    yield create
+    for name in created:
+        kube.custom.delete_cluster_custom_object(GROUP, VERSION, "clustericebergcatalogs", name)
+
+
+@pytest.fixture
 def start_operator(operator_crds: KubeCluster, kube: Kube, tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
     """Start operators watching the test's namespace (and ``watch``); every one is stopped after the test.
 
-    Defaults are fast: a 1 s timer and a 1 s backoff base (capped at 2 s); inline catalogs are allowed
-    (most tests declare a local SQLite catalog inline; ``--no-allow-inline-catalogs`` restores the default).
+    Defaults are fast: a 1 s timer and a 1 s backoff base (capped at 2 s); inline and local catalogs are allowed
+    (most tests declare a local SQLite catalog inline, as on a workstation; ``--no-allow-inline-catalogs`` and
+    ``--no-allow-local-catalogs`` restore the defaults).
     """
     started: list[OperatorProcess] = []
     env = {**operator_crds.env, "PYTHONUNBUFFERED": "1"}
 
     def start(*args: str, watch: tuple[str, ...] = ()) -> OperatorProcess:
         defaults = ("--timer-interval", "1", "--backoff-base", "1", "--backoff-cap", "2", "--stall-threshold", "120",
-                    "--allow-inline-catalogs")
+                    "--allow-inline-catalogs", "--allow-local-catalogs")
         operator = OperatorProcess.local(",".join((kube.namespace, *watch)), env,
                                          tmp_path / f"operator-{len(started)}.log", (*defaults, *args))
         started.append(operator)

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import socket
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 import yaml
 from kubernetes import client
 
@@ -59,24 +57,6 @@ def catalog_ready(kube: Kube, name: str) -> tuple[str, str, str] | None:
 def stalled_with(kube: Kube, name: str, reason: str) -> dict[str, Any]:
     return kube.wait_status(name, f"Stalled {reason}", lambda s: any(
         c["type"] == "Stalled" and c["status"] == "True" and c["reason"] == reason for c in s.get("conditions", [])))
-
-
-@pytest.fixture
-def cluster_catalogs(kube: Kube) -> Iterator[Callable[[dict[str, Any]], str]]:
-    """Create ClusterIcebergCatalogs under unique names; each is deleted after the test."""
-    created: list[str] = []
-
-    def create(spec: dict[str, Any]) -> str:
-        name = f"lake-{uuid.uuid4().hex[:8]}"
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterIcebergCatalog", "metadata": {"name": name},
-                "spec": spec}
-        kube.custom.create_cluster_custom_object(GROUP, VERSION, "clustericebergcatalogs", body)
-        created.append(name)
-        return name
-
-    yield create
-    for name in created:
-        kube.custom.delete_cluster_custom_object(GROUP, VERSION, "clustericebergcatalogs", name)
 
 
 def test_a_sync_naming_an_icebergcatalog_renders_and_runs_with_only_the_catalogs_secret(
@@ -159,8 +139,9 @@ def test_a_missing_catalog_is_a_clear_condition_until_it_is_created(
 def test_ready_follows_the_connection_check(kube: Kube, start_operator: StartOperator,
                                            warehouse: dict[str, str]) -> None:
     create_catalog(kube, "up", {"type": "sql", **warehouse})
-    create_catalog(kube, "down", {"type": "rest", "uri": f"http://127.0.0.1:{closed_port()}/"})
-    start_operator(CLOSED)
+    down_uri = f"http://127.0.0.1:{closed_port()}/"
+    create_catalog(kube, "down", {"type": "rest", "uri": down_uri})
+    start_operator(CLOSED, "--allowed-catalog-uris", down_uri)
     assert wait_for("up Ready", lambda: catalog_ready(kube, "up"))[:2] == ("True", "Connected")
     down = wait_for("down not Ready", lambda: catalog_ready(kube, "down"))
     assert down[:2] == ("False", "Unreachable") and "cannot connect" in down[2]

@@ -198,7 +198,9 @@ def operator_as(kubeconfig: Path, env: dict[str, str], log: Path) -> Iterator[su
                "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1",
                "ICEBERGSYNC_METRICS_ADDRESS": "127.0.0.1", "ICEBERGSYNC_METRICS_PORT": str(_free_port()),
                "ICEBERGSYNC_LIVENESS_ENDPOINT": f"http://127.0.0.1:{health}/healthz",
-               "ICEBERGSYNC_TIMER_INTERVAL": "1"}
+               "ICEBERGSYNC_TIMER_INTERVAL": "1",
+               # The test's lake is a local SQLite file: an operator run outside a cluster may open it.
+               "ICEBERGSYNC_ALLOW_LOCAL_CATALOGS": "true"}
     with open(log, "ab") as out:
         process = subprocess.Popen(["timeout", "--kill-after=10", "600", sys.executable, "-m",
                                     "icebergsync_operator.main"], cwd=REPO_ROOT, env=run_env, stdout=out,

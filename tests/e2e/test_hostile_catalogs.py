@@ -65,7 +65,11 @@ def test_each_attack_ends_refused_with_a_condition_and_an_event(kube: Kube, star
         }
         for name, (catalog, _, _) in cases.items():
             kube.create_sync(name, generator_spec(catalog))
-        operator = start_operator("--catalog-timeout", TIMEOUT, "--catalog-max-bytes", "1Mi")
+        # Every hostile server is listed: the admin allowed it, the attack is in what it answers.
+        listed = [server.url for server in (tarpit, dripping, bombing, redirecting)]
+        operator = start_operator("--catalog-timeout", TIMEOUT, "--catalog-max-bytes", "1Mi",
+                                  "--max-namespace-catalog-reads", str(len(cases)), "--allowed-catalog-uris",
+                                  ",".join([*listed, f"postgresql://127.0.0.1:{postgres.port}"]))
 
         for name, (_, reason, text) in cases.items():
             kube.wait_status(name, reason, lambda s, reason=reason: any(  # type: ignore[misc]
@@ -94,7 +98,9 @@ def test_thirty_tarpit_syncs_leave_another_namespaces_status_refreshing_on_time(
             kube.create_sync(f"tarpit-{index}", generator_spec(rest(tarpit.url)))
         other_kube.create_sync("steady", generator_spec(warehouse))
         operator = start_operator("--catalog-timeout", TIMEOUT, "--stall-threshold", "1",
-                                  "--max-stuck-catalog-reads", str(TARPITS), watch=(other_kube.namespace,))
+                                  "--max-stuck-catalog-reads", str(TARPITS), "--max-namespace-catalog-reads",
+                                  str(TARPITS), "--max-catalog-reads", str(TARPITS + 2),
+                                  "--allowed-catalog-uris", tarpit.url, watch=(other_kube.namespace,))
         other_kube.wait_applications({"steady-v1"})
         other_kube.set_state("steady-v1", "RUNNING")
         wait_for("every tarpit sync to wait for its catalog", lambda: all(

@@ -159,7 +159,7 @@ def test_create_renders_the_application_configmap_and_secret_mounts(kube: Kube, 
 def test_nothing_is_launched_while_the_catalog_does_not_answer(kube: Kube, start_operator: StartOperator) -> None:
     """The table's sink version is unknown: a launch would guess its version. The sync waits instead."""
     kube.create_sync("orders", generator_spec(catalog={"type": "rest", "uri": "http://127.0.0.1:9/catalog"}))
-    operator = start_operator()
+    operator = start_operator("--allowed-catalog-uris", "http://127.0.0.1:9")
     kube.wait_status("orders", "waiting for the catalog", lambda s: any(
         c["type"] == "Reconciling" and c["reason"] == "WaitingForCatalog" for c in s.get("conditions", [])))
     operator.wait_reconciles(3)

@@ -27,12 +27,13 @@ from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from tests.infra.services import RestCatalog
 from tests.integration.committer_support import SCHEMA, stage
 from tests.integration.sync_support import catalog_of, write_spec
+from tests.unit.test_catalog_access import reach
 from tests.unit.test_operator_status_update import NOW, SETTINGS, app, cond, observe, running_status
 
 SINK = "test/shop"
 OTHER = "test/other"
 SOURCE = {"kind": "kafka"}
-READS = OperatorSettings(catalog_timeout=30)
+READS = reach(OperatorSettings(catalog_timeout=30))
 
 
 def sync_of(catalog: dict[str, Any], namespace: str) -> IcebergSync:

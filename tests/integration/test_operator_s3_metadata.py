@@ -17,8 +17,9 @@ from icebergsync.catalog import ensure_table, open_catalog
 from icebergsync.sink_state import sink_state
 from icebergsync.spec import IcebergSync, parse_spec
 from tests.infra.services import S3Server
+from tests.unit.test_catalog_access import reach, tenant
 
-SETTINGS = OperatorSettings(catalog_timeout=10)
+SETTINGS = reach(OperatorSettings(catalog_timeout=10))
 
 
 def sync_on(tmp_path: Path, s3_server: S3Server, properties: dict[str, str]) -> IcebergSync:
@@ -45,7 +46,8 @@ def test_the_operator_reads_s3_metadata_with_the_keys_of_the_syncs_secret(
     spec_only = sync_on(tmp_path, s3_server, {"s3.endpoint": s3_server.endpoint, "s3.region": s3_server.region})
     metadata = read_metadata(spec_only, keys, SETTINGS)
     assert sink_state(metadata, "db.trips", "data/trips").total_records == 3
-    allowed = OperatorSettings(catalog_timeout=10, allowed_catalog_uris=(f"{s3_server.endpoint}/{s3_server.bucket}",))
+    allowed = tenant(OperatorSettings(catalog_timeout=10, allow_local_catalogs=True,
+                                      allowed_catalog_uris=(f"{s3_server.endpoint}/{s3_server.bucket}",)))
     assert read_metadata(spec_only, keys, allowed).current_snapshot() is not None
 
 
@@ -61,7 +63,8 @@ def test_the_operators_own_credentials_never_sign_a_tenants_read(
 
 def test_an_s3_endpoint_or_bucket_outside_the_allow_list_is_never_contacted(
         table_on_s3: IcebergSync, tmp_path: Path, s3_server: S3Server) -> None:
-    other_bucket = OperatorSettings(catalog_timeout=10, allowed_catalog_uris=(f"{s3_server.endpoint}/elsewhere",))
+    other_bucket = tenant(OperatorSettings(catalog_timeout=10, allow_local_catalogs=True,
+                                           allowed_catalog_uris=(f"{s3_server.endpoint}/elsewhere",)))
     with pytest.raises(CatalogAccessError, match=f"{s3_server.endpoint}/{s3_server.bucket}/operator-reads/.* is not "
                                                  "among the endpoints"):
         read_metadata(table_on_s3, {}, other_bucket)

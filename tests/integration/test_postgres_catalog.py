@@ -19,6 +19,7 @@ from icebergsync.catalog import ensure_table, open_catalog
 from icebergsync.sink_state import sink_state
 from icebergsync.spec import Catalog, IcebergSync, parse_spec
 from tests.infra.postgres import PASSWORD, free_port
+from tests.unit.test_catalog_access import reach
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 
@@ -37,7 +38,7 @@ def test_the_job_and_the_operator_use_a_sql_catalog_on_postgres(postgres_uri: st
 
     reread = open_catalog(catalog).load_table("db.trips")
     assert sorted(reread.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
-    metadata = read_metadata(sync_on(catalog), {}, OperatorSettings(catalog_timeout=5))
+    metadata = read_metadata(sync_on(catalog), {}, reach(OperatorSettings(catalog_timeout=5)))
     state = sink_state(metadata, "db.trips", "data/trips")
     assert state.total_records == 3
     assert state.snapshot_id is None  # no snapshot of this sink: the append was not a sink commit
@@ -47,6 +48,6 @@ def test_a_postgres_that_is_down_is_reported_without_the_password(tmp_path: Path
     down = f"postgresql://icebergsync:{PASSWORD}@127.0.0.1:{free_port()}/postgres"
     with pytest.raises(CatalogAccessError) as refused:
         read_metadata(sync_on(Catalog(type="sql", uri=down, warehouse=str(tmp_path))), {},
-                      OperatorSettings(catalog_timeout=2))
+                      reach(OperatorSettings(catalog_timeout=2)))
     assert PASSWORD not in str(refused.value)
     assert "failed (OperationalError)" in str(refused.value)

@@ -19,7 +19,6 @@ from typing import Any, cast
 import pyarrow as pa
 import pytest
 import requests
-from icebergsync_operator.bounded_http import RefusedResponse
 from icebergsync_operator.catalog_access import (
     CatalogAccessError,
     describe_failure,
@@ -27,14 +26,17 @@ from icebergsync_operator.catalog_access import (
     operator_properties,
     redact,
 )
+from icebergsync_operator.catalog_memory import MemoryBudget, TooLarge
+from icebergsync_operator.catalog_scope import CatalogScope
 from icebergsync_operator.deadline import Deadline
 from icebergsync_operator.kube import KubeApi
 from icebergsync_operator.metadata_file import read_metadata_file
+from icebergsync_operator.read_bounds import ReadBounds
 from icebergsync_operator.rest_read import GuardedRestCatalog
 from icebergsync_operator.s3_read import object_endpoint, signed_headers
 from icebergsync_operator.settings import OperatorSettings, parse_settings
 from icebergsync_operator.sql_read import postgres_url
-from icebergsync_operator.table import observe_table
+from icebergsync_operator.table import CatalogReach, observe_table
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
@@ -43,6 +45,22 @@ from icebergsync.spec import Catalog, IcebergSync, parse_spec
 from tests.hostile_servers import Listener, drip, gzip_bomb, respond, silent_postgres
 
 REMOTE_SECRET = "remote-body-4f1c"  # what a tenant's server puts in its error bodies
+ANYWHERE = CatalogScope((), admin_declared=True, local_files=True)  #: a ClusterIcebergCatalog, outside a cluster
+
+
+def reach(settings: OperatorSettings, scope: CatalogScope = ANYWHERE) -> CatalogReach:
+    """How far a read may go: where ``scope`` allows (by default anywhere), with a memory budget of its own."""
+    return CatalogReach(settings, scope, MemoryBudget(settings.catalog_read_memory, settings.max_catalog_reads))
+
+
+def tenant(settings: OperatorSettings) -> CatalogReach:
+    """A read for a catalog a tenant declared, under ``settings``' allow-list."""
+    return reach(settings, settings.catalog_scope(admin_declared=False))
+
+
+def bounds(deadline: Deadline, settings: OperatorSettings, scope: CatalogScope = ANYWHERE) -> ReadBounds:
+    """One read's bounds outside ``observe_table``."""
+    return ReadBounds(deadline, scope, reach(settings, scope).budget.share(settings.catalog_max_bytes))
 
 
 @dataclass
@@ -134,12 +152,14 @@ def in_thread(call: Any, limit: float = 60.0) -> Any:
     return outcome[0]
 
 
-def observe_within(catalog: dict[str, Any], settings: OperatorSettings, secrets: dict[str, str] | None = None,
-                   limit: float = 30.0) -> Any:
-    """``observe_table`` for a sync on ``catalog``, failing the test unless it returns within ``limit`` s."""
+def observe_within(catalog: dict[str, Any], settings: OperatorSettings | CatalogReach,
+                   secrets: dict[str, str] | None = None, limit: float = 30.0) -> Any:
+    """``observe_table`` for a sync on ``catalog`` (anywhere, unless a reach is given), failing the test unless it
+    returns within ``limit`` s."""
     api = SecretsOf({("team-a", "creds"): secrets or {}})
     spec = {**catalog, "secretRef": {"name": "creds"}} if secrets else catalog
-    return in_thread(lambda: observe_table(api, sync_for(spec), settings), limit)
+    how_far = settings if isinstance(settings, CatalogReach) else reach(settings)
+    return in_thread(lambda: observe_table(api, sync_for(spec), how_far), limit)
 
 
 # --- one deadline per read, against servers that never finish -----------------------------
@@ -224,8 +244,7 @@ def test_a_backslash_at_uri_never_reaches_the_host_an_http_client_would_pick() -
         for allow in ((), ("http://catalog.internal/",)):
             observation = observe_within({"type": "rest", "uri": uri}, OperatorSettings(allowed_catalog_uris=allow))
             assert observation.error == f"catalog uri {uri!r} contains a backslash"
-        assert endpoint_problem(Catalog(type="rest", uri=uri), ("http://catalog.internal/",)) == (
-            f"{uri!r} contains a backslash")
+        assert endpoint_problem(Catalog(type="rest", uri=uri)) == f"{uri!r} contains a backslash"
         userinfo = f"http://127.0.0.1:{attacker.port}@catalog.internal/"
         observation = observe_within({"type": "rest", "uri": userinfo}, OperatorSettings())
         assert observation.error is not None and "has user information" in observation.error
@@ -236,14 +255,13 @@ def test_a_catalog_uri_is_connected_to_as_parsed(catalog_server: CatalogServer) 
     """Upper case, a trailing dot, a default-less port and a trailing slash reach the same server."""
     port = catalog_server.uri.rsplit(":", 1)[1]
     observation = observe_within({"type": "rest", "uri": f"HTTP://127.0.0.1:{port}/"},
-                                 OperatorSettings(allowed_catalog_uris=(catalog_server.uri,)))
+                                 tenant(OperatorSettings(allowed_catalog_uris=(catalog_server.uri,))))
     assert observation.error == f"catalog at HTTP://127.0.0.1:{port}/ returned HTTP 500"
     assert catalog_server.requests[0][0].startswith("/v1/config")
 
 
 def test_error_bodies_of_the_tenants_server_never_reach_status(catalog_server: CatalogServer) -> None:
-    observation = observe_table(SecretsOf({}), sync_for({"type": "rest", "uri": catalog_server.uri}),
-                                OperatorSettings(catalog_timeout=5))
+    observation = observe_table(SecretsOf({}), sync_for({"type": "rest", "uri": catalog_server.uri}), reach(OperatorSettings(catalog_timeout=5)))
     assert observation.error == f"catalog at {catalog_server.uri} returned HTTP 500"
     assert REMOTE_SECRET not in observation.error
 
@@ -253,7 +271,7 @@ def test_env_references_are_never_expanded_nor_sent(catalog_server: CatalogServe
     monkeypatch.setenv("OPERATOR_ONLY_TOKEN", "operator-credential-7731")
     sync = sync_for({"type": "rest", "uri": catalog_server.uri,
                      "properties": {"token": "${env:OPERATOR_ONLY_TOKEN}", "scope": "x-${env:OPERATOR_ONLY_TOKEN}"}})
-    observe_table(SecretsOf({}), sync, OperatorSettings(catalog_timeout=5))
+    observe_table(SecretsOf({}), sync, reach(OperatorSettings(catalog_timeout=5)))
     assert catalog_server.requests, "the operator did talk to the catalog"
     sent = json.dumps(catalog_server.requests)
     assert "operator-credential-7731" not in sent
@@ -276,39 +294,39 @@ def test_only_allow_listed_properties_pass_from_spec_and_secret() -> None:
 def test_the_servers_config_cannot_widen_properties_or_move_the_endpoint(catalog_server: CatalogServer) -> None:
     catalog_server.overrides = {"py-io-impl": "os.system", "prefix": "wh"}
     with Deadline(5) as deadline:
-        opened = GuardedRestCatalog("c", deadline, OperatorSettings(), uri=catalog_server.uri)
+        opened = GuardedRestCatalog("c", bounds(deadline, OperatorSettings()), uri=catalog_server.uri)
     assert "py-io-impl" not in opened.properties
     assert opened.properties["prefix"] == "wh"
 
     catalog_server.overrides = {"uri": "http://169.254.169.254/latest"}
+    settings = OperatorSettings(allowed_catalog_uris=(catalog_server.uri,))
     with Deadline(5) as deadline, pytest.raises(
             CatalogAccessError, match=re.escape("catalog uri http://169.254.169.254/latest is not among the endpoints")):
-        GuardedRestCatalog("c", deadline, OperatorSettings(allowed_catalog_uris=(catalog_server.uri,)),
+        GuardedRestCatalog("c", bounds(deadline, settings, settings.catalog_scope(admin_declared=False)),
                            uri=catalog_server.uri)
 
 
 def test_endpoints_outside_the_allow_list_are_refused_before_connecting(catalog_server: CatalogServer) -> None:
-    allowed = ("https://catalog.internal/",)
-    assert endpoint_problem(Catalog(type="rest", uri="https://catalog.internal/api"), allowed) is None
-    assert endpoint_problem(Catalog(type="rest", uri="http://anything"), ()) is None
-    assert "not among the endpoints" in str(endpoint_problem(Catalog(type="rest", uri="https://catalog.internal.evil/"),
-                                                             allowed))
-    assert "not among the endpoints" in str(endpoint_problem(Catalog(uri="sqlite:////tmp/c.db"), allowed))
+    settings = OperatorSettings(allowed_catalog_uris=("https://catalog.internal/",))
+    scope = settings.catalog_scope(admin_declared=False)
+    assert scope.refusal(Catalog(type="rest", uri="https://catalog.internal/api")) is None
+    assert "not among the endpoints" in str(scope.refusal(Catalog(type="rest", uri="https://catalog.internal.evil/")))
     sync = sync_for({"type": "rest", "uri": catalog_server.uri})
-    observation = observe_table(SecretsOf({}), sync, OperatorSettings(allowed_catalog_uris=allowed))
+    observation = observe_table(SecretsOf({}), sync, tenant(settings))
     assert observation.error is not None and "not among the endpoints" in observation.error
     assert catalog_server.requests == []
     secret_endpoint = sync_for({"type": "rest", "uri": "https://catalog.internal/", "secretRef": {"name": "c"}})
     observation = observe_table(SecretsOf({("team-a", "c"): {"oauth2-server-uri": "http://127.0.0.1:1/token"}}),
-                                secret_endpoint, OperatorSettings(allowed_catalog_uris=allowed))
+                                secret_endpoint, tenant(settings))
     assert observation.error == ("catalog oauth2-server-uri http://127.0.0.1:1/token is not among the endpoints this "
-                                 "operator may connect to (--allowed-catalog-uris: https://catalog.internal/)")
+                                 "operator may connect to (--allowed-catalog-uris: https://catalog.internal/); the "
+                                 "cluster admin must list it in operator.allowedCatalogUris (--allowed-catalog-uris)")
 
 
 def test_secrets_are_read_from_the_syncs_own_namespace(catalog_server: CatalogServer) -> None:
     sync = sync_for({"type": "rest", "uri": catalog_server.uri, "secretRef": {"name": "creds"}})
     api = SecretsOf({("team-a", "creds"): {"token": "team-a-token"}, ("other", "creds"): {"token": "other-token"}})
-    observe_table(api, sync, OperatorSettings(catalog_timeout=5))
+    observe_table(api, sync, reach(OperatorSettings(catalog_timeout=5)))
     authorizations = {headers.get("Authorization") for _, headers in catalog_server.requests}
     assert authorizations == {"Bearer team-a-token"}
 
@@ -327,28 +345,30 @@ def test_a_sql_catalog_on_postgres_uses_the_psycopg2_driver() -> None:
 
 
 def test_the_operator_connects_to_postgres_with_a_url_built_from_the_parse_and_its_time_limits() -> None:
+    settings = OperatorSettings(allowed_catalog_uris=("postgresql://db.internal:6543",))
     with Deadline(2.5) as deadline:
-        url = postgres_url("postgresql://u:p%40ss@DB.internal:6543/cat?sslmode=require", deadline,
-                           ("postgresql://db.internal:6543",))
+        url = postgres_url("postgresql://u:p%40ss@DB.internal:6543/cat?sslmode=require",
+                           bounds(deadline, settings, settings.catalog_scope(admin_declared=False)))
     assert (url.drivername, url.username, url.password, url.host, url.port, url.database) == (
         "postgresql+psycopg2", "u", "p@ss", "db.internal", 6543, "cat")
     assert dict(url.query) == {"sslmode": "require", "connect_timeout": "3", "options": "-c statement_timeout=3000",
                                "keepalives": "1", "keepalives_idle": "1", "keepalives_interval": "1",
                                "keepalives_count": "3", "tcp_user_timeout": "3000"}
     with Deadline(2) as deadline, pytest.raises(CatalogAccessError, match="is not among the endpoints"):
-        postgres_url("postgresql://u:p@db.internal/cat", deadline, ("postgresql://other.internal",))
+        postgres_url("postgresql://u:p@db.internal/cat",
+                     bounds(deadline, settings, CatalogScope(("postgresql://other.internal",), False, False)))
 
 
 def test_a_local_sql_catalog_still_reads(tmp_path: Path) -> None:
     sync = sync_for({"uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": str(tmp_path / "warehouse")})
     catalog_properties(sync.spec.table.catalog_or_default)  # creates the warehouse directory, as the job does
-    observation = observe_table(SecretsOf({}), sync, OperatorSettings())
+    observation = observe_table(SecretsOf({}), sync, reach(OperatorSettings()))
     assert (observation.sink, observation.error) == (None, None)  # no table yet: not an error
 
     schema = Schema(NestedField(1, "id", LongType(), required=False))
     table = ensure_table(open_catalog(sync.spec.table.catalog_or_default), "db.trips", schema, [], {})
     table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
-    observation = observe_table(SecretsOf({}), sync, OperatorSettings())
+    observation = observe_table(SecretsOf({}), sync, reach(OperatorSettings()))
     assert observation.error is None and observation.sink is not None
     assert (observation.sink.total_records, observation.sink.snapshot_id) == (3, None)  # not a commit of this sink
 
@@ -358,13 +378,15 @@ def test_a_metadata_file_must_be_a_regular_file_and_fit_the_cap(tmp_path: Path) 
     os.mkfifo(fifo)
     bomb = tmp_path / "v2.gz.metadata.json"
     bomb.write_bytes(gzip_bomb(16 * 1024**2))
+    settings = OperatorSettings(catalog_max_bytes=1024**2)
     with Deadline(5) as deadline, requests.Session() as unused:
+        read = bounds(deadline, settings)
         with pytest.raises(CatalogAccessError, match="is not a regular file"):
-            in_thread(lambda: read_metadata_file(str(fifo), {}, unused, deadline, 1024**2))
-        with pytest.raises(RefusedResponse, match="larger than 1048576 bytes"):
-            read_metadata_file(f"file://{bomb}", {}, unused, deadline, 1024**2)
+            in_thread(lambda: read_metadata_file(str(fifo), {}, unused, read))
+        with pytest.raises(TooLarge, match="larger than 1048576 bytes"):
+            read_metadata_file(f"file://{bomb}", {}, unused, read)
         with pytest.raises(CatalogAccessError, match="hdfs:// locations is not read"):
-            read_metadata_file("hdfs://namenode/t/v1.metadata.json", {}, unused, deadline, 1024**2)
+            read_metadata_file("hdfs://namenode/t/v1.metadata.json", {}, unused, read)
 
 
 def test_an_s3_object_is_read_path_style_at_the_parsed_endpoint_and_signed_only_with_the_tenants_keys() -> None:
@@ -383,15 +405,17 @@ def test_an_s3_object_is_read_path_style_at_the_parsed_endpoint_and_signed_only_
 
 
 def test_catalog_settings_from_flags_and_environment() -> None:
-    settings, _ = parse_settings(["--catalog-timeout", "3s", "--catalog-max-bytes", "8Mi"],
+    settings, _ = parse_settings(["--catalog-timeout", "3s", "--catalog-max-bytes", "8Mi",
+                                  "--catalog-read-memory", "320Mi"],
                                  {"ICEBERGSYNC_ALLOWED_CATALOG_URIS": "https://a/, https://b/",
                                   "ICEBERGSYNC_MAX_STUCK_CATALOG_READS": "2", "ICEBERGSYNC_RECONCILE_STUCK_AFTER": "2m"})
     assert (settings.catalog_timeout, settings.catalog_max_bytes, settings.allowed_catalog_uris) == (
         3.0, 8 * 1024**2, ("https://a/", "https://b/"))
     assert (settings.max_stuck_catalog_reads, settings.reconcile_stuck_after) == (2, 120.0)
-    for refused in (["--catalog-timeout", "0"], ["--catalog-timeout", "30s", "--reconcile-stuck-after", "1m"],
-                    ["--max-stuck-catalog-reads", "0"], ["--allowed-catalog-uris", "http://a\\@b/"]):
+    for refused in (["--catalog-timeout", "0"], ["--catalog-timeout", "30s", "--reconcile-stuck-after", "119s"],
+                    ["--max-stuck-catalog-reads", "0"], ["--allowed-catalog-uris", "http://a\\@b/"],
+                    ["--catalog-max-bytes", "8Mi"], ["--max-namespace-catalog-reads", "17"]):
         with pytest.raises(SystemExit):
             parse_settings(refused, {})
     defaults = cast(OperatorSettings, parse_settings([], {})[0])
-    assert (defaults.catalog_timeout, defaults.catalog_max_bytes) == (10.0, 32 * 1024**2)
+    assert (defaults.catalog_timeout, defaults.catalog_max_bytes) == (10.0, 4 * 1024**2)

@@ -1,5 +1,6 @@
 """Catalog reads in threads of their own: a stuck read is abandoned at its deadline, counted against its
-namespace until it ends, backed off, and never delays another sync's read."""
+namespace until it ends, backed off, and never delays another sync's read; an answer too large backs
+off the same way; a read starts only with a slot, and one namespace cannot take them all."""
 
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ def test_a_namespace_at_its_cap_of_stuck_reads_starts_no_more_and_other_namespac
 
 
 def test_thirty_stuck_reads_do_not_delay_another_syncs_read() -> None:
-    reads = CatalogReads(OperatorSettings(catalog_timeout=30, max_stuck_catalog_reads=30))
+    reads = CatalogReads(OperatorSettings(catalog_timeout=30, max_stuck_catalog_reads=30, max_catalog_reads=31,
+                                          max_namespace_catalog_reads=30))
     stuck = Stuck()
 
     async def scenario() -> tuple[TableObservation, list[bool]]:
@@ -104,3 +106,41 @@ def test_an_error_of_the_read_itself_reaches_the_reconcile() -> None:
 
     with pytest.raises(RuntimeError, match="a bug"):
         asyncio.run(CatalogReads(FAST).read(("team-a", "trips"), URI, broken))
+
+
+def test_an_answer_too_large_is_retried_only_after_its_backoff_as_a_timeout_is() -> None:
+    reads, calls = CatalogReads(FAST), []
+    bomb = TableObservation(error=f"catalog at {URI} sent a response larger than 1048576 bytes", too_large=True)
+
+    def read() -> TableObservation:
+        calls.append(1)
+        return bomb
+
+    async def twice() -> tuple[TableObservation, TableObservation]:
+        return await reads.read(("team-a", "bomb"), URI, read), await reads.read(("team-a", "bomb"), URI, read)
+
+    assert asyncio.run(twice()) == (bomb, bomb)
+    assert len(calls) == 1
+
+
+def test_a_namespace_at_its_cap_of_reads_in_flight_waits_then_is_deferred_and_others_still_read() -> None:
+    settings = OperatorSettings(catalog_timeout=0.5, backoff_base=60, backoff_cap=60, max_stuck_catalog_reads=4,
+                                max_catalog_reads=3, max_namespace_catalog_reads=2)
+    reads, stuck = CatalogReads(settings), Stuck()
+
+    async def scenario() -> tuple[TableObservation, TableObservation, TableObservation]:
+        holders = [asyncio.create_task(reads.read(("team-a", f"s{i}"), URI, stuck)) for i in range(2)]
+        await asyncio.sleep(0.1)
+        assert reads.in_flight("team-a") == 2
+        deferred = await reads.read(("team-a", "s2"), URI, lambda: GOOD)
+        other = await reads.read(("team-b", "fine"), URI, lambda: GOOD)
+        again = await reads.read(("team-a", "s2"), URI, lambda: GOOD)  # within its backoff
+        await asyncio.gather(*holders)
+        return deferred, other, again
+
+    deferred, other, again = asyncio.run(scenario())
+    assert deferred.timed_out and deferred.error is not None
+    assert deferred.error.startswith("no catalog read could start within 0.5s: 2 reads of namespace team-a")
+    assert other == GOOD and again == deferred
+    stuck.release.set()
+    wait_until("the slots to come free", lambda: reads.in_flight() == 0)

@@ -394,13 +394,18 @@ def test_a_cluster_wide_operator_reads_no_secrets_unless_told(helm_binary: Path,
 def test_catalog_access_settings_reach_the_operator(helm_binary: Path, tmp_path: Path) -> None:
     docs = render(helm_binary, tmp_path, {"operator": {
         "catalogTimeout": "4s", "catalogMaxBytes": "1Mi", "maxStuckCatalogReads": 2, "reconcileStuckAfter": "2m",
+        "catalogReadMemory": "96Mi", "maxCatalogReads": 8, "maxNamespaceCatalogReads": 2,
         "allowedCatalogUris": ["https://a/", "https://b/"]}})
     settings, _ = settings_from(docs)
     assert (settings.catalog_timeout, settings.allowed_catalog_uris) == (4.0, ("https://a/", "https://b/"))
     assert (settings.catalog_max_bytes, settings.max_stuck_catalog_reads, settings.reconcile_stuck_after) == (
         1024**2, 2, 120.0)
+    assert (settings.catalog_read_memory, settings.max_catalog_reads, settings.max_namespace_catalog_reads) == (
+        96 * 1024**2, 8, 2)
     default, _ = settings_from(render(helm_binary, tmp_path))
-    assert (default.catalog_timeout, default.allowed_catalog_uris) == (10.0, ())
+    assert (default.catalog_timeout, default.allowed_catalog_uris, default.allow_local_catalogs) == (10.0, (), False)
+    assert (default.catalog_max_bytes, default.catalog_read_memory, default.max_catalog_reads) == (
+        4 * 1024**2, 192 * 1024**2, 16)
 
 
 def test_cluster_scope_with_watched_namespaces_uses_namespaced_peering(helm_binary: Path, tmp_path: Path) -> None:

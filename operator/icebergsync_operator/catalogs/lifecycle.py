@@ -1,8 +1,10 @@
 """One check of one catalog resource: read it, connect to its catalog within the deadline, write Ready.
 
-The connection runs through the operator's ``CatalogReads`` like a sync's status read: in a thread of
-its own, bounded by ``--catalog-timeout``, backed off after a timeout, counted against the
-namespace (a ClusterIcebergCatalog's: the catalog-secrets namespace) when it gets stuck.
+The connection runs through the operator's ``CatalogReads`` like a sync's status read: only where the
+catalog's ``CatalogScope`` allows (an IcebergCatalog: under the admin's allow-list, none while it is
+empty), in a thread of its own, bounded by ``--catalog-timeout`` and the memory budget, backed off
+after a timeout or an answer too large, counted against the namespace (a ClusterIcebergCatalog's:
+the catalog-secrets namespace).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from icebergsync.catalogs.crd import CATALOG_NAMES, CLUSTER_CATALOG_NAMES
 from icebergsync.catalogs.model import ClusterIcebergCatalogSpec, IcebergCatalogSpec
 from icebergsync.crd import ResourceNames
 from icebergsync_operator.catalog_access import CatalogAccessError, endpoint_problem
+from icebergsync_operator.catalog_scope import NOT_ALLOWED
 from icebergsync_operator.catalogs.check import observe_connection
 from icebergsync_operator.catalogs.resolve import parse_catalog_spec
 from icebergsync_operator.catalogs.status import (
@@ -27,7 +30,7 @@ from icebergsync_operator.catalogs.status import (
 )
 from icebergsync_operator.lifecycle import OperatorContext
 from icebergsync_operator.status_update import FALSE, TRUE, TableObservation, Verdict
-from icebergsync_operator.table import catalog_secret
+from icebergsync_operator.table import CatalogReach, catalog_secret
 
 log = logging.getLogger(__name__)
 
@@ -56,21 +59,32 @@ async def _verdict(context: OperatorContext, kind: str, namespace: str | None, n
         assert isinstance(spec, IcebergCatalogSpec) and namespace
         secret_namespace, ref = namespace, spec.secret_ref
     catalog = spec.catalog(ref)
-    refused = endpoint_problem(catalog, settings.allowed_catalog_uris)
+    ambiguous = endpoint_problem(catalog)
+    if ambiguous:
+        return Verdict(FALSE, "PolicyViolation", f"spec.uri: {ambiguous}")
+    scope = settings.catalog_scope(admin_declared=isinstance(spec, ClusterIcebergCatalogSpec))
+    refused = scope.refusal(catalog)
     if refused:
-        return Verdict(FALSE, "PolicyViolation", f"spec.uri: {refused}")
+        return Verdict(FALSE, NOT_ALLOWED, f"spec.uri: {refused}")
+    reach = CatalogReach(settings, scope, context.catalog_reads.memory)
 
     def check() -> TableObservation:
         try:
             secret = catalog_secret(context.api, secret_namespace, ref)
         except CatalogAccessError as error:
             return TableObservation(error=str(error))
-        return observe_connection(catalog, secret, settings)
+        return observe_connection(catalog, secret, reach)
 
     observed = await context.catalog_reads.read(_key(context, kind, namespace, name), catalog.uri, check)
     if observed.error is None:
         return Verdict(TRUE, CONNECTED, "the operator's connection check succeeded")
-    return Verdict(FALSE, "TimedOut" if observed.timed_out else "Unreachable", observed.error)
+    return Verdict(FALSE, _failure_reason(observed), observed.error)
+
+
+def _failure_reason(observed: TableObservation) -> str:
+    if observed.timed_out:
+        return "TimedOut"
+    return "TooLarge" if observed.too_large else "Unreachable"
 
 
 async def check_catalog(context: OperatorContext, kind: str, namespace: str | None, name: str) -> Verdict | None:

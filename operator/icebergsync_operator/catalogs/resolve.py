@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from icebergsync.catalogs.model import CatalogResourceSpec, ClusterIcebergCatalogSpec, IcebergCatalogSpec
 from icebergsync.spec import Catalog, IcebergSync, shown
+from icebergsync_operator.catalog_scope import NOT_ALLOWED, CatalogScope
 
 INLINE_REFUSED = "InlineCatalogRefused"
 NOT_FOUND = "CatalogNotFound"
@@ -90,6 +91,18 @@ def resolve(sync: IcebergSync, found: Mapping[str, Any] | None,
         return with_catalog(sync, spec.catalog(spec.job_secret_ref))
     assert isinstance(spec, IcebergCatalogSpec)
     return with_catalog(sync, spec.catalog(spec.secret_ref))
+
+
+def admin_declared(sync: IcebergSync) -> bool:
+    """Whether the sync's catalog is a ClusterIcebergCatalog (declared by the cluster admin, not a tenant)."""
+    ref = sync.spec.table.catalog_ref
+    return ref is not None and ref.kind == "ClusterIcebergCatalog"
+
+
+def scope_refusal(resolved: IcebergSync, scope: CatalogScope, field: str) -> CatalogRefusal | None:
+    """A refusal when the operator may not contact the resolved sync's catalog (``field``: where its URI came from)."""
+    why = scope.refusal(resolved.spec.table.catalog_or_default)
+    return None if why is None else CatalogRefusal(NOT_ALLOWED, f"{field}: {why}")
 
 
 def job_spec(raw_spec: Mapping[str, Any], sync: IcebergSync) -> dict[str, Any]:
