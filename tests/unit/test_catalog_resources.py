@@ -246,12 +246,12 @@ def test_the_connection_check_never_logs_a_catalog_password(caplog: pytest.LogCa
 
     from icebergsync.spec import Catalog
     from tests.infra.services import free_port
+    from tests.unit.test_catalog_access import reach
 
     uri = f"postgresql://sync:hunter2@127.0.0.1:{free_port()}/lake"  # nothing listens: the check fails and logs
     caplog.set_level(logging.DEBUG)
     with pytest.raises(CatalogAccessError) as refused:
-        check_connection(Catalog(name="lake", type="sql", uri=uri), {},
-                         OperatorSettings(catalog_timeout=3.0, allowed_catalog_uris=(uri,)))
+        check_connection(Catalog(name="lake", type="sql", uri=uri), {}, reach(OperatorSettings(catalog_timeout=3.0)))
     assert "hunter2" not in str(refused.value)
     logged = [record.getMessage() for record in caplog.records]
     assert any("checking the catalog at postgresql://127.0.0.1" in message for message in logged), logged
