@@ -6,8 +6,8 @@ catalog and MinIO (tests/integration/fault_proxy.py), ride out the weather: exac
   server declared atomic: no other writer here), each through a random plan of every fault kind (429 with
   Retry-After, 500, 503, SlowDown, resets, lost answers, stalls, truncated bodies) and a lost first data commit; the
   tables are read back directly, not through the proxies;
-* no data or delete file stays that no snapshot references, and (the append run) no manifest or manifest list of a
-  commit attempt that never landed either;
+* no data or delete file stays that no snapshot references, and no manifest or manifest list of a commit attempt
+  that never landed either;
 * a fault outlasting every retry budget ends the job with its documented status (4: catalog, 6: object store) and
   one last line naming the cause.
 
@@ -184,8 +184,9 @@ def test_a_keyed_sync_rides_out_every_fault_exactly_once(keyed_run: Run) -> None
     assert keyed_run.found.faults >= 10, keyed_run.found.report()
 
 
-def test_a_keyed_sync_leaves_no_unreferenced_data_or_delete_file(keyed_run: Run) -> None:
+def test_a_keyed_sync_leaves_no_unreferenced_file(keyed_run: Run) -> None:
     keyed_run.assert_no_unreferenced_data()
+    keyed_run.assert_no_unreferenced_manifest()
 
 
 # -- two tables, each trigger ONE POST /v1/transactions/commit -------------------------------------------------------
@@ -217,9 +218,10 @@ def test_a_sync_of_two_tables_commits_each_cut_once_through_every_fault(cut_run:
     assert sum(1 for _, method, path, kind in found.catalog.log if path.endswith("/transactions/commit")) >= 2
 
 
-def test_a_sync_of_two_tables_leaves_no_unreferenced_data_file(cut_run: tuple[Run, Run]) -> None:
+def test_a_sync_of_two_tables_leaves_no_unreferenced_file(cut_run: tuple[Run, Run]) -> None:
     for run in cut_run:
         run.assert_no_unreferenced_data()
+        run.assert_no_unreferenced_manifest()
 
 
 def test_the_three_syncs_met_every_kind_of_fault_forty_times_or_more(append_run: Run, keyed_run: Run,
