@@ -332,8 +332,23 @@ class SinkCommitter:
         build: Callable[[Table], tuple[Transaction, int]],
     ) -> tuple[Snapshot, TableMetadata]:
         """Commit ``build``'s transaction iff ``check`` passes on the head it was built on: the cut of one table
-        (:func:`swap_cut`). Returns the snapshot that landed and the table metadata it landed in."""
-        [landed] = swap_cut(self._catalog, [SwapPart(identifier, self.pins.get(identifier), check, build)])
+        (:func:`swap_cut`). Returns the snapshot that landed and the table metadata it landed in. The manifests of
+        rounds that did not land are deleted once one did, all of them when the commit is refused (an unknown
+        outcome keeps them: the start-up cleanup deletes those no snapshot references)."""
+        written: dict[int, list[str]] = {}
+
+        def build_noting(table: Table) -> tuple[Transaction, int]:
+            transaction, snapshot_id = build(table)
+            written[snapshot_id] = written_metadata(transaction)
+            return transaction, snapshot_id
+
+        try:
+            [landed] = swap_cut(self._catalog, [SwapPart(identifier, self.pins.get(identifier), check, build_noting)])
+        except (FencedError, ProgressConflictError, TableChangedError, BadInputError, MaintenanceConflictError):
+            self._delete_paths([path for paths in written.values() for path in paths])
+            raise
+        self._delete_paths([path for snapshot_id, paths in written.items() if snapshot_id != landed[0].snapshot_id
+                            for path in paths])
         return landed
 
     def _transaction(

@@ -11,13 +11,15 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
+from pyiceberg.types import StringType
 
 import spark_app.committer as committer_module
 from icebergsync import protocol
 from icebergsync.errors import FencedError
 from icebergsync.protocol import Writer, sink_file_prefix
+from icebergsync.schema import SchemaChange
 from icebergsync.storage import list_files, normalize
-from spark_app.committer import SinkCommitter, TriggerOutput, referenced_files
+from spark_app.committer import MaintenanceConflictError, SinkCommitter, TriggerOutput, referenced_files
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.multi_table.cut import TableChange
 from tests.integration.committer_support import (
@@ -304,3 +306,41 @@ def test_manifests_of_a_commit_that_never_landed_are_deleted_on_start_and_only_t
     assert deleted == left
     assert _metadata_avro(catalog) == _referenced_avro(catalog)
     assert committed_ids(catalog) == [-1, 0, 1, 2]
+
+
+def _another_writer_first(monkeypatch: pytest.MonkeyPatch, catalog: Catalog) -> list[int]:
+    """Make the first commit the sink sends lose to another writer's append (the head moves under it)."""
+    real_commit = committer_module.commit_transactions
+    rounds: list[int] = []
+
+    def commit(catalog_: Catalog, changes: list[TableChange]) -> object:
+        rounds.append(len(changes))
+        if len(rounds) == 1:
+            foreign = catalog.load_table(TABLE)
+            foreign.append(pa.Table.from_pylist([{"id": -1, "who": "foreign"}], schema=foreign.schema().as_arrow()))
+        return real_commit(catalog_, changes)
+
+    monkeypatch.setattr(committer_module, "commit_transactions", commit)
+    return rounds
+
+
+def test_a_schema_commit_round_that_lost_leaves_no_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog, _, sink = started_sink(tmp_path, 3)
+    rounds = _another_writer_first(monkeypatch, catalog)
+    sink.evolve_schema([SchemaChange("add", "note", StringType())])
+    assert len(rounds) == 2
+    assert _metadata_avro(catalog) == _referenced_avro(catalog)
+
+
+def test_a_maintenance_commit_refused_because_main_moved_leaves_no_manifest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog, table, sink = started_sink(tmp_path, 3)
+    planned = catalog.load_table(TABLE).current_snapshot()
+    assert planned is not None
+    [old] = [task.file for task in catalog.load_table(TABLE).scan().plan_files()]
+    replacement = stage(table, sink.writer, range(3))
+    rounds = _another_writer_first(monkeypatch, catalog)
+    with pytest.raises(MaintenanceConflictError):
+        sink.commit_maintenance(planned, [old], replacement)
+    assert len(rounds) == 1
+    assert _metadata_avro(catalog) == _referenced_avro(catalog)
