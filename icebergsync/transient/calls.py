@@ -12,7 +12,6 @@ raised at once, as it was.
 from __future__ import annotations
 
 import logging
-import random
 import re
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import requests
 from pyiceberg.exceptions import ServerError, ServiceUnavailableError, TooManyRequestsError
 
 from icebergsync.errors import CatalogUnreachableError, IcebergSyncError, ObjectStoreUnreachableError
+from icebergsync.transient.http import jittered_backoff
 
 log = logging.getLogger("icebergsync")
 T = TypeVar("T")
@@ -101,7 +101,7 @@ def retry_transient(what: str, step: Callable[[], T], budget_seconds: float = BU
             documented = unreachable(what, error)
             if documented is None:
                 raise
-            delay = min(BACKOFF_MAX_SECONDS, BACKOFF_SECONDS * 2 ** min(attempt - 1, 8)) * random.uniform(0.5, 1.0)
+            delay = jittered_backoff(attempt - 1, BACKOFF_SECONDS, BACKOFF_MAX_SECONDS)
             if clock() + delay > deadline:
                 raise documented from error
             log.warning("%s: transient fault (%s); attempt %d again in %.1fs", what, last_line(error), attempt + 1,

@@ -35,6 +35,12 @@ BACKOFF_MAX_SECONDS = 15.0
 RETRY_AFTER_MAX_SECONDS = 30
 
 
+def jittered_backoff(attempt: int, base: float, cap: float) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: ``base`` doubled per attempt, at most ``cap``, jittered down
+    by up to half (so that clients that failed together do not come back together)."""
+    return min(cap, base * 2 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
+
+
 class TransientRetry(Retry):
     """:class:`Retry` that repeats a request only where that is safe (see the module's docstring)."""
 
@@ -72,7 +78,7 @@ class ReadingAdapter(HTTPAdapter):
                 attempt += 1
                 if attempt >= ATTEMPTS:
                     raise
-                time.sleep(min(BACKOFF_MAX_SECONDS, BACKOFF_SECONDS * 2**attempt) * random.uniform(0.5, 1.0))
+                time.sleep(jittered_backoff(attempt, BACKOFF_SECONDS, BACKOFF_MAX_SECONDS))
 
 
 def mount_retries(session: requests.Session) -> requests.Session:
