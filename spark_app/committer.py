@@ -10,7 +10,6 @@ table is reloaded and searched for the snapshot ids this commit attempted before
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import random
@@ -221,6 +220,55 @@ class SwapPart:
 
 
 def swap_cut(catalog: Catalog, parts: Sequence[SwapPart]) -> list[tuple[Snapshot, TableMetadata]]:
+    """Commit every part's transaction (see :func:`_swap_rounds`); the manifests and manifest lists of the rounds
+    that did not land are deleted once one did, all of them when the cut is refused (an unknown outcome keeps them:
+    the start-up cleanup deletes those no snapshot references)."""
+    rounds: dict[int, tuple[str, Transaction]] = {}
+    try:
+        landed = _swap_rounds(catalog, parts, rounds)
+    except (FencedError, ProgressConflictError, TableChangedError, BadInputError, MaintenanceConflictError):
+        _delete_lost_rounds(catalog, rounds, set())
+        raise
+    _delete_lost_rounds(catalog, rounds, {snapshot.snapshot_id for snapshot, _ in landed})
+    return landed
+
+
+def delete_quietly(catalog: Catalog, identifier: str, paths: Sequence[str]) -> None:
+    """Delete files of table ``identifier`` that no snapshot references, as well as the catalog and the object store
+    let it: a fault here never stops the sync nor hides the error that led here (it may be on its way up). What
+    stays is the start-up cleanup's (:meth:`SinkCommitter.cleanup_orphans`), which runs under the fence."""
+    remaining = list(paths)
+    if not remaining:  # nothing to delete: no table load either (after every commit that landed as built)
+        return
+
+    def delete_remaining() -> None:
+        io = catalog.load_table(identifier).io
+        while remaining:
+            with contextlib.suppress(FileNotFoundError):
+                io.delete(remaining[-1])
+            remaining.pop()
+
+    try:
+        retry_transient(f"delete {len(remaining)} file(s) of {identifier}", delete_remaining,
+                        budget_seconds=CLEANUP_BUDGET_SECONDS)
+    except Exception as error:
+        log.warning("%s: could not delete %d file(s) no snapshot references (%s); the next start-up's cleanup removes "
+                    "them", identifier, len(remaining), last_line(error))
+
+
+def _delete_lost_rounds(catalog: Catalog, rounds: Mapping[int, tuple[str, Transaction]], landed: set[int]) -> None:
+    """Delete what the transactions of ``rounds`` (snapshot id -> table, transaction) wrote for snapshots not
+    ``landed``."""
+    lost: dict[str, list[str]] = {}
+    for snapshot_id, (identifier, transaction) in rounds.items():
+        if snapshot_id not in landed:
+            lost.setdefault(identifier, []).extend(written_metadata(transaction))
+    for identifier, paths in lost.items():
+        delete_quietly(catalog, identifier, paths)
+
+
+def _swap_rounds(catalog: Catalog, parts: Sequence[SwapPart],
+                 rounds: dict[int, tuple[str, Transaction]]) -> list[tuple[Snapshot, TableMetadata]]:
     """Commit every part's transaction, all in one cut (spark_app/multi_table/cut.py), iff every part's
     ``check`` passes on the head its transaction was built on; per part the snapshot that landed and the
     metadata it landed in.
@@ -256,6 +304,7 @@ def swap_cut(catalog: Catalog, parts: Sequence[SwapPart]) -> list[tuple[Snapshot
         for part, table, ids in zip(parts, tables, attempted, strict=True):
             transaction, snapshot_id = part.build(table)
             built[snapshot_id] = transaction
+            rounds[snapshot_id] = part.identifier, transaction
             ids.append(snapshot_id)
             snapshot_ids.append(snapshot_id)
             changes.append(TableChange(table, transaction, (
@@ -332,23 +381,8 @@ class SinkCommitter:
         build: Callable[[Table], tuple[Transaction, int]],
     ) -> tuple[Snapshot, TableMetadata]:
         """Commit ``build``'s transaction iff ``check`` passes on the head it was built on: the cut of one table
-        (:func:`swap_cut`). Returns the snapshot that landed and the table metadata it landed in. The manifests of
-        rounds that did not land are deleted once one did, all of them when the commit is refused (an unknown
-        outcome keeps them: the start-up cleanup deletes those no snapshot references)."""
-        written: dict[int, list[str]] = {}
-
-        def build_noting(table: Table) -> tuple[Transaction, int]:
-            transaction, snapshot_id = build(table)
-            written[snapshot_id] = written_metadata(transaction)
-            return transaction, snapshot_id
-
-        try:
-            [landed] = swap_cut(self._catalog, [SwapPart(identifier, self.pins.get(identifier), check, build_noting)])
-        except (FencedError, ProgressConflictError, TableChangedError, BadInputError, MaintenanceConflictError):
-            self._delete_paths([path for paths in written.values() for path in paths])
-            raise
-        self._delete_paths([path for snapshot_id, paths in written.items() if snapshot_id != landed[0].snapshot_id
-                            for path in paths])
+        (:func:`swap_cut`). Returns the snapshot that landed and the table metadata it landed in."""
+        [landed] = swap_cut(self._catalog, [SwapPart(identifier, self.pins.get(identifier), check, build)])
         return landed
 
     def _transaction(
@@ -735,26 +769,7 @@ class SinkCommitter:
         self._delete_paths(output.all_paths())
 
     def _delete_paths(self, paths: Sequence[str]) -> None:
-        """Delete files no snapshot references, as well as the catalog and the object store let it: a fault
-        here never stops the sync nor hides the error that led here (it may be on its way up). What stays is
-        the start-up cleanup's (:meth:`cleanup_orphans`), which runs under the fence."""
-        remaining = list(paths)
-        if not remaining:  # nothing to delete: no table load either (after every commit that landed as built)
-            return
-
-        def delete_remaining() -> None:
-            io = self._catalog.load_table(self._identifier).io
-            while remaining:
-                with contextlib.suppress(FileNotFoundError):
-                    io.delete(remaining[-1])
-                remaining.pop()
-
-        try:
-            retry_transient(f"delete {len(remaining)} file(s) of {self._identifier}", delete_remaining,
-                            budget_seconds=CLEANUP_BUDGET_SECONDS)
-        except Exception as error:
-            log.warning("%s: could not delete %d file(s) no snapshot references (%s); the next start-up's cleanup "
-                        "removes them", self.writer.sink_id, len(remaining), last_line(error))
+        delete_quietly(self._catalog, self._identifier, paths)
 
     def _position_deletes(self, table: Table, output: TriggerOutput) -> tuple[PositionDeleteDelta, CopyOnWrite]:
         """The position deletes (or deletion vectors) of the rows ``output.touched_keys`` hold on ``table``'s head,
@@ -892,7 +907,7 @@ class DataCommit:
             max_event_time=output.max_event_time, source_lag=output.source_lag,
             source_notes=_noting_unmatched(output.source_notes, committer.unmatched_copies), cut=self.cut,
         )
-        self.rounds[snapshot_id] = dataclasses.replace(written, metadata=written_metadata(transaction))
+        self.rounds[snapshot_id] = written
         return transaction, snapshot_id
 
     def abandon(self) -> None:
@@ -900,14 +915,12 @@ class DataCommit:
         was sent)."""
         self.committer.discard(self.output)
         self.committer._delete_files([f for written in self.rounds.values() for f in written.files])
-        self.committer._delete_paths([path for written in self.rounds.values() for path in written.metadata])
 
     def land(self, snapshot: Snapshot) -> Commit:
         """Book the snapshot that landed, delete what other rounds wrote, then commit the dead letters."""
         committer, output, frontier = self.committer, self.output, self.frontier
-        lost = [written for snapshot_id, written in self.rounds.items() if snapshot_id != snapshot.snapshot_id]
-        committer._delete_files([f for written in lost for f in written.files])
-        committer._delete_paths([path for written in lost for path in written.metadata])
+        committer._delete_files([f for snapshot_id, written in self.rounds.items()
+                                 if snapshot_id != snapshot.snapshot_id for f in written.files])
         landed = self.rounds.get(snapshot.snapshot_id, _Round([], TaskResult()))
         # The staged files the landed snapshot merged into its copy-on-write files: no snapshot holds them.
         committer._delete_files(landed.replaced_staged)
@@ -976,7 +989,6 @@ class _Round:
     carried: TaskResult
     rewritten: list[DataFile] = field(default_factory=list)
     replaced_staged: list[DataFile] = field(default_factory=list)
-    metadata: list[str] = field(default_factory=list)  # the manifests and manifest list of its snapshot
 
     def _of(self, table: str) -> list[DataFile]:
         return [f.data_file for f in self.carried.files if f.table == table]
