@@ -132,6 +132,7 @@ def test_an_explicit_null_in_a_column_with_a_default_stays_null(tmp_path: Path, 
             prefix = f"pg{uuid.uuid4().hex[:8]}"
             topic = f"{prefix}.public.customers"
             kafka_broker.create_topic(topic, 2)
+            kafka_broker.create_topic(f"{prefix}.transaction", 1)  # the example's transaction metadata
             (tmp_path / name).mkdir()
             servers.append(start_debezium(tmp_path / name, postgres, kafka_broker, prefix, ["customers"], {
                 **settings, "publication.name": "icebergsync_customers", "publication.autocreate.mode": "disabled"}))
@@ -178,6 +179,7 @@ def test_add_column_with_a_default_on_a_format_3_table_gives_older_rows_the_defa
     prefix = f"pg{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.public.items"
     kafka_broker.create_topic(topic, 2)
+    kafka_broker.create_topic(f"{prefix}.transaction", 1)  # the example's transaction metadata
     (tmp_path / "debezium").mkdir()
     debezium = start_debezium(tmp_path / "debezium", postgres, kafka_broker, prefix, ["items"], example_settings())
     try:

@@ -157,7 +157,12 @@ def _engine_settings(workdir: Path, postgres: Postgres, database: str) -> dict[s
 
 def run_debezium(workdir: Path, broker: KafkaBroker, config: Mapping[str, str]) -> ServerProcess:
     """Debezium's embedded engine with the PostgreSQL connector and ``config`` (the engine's and the connector's
-    settings), writing to ``broker``; returns once the connector's task runs."""
+    settings), writing to ``broker``; returns once the connector's task runs. With transaction metadata on, the
+    ``<topic.prefix>.transaction`` topic must exist (Kafka Connect's topic creation makes it for users): without it
+    the engine's producer blocks ``max.block.ms`` (60 s) on every BEGIN and END it sends."""
+    if config.get("provide.transaction.metadata") == "true":
+        transactions = f"{config['topic.prefix']}.transaction"
+        assert transactions in broker.list_topics(), f"create {transactions} before Debezium writes to it"
     return start_debezium_runner(workdir, "debezium", "debezium", broker, config)
 
 
