@@ -18,6 +18,7 @@ from icebergsync.resource_status import SyncStatus
 from icebergsync.sink_state import SinkState
 from icebergsync.tables import status
 from icebergsync.tables.cuts import catalog_cut_support, cut_support, spec_cut_support
+from icebergsync.metrics.lag import lag_text
 from icebergsync.tables.status import Lanes, OtherSinkTable
 from tests.unit.test_operator_status_update import SETTINGS, app, cond, observe, reasons, running_status
 from tests.unit.test_protocol import GENERATOR, History
@@ -151,7 +152,7 @@ def test_lag_and_backlogs() -> None:
     assert status.is_lagging(state("db.a", lag={"records": 1})) and not status.is_lagging(state("db.a", lag={}))
     assert status.total_backlog([state("db.a", lag={"records": 3, "partitions": {}}), state("db.b", lag={"records": 4})]) \
         == {"records": 7}
-    assert status.backlog_text({"partitions": {"t": {"0": 3}}}) is None
+    assert lag_text({"partitions": {"t": {"0": 3}}}) is None
 
 
 # -- atomic cuts ----------------------------------------------------------------------------------
