@@ -62,7 +62,7 @@ UPKEEP_FAILURES = MetricName(PREFIX + "upkeep_failures_total", "counter", (SINK,
                              "Maintenance steps that failed (each is tried again after a later commit).")
 STOPS = MetricName(PREFIX + "stops_total", "counter", (SINK, "reason"),
                    "Runs that stopped on an error, by reason: fenced, progress_conflict (the table was rolled "
-                   "back or its record damaged), bad_input, failed.")
+                   "back or its record damaged), bad_input, catalog_unreachable, failed.")
 SINK_VERSION = MetricName(PREFIX + "sink_version", "gauge", (SINK,), "The sink version this job runs as.")
 
 JOB_METRICS = (RECORDS_READ, SOURCE_BYTES_READ, RECORDS_COMMITTED, BYTES_COMMITTED, DEAD_LETTERS, COMMITS,

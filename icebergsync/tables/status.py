@@ -12,9 +12,8 @@ listing and reading (the operator's within its catalog deadline), and summarize 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from pyiceberg.catalog import Catalog as PyIcebergCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError

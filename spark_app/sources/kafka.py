@@ -344,6 +344,15 @@ class KafkaSource(Source):
         assert isinstance(unit, KafkaUnit)
         return unit.topic
 
+    def backlog(self, frontier: Frontier, pending: Pending | None,
+                owns: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """Each partition's end offset minus where its next read starts (the frontier, or the first offset the
+        broker still holds), summed (:func:`icebergsync.metrics.lag.kafka_lag`)."""
+        if not isinstance(pending, KafkaPending):
+            return {"records": 0, "partitions": {}}
+        ends = {tp: end for tp, end in pending.log_ends.items() if owns is None or owns(tp[0])}
+        return kafka_lag(ends, pending.starts)
+
     def restricted(self, pending: Pending, owns: Callable[[str], bool]) -> Pending:
         lag = pending.lag
         if lag is not None:

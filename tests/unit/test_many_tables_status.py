@@ -13,12 +13,12 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table.metadata import TableMetadata
 
 from icebergsync import protocol, spec
+from icebergsync.metrics.lag import lag_text
 from icebergsync.protocol import Writer
 from icebergsync.resource_status import SyncStatus
 from icebergsync.sink_state import SinkState
 from icebergsync.tables import status
 from icebergsync.tables.cuts import catalog_cut_support, cut_support, spec_cut_support
-from icebergsync.metrics.lag import lag_text
 from icebergsync.tables.status import Lanes, OtherSinkTable
 from tests.unit.test_operator_status_update import SETTINGS, app, cond, observe, reasons, running_status
 from tests.unit.test_protocol import GENERATOR, History
