@@ -599,7 +599,7 @@ class SyncJob:
 
 
 def stop_reason(stop: BaseException) -> str:
-    """How a run's error is counted in the metrics (icebergsync.metrics.names.STOPS)."""
+    """How a run's error is counted in the metrics (one of icebergsync.metrics.names.STOP_REASONS)."""
     if isinstance(stop, FencedError):
         return "fenced"
     if isinstance(stop, ProgressConflictError):

@@ -25,6 +25,8 @@ class MetricName:
 
 
 SINK, TABLE = "sink", "table"
+PHASES = ("plan", "stage", "commit", "upkeep")  # a trigger's phases (TRIGGER_PHASE)
+STOP_REASONS = ("fenced", "progress_conflict", "bad_input", "catalog_unreachable", "failed")  # STOPS
 
 RECORDS_READ = MetricName(PREFIX + "records_read_total", "counter", (SINK, TABLE),
                           "Records the tasks read and staged (a trigger staged again after a schema change or a "

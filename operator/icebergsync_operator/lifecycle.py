@@ -168,6 +168,8 @@ def act(context: OperatorContext, body: Mapping[str, Any], sync: IcebergSync | N
         metrics.SECONDS_SINCE_COMMIT.labels(namespace, name).set(status.seconds_since_last_commit)
     if status.sink_version is not None:
         metrics.SINK_VERSION.labels(namespace, name).set(status.sink_version)
+    unreachable = any(condition.reason == "CatalogUnreachable" for condition in status.conditions)
+    metrics.CATALOG_UNREACHABLE.labels(namespace, name).set(1 if unreachable else 0)
 
 
 async def read_table(context: OperatorContext, reading: Reading) -> TableObservation:

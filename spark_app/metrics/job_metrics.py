@@ -72,6 +72,10 @@ class JobMetrics:
         _gauge(names.SINK_VERSION, registry).labels(sink).set(version)
         registry.register(_UpkeepCollector(sink, upkeep))
         self.source_bytes_read.labels(sink)
+        for reason in names.STOP_REASONS:  # every series exists from the start, at 0
+            self.stops.labels(sink, reason)
+        for phase in names.PHASES:
+            self.trigger_phase.labels(sink, phase)
         self._freshness: dict[str, Freshness] = {}
         self._partitions: dict[str, set[tuple[str, str]]] = {}
 
