@@ -41,7 +41,7 @@ def test_every_alert_is_tested_idle_and_queries_only_metrics_that_exist() -> Non
     assert {case["alertname"] for case in idle_case["alert_rule_test"] if case["exp_alerts"] == []} \
         == {rule["alert"] for rule in rules}
     exposed = {metric.name.removesuffix("_total") for metric in JOB_METRICS} | {
-        collector._name for collector in (operator_metrics.RECONCILES, operator_metrics.LAUNCHES,  # noqa: SLF001
+        collector._name for collector in (operator_metrics.RECONCILES, operator_metrics.LAUNCHES,
                                           operator_metrics.FAILURES, operator_metrics.SECONDS_SINCE_COMMIT,
                                           operator_metrics.SINK_VERSION, operator_metrics.CATALOG_UNREACHABLE)}
     dashboard = json.loads(DASHBOARD.read_text())
