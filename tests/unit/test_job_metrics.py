@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from prometheus_client import generate_latest
 
 from icebergsync.metrics.names import JOB_METRICS
@@ -72,3 +73,13 @@ def test_the_files_backlog_counts_the_files_of_the_range_and_those_after_it(tmp_
     assert pending is not None and pending.lag == {"files": 1}  # what the commit records: after its range
     assert source.backlog({"after": ""}, pending) == {"files": 3}
     assert source.backlog({"after": "0003.json"}, None) == {"files": 0}
+
+
+def test_operations_doc_lists_every_metric_and_alert() -> None:
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "operations.md").read_text()
+    for metric in JOB_METRICS:
+        assert f"| `{metric.name}` | {metric.kind} |" in doc, metric.name
+    alerts = yaml.safe_load((root / "charts" / "icebergsync" / "files" / "alerts.yaml").read_text())
+    for rule in alerts["groups"][0]["rules"]:
+        assert f"| `{rule['alert']}` |" in doc, rule["alert"]
