@@ -598,17 +598,15 @@ class SyncJob:
         )
 
 
+# How a run's error is counted in the metrics (icebergsync.metrics.names.STOP_REASONS); any other: "failed".
+STOP_REASONS: tuple[tuple[type[BaseException], str], ...] = (
+    (FencedError, "fenced"), (ProgressConflictError, "progress_conflict"), (BadInputError, "bad_input"),
+    (CatalogUnreachableError, "catalog_unreachable"))
+
+
 def stop_reason(stop: BaseException) -> str:
-    """How a run's error is counted in the metrics (one of icebergsync.metrics.names.STOP_REASONS)."""
-    if isinstance(stop, FencedError):
-        return "fenced"
-    if isinstance(stop, ProgressConflictError):
-        return "progress_conflict"
-    if isinstance(stop, BadInputError):
-        return "bad_input"
-    if isinstance(stop, CatalogUnreachableError):
-        return "catalog_unreachable"
-    return "failed"
+    """The metrics' reason for a run that stops on ``stop``."""
+    return next((reason for kind, reason in STOP_REASONS if isinstance(stop, kind)), "failed")
 
 
 def install_stop_handlers(stop_requested: threading.Event) -> None:

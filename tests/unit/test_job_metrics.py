@@ -8,8 +8,10 @@ from pathlib import Path
 import yaml
 from prometheus_client import generate_latest
 
-from icebergsync.metrics.names import JOB_METRICS
+from icebergsync.errors import BadInputError, CatalogUnreachableError, FencedError, ProgressConflictError
+from icebergsync.metrics.names import JOB_METRICS, STOP_REASONS
 from icebergsync.spec import parse_spec
+from spark_app.job import stop_reason
 from spark_app.maintenance import UpkeepTotals
 from spark_app.metrics import JobMetrics
 from spark_app.metrics.freshness import Freshness
@@ -83,3 +85,9 @@ def test_operations_doc_lists_every_metric_and_alert() -> None:
     alerts = yaml.safe_load((root / "charts" / "icebergsync" / "files" / "alerts.yaml").read_text())
     for rule in alerts["groups"][0]["rules"]:
         assert f"| `{rule['alert']}` |" in doc, rule["alert"]
+
+
+def test_each_stop_of_a_run_has_its_documented_reason() -> None:
+    stops = [FencedError("s", 1, 2), ProgressConflictError("x"), BadInputError("x"), CatalogUnreachableError("x"),
+             RuntimeError("x")]
+    assert tuple(stop_reason(stop) for stop in stops) == STOP_REASONS
