@@ -13,7 +13,7 @@ SECONDS_SINCE_COMMIT = Gauge("icebergsync_sync_seconds_since_last_commit",
                              "Age of the newest snapshot committed by the sync's sink.", ["namespace", "name"])
 SINK_VERSION = Gauge("icebergsync_sync_sink_version", "Current sink version of the sync.", ["namespace", "name"])
 CATALOG_UNREACHABLE = Gauge("icebergsync_sync_catalog_unreachable",
-                            "1 while the operator cannot read the sync's table (condition reason CatalogUnreachable).",
+                            "1 while the operator cannot read the sync's table (CatalogUnreachable, WaitingForCatalog).",
                             ["namespace", "name"])
 
 
