@@ -227,7 +227,15 @@ class SyncJob:
         return lane
 
     def run(self) -> RunSummary:
-        """Fence, resume from the tables' frontiers and commit until the source ends or a stop is requested."""
+        """Fence, resume from the tables' frontiers and commit until the source ends or a stop is requested (an
+        error stopping the run is counted in the metrics, and raised)."""
+        try:
+            return self._run()
+        except BaseException as stop:
+            self.metrics.stopped(stop_reason(stop))
+            raise
+
+    def _run(self) -> RunSummary:
         summary = RunSummary(self.writer, upkeep=self.upkeep)
         source = make_source(lambda: self.spark, self.spec)
         self.aligner = aligner_for(source, self.spec)
@@ -238,20 +246,13 @@ class SyncJob:
             try:
                 while not loop.finished and not self.stop_requested.is_set():
                     self._step(loop)
-            except BaseException as stop:
-                self.metrics.stopped(stop_reason(stop))
-                raise
             finally:
                 self._wind_down(loop)
         return summary
 
     def _start(self, source: Source) -> Frontier:
         """The frontier the run starts from (:meth:`_resume`), logged."""
-        try:
-            frontier = self._resume(source)
-        except BaseException as stop:
-            self.metrics.stopped(stop_reason(stop))
-            raise
+        frontier = self._resume(source)
         log.info("%s v%d attempt %s resumes from %s", self.writer.sink_id, self.writer.version, self.writer.attempt,
                  encode_json(frontier))
         return frontier
