@@ -559,6 +559,17 @@ class Maintenance(Model):
         return parse_size(self.max_bytes_per_run)
 
 
+DEFAULT_METRICS_PORT = 8090
+
+
+class Metrics(Model):
+    """The job's Prometheus metrics, served by the Spark driver (docs/operations.md, "Metrics")."""
+
+    enabled: bool = Field(default=True, description="Serve the job's metrics on the driver at /metrics.")
+    port: int = Field(default=DEFAULT_METRICS_PORT, ge=1024, le=65535,
+                      description="The driver's metrics port (the driver pod's port named metrics).")
+
+
 class DeadLetter(Model):
     table: str = Field(pattern=TABLE_TEMPLATE_PATTERN, max_length=512)
 
@@ -642,6 +653,7 @@ class IcebergSyncSpec(Model):
     dead_letter: DeadLetter | None = None
     maintenance: Maintenance = Field(default_factory=Maintenance)
     spark: Spark = Field(default_factory=Spark)
+    metrics: Metrics = Field(default_factory=Metrics)
     suspend: bool = False
 
     @field_validator("tables")

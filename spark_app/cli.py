@@ -11,6 +11,7 @@ import logging
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 from icebergsync import cli
 from icebergsync.catalog import open_catalog
@@ -18,6 +19,9 @@ from icebergsync.errors import FencedError
 from icebergsync.launch_check import check_launch
 from icebergsync.spark_conf import spark_conf
 from icebergsync.spec import load_spec, shown
+
+if TYPE_CHECKING:
+    from spark_app.job import SyncJob
 
 log = logging.getLogger("icebergsync")
 
@@ -40,6 +44,7 @@ def run_command(args: argparse.Namespace) -> int:
         session = starter.submit(
             lambda: warm_up(build_session(f"icebergsync-{sync.metadata.name}-v{version}", args.master or None, conf)))
         job = SyncJob(sync, version, session.result, catalog, stop_requested)
+        server = serve_metrics(job, metrics_address(args.master))
         try:
             summary = job.run()
         except FencedError as fenced:
@@ -47,6 +52,8 @@ def run_command(args: argparse.Namespace) -> int:
             return fenced.exit_status
         finally:
             session.result().stop()
+            if server is not None:
+                server.shutdown()
     upkeep = summary.upkeep
     log.info("done: sink=%s version=%d commits=%d records=%d dead_letters=%d frontier=%s; maintenance: %d run(s) "
              "rewrote %d data file(s) (%d bytes) into %d, removed %d delete file(s), merged %d manifest(s) into %d, "
@@ -57,6 +64,30 @@ def run_command(args: argparse.Namespace) -> int:
              upkeep.delete_files_removed, upkeep.manifests_rewritten, upkeep.manifests_written,
              upkeep.snapshots_expired, upkeep.orphans_removed, upkeep.failures, upkeep.seconds)
     return summary.exit_status
+
+
+def metrics_address(master: str) -> str:
+    """Where the driver serves its metrics: every interface under spark-submit in a pod (``--master ''``, as the
+    operator launches it), the loopback interface for a local run."""
+    return "0.0.0.0" if master == "" else "127.0.0.1"
+
+
+def serve_metrics(job: SyncJob, address: str) -> Any:
+    """Serve the job's metrics when ``spec.metrics.enabled`` (the server, or None); a port in use is a warning,
+    never a stop of the sync."""
+    from spark_app.metrics import serve
+
+    settings = job.spec.metrics
+    if not settings.enabled:
+        return None
+    try:
+        server = serve(job.metrics, settings.port, address)
+    except OSError as exc:
+        log.warning("metrics: cannot serve on %s:%d (%s); the sync runs without its metrics endpoint", address,
+                    settings.port, exc)
+        return None
+    log.info("metrics: serving on %s:%d/metrics", address, settings.port)
+    return server
 
 
 def positive_int(text: str) -> int:

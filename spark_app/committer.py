@@ -495,8 +495,12 @@ class SinkCommitter:
             # before the dead-letter fence nor expiry of the snapshots that listed them loses them.
             pending = self._pending_dead_letters(table.metadata, self._catalog.load_table(self._dead_letter_identifier))[0] \
                 if self._dead_letter_identifier else []
+            # The fence carries the freshness of the commit below it, so that status and lag survive a restart.
+            last = progress_seen[-1].last_commit
             return self._transaction(table, protocol.KIND_FENCE, progress_seen[-1].frontier, [], schema_changes,
-                                     checkpoint_extra=_pending_extra(pending))
+                                     checkpoint_extra=_pending_extra(pending),
+                                     max_event_time=last.max_event_time if last else None,
+                                     source_lag=last.source_lag if last else None)
 
         snapshot, metadata = self._compare_and_swap(self._identifier, check, build)
         self.pins[self._identifier] = TablePin.of(metadata)

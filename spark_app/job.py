@@ -29,8 +29,14 @@ from pyspark.sql import SparkSession
 
 from icebergsync import protocol
 from icebergsync.catalog import open_catalog
-from icebergsync.errors import EXIT_OK
-from icebergsync.protocol import Frontier, Writer, encode_json
+from icebergsync.errors import (
+    EXIT_OK,
+    BadInputError,
+    CatalogUnreachableError,
+    FencedError,
+    ProgressConflictError,
+)
+from icebergsync.protocol import Frontier, Progress, Writer, encode_json
 from icebergsync.spec import IcebergSync
 from icebergsync.tables.routing import resume_frontier, table_for
 from spark_app.committer import Commit, TriggerOutput
@@ -38,6 +44,7 @@ from spark_app.deadletter import Rejection
 from spark_app.faults import crash_point
 from spark_app.maintenance import UpkeepTotals
 from spark_app.merge import merge_small_files
+from spark_app.metrics import JobMetrics
 from spark_app.multi_table.lane import Lane
 from spark_app.multi_table.trigger import commit_trigger
 from spark_app.pipeline import read_drift, run_transform, run_units
@@ -186,6 +193,7 @@ class SyncJob:
         self.stop_requested = stop_requested or threading.Event()
         self.catalog = catalog or open_catalog(self.spec.table.catalog_or_default)
         self.upkeep = UpkeepTotals()
+        self.metrics = JobMetrics(sync.sink_id, version, self.upkeep)  # served by the CLI (spec.metrics)
         self.lanes: dict[str, Lane] = {}
         self.aligner: TransactionAligner | None = None  # spec.changes.transactions (spark_app/sources/transactions.py)
 
@@ -219,7 +227,15 @@ class SyncJob:
         return lane
 
     def run(self) -> RunSummary:
-        """Fence, resume from the tables' frontiers and commit until the source ends or a stop is requested."""
+        """Fence, resume from the tables' frontiers and commit until the source ends or a stop is requested (an
+        error stopping the run is counted in the metrics, and raised)."""
+        try:
+            return self._run()
+        except BaseException as stop:
+            self.metrics.stopped(stop_reason(stop))
+            raise
+
+    def _run(self) -> RunSummary:
         summary = RunSummary(self.writer, upkeep=self.upkeep)
         source = make_source(lambda: self.spark, self.spec)
         self.aligner = aligner_for(source, self.spec)
@@ -269,9 +285,10 @@ class SyncJob:
         pending = self._due_range(loop)
         if pending is None:
             return None
-        pending = self._with_truncates(loop.source, pending)
-        units = self._units_by_lane(loop.source, loop.frontier, pending)
-        claimed = self._claim(loop.source, loop.frontier, units)
+        with self.metrics.phase("plan"):
+            pending = self._with_truncates(loop.source, pending)
+            units = self._units_by_lane(loop.source, loop.frontier, pending)
+            claimed = self._claim(loop.source, loop.frontier, units)
         if claimed != loop.frontier:  # a table's claim read a frontier other than the one planned from
             loop.frontier = claimed
             return None
@@ -285,6 +302,7 @@ class SyncJob:
             return replanned
         commit_settings = self.spec.commit
         pending = loop.source.pending(loop.frontier, commit_settings.max_staged_bytes)
+        self._report_backlog(loop.source, loop.frontier, pending)
         if pending is None:
             self.stop_requested.wait(commit_settings.poll_seconds)
             return None
@@ -294,6 +312,12 @@ class SyncJob:
             self.stop_requested.wait(min(commit_settings.poll_seconds, until_due))
             return None
         return pending
+
+    def _report_backlog(self, source: Source, frontier: Frontier, pending: Pending | None) -> None:
+        """The source's lag beyond each claimed table's frontier now, as metrics."""
+        for lane in self.lanes.values():
+            if lane.claimed:
+                self.metrics.backlog(lane.name, source.backlog(frontier, pending, lane.owns))
 
     def _followed_schema(self, trigger: Trigger) -> bool:
         """Whether the source's schema changed in ``trigger``: then it is discarded and each drifted table follows
@@ -342,11 +366,12 @@ class SyncJob:
 
     def _commit_trigger(self, loop: _Loop, trigger: Trigger, verdict: Verdict | None) -> None:
         """Phase 2: merge, commit and count ``trigger`` (the next one staged meanwhile), then upkeep."""
-        staged = self._merged(loop, trigger)
-        self._raise_rejection(staged)
-        crash_point("staged")
-        commits = self._commit(staged)  # on refusal it deletes what it staged
-        crash_point("committed")
+        with self.metrics.phase("commit"):
+            staged = self._merged(loop, trigger)
+            self._raise_rejection(staged)
+            crash_point("staged")
+            commits = self._commit(staged)  # on refusal it deletes what it staged
+            crash_point("committed")
         loop.last_commit = time.monotonic()
         loop.frontier = trigger.end
         for part in staged:
@@ -357,9 +382,10 @@ class SyncJob:
         for part in staged:
             self._log_commit(loop.summary, part, commits[part.lane.name])
         loop.summary.frontier = loop.frontier
-        for part in staged:  # between triggers, under the fence (spark_app/maintenance.py)
-            assert part.lane.maintainer is not None
-            part.lane.maintainer.after_commit()
+        with self.metrics.phase("upkeep"):
+            for part in staged:  # between triggers, under the fence (spark_app/maintenance.py)
+                assert part.lane.maintainer is not None
+                part.lane.maintainer.after_commit()
 
     def _merged(self, loop: _Loop, trigger: Trigger) -> list[Staged]:
         """``trigger``'s tables with their small files merged, the next trigger staged meanwhile; a refused
@@ -421,7 +447,7 @@ class SyncJob:
                 lane.columns = lane.existing_columns() or []
             if not lane.columns:
                 return initial
-            claimed = lane.claim(source.identity(), source.check_frontier).frontier
+            claimed = self._claimed(lane, lane.claim(source.identity(), source.check_frontier)).frontier
             return claimed if claimed is not None else initial
         while (streams := source.streams()) is None:  # the source is unreachable: wait for it, or a stop
             if self.stop_requested.wait(self.spec.commit.poll_seconds):
@@ -435,6 +461,14 @@ class SyncJob:
                 continue
             progress[name] = protocol.read_progress(metadata, self.writer.sink_id).frontier
         return resume_frontier(routed, progress, initial)
+
+    def _claimed(self, lane: Lane, progress: Progress) -> Progress:
+        """``progress``, after reporting the freshness the table's fence of ``lane`` carries to the metrics."""
+        fence = lane.committer.last_snapshot
+        last = progress.last_commit
+        self.metrics.resumed(lane.name, fence.timestamp_ms if fence is not None else None,
+                             last.max_event_time if last is not None else None)
+        return progress
 
     def _units_by_lane(self, source: Source, frontier: Frontier, pending: Pending) -> dict[str, list[WorkUnit]]:
         """``[frontier, pending.end)`` as work units, by the table each unit's stream goes to."""
@@ -456,7 +490,7 @@ class SyncJob:
             if not lane.columns:
                 lane.columns_from_drift(read_drift(self.spark, units[name], source.unit_reader([], lane.settings.key,
                                                                                         lane.truncated_at)))
-            progress = lane.claim(source.identity(), source.check_frontier)
+            progress = self._claimed(lane, lane.claim(source.identity(), source.check_frontier))
             if progress.frontier is None:  # no progress of the sink on the table: its streams start where planned
                 continue
             if lane.owns is None:
@@ -487,6 +521,15 @@ class SyncJob:
     def _stage(self, source: Source, frontier: Frontier, pending: Pending, units: dict[str, list[WorkUnit]]) -> Trigger:
         """Phase 1: stage ``[frontier, pending.end)``, planned as ``units`` by table: each touched table's units
         as files (side by side when there are several)."""
+        with self.metrics.phase("stage"):
+            trigger = self._stage_lanes(source, pending, units)
+        self.metrics.read(pending.estimated_bytes)
+        for part in trigger.parts:
+            self.metrics.staged(part.lane.name, sum(result.records + result.dead_letters for result in part.results))
+        return trigger
+
+    def _stage_lanes(self, source: Source, pending: Pending, units: dict[str, list[WorkUnit]]) -> Trigger:
+        """Each touched table's units staged as files (side by side when there are several)."""
         lanes = [self.lanes[name] for name in sorted(units)]
         if len(lanes) == 1:
             return Trigger(pending.end, [self._stage_lane(source, pending, lanes[0], units[lanes[0].name])], pending)
@@ -538,6 +581,8 @@ class SyncJob:
 
     def _log_commit(self, summary: RunSummary, staged: Staged, commit: Commit) -> None:
         output = staged.output
+        self.metrics.committed(staged.lane.name, commit.snapshot.timestamp_ms, commit.commit_ms / 1000, output.records,
+                               output.dead_letters, output.bytes, output.max_event_time, output.source_lag)
         summary.commits += 1
         summary.records += output.records
         summary.dead_letters += output.dead_letters
@@ -552,6 +597,17 @@ class SyncJob:
             len(output.data_files) + len(output.dead_letter_files), output.bytes, commit.commit_ms,
             encode_json(staged.end),
         )
+
+
+# How a run's error is counted in the metrics (icebergsync.metrics.names.STOP_REASONS); any other: "failed".
+STOP_REASONS: tuple[tuple[type[BaseException], str], ...] = (
+    (FencedError, "fenced"), (ProgressConflictError, "progress_conflict"), (BadInputError, "bad_input"),
+    (CatalogUnreachableError, "catalog_unreachable"))
+
+
+def stop_reason(stop: BaseException) -> str:
+    """The metrics' reason for a run that stops on ``stop``."""
+    return next((reason for kind, reason in STOP_REASONS if isinstance(stop, kind)), "failed")
 
 
 def install_stop_handlers(stop_requested: threading.Event) -> None:

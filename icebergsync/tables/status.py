@@ -12,15 +12,15 @@ listing and reading (the operator's within its catalog deadline), and summarize 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from pyiceberg.catalog import Catalog as PyIcebergCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table.metadata import TableMetadata
 
 from icebergsync import protocol
+from icebergsync.metrics import lag
 from icebergsync.resource_status import TablesStatus, TableStatus
 from icebergsync.sink_state import SinkState, sink_state
 from icebergsync.tables.routing import template_matcher
@@ -126,16 +126,10 @@ def read_catalog_lanes(catalog: PyIcebergCatalog, template: str, sink_id: str, n
     return read_lanes(template, [".".join(identifier) for identifier in identifiers], read, sink_id, now)
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def backlog(state: SinkState) -> float | None:
-    """The table's source backlog at its newest commit: the sum of the lag's numbers (Kafka: records), None
-    when its commit reported none."""
-    if not state.source_lag:
-        return None
-    return float(sum(value for value in state.source_lag.values() if _is_number(value)))
+    """The table's source backlog at its newest commit (:func:`icebergsync.metrics.lag.backlog`), None when its
+    commit reported none."""
+    return lag.backlog(state.source_lag)
 
 
 def is_lagging(state: SinkState) -> bool:
@@ -144,21 +138,9 @@ def is_lagging(state: SinkState) -> bool:
     return (backlog(state) or 0) > 0
 
 
-def backlog_text(source_lag: Mapping[str, Any] | None) -> str | None:
-    """The numbers of a source's lag for humans (``1200 records``); per-partition detail is left out."""
-    numbers_only = {unit: value for unit, value in (source_lag or {}).items()
-                    if _is_number(value)}
-    return ", ".join(f"{value} {unit}" for unit, value in sorted(numbers_only.items())) or None
-
-
 def total_backlog(states: Iterable[SinkState]) -> dict[str, float]:
     """The tables' backlogs added up, per unit."""
-    total: dict[str, float] = {}
-    for state in states:
-        for unit, value in (state.source_lag or {}).items():
-            if _is_number(value):
-                total[unit] = total.get(unit, 0) + value
-    return total
+    return lag.total(state.source_lag for state in states)
 
 
 def cut_text(text: str, limit: int = MAX_FRONTIER_CHARS) -> str:
@@ -185,7 +167,7 @@ def table_status(state: SinkState) -> TableStatus:
         seconds_since_commit=state.seconds_since_commit,
         sink_version=state.written_by_version,
         frontier=cut_text(protocol.encode_json(state.frontier)) if state.frontier is not None else None,
-        lag=backlog_text(state.source_lag),
+        lag=lag.lag_text(state.source_lag),
         lagging=is_lagging(state),
         problem=problem(state),
     )
@@ -206,7 +188,7 @@ def tables_status(lanes: Lanes, limit: int = MAX_LISTED) -> TablesStatus:
     return TablesStatus(
         count=len(ordered),
         lagging=len(lagging),
-        worst_lag=backlog_text(worst.source_lag) if worst else None,
+        worst_lag=lag.lag_text(worst.source_lag) if worst else None,
         worst_lag_table=worst.table if worst else None,
         newest_commit_table=newest.table if newest else None,
         problems=sum(1 for state in ordered if problem(state) is not None),

@@ -42,6 +42,7 @@ from icebergsync_operator.status_update import TableObservation, parse_status
 from icebergsync_operator.table import CatalogReach, observe_table
 
 log = logging.getLogger(__name__)
+CATALOG_UNREACHABLE_REASONS = frozenset({"CatalogUnreachable", "WaitingForCatalog"})  # metrics.CATALOG_UNREACHABLE
 
 DEFAULT_COMMIT_INTERVAL = 30.0
 
@@ -168,6 +169,8 @@ def act(context: OperatorContext, body: Mapping[str, Any], sync: IcebergSync | N
         metrics.SECONDS_SINCE_COMMIT.labels(namespace, name).set(status.seconds_since_last_commit)
     if status.sink_version is not None:
         metrics.SINK_VERSION.labels(namespace, name).set(status.sink_version)
+    unreachable = any(condition.reason in CATALOG_UNREACHABLE_REASONS for condition in status.conditions)
+    metrics.CATALOG_UNREACHABLE.labels(namespace, name).set(1 if unreachable else 0)
 
 
 async def read_table(context: OperatorContext, reading: Reading) -> TableObservation:

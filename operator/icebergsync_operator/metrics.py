@@ -12,6 +12,9 @@ FAILURES = Counter("icebergsync_operator_failures", "Job failures observed, by k
 SECONDS_SINCE_COMMIT = Gauge("icebergsync_sync_seconds_since_last_commit",
                              "Age of the newest snapshot committed by the sync's sink.", ["namespace", "name"])
 SINK_VERSION = Gauge("icebergsync_sync_sink_version", "Current sink version of the sync.", ["namespace", "name"])
+CATALOG_UNREACHABLE = Gauge("icebergsync_sync_catalog_unreachable",
+                            "1 while the operator cannot read the sync's table (CatalogUnreachable, WaitingForCatalog).",
+                            ["namespace", "name"])
 
 
 def serve(port: int, address: str) -> None:
@@ -22,6 +25,6 @@ def serve(port: int, address: str) -> None:
 
 def forget_sync(namespace: str, name: str) -> None:
     """Drop the per-sync series of a deleted sync."""
-    for gauge in (SECONDS_SINCE_COMMIT, SINK_VERSION):
+    for gauge in (SECONDS_SINCE_COMMIT, SINK_VERSION, CATALOG_UNREACHABLE):
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, name)

@@ -54,6 +54,7 @@ SPEC_PATH = f"{SPEC_MOUNT_DIR}/{SPEC_FILE_NAME}"
 # Container names Spark looks for in a pod template (spark.kubernetes.*.podTemplateContainerName,
 # set so by the Spark Operator).
 DRIVER_CONTAINER = "spark-kubernetes-driver"
+METRICS_PORT_NAME = "metrics"  # the driver's container port the chart's PodMonitor scrapes
 EXECUTOR_CONTAINER = "spark-kubernetes-executor"
 SPEC_VOLUME = "icebergsync-spec"
 # The image's `spark` user (uid 185), never root, default seccomp; no privilege escalation, no capabilities.
@@ -160,6 +161,15 @@ def pod_template(spec_configmap: str, container: str, *, api_token: bool) -> dic
     }
 
 
+def expose_metrics(template: dict[str, Any], port: int) -> None:
+    """Declare the job's metrics port on the driver's pod template: the container port named ``metrics`` (what the
+    chart's PodMonitor scrapes) and the ``prometheus.io/*`` annotations (for annotation-based scraping)."""
+    template.setdefault("metadata", {})["annotations"] = {
+        "prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+    [container] = template["spec"]["containers"]
+    container["ports"] = [{"name": METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}]
+
+
 def _pod(sync: IcebergSync, version: int, resources: Resources, spec_configmap: str, container: str
          ) -> dict[str, Any]:
     pod: dict[str, Any] = {
@@ -185,6 +195,8 @@ def build_spark_application(sync: IcebergSync, version: int, generation: int, sy
     """
     spark = sync.spec.spark
     driver = _pod(sync, version, spark.driver, spec_configmap, DRIVER_CONTAINER)
+    if sync.spec.metrics.enabled:
+        expose_metrics(driver["template"], sync.spec.metrics.port)
     service_account = spark.service_account or settings.default_service_account
     if service_account:
         driver["serviceAccount"] = service_account

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from icebergsync.errors import TableInUseError
 from icebergsync.launch_check import TableState, highest_version, table_in_use
+from icebergsync.metrics.lag import lag_text
 from icebergsync.protocol import encode_json
 from icebergsync.resource_status import LastCommit, SyncCondition, SyncStatus
 from icebergsync.sink_state import SinkState
@@ -134,13 +135,6 @@ def last_commit(sink: SinkState) -> LastCommit | None:
         records_added=sink.records_added,
         sink_version=sink.written_by_version,
     )
-
-
-def lag_text(source_lag: Mapping[str, Any] | None) -> str | None:
-    """A source's backlog for humans: ``{"records": 1200}`` becomes ``1200 records``."""
-    if not source_lag:
-        return None
-    return ", ".join(f"{value} {unit}" for unit, value in sorted(source_lag.items()))
 
 
 def with_table(status: SyncStatus, table: TableObservation) -> SyncStatus:

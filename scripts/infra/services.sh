@@ -4,7 +4,7 @@
 # is keyed by what pins it (its pom's content, the MinIO module version, the helper sources) and is
 # built in a temp dir then renamed into place, so an interrupted run never leaves a half cache.
 #
-#   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | debezium | postgres | mariadb | minio | nessie
+#   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | debezium | postgres | mariadb | prometheus | minio | nessie
 #     spark     Spark jar bundles: jars/iceberg-spark, jars/kafka-connector           (Maven)
 #     kafka     KRaft Kafka broker classpath + a small admin/produce/consume helper  (Maven, javac)
 #     rest      Iceberg REST catalog server classpath + a 127.0.0.1 launcher         (Maven, javac)
@@ -12,11 +12,12 @@
 #     postgres  PostgreSQL server binaries, unpacked (scripts/infra/postgres.sh)     (Debian packages)
 #     mariadb   MariaDB server binaries, unpacked (scripts/infra/mariadb.sh), and    (Debian packages)
 #               Debezium's embedded engine + MariaDB connector + the same runner      (Maven, javac)
+#     prometheus Prometheus and promtool, unpacked (scripts/infra/prometheus.sh)      (Debian packages)
 #     minio     MinIO server built from its Go module                                 (go install)
 #     nessie    Project Nessie's server (Quarkus runner jar; not part of "all")        (Maven)
 #     jars      spark + kafka + rest + debezium + mariadb's Debezium (everything that comes from Maven)
 #
-# Sources: Maven Central (through mvn), the Go module proxy (through go) and, for PostgreSQL and MariaDB,
+# Sources: Maven Central (through mvn), the Go module proxy (through go) and, for PostgreSQL, MariaDB and Prometheus,
 # Debian's packages (apt-get download, no install).
 source "$(dirname "$0")/../lib.sh"
 
@@ -148,6 +149,7 @@ do_postgres() { bash "$INFRA_DIR/postgres.sh"; }
 # the classpath, 41 MB: 10 s), ~7 s when the repository already holds the other parts' artifacts.
 do_debezium_mariadb() { java_part debezium-mariadb "$POMS/debezium-mariadb.xml" "$INFRA_DIR/debezium/src"; }
 do_mariadb() { bash "$INFRA_DIR/mariadb.sh"; do_debezium_mariadb; }
+do_prometheus() { bash "$INFRA_DIR/prometheus.sh"; }
 
 # ---------------------------------------------------------------------------------------------
 # 6. MinIO, built from source through the Go module proxy
@@ -210,7 +212,7 @@ for part in "${parts[@]}"; do
     all)
       # The MinIO build is CPU-bound and the Maven fetches network-bound: overlap them.
       ( do_minio ) & minio_pid=$!
-      do_spark; do_kafka; do_rest; do_debezium; do_postgres; do_mariadb
+      do_spark; do_kafka; do_rest; do_debezium; do_postgres; do_mariadb; do_prometheus
       wait "$minio_pid" ;;
     jars) do_spark; do_kafka; do_rest; do_debezium; do_debezium_mariadb ;;
     spark) do_spark ;;
@@ -219,8 +221,9 @@ for part in "${parts[@]}"; do
     debezium) do_debezium ;;
     postgres) do_postgres ;;
     mariadb) do_mariadb ;;
+    prometheus) do_prometheus ;;
     minio) do_minio ;;
     nessie) do_nessie ;;
-    *) log "unknown part '$part' (all|jars|spark|kafka|rest|debezium|postgres|mariadb|minio|nessie)"; exit 2 ;;
+    *) log "unknown part '$part' (all|jars|spark|kafka|rest|debezium|postgres|mariadb|prometheus|minio|nessie)"; exit 2 ;;
   esac
 done

@@ -109,6 +109,12 @@ class Source(ABC):
         they cannot be listed now (ask again later)."""
         return []
 
+    @abstractmethod
+    def backlog(self, frontier: Frontier, pending: Pending | None,
+                owns: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """The source's lag beyond ``frontier`` now (icebergsync.metrics.lag), ``pending`` being what it has there
+        (None: nothing, the lag is 0); of the streams ``owns`` only (None: all)."""
+
     def restricted(self, pending: Pending, owns: Callable[[str], bool]) -> Pending:
         """``pending`` as one table of a sync of many sees it: the lag and notes of the streams it ``owns``."""
         return pending

@@ -140,6 +140,14 @@ class FilesSource(Source):
                 waiting[_directory(rel)] = waiting.get(_directory(rel), 0) + 1
         return {"files": sum(waiting.values()), "directories": waiting}
 
+    def backlog(self, frontier: Frontier, pending: Pending | None,
+                owns: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """The files listed beyond the frontier and not committed: the range's and those after it."""
+        if pending is None:
+            return {"files": 0}
+        seen = self.restricted(pending, owns) if owns is not None else pending
+        return {"files": len(seen.detail) + (seen.lag or {}).get("files", 0)}
+
     def restricted(self, pending: Pending, owns: Callable[[str], bool]) -> Pending:
         chosen = [(rel, stored) for rel, stored in pending.detail if owns(_directory(rel))]
         waiting = {directory: count for directory, count in (pending.lag or {}).get("directories", {}).items()

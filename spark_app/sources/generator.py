@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,6 +233,13 @@ class GeneratorSource(Source):
     def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None,
                     truncated_at: Position | None = None) -> UnitReader:
         return GeneratorReader(tuple(column.name for column in columns))
+
+    def backlog(self, frontier: Frontier, pending: Pending | None,
+                owns: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """The rows produced so far beyond the frontier: the range's and those after it."""
+        if pending is None:
+            return {"records": 0}
+        return {"records": int(pending.end["next_id"]) - int(frontier["next_id"]) + (pending.lag or {})["records"]}
 
     def exhausted(self, frontier: Frontier) -> bool:
         return self.settings.exhausted(frontier)

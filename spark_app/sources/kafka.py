@@ -51,6 +51,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync.catalog import read_secret, resolve_env
 from icebergsync.errors import SpecError
+from icebergsync.metrics.lag import kafka_lag, partitions_lag
 from icebergsync.protocol import Frontier
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
@@ -274,7 +275,6 @@ class KafkaSource(Source):
             return None
         ends = dict(committed)
         ends.update({tp: starts[tp] + share[tp] for tp in partitions})
-        lag_by_partition = {tp: end[tp] - ends[tp] for tp in partitions}
         notes: dict[str, Any] = {}
         if lost:
             notes["lost-offsets"] = lost
@@ -284,8 +284,7 @@ class KafkaSource(Source):
         return KafkaPending(
             end=as_frontier(ends),
             estimated_bytes=records * ESTIMATED_BYTES_PER_RECORD,
-            lag={"records": sum(max(0, lag) for lag in lag_by_partition.values()),
-                 "partitions": as_frontier(lag_by_partition)},
+            lag=kafka_lag({tp: end[tp] for tp in partitions}, ends),
             notes=notes or None,
             starts=starts,
             log_ends=dict(end),
@@ -301,11 +300,9 @@ class KafkaSource(Source):
             if tp in pending.starts:
                 ends[tp] = max(pending.starts[tp], min(offset, pending.log_ends.get(tp, offset)))
         records = sum(ends[tp] - start for tp, start in pending.starts.items())
-        lag_by_partition = {tp: pending.log_ends[tp] - ends[tp] for tp in pending.log_ends}
         return dataclasses.replace(
             pending, end=as_frontier(ends), estimated_bytes=records * ESTIMATED_BYTES_PER_RECORD,
-            lag={"records": sum(max(0, lag) for lag in lag_by_partition.values()),
-                 "partitions": as_frontier(lag_by_partition)})
+            lag=kafka_lag(pending.log_ends, ends))
 
     def after_truncate(self, pending: Pending, owns: Callable[[str], bool] | None, truncate: Position) -> KafkaPending:
         """``pending`` with each partition of the table's topics read from the first event after the truncate when
@@ -347,12 +344,19 @@ class KafkaSource(Source):
         assert isinstance(unit, KafkaUnit)
         return unit.topic
 
+    def backlog(self, frontier: Frontier, pending: Pending | None,
+                owns: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """Each partition's end offset minus where its next read starts (the frontier, or the first offset the
+        broker still holds), summed (:func:`icebergsync.metrics.lag.kafka_lag`)."""
+        if not isinstance(pending, KafkaPending):
+            return {"records": 0, "partitions": {}}
+        ends = {tp: end for tp, end in pending.log_ends.items() if owns is None or owns(tp[0])}
+        return kafka_lag(ends, pending.starts)
+
     def restricted(self, pending: Pending, owns: Callable[[str], bool]) -> Pending:
         lag = pending.lag
         if lag is not None:
-            partitions = {topic: parts for topic, parts in lag["partitions"].items() if owns(topic)}
-            lag = {"records": sum(max(0, n) for parts in partitions.values() for n in parts.values()),
-                   "partitions": partitions}
+            lag = partitions_lag({topic: parts for topic, parts in lag["partitions"].items() if owns(topic)})
         notes = dict(pending.notes or {})
         for name in ("lost-offsets", "frontier-beyond-end"):
             if name in notes:

@@ -168,6 +168,7 @@ def test_nothing_is_launched_while_the_catalog_does_not_answer(kube: Kube, start
     assert "sinkVersion" not in status
     assert kube.condition("orders", "Ready") == ("False", "WaitingForCatalog")
     assert kube.event_reasons("orders") == ["WaitingForCatalog"]
+    assert operator.metrics()[f'icebergsync_sync_catalog_unreachable{{name="orders",namespace="{kube.namespace}"}}'] == 1
 
 
 def test_a_binary_catalog_secret_is_a_condition_and_an_event_not_a_crash(

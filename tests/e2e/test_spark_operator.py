@@ -110,6 +110,9 @@ def test_real_spark_operator_submits_what_the_operator_renders(
     assert driver.security_context.allow_privilege_escalation is False
     assert driver.security_context.capabilities.drop == ["ALL"]
     assert driver.resources.requests["cpu"] == "2"
+    # The job's metrics port (spec.metrics), where the chart's PodMonitor scrapes it, beside Spark's own ports.
+    assert [(p.name, p.container_port) for p in driver.ports if p.name == "metrics"] == [("metrics", 8090)]
+    assert pod.metadata.annotations["prometheus.io/port"] == "8090"
     # Spark's driver command running the job's entry point with the rendered arguments.
     assert driver.args[0] == "driver", driver.args
     assert driver.args[-8:] == ["org.apache.spark.deploy.PythonRunner", "local:///opt/icebergsync/spark_app/main.py",

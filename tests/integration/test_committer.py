@@ -16,8 +16,10 @@ from pyiceberg.types import StringType
 import spark_app.committer as committer_module
 from icebergsync import protocol
 from icebergsync.errors import FencedError
+from icebergsync.metrics.lag import lag_text
 from icebergsync.protocol import Writer, sink_file_prefix
 from icebergsync.schema import SchemaChange
+from icebergsync.sink_state import read_sink_state
 from icebergsync.storage import list_files, normalize
 from spark_app.committer import MaintenanceConflictError, SinkCommitter, TriggerOutput, referenced_files
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
@@ -75,6 +77,19 @@ def test_fence_then_commits_carry_the_protocol(tmp_path: Path) -> None:
     checkpoint = protocol.parse_checkpoint(table.metadata, SINK)
     assert checkpoint is not None and checkpoint.frontier == {"next_id": 25}
     assert committed_ids(catalog) == list(range(25))
+
+
+def test_a_restart_fence_carries_the_freshness_status_and_lag_show(tmp_path: Path) -> None:
+    catalog, table, first = started_sink(tmp_path)
+    output = TriggerOutput(data_files=stage(table, first.writer, range(0, 5)), records=5,
+                           max_event_time="2026-05-09T08:12:31+00:00",
+                           source_lag={"records": 40, "partitions": {"orders": {"0": 40}}})
+    first.commit(output, {"next_id": 5})
+    committer(catalog, 2).start([])  # a restart: the newest commit is now the fence, and the source is idle
+    state = read_sink_state(catalog, TABLE, SINK)
+    assert state.kind == "fence" and state.written_by_version == 2
+    assert state.max_event_time == "2026-05-09T08:12:31+00:00"
+    assert lag_text(state.source_lag) == "40 records"
 
 
 def test_restart_resumes_from_the_newest_own_snapshot_skipping_foreign_ones(tmp_path: Path) -> None:

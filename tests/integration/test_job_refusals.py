@@ -18,6 +18,12 @@ from spark_app.writer import rebuild_data_file
 from tests.integration.sync_support import catalog_of, make_sync, sink_commits, table_ids
 
 
+def stops(job: SyncJob) -> dict[str, float]:
+    """The job's stops counted in its metrics, by reason (those above 0)."""
+    counts = {sample.labels["reason"]: sample.value for metric in job.metrics.stops.collect()
+              for sample in metric.samples if sample.name.endswith("_total")}
+    return {reason: count for reason, count in counts.items() if count}
+
 def test_a_dead_letter_commit_fenced_after_the_main_commit_deletes_nothing_committed(
         tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     inbox = tmp_path / "inbox"
@@ -35,9 +41,11 @@ def test_a_dead_letter_commit_fenced_after_the_main_commit_deletes_nothing_commi
             newer[0].start([])
 
     monkeypatch.setattr(committer_module, "crash_point", newer_version_fences_between_the_commits)
+    job = SyncJob(sync, 1, spark)
     with pytest.raises(FencedError) as fenced:
-        SyncJob(sync, 1, spark).run()
+        job.run()
     assert fenced.value.by_version == 2
+    assert stops(job) == {"fenced": 1}  # the job's metrics count the stop
     assert table_ids(catalog.load_table("sales.orders")) == [1, 2], "the landed main commit must stay readable"
     payloads = catalog.load_table("sales.orders_dlq").scan().to_arrow().column("payload").to_pylist()
     assert sorted(payloads) == sorted(["not json", '{"id": "three"}']), "the newer version recovered the dead letters"
@@ -55,8 +63,10 @@ def test_a_files_sync_refuses_the_frontier_of_a_generator_sync_with_the_same_sin
     schema = [{"name": c.name, "type": c.type, "required": c.required} for c in GENERATOR_COLUMNS]
     files = make_sync(tmp_path, {"files": {"path": str(inbox)}}, schema=schema)
     assert files.sink_id == generator.sink_id
+    files_job = SyncJob(files, 2, spark)
     with pytest.raises(ProgressConflictError, match="share a sinkId"):
-        SyncJob(files, 2, spark).run()
+        files_job.run()
+    assert stops(files_job) == {"progress_conflict": 1}
     after = catalog.load_table("sales.orders").metadata
     assert after.snapshots == before.snapshots and after.properties == before.properties, "nothing was persisted"
     assert table_ids(catalog.load_table("sales.orders")) == list(range(100))

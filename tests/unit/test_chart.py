@@ -164,6 +164,7 @@ def test_chart_crd_is_the_model() -> None:
     None,
     {"watchNamespaces": ["team-a", "team-b"], "rbac": {"scope": "namespaced"}},
     {"metrics": {"serviceMonitor": {"enabled": True}}, "replicaCount": 2},
+    {"jobMetrics": {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}},
     {"peering": {"enabled": False}, "metrics": {"enabled": False}, "sparkJob": {"serviceAccount": {"create": True}}},
 ])
 def test_helm_lint(helm_binary: Path, tmp_path: Path, values: dict[str, Any] | None) -> None:

@@ -13,6 +13,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table.metadata import TableMetadata
 
 from icebergsync import protocol, spec
+from icebergsync.metrics.lag import lag_text
 from icebergsync.protocol import Writer
 from icebergsync.resource_status import SyncStatus
 from icebergsync.sink_state import SinkState
@@ -151,7 +152,7 @@ def test_lag_and_backlogs() -> None:
     assert status.is_lagging(state("db.a", lag={"records": 1})) and not status.is_lagging(state("db.a", lag={}))
     assert status.total_backlog([state("db.a", lag={"records": 3, "partitions": {}}), state("db.b", lag={"records": 4})]) \
         == {"records": 7}
-    assert status.backlog_text({"partitions": {"t": {"0": 3}}}) is None
+    assert lag_text({"partitions": {"t": {"0": 3}}}) is None
 
 
 # -- atomic cuts ----------------------------------------------------------------------------------

@@ -494,5 +494,7 @@ def test_parse_status_ignores_foreign_fields_and_survives_garbage() -> None:
 
 def test_lag_text() -> None:
     assert lag_text({"records": 5}) == "5 records"
+    # A Kafka lag's per-partition detail stays out of the LAG column (it was printed as a dict)
+    assert lag_text({"records": 5, "partitions": {"orders": {"0": 2, "1": 3}}}) == "5 records"
     assert lag_text({"files": 2, "records": 5}) == "2 files, 5 records"
     assert lag_text(None) is None

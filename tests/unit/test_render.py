@@ -142,6 +142,22 @@ def test_only_the_driver_mounts_a_service_account_token() -> None:
     assert spec["executor"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
+def test_the_driver_pod_declares_the_metrics_port_the_pod_monitor_scrapes() -> None:
+    spec = build_spark_application(_sync(metrics={"port": 9108}), 4, generation=9, sync_uid=UID, settings=SETTINGS,
+                                   spec_configmap=CONFIGMAP)["spec"]
+    driver = spec["driver"]["template"]
+    assert driver["spec"]["containers"][0]["ports"] == [{"name": "metrics", "containerPort": 9108, "protocol": "TCP"}]
+    assert driver["metadata"]["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": "9108",
+                                                 "prometheus.io/path": "/metrics"}
+    assert "ports" not in spec["executor"]["template"]["spec"]["containers"][0]
+    default = build_spark_application(_sync(), 4, generation=9, sync_uid=UID, settings=SETTINGS,
+                                      spec_configmap=CONFIGMAP)["spec"]["driver"]["template"]
+    assert default["spec"]["containers"][0]["ports"][0]["containerPort"] == 8090
+    off = build_spark_application(_sync(metrics={"enabled": False}), 4, generation=9, sync_uid=UID, settings=SETTINGS,
+                                  spec_configmap=CONFIGMAP)["spec"]["driver"]["template"]
+    assert "ports" not in off["spec"]["containers"][0] and "metadata" not in off
+
+
 def test_spec_image_and_service_account_override_the_settings() -> None:
     sync = _sync(spark={"image": "mine:1", "serviceAccount": "sync-runner"})
     spec = build_spark_application(sync, 1, generation=1, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)["spec"]
