@@ -49,7 +49,9 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
                                        "environment (never by the operator)."),
     "spec.table.catalog.secretRef": "Secret whose keys are added as catalog properties (credentials).",
     "spec.table.partitionBy": "Partition transforms: col, identity(col), year|month|day|hour|void(col), "
-    "bucket(N, col), truncate(N, col).",
+    "bucket(N, col), truncate(N, col). Changed on an existing table, it is applied as Iceberg partition-spec "
+    "evolution in the fence of the version that runs with it: new data in the new layout, earlier files keep "
+    "theirs; a layout the table cannot take stops the sync (exit 3) naming it.",
     "spec.table.properties": "Table properties set when the table is created.",
     "spec.table.key[]": "A key column.",
     "spec.tables.*.key": "This table's key columns (instead of spec.table.key); [] for a table without a primary key.",

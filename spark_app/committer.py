@@ -78,6 +78,7 @@ from spark_app.key_index.locate import LocateStats, locate_rows
 from spark_app.keyless.locate import locate_copies
 from spark_app.keyless.rows import COUNT_COLUMN
 from spark_app.multi_table.cut import AtomicCutUnsupportedError, TableChange, atomic_cut_supported
+from spark_app.partitioning.evolution import PartitionChange, apply_partition_change
 from spark_app.position_deletes.copy_on_write import CopyOnWrite, copy_on_write
 from spark_app.position_deletes.deletion_vector import DeletionVector
 from spark_app.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
@@ -389,13 +390,16 @@ class SinkCommitter:
         self, table: Table, kind: str, frontier: Frontier | None, files: list[DataFile],
         schema_changes: list[SchemaChange] | None = None, checkpoint_extra: Mapping[str, object] | None = None,
         delete_files: list[DataFile] | None = None, removed_delete_files: list[DataFile] | None = None,
-        removed_data_files: list[DataFile] | None = None, **properties: object,
+        removed_data_files: list[DataFile] | None = None, partition_change: PartitionChange | None = None,
+        **properties: object,
     ) -> tuple[Transaction, int]:
         transaction = Transaction(table)
         if kind == protocol.KIND_FENCE and table.schema().identifier_field_ids:
             # A keyed table's equality deletes need an unpartitioned spec (spark_app/deletes.py):
             # added with the claim, atomically, when missing (never made the default spec).
             add_unpartitioned_spec(transaction)
+        if partition_change is not None:
+            apply_partition_change(transaction, partition_change)
         if schema_changes:
             with transaction.update_schema() as update:
                 for change in schema_changes:
@@ -459,8 +463,10 @@ class SinkCommitter:
         return check
 
     def start(self, schema_changes: list[SchemaChange], source: SourceIdentity | None = None,
-              check_frontier: Callable[[Frontier], None] | None = None) -> Progress:
-        """Commit the fence: evolve the schema, claim the sink, pin the table, recover pending dead letters.
+              check_frontier: Callable[[Frontier], None] | None = None,
+              partition_change: PartitionChange | None = None) -> Progress:
+        """Commit the fence: evolve the schema and the partitioning, claim the sink, pin the table, recover pending
+        dead letters.
 
         ``source`` identifies the source this sink reads (recorded with every frontier);
         ``check_frontier`` raises when a frontier does not fit that source. Before anything is
@@ -498,7 +504,7 @@ class SinkCommitter:
             # The fence carries the freshness of the commit below it, so that status and lag survive a restart.
             last = progress_seen[-1].last_commit
             return self._transaction(table, protocol.KIND_FENCE, progress_seen[-1].frontier, [], schema_changes,
-                                     checkpoint_extra=_pending_extra(pending),
+                                     checkpoint_extra=_pending_extra(pending), partition_change=partition_change,
                                      max_event_time=last.max_event_time if last else None,
                                      source_lag=last.source_lag if last else None)
 

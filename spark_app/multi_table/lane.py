@@ -16,7 +16,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from icebergsync.catalog import ensure_table, partition_spec
+from icebergsync.catalog import ensure_table
 from icebergsync.errors import IcebergSyncError
 from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer, attempt_file_prefix, encode_json
 from icebergsync.schema import iceberg_schema, plan_evolution, spark_ddl
@@ -27,6 +27,7 @@ from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.deletes import delete_plan, table_key
 from spark_app.faults import crash_point
 from spark_app.maintenance import Maintainer, UpkeepTotals
+from spark_app.partitioning.evolution import plan_partition_change
 from spark_app.schema_drift.drift import SchemaDrift
 from spark_app.schema_drift.plan import new_table_columns, schema_changes, table_columns
 from spark_app.truncates.positions import Position
@@ -89,13 +90,18 @@ class Lane:
         """Create the table when missing, commit this writer's fence on it (with the spec's schema changes) and
         set up writing; the progress the fence read under its compare-and-swap."""
         table, _ = self._open_tables()
-        self._warn_on_partition_change(table)
         changes = plan_evolution(table.schema(), self.columns, self.name, followed=self.spec.follows_source_schema)
-        progress = self.committer.start(changes, source, check_frontier)
+        partitioning = plan_partition_change(self.name, table.schema(), table.spec(), self.settings.partition_by,
+                                             self._partition_by_field())
+        progress = self.committer.start(changes, source, check_frontier, partitioning)
         crash_point("fenced")
         if changes:
             log.info("%s v%d: evolved the schema of %s: %s", self.writer.sink_id, self.writer.version, self.name,
                      ", ".join(change.describe() for change in changes))
+        if partitioning is not None:
+            log.info("%s v%d: evolved the partitioning of %s to %s: %s; files written before keep theirs",
+                     self.writer.sink_id, self.writer.version, self.name, self.settings.partition_by,
+                     partitioning.describe(table.schema()))
         table, dead = self._open_tables()
         self.committer.cleanup_orphans(table)
         if dead is not None:
@@ -137,17 +143,11 @@ class Lane:
         if self.spec.follows_source_schema:
             self.columns = table_columns(table.schema(), self.name)
 
-    def _warn_on_partition_change(self, table: Table) -> None:
-        """``partitionBy`` applies when the table is created; say so loudly when the spec now differs."""
-        wanted = partition_spec(table.schema(), self.settings.partition_by)
-        current = [(f.source_id, str(f.transform)) for f in table.spec().fields]
-        if [(f.source_id, str(f.transform)) for f in wanted.fields] != current:
-            override = self.spec.tables.get(self.name)
-            field = f"spec.tables[{self.name}]" if override is not None and override.partition_by is not None else \
-                "spec.table"
-            log.warning("%s: %s.partitionBy %s differs from the partitioning of %s (%s); the table keeps its "
-                        "partitioning (partition evolution is not applied by IcebergSync)", self.writer.sink_id,
-                        field, self.settings.partition_by, self.name, table.spec())
+    def _partition_by_field(self) -> str:
+        """Where this table's ``partitionBy`` is declared: its ``spec.tables`` override, or ``spec.table``."""
+        override = self.spec.tables.get(self.name)
+        return f"spec.tables[{self.name}]" if override is not None and override.partition_by is not None else \
+            "spec.table"
 
     def _write_plan(self, table: Table, dead: Table | None) -> WritePlan:
         return WritePlan(

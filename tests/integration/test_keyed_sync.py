@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -77,3 +79,37 @@ def test_change_files_end_in_the_model_of_the_stream(tmp_path: Path, spark: Spar
     dead_letters = catalog.load_table("sales.orders_dlq").scan().to_arrow()
     assert dead_letters.num_rows == stream.dead
     assert all(json.loads(position)["line"] >= 1 for position in dead_letters.column("position").to_pylist())
+
+
+def test_a_keyed_table_evolves_its_partitioning_and_deletes_reach_the_older_files(tmp_path: Path,
+                                                                                  spark: SparkSession) -> None:
+    """Issue 37: a keyed sync's partitionBy changes between versions; the rows the new version updates or deletes
+    live in files of the old spec, so its position deletes are written under that spec (upkeep off, so that they
+    stay to be read), and both readers see the model of the whole stream."""
+    inbox = tmp_path / "inbox"
+    stream = ChangeStream("debezium", random.Random("partition-evolution"))
+    write_change_files(inbox, stream, 6, 400)
+
+    def sync(partition_by: list[str]) -> Any:
+        return make_sync(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
+                         table={"key": ["id"], "partitionBy": partition_by},
+                         changes={"format": "debezium", "copyOnWriteBelow": "0"}, deadLetter={"table": "sales.orders_dlq"},
+                         maintenance={"compaction": {"enabled": False}, "rewriteDeletes": {"enabled": False}})
+
+    def committed(name: str) -> Callable[[], bool]:
+        def reached() -> bool:
+            commits = sink_commits(catalog_of(sync([])).load_table("sales.orders"), "test/orders")
+            return bool(commits) and (commits[-1].frontier or {}).get("after", "") >= name
+        return reached
+
+    with BackgroundJob(SyncJob(sync(["day(updated_at)"]), 1, spark)) as running:
+        running.wait_until(committed("0002.json"), "three files committed", timeout=300)
+    with BackgroundJob(SyncJob(sync(["bucket(4, id)"]), 2, spark)) as running:
+        running.wait_until(committed("0005.json"), "the last file committed", timeout=300)
+    table = catalog_of(sync([])).load_table("sales.orders")
+    assert [str(f.transform) for f in table.spec().fields] == ["bucket[4]"]
+    day_spec = next(s.spec_id for s in table.metadata.partition_specs if [str(f.transform) for f in s.fields] == ["day"])
+    deletes = [task for task in table.scan().plan_files() for _ in task.delete_files]
+    assert any(task.file.spec_id == day_spec for task in deletes), "no delete reached a file of the old spec"
+    assert spark_rows(spark, table) == stream.model
+    assert pyiceberg_rows(table) == stream.model
