@@ -114,9 +114,9 @@ class Platform:
 
 def install_as_the_readme_says(cluster: NodeCluster, image: BuiltImage) -> Any:
     """The chart installed by the README's ``helm install`` line, the image pushed under the README's name."""
-    cluster.tag_image(image.name, f"{REGISTRY}/icebergsync:{app_version()}")
 
     def install(helm: Path, storage: StorageServices) -> None:
+        cluster.tag_image(image.name, f"{REGISTRY}/icebergsync:{app_version()}")  # imported by installed_product
         (command,) = [c for c in readme_commands("helm") if c[1] == "install"]
         run(cluster, filled_in(command, {"<registry>": REGISTRY, "<catalog URI>": storage.rest_uri_in_cluster,
                                          "<S3 endpoint>": storage.s3_endpoint_in_cluster}), helm)
