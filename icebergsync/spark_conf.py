@@ -17,9 +17,13 @@ QUICK_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def spark_conf(spec: IcebergSyncSpec) -> dict[str, str]:
-    """``spec.spark.conf`` over the defaults (a key the spec sets replaces the default whole)."""
+    """``spec.spark.conf`` over the defaults (a key the spec sets replaces the default whole), and the pods'
+    ``memoryOverhead`` fields over both."""
     defaults = {} if spec.transform else {
         "spark.driver.extraJavaOptions": QUICK_JIT_OPTIONS,
         "spark.executor.extraJavaOptions": QUICK_JIT_OPTIONS,
     }
-    return {**defaults, **spec.spark.conf}
+    overheads = {f"spark.{role}.memoryOverhead": pod.memory_overhead
+                 for role, pod in (("driver", spec.spark.driver), ("executor", spec.spark.executor))
+                 if pod.memory_overhead}
+    return {**defaults, **spec.spark.conf, **overheads}

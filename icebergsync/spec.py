@@ -601,15 +601,84 @@ class TableSettings:
         return self.key == []
 
 
-class Resources(Model):
-    """Cores and memory of one Spark pod."""
+JVM_MEMORY_PATTERN = r"^[0-9]+[kmgtKMGT]?$"
+# A Kubernetes label or annotation key: an optional DNS-subdomain prefix and a name of at most 63 characters.
+POD_METADATA_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+
+
+class Toleration(Model):
+    """A Kubernetes toleration of the pod (core/v1 Toleration): which taints it may be scheduled onto."""
+
+    key: str | None = Field(default=None, pattern=POD_METADATA_KEY_PATTERN,
+                            description="The taint's key; unset with operator Exists tolerates every taint.")
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = Field(default=None, pattern=LABEL_VALUE_PATTERN)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, description="How long a NoExecute taint is tolerated.")
+
+    @model_validator(mode="after")
+    def _as_kubernetes_validates(self) -> Self:
+        if self.key is None and self.operator != "Exists":
+            raise ValueError("a toleration without a key needs operator Exists")
+        if self.operator == "Exists" and self.value is not None:
+            raise ValueError("a toleration with operator Exists takes no value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds needs effect NoExecute")
+        return self
+
+    def as_kubernetes(self) -> dict[str, Any]:
+        """The toleration as the pod spec takes it (camelCase, unset fields left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class Affinity(Model):
+    """The pod's affinity (core/v1 Affinity), passed to Kubernetes as written, which validates it."""
+
+    node_affinity: dict[str, Any] | None = None
+    pod_affinity: dict[str, Any] | None = None
+    pod_anti_affinity: dict[str, Any] | None = None
+
+
+class SparkPod(Model):
+    """Size and placement of one Spark pod: cores, memory, and where Kubernetes may schedule it."""
 
     cores: int = Field(default=1, ge=1)
-    memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
+    memory: str = Field(default="1g", pattern=JVM_MEMORY_PATTERN)
+    memory_overhead: str | None = Field(
+        default=None, pattern=JVM_MEMORY_PATTERN,
+        description="Non-heap memory of the pod (spark.driver/executor.memoryOverhead); counts toward the policy's "
+        "memory cap. Default: Spark's (10% of memory, at least 384m).")
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=32)
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=32,
+        description="Under the operator's policy (policy.allowedTolerations): a toleration lets the pod onto "
+        "nodes the admin reserved.")
+    affinity: Affinity | None = None
+    priority_class_name: str | None = Field(
+        default=None, pattern=K8S_NAME_PATTERN,
+        description="Under the operator's policy (policy.allowedPriorityClasses).")
+    labels: dict[str, str] = Field(
+        default_factory=dict, max_length=32,
+        description="Added to the pod; keys under the operator's policy (policy.allowedPodLabels).")
+    annotations: dict[str, str] = Field(
+        default_factory=dict, max_length=32,
+        description="Added to the pod; keys under the operator's policy (policy.allowedPodAnnotations).")
+
+    @field_validator("labels", "annotations", "node_selector")
+    @classmethod
+    def _metadata_keys(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        for key, text in value.items():
+            if not re.match(POD_METADATA_KEY_PATTERN, key):
+                raise ValueError(f"{key!r} is not a Kubernetes label or annotation key")
+            if info.field_name != "annotations" and not re.match(LABEL_VALUE_PATTERN, text):
+                raise ValueError(f"{key}={text!r}: a label value is at most 63 letters, digits, '-', '_' or '.', "
+                                 "starting and ending with a letter or digit")
+        return value
 
 
-class ExecutorResources(Resources):
-    """Cores and memory of each executor, and how many executors to run."""
+class ExecutorPod(SparkPod):
+    """Each executor's size and placement, and how many executors to run."""
 
     instances: int = Field(default=1, ge=1)
 
@@ -617,8 +686,8 @@ class ExecutorResources(Resources):
 class Spark(Model):
     image: str | None = None
     service_account: str | None = None
-    driver: Resources = Field(default_factory=Resources)
-    executor: ExecutorResources = Field(default_factory=ExecutorResources)
+    driver: SparkPod = Field(default_factory=SparkPod)
+    executor: ExecutorPod = Field(default_factory=ExecutorPod)
     conf: dict[str, str] = Field(default_factory=dict)
 
 

@@ -93,6 +93,8 @@ class _StructuralConverter:
                 out["description"] = model.__doc__.strip().splitlines()[0]
         elif isinstance(node.get("additionalProperties"), dict):
             out["additionalProperties"] = self.convert(node["additionalProperties"], f"{path}.*")
+        elif node.get("additionalProperties") is True:  # dict[str, Any]: kept as written, validated by its reader
+            out["x-kubernetes-preserve-unknown-fields"] = True
         elif "patternProperties" in node:  # keys with a pattern: checked by a CEL rule of the path (cel_rules)
             [values] = node["patternProperties"].values()
             out["additionalProperties"] = self.convert(values, f"{path}.*")

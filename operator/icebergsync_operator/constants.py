@@ -50,3 +50,5 @@ RUNNING_STATES = frozenset({"RUNNING", "SUCCEEDING", "FAILING"})
 CLUSTER_SPARK_CONF = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true",
                       "spark.ui.killEnabled": "false"}
 PROTECTED_SPARK_CONF = ("spark.authenticate*", "spark.network.crypto.*", "spark.ui.killEnabled")
+# Pod labels the operator, Spark and the Spark Operator select pods by: never a tenant's, whatever the policy.
+PROTECTED_POD_LABELS = (f"{API_GROUP}/*", MANAGED_BY_LABEL, "spark-*", "sparkoperator.k8s.io/*")

@@ -23,7 +23,7 @@ import yaml
 
 from icebergsync.cli import run_arguments
 from icebergsync.spark_conf import spark_conf
-from icebergsync.spec import IcebergSync, Resources
+from icebergsync.spec import IcebergSync, SparkPod
 from icebergsync_operator.constants import (
     APPLICATION_LABEL,
     CLUSTER_SPARK_CONF,
@@ -141,42 +141,52 @@ def secret_names(sync: IcebergSync) -> list[str]:
     return sorted({secret.name for secret in named_secrets(sync)})
 
 
-def pod_template(spec_configmap: str, container: str, *, api_token: bool) -> dict[str, Any]:
+def pod_template(spec_configmap: str, container: str, placement: SparkPod, *, api_token: bool) -> dict[str, Any]:
     """The pod template of a driver or executor: the spec ConfigMap mounted read-only at
-    ``SPEC_MOUNT_DIR``, scratch emptyDirs, the security context, and the service-account token only
-    with ``api_token`` (the driver creates its executors; executors never call the API). Spark adds
-    image, resources, env and its own volumes."""
+    ``SPEC_MOUNT_DIR``, scratch emptyDirs, the security context, the service-account token only
+    with ``api_token`` (the driver creates its executors; executors never call the API), and the
+    pod's ``placement`` (node selector, tolerations, affinity, PriorityClass, labels, annotations),
+    which Spark keeps from the template. Spark adds image, resources, env and its own volumes."""
     mounts = [{"name": SPEC_VOLUME, "mountPath": SPEC_MOUNT_DIR, "readOnly": True}]
     volumes: list[dict[str, Any]] = [{"name": SPEC_VOLUME, "configMap": {"name": spec_configmap}}]
     for name, path in SCRATCH_DIRS.items():
         mounts.append({"name": name, "mountPath": path})
         volumes.append({"name": name, "emptyDir": {}})
-    return {
-        "spec": {
-            "automountServiceAccountToken": api_token,
-            "securityContext": POD_SECURITY_CONTEXT,
-            "containers": [{"name": container, "securityContext": CONTAINER_SECURITY_CONTEXT, "volumeMounts": mounts}],
-            "volumes": volumes,
-        },
+    spec: dict[str, Any] = {
+        "automountServiceAccountToken": api_token,
+        "securityContext": POD_SECURITY_CONTEXT,
+        "containers": [{"name": container, "securityContext": CONTAINER_SECURITY_CONTEXT, "volumeMounts": mounts}],
+        "volumes": volumes,
     }
+    if placement.node_selector:
+        spec["nodeSelector"] = dict(placement.node_selector)
+    if placement.tolerations:
+        spec["tolerations"] = [toleration.as_kubernetes() for toleration in placement.tolerations]
+    if placement.affinity:
+        spec["affinity"] = placement.affinity.model_dump(by_alias=True, exclude_none=True)
+    if placement.priority_class_name:
+        spec["priorityClassName"] = placement.priority_class_name
+    metadata = {key: dict(value) for key, value in (("labels", placement.labels),
+                                                     ("annotations", placement.annotations)) if value}
+    return {"metadata": metadata, "spec": spec} if metadata else {"spec": spec}
 
 
 def expose_metrics(template: dict[str, Any], port: int) -> None:
     """Declare the job's metrics port on the driver's pod template: the container port named ``metrics`` (what the
     chart's PodMonitor scrapes) and the ``prometheus.io/*`` annotations (for annotation-based scraping)."""
-    template.setdefault("metadata", {})["annotations"] = {
-        "prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+    template.setdefault("metadata", {}).setdefault("annotations", {}).update({
+        "prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"})
     [container] = template["spec"]["containers"]
     container["ports"] = [{"name": METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}]
 
 
-def _pod(sync: IcebergSync, version: int, resources: Resources, spec_configmap: str, container: str
+def _pod(sync: IcebergSync, version: int, placement: SparkPod, spec_configmap: str, container: str
          ) -> dict[str, Any]:
     pod: dict[str, Any] = {
-        "cores": resources.cores,
-        "memory": resources.memory,
+        "cores": placement.cores,
+        "memory": placement.memory,
         "labels": labels(sync.metadata.name, version),
-        "template": pod_template(spec_configmap, container, api_token=container == DRIVER_CONTAINER),
+        "template": pod_template(spec_configmap, container, placement, api_token=container == DRIVER_CONTAINER),
     }
     secrets = [{"name": name, "path": f"{SECRETS_MOUNT_DIR}/{name}", "secretType": "Generic"}
                for name in secret_names(sync)]

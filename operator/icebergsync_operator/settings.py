@@ -72,6 +72,10 @@ class OperatorSettings:
     allowed_images: tuple[str, ...] = ()  #: prefixes spec.spark.image may start with besides default_image; "*": any
     allowed_service_accounts: tuple[str, ...] = ()  #: spec.spark.serviceAccount besides the default; "*": any
     allowed_spark_conf: tuple[str, ...] = DEFAULT_ALLOWED_SPARK_CONF  #: patterns every spec.spark.conf key must match
+    allowed_priority_classes: tuple[str, ...] = ()  #: spec.spark.*.priorityClassName values; "*": any
+    allowed_tolerations: tuple[str, ...] = ()  #: patterns of the taint keys spec.spark.*.tolerations may name
+    allowed_pod_labels: tuple[str, ...] = ()  #: patterns every spec.spark.*.labels key must match
+    allowed_pod_annotations: tuple[str, ...] = ()  #: patterns every spec.spark.*.annotations key must match
     max_executors: int = 8  #: executor instances of one sync; 0: no cap
     max_cores: int = 16  #: cores of one sync, driver and executors together; 0: no cap
     max_memory: int = 64 * 1024**3  #: bytes of memory of one sync, driver and executors together; 0: no cap
@@ -197,6 +201,17 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=_list(str(env("ALLOWED_SPARK_CONF", ",".join(defaults.allowed_spark_conf)))),
         help="comma-separated patterns every spec.spark.conf key must match; * allows any (default: named "
              "tuning keys of memory, parallelism, shuffle and SQL, see docs/security.md)")
+    add("--allowed-priority-classes", type=_list, default=_list(str(env("ALLOWED_PRIORITY_CLASSES", ""))),
+        help="comma-separated PriorityClasses spec.spark.driver/executor.priorityClassName may name; * allows any "
+             "(default: none, the cluster's default priority)")
+    add("--allowed-tolerations", type=_list, default=_list(str(env("ALLOWED_TOLERATIONS", ""))),
+        help="comma-separated patterns of the taint keys spec.spark.driver/executor.tolerations may tolerate; * "
+             "allows any key, and only * a toleration without a key, which tolerates every taint (default: none)")
+    add("--allowed-pod-labels", type=_list, default=_list(str(env("ALLOWED_POD_LABELS", ""))),
+        help="comma-separated patterns every spec.spark.driver/executor.labels key must match (default: none); the "
+             "operator's and Spark's own labels are never allowed")
+    add("--allowed-pod-annotations", type=_list, default=_list(str(env("ALLOWED_POD_ANNOTATIONS", ""))),
+        help="comma-separated patterns every spec.spark.driver/executor.annotations key must match (default: none)")
     add("--max-executors", type=int, default=int(str(env("MAX_EXECUTORS", defaults.max_executors))),
         help="executor instances one sync may ask for; 0: no cap (default 8)")
     add("--max-cores", type=int, default=int(str(env("MAX_CORES", defaults.max_cores))),
@@ -278,6 +293,10 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         allowed_images=args.allowed_images,
         allowed_service_accounts=args.allowed_service_accounts,
         allowed_spark_conf=args.allowed_spark_conf,
+        allowed_priority_classes=args.allowed_priority_classes,
+        allowed_tolerations=args.allowed_tolerations,
+        allowed_pod_labels=args.allowed_pod_labels,
+        allowed_pod_annotations=args.allowed_pod_annotations,
         max_executors=args.max_executors,
         max_cores=args.max_cores,
         max_memory=args.max_memory,

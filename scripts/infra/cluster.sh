@@ -10,6 +10,7 @@
 #                       cgroups, the network namespace; idempotent (also cleans a crashed run)
 #   cluster.sh status   exit 0 if the cluster is running (the node is Ready), else 1
 #   cluster.sh import ARCHIVE...   load docker-archive image tarballs into the node's containerd
+#   cluster.sh tag IMAGE NAME      give an image of the node's containerd another name (a registry's)
 #   cluster.sh env      print the KEY=VALUE lines of the running cluster
 #
 # Layout (one cluster per machine; state in $ICEBERGSYNC_CLUSTER_DIR, default
@@ -461,6 +462,7 @@ case "${1:-}" in
   status) status ;;
   env) status && print_env ;;
   import) shift; status || die "no cluster is running"; import_images "$@" ;;
+  tag) shift; status || die "no cluster is running"; ctr_k8s images tag --force "$1" "$2" >/dev/null ;;
   -h|--help|"") sed -n '2,29p' "${BASH_SOURCE[0]}"; [[ -n "${1:-}" ]] ;;
-  *) die "unknown command '$1' (build|start|stop|status|env|import)" ;;
+  *) die "unknown command '$1' (build|start|stop|status|env|import|tag)" ;;
 esac

@@ -329,12 +329,19 @@ class Product:
         return load_catalog(name, **self.storage.host_catalog_properties())
 
 
+ChartInstall = Callable[[Path, StorageServices], None]
+
+
 @contextmanager
 def installed_product(cluster: NodeCluster, image: BuiltImage, namespace: str, buckets: list[str],
-                      work_dir: Path) -> Iterator[Product]:
+                      work_dir: Path, install_chart: ChartInstall | None = None) -> Iterator[Product]:
     """Install the product as users do (see the module docstring) for ``namespace``; when the block
     ends, delete its syncs (their applications with them), stop the Spark Operator controller,
-    ``helm uninstall`` the chart and delete the namespace, so the next module installs afresh."""
+    ``helm uninstall`` the chart and delete the namespace, so the next module installs afresh.
+
+    ``install_chart(helm, storage)``, when given, installs the chart its own way, and the test applies
+    its catalog and Secret itself; by default the chart is installed by :func:`helm_install_operator`
+    and the IcebergCatalog ``lake`` with its Secret ``s3`` are applied."""
     tools = ensure_kube_tools()
     for crd in tools.spark_operator_crds:
         cluster.kubectl("apply", "--server-side", "-f", str(crd))
@@ -343,18 +350,22 @@ def installed_product(cluster: NodeCluster, image: BuiltImage, namespace: str, b
     controller: SparkOperatorController | None = None
     try:
         storage = install_storage(cluster, namespace, image, buckets=buckets)
-        helm_install_operator(cluster, tools.helm, image, namespace,
-                              (storage.rest_uri_in_cluster, storage.s3_endpoint_in_cluster),
-                              extra_spark_conf=CORE_REQUESTS)
+        if install_chart is not None:
+            install_chart(tools.helm, storage)
+        else:
+            helm_install_operator(cluster, tools.helm, image, namespace,
+                                  (storage.rest_uri_in_cluster, storage.s3_endpoint_in_cluster),
+                                  extra_spark_conf=CORE_REQUESTS)
         for crd in tools.spark_operator_crds:
             cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd))
         controller = start_spark_operator(cluster.kubeconfig, cluster.server, work_dir, [namespace])
         product = Product(cluster, namespace, storage, controller, image)
-        product.apply({
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": S3_SECRET},
-            "stringData": {"s3.access-key-id": S3_ACCESS_KEY, "s3.secret-access-key": S3_SECRET_KEY},
-        })  # fmt: skip
-        product.apply(catalog_document(storage))
+        if install_chart is None:
+            product.apply({
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": S3_SECRET},
+                "stringData": {"s3.access-key-id": S3_ACCESS_KEY, "s3.secret-access-key": S3_SECRET_KEY},
+            })  # fmt: skip
+            product.apply(catalog_document(storage))
         yield product
     finally:
         _uninstall(cluster, tools.helm, namespace, controller)

@@ -94,6 +94,10 @@ class NodeCluster:
         """Load docker-archive tarballs into the node's containerd (``imagePullPolicy: Never``)."""
         run_cluster_sh("import", *map(str, archives), timeout=1800)
 
+    def tag_image(self, image: str, name: str) -> None:
+        """Give an image of the node's containerd another name, as a push to a registry under that name would."""
+        run_cluster_sh("tag", image, name, timeout=120)
+
 
 def _parse_env(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)

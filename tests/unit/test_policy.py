@@ -166,3 +166,58 @@ def test_a_refused_uri_is_named_where_the_user_wrote_it() -> None:
                                  "table": {"name": "db.trips", "catalogRef": {"kind": "ClusterIcebergCatalog",
                                                                                "name": "lake"}}}})
     assert catalog_uri_field(named) == "spec.table.catalogRef (ClusterIcebergCatalog 'lake', spec.uri)"
+
+
+def test_placement_that_grants_something_is_closed_by_default() -> None:
+    """Issue 37: a PriorityClass (preemption), a toleration (reserved nodes), labels and annotations (selected by
+    network policies, sidecar injectors, cloud identities) each need the admin's policy; a node selector and an
+    affinity only narrow where a pod may run."""
+    pod = {"priorityClassName": "system-cluster-critical", "tolerations": [{"key": "dedicated", "value": "gpu"}],
+           "labels": {"azure.workload.identity/use": "true"},
+           "annotations": {"iam.amazonaws.com/role": "admin"},
+           "nodeSelector": {"pool": "data"},
+           "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}}
+    assert policy_problems(sync_with({"executor": pod}), OperatorSettings()) == (
+        "spec.spark.executor.priorityClassName: 'system-cluster-critical' is not allowed (allowed: none; "
+        "policy.allowedPriorityClasses)",
+        "spec.spark.executor.tolerations: taint key 'dedicated' is not among the allowed (policy.allowedTolerations)",
+        "spec.spark.executor.labels: 'azure.workload.identity/use' is not among the allowed keys "
+        "(policy.allowedPodLabels)",
+        "spec.spark.executor.annotations: 'iam.amazonaws.com/role' is not among the allowed keys "
+        "(policy.allowedPodAnnotations)")
+    assert policy_problems(sync_with({"driver": {"nodeSelector": {"pool": "data"},
+                                                 "affinity": pod["affinity"]}}), OperatorSettings()) == ()
+
+
+def test_the_admin_opens_placement_by_name_and_pattern() -> None:
+    settings = OperatorSettings(allowed_priority_classes=("batch-low",), allowed_tolerations=("dedicated",),
+                                allowed_pod_labels=("team", "example.com/*"),
+                                allowed_pod_annotations=("example.com/*",))
+    pod = {"priorityClassName": "batch-low", "tolerations": [{"key": "dedicated", "value": "spark"}],
+           "labels": {"team": "data", "example.com/owner": "ana"}, "annotations": {"example.com/cost-center": "42"}}
+    assert policy_problems(sync_with({"driver": pod, "executor": pod}), settings) == ()
+    everything = sync_with({"driver": {"tolerations": [{"operator": "Exists"}]}})
+    assert policy_problems(everything, settings) == (
+        "spec.spark.driver.tolerations: a toleration without a key tolerates every taint; only "
+        'policy.allowedTolerations ["*"] allows it',)
+    assert policy_problems(everything, OperatorSettings(allowed_tolerations=("*",))) == ()
+
+
+def test_the_operators_and_sparks_own_labels_are_never_a_tenants() -> None:
+    """A tenant's label that the operator, Spark or the Spark Operator selects pods by would let its pod pass for
+    another's: refused even when the admin allows every label."""
+    labels = {"icebergsync.io/sync": "other", "app.kubernetes.io/managed-by": "icebergsync",
+              "spark-role": "driver", "sparkoperator.k8s.io/app-name": "other-v1"}
+    problems = policy_problems(sync_with({"driver": {"labels": labels}}), OperatorSettings(allowed_pod_labels=("*",)))
+    assert problems == tuple(f"spec.spark.driver.labels: {key!r} is the operator's or Spark's own label and cannot "
+                             "be set" for key in sorted(labels))
+
+
+def test_memory_overhead_counts_toward_the_memory_cap() -> None:
+    settings = OperatorSettings(max_memory=8 * 1024**3)
+    within = {"driver": {"memory": "2g"}, "executor": {"memory": "2g", "instances": 3}}
+    assert policy_problems(sync_with(within), settings) == ()
+    over = {"driver": {"memory": "2g"}, "executor": {"memory": "2g", "memoryOverhead": "1g", "instances": 3}}
+    assert policy_problems(sync_with(over), settings) == (
+        "spec.spark: 11.0Gi of memory in all (driver 2g + 3 x 2g+1g overhead) is above the cap of 8.0Gi per sync "
+        "(policy.maxMemory)",)

@@ -302,3 +302,60 @@ def test_older_replicas_outrank_newer_ones_unless_a_priority_is_set() -> None:
     settings = OperatorSettings()
     assert settings.peering_priority(started_at=1000.0) > settings.peering_priority(started_at=1000.5)
     assert OperatorSettings(priority=7).peering_priority(started_at=1.0) == 7
+
+
+PLACEMENT = {
+    "memoryOverhead": "512m",
+    "nodeSelector": {"pool": "data"},
+    "tolerations": [{"key": "dedicated", "value": "spark", "effect": "NoSchedule"},
+                    {"key": "spot", "operator": "Exists"}],
+    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                          "labelSelector": {"matchLabels": {"team": "data"}}}}]}},
+    "priorityClassName": "batch-low",
+    "labels": {"team": "data"},
+    "annotations": {"example.com/cost-center": "42"},
+}
+
+
+def test_placement_goes_into_the_pod_templates_which_spark_keeps() -> None:
+    """Issue 37: node selector, tolerations, affinity, PriorityClass, labels and annotations of each pod in its pod
+    template (no Spark Operator webhook needed); memoryOverhead as Spark's own conf."""
+    sync = _sync(spark={"driver": {"memory": "2g", **PLACEMENT},
+                        "executor": {"memory": "4g", "instances": 2, "nodeSelector": {"pool": "spot"}}})
+    spec = build_spark_application(sync, 4, generation=9, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)["spec"]
+    driver = spec["driver"]["template"]
+    assert driver["metadata"] == {"labels": {"team": "data"}, "annotations": {"example.com/cost-center": "42"}}
+    assert driver["spec"]["nodeSelector"] == {"pool": "data"}
+    assert driver["spec"]["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"},
+        {"key": "spot", "operator": "Exists"}]
+    assert driver["spec"]["affinity"] == PLACEMENT["affinity"]
+    assert driver["spec"]["priorityClassName"] == "batch-low"
+    assert spec["driver"]["labels"]["icebergsync.io/sink-version"] == "4"  # the operator's labels stay its own
+    executor = spec["executor"]["template"]
+    assert "metadata" not in executor
+    assert executor["spec"]["nodeSelector"] == {"pool": "spot"}
+    assert not {"tolerations", "affinity", "priorityClassName"} & set(executor["spec"])
+    assert spec["sparkConf"]["spark.driver.memoryOverhead"] == "512m"
+    assert "spark.executor.memoryOverhead" not in spec["sparkConf"]
+
+
+@pytest.mark.parametrize(("toleration", "error"), [
+    ({"operator": "Equal", "value": "x"}, "without a key needs operator Exists"),
+    ({"key": "spot", "operator": "Exists", "value": "x"}, "Exists takes no value"),
+    ({"key": "spot", "tolerationSeconds": 30, "effect": "NoSchedule"}, "tolerationSeconds needs effect NoExecute"),
+])
+def test_a_toleration_kubernetes_would_refuse_is_refused_in_the_spec(toleration: dict[str, Any], error: str) -> None:
+    with pytest.raises(Exception, match=error):
+        _sync(spark={"driver": {"tolerations": [toleration]}})
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("labels", {"bad key!": "x"}, "not a Kubernetes label or annotation key"),
+    ("labels", {"team": "a value with spaces"}, "a label value is at most 63"),
+    ("nodeSelector", {"pool": "x" * 64}, "a label value is at most 63"),
+])
+def test_pod_metadata_keys_and_label_values_are_checked(field: str, value: dict[str, str], error: str) -> None:
+    with pytest.raises(Exception, match=error):
+        _sync(spark={"executor": {field: value}})
