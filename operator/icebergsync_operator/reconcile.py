@@ -37,6 +37,7 @@ from icebergsync_operator.status_update import (
     conditions,
     format_time,
     parse_time,
+    source_settings,
     with_table,
 )
 
@@ -70,6 +71,7 @@ class Observation:
     secret_problems: tuple[str, ...] = ()  #: Secrets named by an allowed spec that a job may not mount
     missing_secrets: tuple[str, ...] = ()  #: Secrets named by the spec that do not exist (yet)
     cuts: CutSupport | None = None  #: a sync of many tables: whether its catalog commits its cuts atomically
+    debezium_changes: bool = False  #: the sync reads Debezium change events (its SourceSettings condition)
 
     @property
     def tables_text(self) -> str:
@@ -192,7 +194,8 @@ def _finish(observation: Observation, previous: SyncStatus, assessment: Assessme
         "observed_generation": observation.generation,
         **updates,
         "phase": assessment.phase,
-        "conditions": conditions(previous, assessment, observation.generation, observation.now, observation.cuts),
+        "conditions": conditions(previous, assessment, observation.generation, observation.now, observation.cuts,
+                                 source_settings(previous, observation.table) if observation.debezium_changes else None),
     })
     return Decision(status=status, launch=launch, delete=delete, events=events)
 
