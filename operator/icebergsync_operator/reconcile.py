@@ -189,13 +189,19 @@ def _others(observation: Observation, keep: str | None) -> tuple[str, ...]:
 def _finish(observation: Observation, previous: SyncStatus, assessment: Assessment, *,
             launch: Launch | None = None, delete: tuple[str, ...] = (), events: tuple[Event, ...] = (),
             **updates: object) -> Decision:
-    """Assemble the decision: the status carries the assessment, table facts and ``updates``."""
+    """Assemble the decision: the status carries the assessment, table facts and ``updates``; a Warning event
+    when SourceSettings turns False (or changes its reason)."""
+    settings = source_settings(previous, observation.table) if observation.debezium_changes else None
+    before = condition(previous, "SourceSettings")
+    if settings is not None and settings.status == FALSE and (
+            before is None or (before.status, before.reason) != (FALSE, settings.reason)):
+        events = (*events, Event(WARNING, "SourceSettings", settings.message))
     status = with_table(previous, observation.table).model_copy(update={
         "observed_generation": observation.generation,
         **updates,
         "phase": assessment.phase,
         "conditions": conditions(previous, assessment, observation.generation, observation.now, observation.cuts,
-                                 source_settings(previous, observation.table) if observation.debezium_changes else None),
+                                 settings),
     })
     return Decision(status=status, launch=launch, delete=delete, events=events)
 

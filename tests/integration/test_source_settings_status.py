@@ -92,6 +92,9 @@ def test_the_newest_data_commit_sets_the_condition_and_a_later_one_clears_it(
     assert cli.main(["status", str(spec_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["source_settings"]["reason"] == "RecordsWithoutSchema"
 
+    assert [(event.type, event.reason) for event in warned.events] == [("Warning", "SourceSettings")]
+    assert reconciled(sync, warned).events == ()  # told once
+
     commit(sync, 2, 5, 8, {EVENTS_WITHOUT_TRANSACTION: 3})  # the schema is back; another setting is missing
     assert source_settings(reconciled(sync, warned))[:2] == ("False", "NoTransactionMetadata")  # type: ignore[index]
     commit(sync, 2, 8, 9, {"offsets-without-records": 1})
