@@ -53,7 +53,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -342,9 +342,10 @@ def widen_real(workload: DatabaseWorkload) -> None:
 
 def run_previous_release(tmp_path: Path, release: Path, workload: DatabaseWorkload, document: dict[str, Any]) -> int:
     """The sync's first job on the previous ``release``'s code (version 1, a process of its own, as an older image
-    runs it) while the workload goes on, ADD COLUMN and a widening included; once it has committed the new column of
-    accounts it is stopped (SIGTERM, a clean stop), and ``real`` is widened while no job runs (the next trigger holds
-    records of both shapes, as in :func:`crash_and_restart`). Returns the version today's code resumes as."""
+    runs it) while the workload goes on: after its first data commit, ADD COLUMN and a widening; once it has committed
+    the new column of accounts it is stopped (SIGTERM, a clean stop), and ``real`` is widened while no job runs (the
+    next trigger holds records of both shapes, as in :func:`crash_and_restart`). Returns the version today's code
+    resumes as."""
     spec_path = write_spec(tmp_path / "sync", document)
     accounts = f"{NAMESPACE}.{ACCOUNTS.name}"
 
@@ -352,15 +353,21 @@ def run_previous_release(tmp_path: Path, release: Path, workload: DatabaseWorklo
         return "extra" in catalog_of(parse_spec(document)).load_table(accounts).schema().column_names
 
     with job_process(spec_path, 1, code=release) as (process, log):
-        workload.add_column("extra", "text")
+        deadline = time.monotonic() + 240
+
+        def wait_for(done: Callable[[], bool], what: str) -> None:
+            while not holds(done):
+                assert process.poll() is None, f"the previous release's job ended:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"the previous release missed {what}:\n{log.read_text()[-3000:]}"
+                workload.go_on()
+                time.sleep(1)
+
+        wait_for(lambda: committed_data(document), "its first data commit")
+        workload.add_column("extra", "text")  # the running job follows the source's ALTER TABLEs
         workload.widen("qty", "bigint")
         workload.accounts_changes()
         workload.round()
-        deadline = time.monotonic() + 240
-        while not (holds(added_extra) and committed_data(document)):
-            assert process.poll() is None, f"the previous release's job ended:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"the previous release committed no ADD COLUMN:\n{log.read_text()[-3000:]}"
-            time.sleep(1)
+        wait_for(added_extra, "the ADD COLUMN")
         process.send_signal(signal.SIGTERM)
         assert process.wait(120) == 0, log.read_text()[-3000:]
     widen_real(workload)
