@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 
 from icebergsync import protocol
@@ -162,10 +162,10 @@ def kill_after_first_commit(spec_path: Path, committed: Callable[[], bool], mean
 
 
 def holds(predicate: Callable[[], bool]) -> bool:
-    """``predicate()``, where a table that does not exist yet counts as false."""
+    """``predicate()``, where a table (or its namespace) that does not exist yet counts as false."""
     try:
         return predicate()
-    except NoSuchTableError:
+    except (NoSuchTableError, NoSuchNamespaceError):
         return False
 
 
