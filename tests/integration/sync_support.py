@@ -23,6 +23,7 @@ from pyiceberg.table import Table
 from icebergsync import protocol
 from icebergsync.catalog import open_catalog
 from icebergsync.protocol import sink_file_prefix
+from icebergsync.source_settings.checks import SettingsVerdict, newest_data_notes, settings_verdict
 from icebergsync.spec import IcebergSync, parse_spec
 from icebergsync.storage import list_files, normalize
 from spark_app.committer import referenced_files
@@ -62,6 +63,15 @@ def write_spec(directory: Path, document: dict[str, Any]) -> Path:
 
 def catalog_of(sync: IcebergSync) -> Catalog:
     return open_catalog(sync.spec.table.catalog_or_default)
+
+
+def source_settings(document: dict[str, Any], tables: list[str]) -> SettingsVerdict:
+    """What the newest data commits of the sync on ``tables`` say of the documented Debezium settings (the
+    ``SourceSettings`` condition and ``icebergsync status`` read the same)."""
+    sync = parse_spec(document)
+    catalog = catalog_of(sync)
+    return settings_verdict((name, newest_data_notes(catalog.load_table(name).metadata, sync.sink_id))
+                            for name in tables)
 
 
 def table_ids(table: Table, column: str = "id") -> list[int]:

@@ -38,7 +38,6 @@ from tests.integration.cdc_postgres.progress import (
     caught_up,
     dead_letters,
     sink_id,
-    source_settings,
     wait_for_key,
 )
 from tests.integration.cdc_postgres.schema_changes import ACCOUNTS, EvolvingWorkload
@@ -64,6 +63,7 @@ from tests.integration.sync_support import (
     job_process,
     kill_after_first_commit,
     sink_commits,
+    source_settings,
     sync_document,
     write_spec,
 )

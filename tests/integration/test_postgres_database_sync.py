@@ -82,7 +82,6 @@ from tests.integration.cdc_postgres.progress import (
     caught_up,
     dead_letters,
     sink_id,
-    source_settings,
     wait_for_key,
 )
 from tests.integration.cdc_postgres.servers import (
@@ -108,6 +107,7 @@ from tests.integration.sync_support import (
     job_process,
     kill_after_first_commit,
     sink_commits,
+    source_settings,
     sync_document,
     write_spec,
 )

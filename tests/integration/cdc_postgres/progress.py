@@ -1,5 +1,4 @@
-"""Following a CDC sync's progress: Debezium's writes to Kafka, the sink's frontier, its dead letters, what its
-commits say of Debezium's settings."""
+"""Following a CDC sync's progress: Debezium's writes to Kafka, the sink's frontier, its dead letters."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ from typing import Any
 
 from pyiceberg.exceptions import NoSuchTableError
 
-from icebergsync.source_settings.checks import SettingsVerdict, newest_data_notes, settings_verdict
 from icebergsync.spec import parse_spec
 from tests.infra.services import KafkaBroker
 from tests.integration.sync_support import catalog_of, sink_commits
@@ -48,11 +46,3 @@ def dead_letters(document: dict[str, Any], table: str | None = None) -> list[dic
     except NoSuchTableError:
         return []
     return iceberg.scan().to_arrow().to_pylist()
-
-
-def source_settings(document: dict[str, Any], tables: list[str]) -> SettingsVerdict:
-    """What the newest data commits of the sink on ``tables`` say of the documented Debezium settings (the
-    ``SourceSettings`` condition and ``icebergsync status`` read the same)."""
-    catalog = catalog_of(parse_spec(document))
-    return settings_verdict((name, newest_data_notes(catalog.load_table(name).metadata, sink_id(document)))
-                            for name in tables)
