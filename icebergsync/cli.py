@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
     from icebergsync.launch_check import TableState
+    from icebergsync.sink_state import SinkState
     from icebergsync.tables.status import Lanes
 
 log = logging.getLogger("icebergsync")
@@ -59,10 +60,12 @@ def status_command(args: argparse.Namespace) -> int:
                                f"(icebergsync run {args.spec})")
     if isinstance(state, Lanes):
         return _print_tables(catalog, sync, state, args.json)
+    settings = _source_settings(sync, [state])
     if args.json:
-        print(json.dumps(state.as_dict(), indent=2, sort_keys=True))
+        print(json.dumps({**state.as_dict(), "source_settings": settings}, indent=2, sort_keys=True))
         return EXIT_OK
     _print_in_use(state)
+    _print_source_settings(settings)
     rows = [
         ("sink", state.sink_id), ("table", state.table), ("version", state.sink_version),
         ("last snapshot", state.snapshot_id), ("kind", state.kind), ("committed at", state.committed_at),
@@ -84,6 +87,23 @@ def _print_in_use(state: TableState) -> None:
         print(f"WARNING: {refusal}")
 
 
+def _source_settings(sync: IcebergSync, states: Sequence[SinkState]) -> dict[str, object] | None:
+    """A sync of Debezium events: what its tables' newest data commits say of the documented Debezium settings
+    (icebergsync.source_settings) as ``{"ok", "reason", "message"}``; None for other syncs."""
+    from icebergsync.source_settings.checks import settings_verdict
+
+    if sync.spec.changes is None or sync.spec.changes.format != "debezium":
+        return None
+    verdict = settings_verdict((state.table, state.source_notes) for state in states)
+    return {"ok": verdict.ok, "reason": verdict.reason, "message": verdict.message}
+
+
+def _print_source_settings(settings: dict[str, object] | None) -> None:
+    """A line on top when the events show a documented Debezium setting not in use."""
+    if settings is not None and not settings["ok"]:
+        print(f"WARNING: source settings ({settings['reason']}): {settings['message']}")
+
+
 def _print_rows(rows: Sequence[tuple[str, object]]) -> None:
     for name, value in rows:
         print(f"{name:>20}: {value if value is not None else '-'}")
@@ -97,11 +117,14 @@ def _print_tables(catalog: Catalog, sync: IcebergSync, lanes: Lanes, as_json: bo
     template = sync.spec.table.name
     summary = tables_status(lanes)
     cuts = catalog_cut_support(catalog)
+    settings = _source_settings(sync, lanes.states)
     if as_json:
         print(json.dumps({"sink": sync.sink_id, "template": template, "atomicCuts": cuts.atomic,
-                          "tables": summary.model_dump(by_alias=True, mode="json")}, indent=2, sort_keys=True))
+                          "sourceSettings": settings, "tables": summary.model_dump(by_alias=True, mode="json")},
+                         indent=2, sort_keys=True))
         return EXIT_OK
     _print_in_use(lanes)
+    _print_source_settings(settings)
     _print_rows([
         ("sink", sync.sink_id), ("tables of", template), ("tables", summary.count), ("lagging", summary.lagging),
         ("worst lag", f"{summary.worst_lag} ({summary.worst_lag_table})" if summary.worst_lag else None),

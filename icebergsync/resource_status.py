@@ -13,7 +13,7 @@ from pydantic.alias_generators import to_camel
 
 PHASES = ("Pending", "Running", "Suspended", "Degraded", "Failed", "Completed")
 CONDITION_TYPES = ("Ready", "Reconciling", "Stalled")
-SYNC_CONDITION_TYPES = (*CONDITION_TYPES, "AtomicCuts")
+SYNC_CONDITION_TYPES = (*CONDITION_TYPES, "AtomicCuts", "SourceSettings")
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 
@@ -34,11 +34,13 @@ class Condition(StatusModel):
 
 
 class SyncCondition(Condition):
-    """A condition of an IcebergSync: kstatus's three, and AtomicCuts for a sync of many tables."""
+    """A condition of an IcebergSync: kstatus's three, AtomicCuts (many tables), SourceSettings (Debezium events)."""
 
-    type: Literal["Ready", "Reconciling", "Stalled", "AtomicCuts"] = Field(  # type: ignore[assignment]
+    type: Literal["Ready", "Reconciling", "Stalled", "AtomicCuts", "SourceSettings"] = Field(  # type: ignore[assignment]
         description="Ready, Reconciling or Stalled; AtomicCuts (a sync of many tables): whether the catalog commits "
-        "the tables of one trigger atomically.")
+        "the tables of one trigger atomically; SourceSettings (changes.format debezium): False (a warning) when the "
+        "newest data commit of a table saw events showing a documented Debezium setting not in use, the reason "
+        "naming it and the message the fix.")
 
 
 class LastCommit(StatusModel):
@@ -104,5 +106,6 @@ class SyncStatus(StatusModel):
     tables: TablesStatus | None = Field(default=None, description="A sync of many tables (table.name a template): "
                                         "its tables; lastCommit is then the newest commit of any of them, lag "
                                         "the sum of their backlogs.")
-    conditions: list[SyncCondition] = Field(default_factory=list, description="Ready, Reconciling, Stalled; and "
-                                        "AtomicCuts for a sync of many tables.")
+    conditions: list[SyncCondition] = Field(default_factory=list, description="Ready, Reconciling, Stalled; "
+                                        "AtomicCuts for a sync of many tables; SourceSettings for a sync of "
+                                        "Debezium change events.")

@@ -11,6 +11,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table.metadata import TableMetadata
 
 from icebergsync import protocol
+from icebergsync.source_settings.checks import newest_data_notes
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class SinkState:
     resumed_from: str
     foreign_snapshots_on_top: int
     other_sink: str | None = None  #: another sink that committed after this one's last commit (it writes the table now)
+    source_notes: dict[str, Any] | None = None  #: the ``icebergsync.source-notes`` of the sink's newest data commit
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,4 +71,5 @@ def sink_state(metadata: TableMetadata, table_name: str, sink_id: str, now: floa
         resumed_from=progress.resumed_from,
         foreign_snapshots_on_top=progress.foreign_snapshots_on_top,
         other_sink=protocol.other_sink_on_top(metadata, sink_id),
+        source_notes=newest_data_notes(metadata, sink_id),
     )

@@ -58,6 +58,7 @@ from icebergsync.spec import element_type
 from spark_app.deadletter import CONTROL_COLUMNS, ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
 from spark_app.float32 import float32_of, float64_of
 from spark_app.schema_drift.drift import SchemaDrift, observe
+from spark_app.source_settings.seen import NOTHING_SEEN, SettingsSeen
 from spark_app.truncates.positions import Position, source_position
 
 OP_COLUMN = "_isync_op"
@@ -412,8 +413,9 @@ class _Rows:
     """Decodes one JSON object into a row of the declared columns, strictly."""
 
     def __init__(self, columns: Sequence[SpecColumn], key: Sequence[str], drift: SchemaDrift | None = None,
-                 truncated_at: Position | None = None):
+                 truncated_at: Position | None = None, settings: SettingsSeen | None = None):
         self.columns = list(columns)
+        self.settings = settings or NOTHING_SEEN  # counts the signs of Debezium settings the docs require, missing
         self.truncated_at = truncated_at  # events up to this source position are before a truncate already applied
         self.truncate: Position | None = None  # the newest truncate read beyond it
         self.applies_truncates = False  # the caller empties the table at a truncate (else it is a dead letter)
@@ -588,6 +590,7 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
         raise _Bad(f"unknown op {_shown(op)} (a change event's op is c, r, u, d or t)")
     if rows.truncated_at is not None and (place := source_position(envelope)) is not None and place <= rows.truncated_at:
         return []  # before a truncate the table already applied
+    rows.settings.event(envelope, schema, op)
     before_types = _logical_types(schema, "before") if schema is not None else {}
     after_types = _logical_types(schema, "after") if schema is not None else {}
     rows.observe(schema, "after" if envelope.get("after") is not None else "before",
@@ -597,6 +600,7 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
     if op == "d":
         before = envelope.get("before")
         if before is None:
+            rows.settings.without_before(envelope)
             raise _Bad("a delete (op d) without before: the deleted key is unknown")
         return [(OP_DELETE, rows.delete_row(rows.row(before, "before", before_types, key_only=True)), None,
                  _source_event(envelope))]
@@ -606,11 +610,15 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
     # A create missing values is the new key of a primary-key update (an insert logs every value): it carries them
     # from the old key, found by the delete of the same source event.
     new = _upserted(rows, rows.row(after, "after", after_types), _source_event(envelope) if op == "c" else None)
+    if new[3] is not None:
+        rows.settings.moved(envelope)
     before = envelope.get("before")
     if op == "u" and before is not None:
         old = rows.row(before, "before", before_types, key_only=True)
         if rows.key_of(old) != rows.key_of(new[1]):
             move = _source_event(envelope) if new[2] else None
+            if move is not None:
+                rows.settings.moved(envelope)
             return [(OP_DELETE, rows.delete_row(old), None, move), (*new[:3], move)]
     return [new]
 
@@ -629,9 +637,13 @@ def _keyless(rows: _Rows, envelope: dict[str, Any], op: str, before_types: dict[
             continue
         image = envelope.get(side)
         if image is None:
+            if side == "before":
+                rows.settings.without_before(envelope)
             raise _Bad(f"op {op} without {side}: " + (KEYLESS_BEFORE if side == "before" else "there is no new row"))
         values = rows.row(image, side, types)
         if rows.unavailable:
+            if side == "before":
+                rows.settings.without_before(envelope)
             raise _Bad(f"{side}: Debezium did not send the value of {', '.join(rows.unavailable)} ({UNAVAILABLE}); "
                        + KEYLESS_BEFORE)
         changes.append((OP_DELETE if side == "before" else OP_UPSERT, values, None, None))
@@ -719,6 +731,7 @@ def decode_changes(
     drift: SchemaDrift | None = None,
     transactions: list[tuple[int, str]] | None = None,
     truncates: Truncates | None = None,
+    settings: SettingsSeen | None = None,
 ) -> pa.Table:
     """Decode change records into a table of changes (schema: :func:`changes_schema`).
 
@@ -748,6 +761,9 @@ def decode_changes(
     With ``truncates``, Debezium events at or before its ``applied`` source position are skipped (a truncate the
     table already applied removed them), and the newest truncate (``op: "t"``) beyond it is noted in its ``seen``
     for the driver, which empties the table at it (:mod:`spark_app.truncates`). Without, a truncate is a dead letter.
+
+    With ``settings``, what Debezium's events show of the settings the docs require is counted into it
+    (:mod:`spark_app.source_settings`).
     """
     if format not in FORMATS:
         raise ValueError(f"unknown changes format {format!r} (expected one of {FORMATS})")
@@ -755,7 +771,7 @@ def decode_changes(
         values = values.to_pylist()
     if isinstance(keys, pa.Array | pa.ChunkedArray):
         keys = keys.to_pylist()
-    rows = _Rows(columns, key, drift, truncates.applied if truncates is not None else None)
+    rows = _Rows(columns, key, drift, truncates.applied if truncates is not None else None, settings)
     rows.applies_truncates = truncates is not None
     schema = changes_schema(columns)
     decode = _debezium if format == "debezium" else _upsert

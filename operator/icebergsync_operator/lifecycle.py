@@ -141,6 +141,7 @@ def observe(context: OperatorContext, reading: Reading, table: TableObservation,
         secret_problems=reading.secrets.problems,
         missing_secrets=reading.secrets.missing,
         cuts=spec_cut_support(sync.spec.table.catalog_or_default) if sync and sync.spec.table.is_template else None,
+        debezium_changes=bool(sync and sync.spec.changes and sync.spec.changes.format == "debezium"),
     )
 
 

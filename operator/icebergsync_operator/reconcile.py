@@ -37,6 +37,7 @@ from icebergsync_operator.status_update import (
     conditions,
     format_time,
     parse_time,
+    source_settings,
     with_table,
 )
 
@@ -70,6 +71,7 @@ class Observation:
     secret_problems: tuple[str, ...] = ()  #: Secrets named by an allowed spec that a job may not mount
     missing_secrets: tuple[str, ...] = ()  #: Secrets named by the spec that do not exist (yet)
     cuts: CutSupport | None = None  #: a sync of many tables: whether its catalog commits its cuts atomically
+    debezium_changes: bool = False  #: the sync reads Debezium change events (its SourceSettings condition)
 
     @property
     def tables_text(self) -> str:
@@ -187,12 +189,19 @@ def _others(observation: Observation, keep: str | None) -> tuple[str, ...]:
 def _finish(observation: Observation, previous: SyncStatus, assessment: Assessment, *,
             launch: Launch | None = None, delete: tuple[str, ...] = (), events: tuple[Event, ...] = (),
             **updates: object) -> Decision:
-    """Assemble the decision: the status carries the assessment, table facts and ``updates``."""
+    """Assemble the decision: the status carries the assessment, table facts and ``updates``; a Warning event
+    when SourceSettings turns False (or changes its reason)."""
+    settings = source_settings(previous, observation.table) if observation.debezium_changes else None
+    before = condition(previous, "SourceSettings")
+    if settings is not None and settings.status == FALSE and (
+            before is None or (before.status, before.reason) != (FALSE, settings.reason)):
+        events = (*events, Event(WARNING, "SourceSettings", settings.message))
     status = with_table(previous, observation.table).model_copy(update={
         "observed_generation": observation.generation,
         **updates,
         "phase": assessment.phase,
-        "conditions": conditions(previous, assessment, observation.generation, observation.now, observation.cuts),
+        "conditions": conditions(previous, assessment, observation.generation, observation.now, observation.cuts,
+                                 settings),
     })
     return Decision(status=status, launch=launch, delete=delete, events=events)
 

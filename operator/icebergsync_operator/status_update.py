@@ -20,6 +20,7 @@ from icebergsync.metrics.lag import lag_text
 from icebergsync.protocol import encode_json
 from icebergsync.resource_status import LastCommit, SyncCondition, SyncStatus
 from icebergsync.sink_state import SinkState
+from icebergsync.source_settings.checks import settings_verdict
 from icebergsync.tables.cuts import CutSupport
 from icebergsync.tables.status import Lanes, cut_text, tables_status, total_backlog
 
@@ -103,12 +104,15 @@ def condition(status: SyncStatus, kind: str) -> SyncCondition | None:
 
 
 def conditions(previous: SyncStatus, assessment: Assessment, generation: int, now: datetime,
-               cuts: CutSupport | None = None) -> list[SyncCondition]:
-    """The new conditions (``AtomicCuts`` too for a sync of many tables, whose ``cuts`` are given);
-    lastTransitionTime only moves when a condition's status changes."""
+               cuts: CutSupport | None = None, settings: Verdict | None = None) -> list[SyncCondition]:
+    """The new conditions (``AtomicCuts`` too for a sync of many tables, whose ``cuts`` are given; ``SourceSettings``
+    for a sync of Debezium events, whose ``settings`` are given); lastTransitionTime only moves when a condition's
+    status changes."""
     verdicts = [("Ready", assessment.ready), ("Reconciling", assessment.reconciling), ("Stalled", assessment.stalled)]
     if cuts is not None:
         verdicts.append(("AtomicCuts", Verdict(TRUE if cuts.atomic else FALSE, cuts.reason, cuts.message)))
+    if settings is not None:
+        verdicts.append(("SourceSettings", settings))
     result = []
     for kind, verdict in verdicts:
         before = condition(previous, kind)
@@ -122,6 +126,18 @@ def conditions(previous: SyncStatus, assessment: Assessment, generation: int, no
             observed_generation=generation,
         ))
     return result
+
+
+def source_settings(previous: SyncStatus, table: TableObservation) -> Verdict | None:
+    """The ``SourceSettings`` condition: False (a warning) when the newest data commit of any of the sink's tables
+    noted events that show a documented Debezium setting not in use (icebergsync.source_settings); the previous
+    one while the table cannot be read or does not exist yet (None before there is any)."""
+    states = table.lanes.states if table.lanes is not None else (table.sink,) if table.sink is not None else ()
+    if table.error is not None or not states:
+        before = condition(previous, "SourceSettings")
+        return Verdict(before.status, before.reason, before.message) if before is not None else None
+    verdict = settings_verdict((state.table, state.source_notes) for state in states)
+    return Verdict(TRUE if verdict.ok else FALSE, verdict.reason, verdict.message)
 
 
 def last_commit(sink: SinkState) -> LastCommit | None:

@@ -40,6 +40,7 @@ from spark_app.arrow_decode import (
 )
 from spark_app.changes import Truncates, decode_changes
 from spark_app.schema_drift.drift import SchemaDrift
+from spark_app.source_settings.seen import SettingsSeen
 from spark_app.truncates.positions import Position
 from spark_app.units import FileUnit, UnitStats, WorkUnit, order_base
 
@@ -181,7 +182,7 @@ class ChangeReading:
         changes = decode_changes([line for _, line in records], None,
                                  lambda i: {"file": uri, "line": records[i][0]},
                                  list(self.columns), list(self.key), self.format, base, self._drift(stats),
-                                 truncates=truncates)
+                                 truncates=truncates, settings=self._settings(stats))
         stats.saw_truncate(truncates.seen)
         return changes, len(records)
 
@@ -192,12 +193,16 @@ class ChangeReading:
         with ``transactions``, ``(i, transaction id)`` of each record that names one (see :func:`decode_changes`)."""
         truncates = Truncates(self.truncated_at)
         changes = decode_changes(values, keys, positions, list(self.columns), list(self.key), self.format, base,
-                                 self._drift(stats), transactions, truncates)
+                                 self._drift(stats), transactions, truncates, self._settings(stats))
         stats.saw_truncate(truncates.seen)
         return changes
 
     def _drift(self, stats: UnitStats) -> SchemaDrift | None:
         return stats.drift if self.follow_schema else None
+
+    def _settings(self, stats: UnitStats) -> SettingsSeen:
+        """Counts what the events show of the documented Debezium settings into ``stats`` (the source notes)."""
+        return SettingsSeen(self.follow_schema, self.transactions, stats.add)
 
 
 @dataclass(frozen=True)

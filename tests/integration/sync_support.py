@@ -17,15 +17,17 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 
 from icebergsync import protocol
 from icebergsync.catalog import open_catalog
 from icebergsync.protocol import sink_file_prefix
+from icebergsync.source_settings.checks import SettingsVerdict, newest_data_notes, settings_verdict
 from icebergsync.spec import IcebergSync, parse_spec
 from icebergsync.storage import list_files, normalize
 from spark_app.committer import referenced_files
+from tests.integration.previous_release import release_environment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,6 +63,15 @@ def write_spec(directory: Path, document: dict[str, Any]) -> Path:
 
 def catalog_of(sync: IcebergSync) -> Catalog:
     return open_catalog(sync.spec.table.catalog_or_default)
+
+
+def source_settings(document: dict[str, Any], tables: list[str]) -> SettingsVerdict:
+    """What the newest data commits of the sync on ``tables`` say of the documented Debezium settings (the
+    ``SourceSettings`` condition and ``icebergsync status`` read the same)."""
+    sync = parse_spec(document)
+    catalog = catalog_of(sync)
+    return settings_verdict((name, newest_data_notes(catalog.load_table(name).metadata, sync.sink_id))
+                            for name in tables)
 
 
 def table_ids(table: Table, column: str = "id") -> list[int]:
@@ -100,18 +111,19 @@ def job_command(spec_path: Path, version: int | None) -> list[str]:
 
 
 @contextlib.contextmanager
-def job_process(spec_path: Path, version: int | None, crash_at: str | None = None
+def job_process(spec_path: Path, version: int | None, crash_at: str | None = None, code: Path | None = None
                 ) -> Iterator[tuple[subprocess.Popen[Any], Path]]:
     """``icebergsync run`` in its own process group, its output in a log next to the spec; ``crash_at``
-    sets ``ICEBERGSYNC_CRASH_AT``. On leaving, the whole group is SIGKILLed and reaped: the JVM is a
-    child of the Python driver, and no part of the job may survive it."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    sets ``ICEBERGSYNC_CRASH_AT``; ``code``: the job code of another release (tests/integration/previous_release.py)
+    instead of today's. On leaving, the whole group is SIGKILLed and reaped: the JVM is a child of the Python driver,
+    and no part of the job may survive it."""
+    env = {**(os.environ if code is None else release_environment(code)), "PYSPARK_PYTHON": sys.executable}
     env.pop("ICEBERGSYNC_CRASH_AT", None)
     if crash_at:
         env["ICEBERGSYNC_CRASH_AT"] = crash_at
     output = spec_path.with_suffix(f".v{version}.{time.monotonic_ns()}.log")
     with output.open("w") as sink:
-        process = subprocess.Popen(job_command(spec_path, version), cwd=REPO, env=env, stdout=sink,
+        process = subprocess.Popen(job_command(spec_path, version), cwd=code or REPO, env=env, stdout=sink,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
             yield process, output
@@ -144,10 +156,11 @@ def run_job_process(spec_path: Path, version: int | None, *, crash_at: str | Non
 
 
 def kill_after_first_commit(spec_path: Path, committed: Callable[[], bool], meanwhile: Callable[[], None] = lambda: None,
-                            *, version: int = 1, timeout: float = 240) -> None:
-    """Run ``icebergsync run`` (``version``) in a process of its own, calling ``meanwhile`` about once a second,
-    and SIGKILL its process group as soon as ``committed()`` holds (its first data commit landed)."""
-    with job_process(spec_path, version) as (process, log):
+                            *, version: int = 1, timeout: float = 240, code: Path | None = None) -> None:
+    """Run ``icebergsync run`` (``version``; the job code under ``code``, by default today's) in a process of its own,
+    calling ``meanwhile`` about once a second, and SIGKILL its process group as soon as ``committed()`` holds (its
+    first data commit landed)."""
+    with job_process(spec_path, version, code=code) as (process, log):
         deadline = time.monotonic() + timeout
         while not holds(committed):
             assert process.poll() is None, f"the job ended before its first commit:\n{log.read_text()[-3000:]}"
@@ -159,10 +172,10 @@ def kill_after_first_commit(spec_path: Path, committed: Callable[[], bool], mean
 
 
 def holds(predicate: Callable[[], bool]) -> bool:
-    """``predicate()``, where a table that does not exist yet counts as false."""
+    """``predicate()``, where a table (or its namespace) that does not exist yet counts as false."""
     try:
         return predicate()
-    except NoSuchTableError:
+    except (NoSuchTableError, NoSuchNamespaceError):
         return False
 
 

@@ -34,7 +34,12 @@ from icebergsync.spec import parse_spec
 from spark_app.changes import UNAVAILABLE
 from spark_app.job import SyncJob
 from tests.infra.services import KafkaBroker
-from tests.integration.cdc_postgres.progress import caught_up, dead_letters, sink_id, wait_for_key
+from tests.integration.cdc_postgres.progress import (
+    caught_up,
+    dead_letters,
+    sink_id,
+    wait_for_key,
+)
 from tests.integration.cdc_postgres.schema_changes import ACCOUNTS, EvolvingWorkload
 from tests.integration.cdc_postgres.schema_changes import iceberg_rows as schema_iceberg_rows
 from tests.integration.cdc_postgres.schema_changes import postgres_rows as schema_postgres_rows
@@ -58,6 +63,7 @@ from tests.integration.sync_support import (
     job_process,
     kill_after_first_commit,
     sink_commits,
+    source_settings,
     sync_document,
     write_spec,
 )
@@ -133,6 +139,11 @@ def test_iceberg_returns_what_select_star_returns(tmp_path: Path, spark: SparkSe
             assert all(json.loads(value)["transaction"]["id"] for value in placeholders)
         for table in tables:
             assert_equals_select_star(spark, connection, documents[table.name], table, variant)
+            # The docs' value.converter.schemas.enable=true: without it a sync that follows the source's schema (the
+            # default spec.schemaEvolution) warns, naming the setting (the SourceSettings condition)
+            verdict = source_settings(documents[table.name], [f"cdc.{table.name}"])
+            assert (verdict.ok, verdict.reason) == ((True, "AsDocumented") if variant.schemas
+                                                    else (False, "RecordsWithoutSchema")), verdict.message
     finally:
         connection.close()
         debezium.stop()

@@ -33,6 +33,12 @@ Debezium is started, and its initial snapshot awaited, before the workload's fir
 (``ALTER COLUMN … TYPE bigint``) is not MVCC-safe, and a snapshot that reads the table after it finds it empty (seen:
 ``Finished exporting 0 records for table 'public.accounts'``; the rows never updated afterwards were never sent).
 
+Each configuration is also an upgrade from the previous release (tests/integration/previous_release.py): the sync's
+first job runs the previous release's job code (``git archive`` of it, in a process of its own with the same virtual
+environment, as an older image would), through ADD COLUMN and a widening (the example's: SIGKILLed after its first data
+commit), and the later jobs run today's code at higher sink versions; the acceptance above holds all the same, and
+the newest data commits note no documented Debezium setting missing (the ``SourceSettings`` condition).
+
 A ``real`` widened to ``double precision`` mid-stream keeps its float32 values in the rows staged again after the
 schema commit (:func:`test_real_widened_to_double_keeps_its_float32_values`; a bug this test found).
 """
@@ -45,8 +51,9 @@ import random
 import re
 import signal
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +63,7 @@ from pyiceberg import types as iceberg_types
 from pyspark.sql import SparkSession
 
 from icebergsync.errors import IncompatibleSchemaError
+from icebergsync.source_settings.checks import SettingsVerdict
 from icebergsync.spec import parse_spec
 from spark_app.changes import UNAVAILABLE
 from spark_app.job import SyncJob
@@ -70,7 +78,12 @@ from tests.integration.cdc_postgres.database import (
     TABLES,
     DatabaseWorkload,
 )
-from tests.integration.cdc_postgres.progress import caught_up, dead_letters, sink_id, wait_for_key
+from tests.integration.cdc_postgres.progress import (
+    caught_up,
+    dead_letters,
+    sink_id,
+    wait_for_key,
+)
 from tests.integration.cdc_postgres.servers import (
     Postgres,
     example_connector,
@@ -86,12 +99,15 @@ from tests.integration.cdc_postgres.tables import (
     register_types,
     select_star,
 )
+from tests.integration.previous_release import materialize_previous_release
 from tests.integration.sync_support import (
     BackgroundJob,
     catalog_of,
+    holds,
     job_process,
     kill_after_first_commit,
     sink_commits,
+    source_settings,
     sync_document,
     write_spec,
 )
@@ -240,13 +256,22 @@ class Synced:
     # range of one trigger with the delete of its old key: the new key alone, and the new key updated after
     moved: tuple[Any, ...] | None = None
     moved_then_updated: tuple[Any, ...] | None = None
+    # What the tables' newest data commits say of the documented Debezium settings (the SourceSettings condition)
+    source_settings: SettingsVerdict | None = None
+
+
+@pytest.fixture(scope="module")
+def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The previous release's job code (tests/integration/previous_release.py), which each sync starts on."""
+    return materialize_previous_release(tmp_path_factory.mktemp("previous-release"))
 
 
 @pytest.fixture(scope="module", params=MODES, ids=[modes.name for modes in MODES])
 def synced(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, spark: SparkSession,
-           kafka_broker: KafkaBroker, source_postgres: Postgres) -> Synced:
+           kafka_broker: KafkaBroker, source_postgres: Postgres, previous_release: Path) -> Synced:
     """The workload on a database of its own, through Debezium (the example's connector with ``modes``) into ONE
-    sync of the database (the example's sync, :func:`database_sync`), caught up, and each table compared."""
+    sync of the database (the example's sync, :func:`database_sync`), caught up, and each table compared. Each sync
+    is an upgrade: its first job runs the previous release's code, the later ones today's at higher versions."""
     modes: Modes = request.param
     tmp_path = tmp_path_factory.mktemp(f"database-{modes.name}")
     database = f"shop_{modes.name.replace('-', '_')}"
@@ -271,15 +296,10 @@ def synced(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     try:
         workload.round()
         if modes.crashes:
-            version = crash_and_restart(tmp_path, spark, kafka_broker, prefix, workload, document, synced)
+            version = crash_and_restart(tmp_path, spark, kafka_broker, prefix, workload, document, synced,
+                                        previous_release)
         else:
-            with BackgroundJob(SyncJob(parse_spec(document), 1, spark)):  # ADD COLUMN and a widening while it runs
-                workload.add_column("extra", "text")
-                workload.widen("qty", "bigint")
-                workload.accounts_changes()
-                workload.round()
-            widen_real(workload)  # in the range of one trigger (stopped), as in crash_and_restart
-            version = 2
+            version = run_previous_release(tmp_path, previous_release, workload, document)
         with BackgroundJob(SyncJob(parse_spec(document), version, spark)) as running:
             workload.widen("price", "numeric(12,2)")
             workload.accounts_changes()
@@ -299,6 +319,7 @@ def synced(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         for table in workload.tables:
             synced.tables[table.name] = compare(spark, connection, document, workload, table, effective,
                                                 modes.declare.get(table.name, {}))
+        synced.source_settings = source_settings(document, [f"{NAMESPACE}.{table.name}" for table in TABLES])
     finally:
         connection.close()
         debezium.stop()
@@ -319,12 +340,46 @@ def widen_real(workload: DatabaseWorkload) -> None:
     workload.accounts_changes()
 
 
+def run_previous_release(tmp_path: Path, release: Path, workload: DatabaseWorkload, document: dict[str, Any]) -> int:
+    """The sync's first job on the previous ``release``'s code (version 1, a process of its own, as an older image
+    runs it) while the workload goes on: after its first data commit, ADD COLUMN and a widening; once it has committed
+    the new column of accounts it is stopped (SIGTERM, a clean stop), and ``real`` is widened while no job runs (the
+    next trigger holds records of both shapes, as in :func:`crash_and_restart`). Returns the version today's code
+    resumes as."""
+    spec_path = write_spec(tmp_path / "sync", document)
+    accounts = f"{NAMESPACE}.{ACCOUNTS.name}"
+
+    def added_extra() -> bool:
+        return "extra" in catalog_of(parse_spec(document)).load_table(accounts).schema().column_names
+
+    with job_process(spec_path, 1, code=release) as (process, log):
+        deadline = time.monotonic() + 240
+
+        def wait_for(done: Callable[[], bool], what: str) -> None:
+            while not holds(done):
+                assert process.poll() is None, f"the previous release's job ended:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"the previous release missed {what}:\n{log.read_text()[-3000:]}"
+                workload.go_on()
+                time.sleep(1)
+
+        wait_for(lambda: committed_data(document), "its first data commit")
+        workload.add_column("extra", "text")  # the running job follows the source's ALTER TABLEs
+        workload.widen("qty", "bigint")
+        workload.accounts_changes()
+        workload.round()
+        wait_for(added_extra, "the ADD COLUMN")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
+    widen_real(workload)
+    return 2
+
+
 def crash_and_restart(tmp_path: Path, spark: SparkSession, broker: KafkaBroker, prefix: str,
-                      workload: DatabaseWorkload, document: dict[str, Any], synced: Synced) -> int:
+                      workload: DatabaseWorkload, document: dict[str, Any], synced: Synced, release: Path) -> int:
     """The example's path: the documented refusal of an unconstrained numeric without spec.schema (noted in
-    ``synced``), then the sync as the docs say to declare it, SIGKILLed right after its first data commit and right
-    after its first schema commit (ADD COLUMN, integer -> bigint, real -> double precision); returns the next
-    version."""
+    ``synced``), then the sync as the docs say to declare it, on the previous ``release``'s code, SIGKILLed right
+    after its first data commit, then on today's, SIGKILLed right after its first schema commit (ADD COLUMN,
+    integer -> bigint, real -> double precision); returns the next version."""
     undeclared = copy.deepcopy(document)
     del undeclared["spec"]["tables"][f"{NAMESPACE}.{MEASURES.name}"]
     written(broker, prefix, workload.last_row())  # so that the first trigger holds every table
@@ -332,7 +387,7 @@ def crash_and_restart(tmp_path: Path, spark: SparkSession, broker: KafkaBroker, 
     synced.committed_before_refusal = committed_data(document)
 
     spec_path = write_spec(tmp_path / "sync", document)
-    kill_after_first_commit(spec_path, lambda: committed_data(document), workload.go_on, version=2)
+    kill_after_first_commit(spec_path, lambda: committed_data(document), workload.go_on, version=2, code=release)
     workload.round()
     synced.moved = workload.move_toasted()
     synced.moved_then_updated = workload.move_toasted(then_update=True)
@@ -416,6 +471,14 @@ def test_real_widened_to_double_keeps_its_float32_values(synced: Synced) -> None
     """The records sent before ``ALTER COLUMN score TYPE double precision`` say ``float``: staged again after the
     schema commit they hold the float32 PostgreSQL converted (-8397.599609375, not -8397.6)."""
     assert differences(synced.tables[WIDENED_REAL[0]], {WIDENED_REAL[1]}) == []
+
+
+def test_the_examples_settings_leave_no_source_settings_warning(synced: Synced) -> None:
+    """The example's connector and sync are what the docs require: the newest data commit of every table saw no
+    event showing a documented Debezium setting missing (the SourceSettings condition is True)."""
+    assert synced.source_settings is not None
+    assert (synced.source_settings.ok, synced.source_settings.reason) == (True, "AsDocumented"), (
+        synced.source_settings.message)
 
 
 def test_no_record_is_a_dead_letter(synced: Synced) -> None:
