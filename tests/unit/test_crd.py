@@ -73,9 +73,12 @@ def test_schema_is_structural() -> None:
             assert "additionalProperties" not in node, path
 
 
-def test_only_the_two_shaped_kafka_topic_preserves_unknown_fields() -> None:
+def test_only_the_two_shaped_kafka_topic_and_the_pods_affinities_preserve_unknown_fields() -> None:
+    """The affinities are Kubernetes' own types, passed to the pod as written (the API server validates them)."""
     untyped = [path for path, node in _walk(_root()) if node.get("x-kubernetes-preserve-unknown-fields")]
-    assert untyped == [".spec.source.kafka.topic"]
+    affinities = [f".spec.spark.{role}.affinity.{kind}" for role in ("driver", "executor")
+                  for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity")]
+    assert untyped == [".spec.source.kafka.topic", *affinities]
 
 
 def test_every_spec_and_status_field_is_described() -> None:

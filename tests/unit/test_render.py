@@ -325,7 +325,9 @@ def test_placement_goes_into_the_pod_templates_which_spark_keeps() -> None:
                         "executor": {"memory": "4g", "instances": 2, "nodeSelector": {"pool": "spot"}}})
     spec = build_spark_application(sync, 4, generation=9, sync_uid=UID, settings=SETTINGS, spec_configmap=CONFIGMAP)["spec"]
     driver = spec["driver"]["template"]
-    assert driver["metadata"] == {"labels": {"team": "data"}, "annotations": {"example.com/cost-center": "42"}}
+    assert driver["metadata"]["labels"] == {"team": "data"}
+    assert driver["metadata"]["annotations"]["example.com/cost-center"] == "42"
+    assert driver["metadata"]["annotations"]["prometheus.io/port"] == "8090"  # the metrics port's, beside it
     assert driver["spec"]["nodeSelector"] == {"pool": "data"}
     assert driver["spec"]["tolerations"] == [
         {"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"},
