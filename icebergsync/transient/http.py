@@ -17,13 +17,18 @@ A ``Retry-After`` header is honoured up to ``RETRY_AFTER_MAX_SECONDS``; otherwis
 
 from __future__ import annotations
 
+import logging
 import random
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
+
+log = logging.getLogger("icebergsync")
+T = TypeVar("T")
 
 READS = frozenset({"GET", "HEAD"})
 NOT_APPLIED = frozenset({429})
@@ -39,6 +44,23 @@ def jittered_backoff(attempt: int, base: float, cap: float) -> float:
     """Seconds to wait before attempt ``attempt + 1``: ``base`` doubled per attempt, at most ``cap``, jittered down
     by up to half (so that clients that failed together do not come back together)."""
     return min(cap, base * 2 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
+
+
+def repeated(what: str, step: Callable[[], T], transient: Callable[[Exception], bool], attempts: int = ATTEMPTS,
+             sleep: Callable[[float], None] = time.sleep) -> T:
+    """``step()``, repeated while it fails with an error ``transient`` accepts, ``attempts`` times at most in all, after
+    :func:`jittered_backoff` from ``BACKOFF_SECONDS``; the last error, or one not transient, is raised."""
+    attempt = 0
+    while True:
+        try:
+            return step()
+        except Exception as error:
+            attempt += 1
+            if attempt >= attempts or not transient(error):
+                raise
+            delay = jittered_backoff(attempt, BACKOFF_SECONDS, BACKOFF_MAX_SECONDS)
+            log.warning("%s: transient fault (%s); attempt %d again in %.1fs", what, error, attempt + 1, delay)
+            sleep(delay)
 
 
 class TransientRetry(Retry):
@@ -66,19 +88,21 @@ class ReadingAdapter(HTTPAdapter):
     the body after it."""
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
-        attempt = 0
-        while True:
-            response = super().send(request, **kwargs)
-            if (request.method or "").upper() not in READS or kwargs.get("stream"):
-                return response
-            try:
-                response.content  # noqa: B018 - reads the body now, within the retries
-                return response
-            except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError):
-                attempt += 1
-                if attempt >= ATTEMPTS:
-                    raise
-                time.sleep(jittered_backoff(attempt, BACKOFF_SECONDS, BACKOFF_MAX_SECONDS))
+        if (request.method or "").upper() not in READS or kwargs.get("stream"):
+            return super().send(request, **kwargs)
+        return repeated(f"{request.method} {request.path_url}", lambda: _whole(HTTPAdapter.send(self, request, **kwargs)),
+                        _broke_off)
+
+
+def _whole(response: requests.Response) -> requests.Response:
+    """``response``, its body read (within the retries: ``requests`` reads it after urllib3's :class:`Retry` ended)."""
+    response.content  # noqa: B018 - reads the body now
+    return response
+
+
+def _broke_off(error: Exception) -> bool:
+    """Whether ``error`` is an answer's body breaking off (truncated, reset mid-body)."""
+    return isinstance(error, requests.exceptions.ChunkedEncodingError | requests.exceptions.ConnectionError)
 
 
 def mount_retries(session: requests.Session) -> requests.Session:

@@ -33,6 +33,7 @@ from tests.infra.services import KafkaBroker, RestCatalog, S3Server, restart_kaf
 from tests.integration.fault_proxy import (
     CATALOG_KINDS,
     S3_KINDS,
+    SHORT_READ_REFUSED,
     FaultPlan,
     Request,
     Weather,
@@ -231,8 +232,10 @@ def test_the_three_syncs_met_every_kind_of_fault_forty_times_or_more(append_run:
         catalog.update(found.catalog.injected)
         store.update(found.store.injected)
     print(f"\nfaults of the three syncs (seed {SEED}): catalog {dict(catalog)}, object store {dict(store)}")
+    short_reads_refused = store.pop(SHORT_READ_REFUSED, 0)
     assert catalog.total() + store.total() >= 40
     assert set(catalog) == set(CATALOG_KINDS) and set(store) == set(S3_KINDS), (catalog, store)
+    assert short_reads_refused >= 4  # SlowDown, 429, 500, 503 each once to a short read, at least
 
 
 # -- a fault outlasting every budget ---------------------------------------------------------------------------------
