@@ -8,10 +8,11 @@ process's Spark against the REST catalog and MinIO. The job's code before commit
 * upkeep's load of the table (its snapshot count) failing after the REST retries: the sync goes on;
 * ``discard()`` of a trigger staged ahead, at a stop, loading the table under 429s.
 
-And one gap that stays (a strict xfail): an S3 error answer (SlowDown, 500, 503) to a read of a range shorter than
-the error's body fails the read at once, unretried (Arrow reads the range into a buffer of its size, the AWS SDK
-writes the error's body there: ``INTERNAL_FAILURE``, "Failed to flush response stream"). Small Parquet column chunks
-are such ranges; the job then ends with status 6.
+And, failed by the code before commit 0b06677: an S3 error answer (SlowDown, 429, 500, 503) to a read of a range shorter
+than the answer's body, which the AWS SDK cannot read (Arrow reads the range into a buffer of its size, the SDK writes
+the body there: ``INTERNAL_FAILURE``, "Failed to flush response stream", repeated by no SDK retry strategy): a 50-byte
+range and a small Parquet file's column chunk read through the job's FileIO, and a keyed sync whose every such read
+(its small change files on S3, the executors' reads of small column chunks) meets one first.
 """
 
 from __future__ import annotations
