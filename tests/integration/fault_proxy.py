@@ -332,10 +332,9 @@ def first_of_each(applies: Callable[[Request], bool]) -> Callable[[Request], boo
     return first
 
 
-def every_kind_once(seed: int, kinds: Sequence[str], applies: Callable[[Request], bool] = reads) -> FaultPlan:
-    """Each of ``kinds`` once, early, on the requests ``applies`` selects (by default reads: a ``GET`` has a body to
-    truncate)."""
-    return FaultPlan(seed, kinds, 0.35, applies=applies, limit=len(kinds), run=1, each=True)
+def every_kind_once(seed: int, kinds: Sequence[str]) -> FaultPlan:
+    """Each of ``kinds`` once, early, on reads (a ``GET`` has a body to truncate)."""
+    return FaultPlan(seed, kinds, 0.35, applies=reads, limit=len(kinds), run=1, each=True)
 
 
 def lands_data(request: Request) -> bool:
@@ -379,13 +378,14 @@ class Weather:
 def weather(rest: RestCatalog, s3: S3Server, seed: int, *, catalog: tuple[FaultPlan, ...] | None = None,
             store: tuple[FaultPlan, ...] | None = None, **properties: str) -> Iterator[Weather]:
     """Fault proxies in front of ``rest`` and ``s3``: by default a lost first data commit (a 503 before it is
-    forwarded), every kind of fault once, every error answer once to a short read (:func:`short_read`), and random
-    faults of every kind; the report is printed (``pytest -s``) when the block ends."""
+    forwarded), every kind of fault once, every error answer once to the first short reads (:func:`short_read`), and
+    random faults of every kind; the report is printed (``pytest -s``) when the block ends."""
     catalog = catalog if catalog is not None else (
         FaultPlan(seed, ("503",), applies=lands_data, limit=1), every_kind_once(seed + 4, CATALOG_KINDS),
         FaultPlan(seed + 1, CATALOG_KINDS, CATALOG_RATE))
     store = store if store is not None else (
-        every_kind_once(seed + 5, S3_KINDS), every_kind_once(seed + 3, REFUSALS, applies=short_read),
+        every_kind_once(seed + 5, S3_KINDS),
+        FaultPlan(seed + 3, REFUSALS, applies=short_read, limit=len(REFUSALS), run=1, each=True),
         FaultPlan(seed + 2, S3_KINDS, STORE_RATE))
     started = time.monotonic()
     with FaultProxy(rest.uri, *catalog) as catalog_proxy, FaultProxy(s3.endpoint, *store, s3=True) as store_proxy:
