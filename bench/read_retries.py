@@ -6,7 +6,8 @@ The job's FileIO (``RetryingFileIO``) hands out files whose every read goes thro
 ``pyarrow.PythonFile``: a Python call per read, the file's reads one at a time) so that an error answer to a short
 read can be retried. This times the same reads with it and with the FileIO as it was before (the same class, its
 ``new_input`` pyiceberg's own: Arrow's S3 files, no Python in a read), the two in turn (which goes first alternating by round, after a round that warms up), and prints
-each workload's median seconds and their ratio (with / without):
+each workload's median wall seconds and CPU seconds of this process (steadier on a shared machine) and their ratios
+(with / without):
 
 * **scan**: pyiceberg's ``table.scan().to_arrow()`` of a table of ``--files`` data files (pre-buffered, files read in
   parallel): what upkeep's and copy-on-write's reads of data files do;
@@ -84,10 +85,11 @@ def planning(table: Table) -> int:
     return sum(1 for _ in table.scan().plan_files())
 
 
-def timed(work: Callable[[Table], int], table: Table) -> tuple[float, int]:
-    started = time.perf_counter()
+def timed(work: Callable[[Table], int], table: Table) -> tuple[float, float, int]:
+    """Wall seconds, this process's CPU seconds (every thread's: Arrow's I/O and decoding too) and what ``work`` says."""
+    wall, cpu = time.perf_counter(), time.process_time()
     result = work(table)
-    return time.perf_counter() - started, result
+    return time.perf_counter() - wall, time.process_time() - cpu, result
 
 
 def main() -> None:
@@ -114,23 +116,29 @@ def main() -> None:
                 "scan": (scan, "bench.many"), "large file": (scan, "bench.large"),
                 "key column": (key_column, "bench.many"), "planning": (planning, "bench.many")}
             seconds: dict[tuple[str, str], list[float]] = {}
+            cpu_seconds: dict[tuple[str, str], list[float]] = {}
             load_before = os.getloadavg()
             for round_ in range(args.rounds + 1):  # round 0 warms up (connections, imports, caches): not counted
                 for workload, (work, name) in workloads.items():
                     results = set()
                     for variant, catalog in sorted(catalogs.items(), reverse=round_ % 2 == 1):
-                        took, result = timed(work, catalog.load_table(name))
+                        took, cpu, result = timed(work, catalog.load_table(name))
                         if round_:
                             seconds.setdefault((workload, variant), []).append(took)
+                            cpu_seconds.setdefault((workload, variant), []).append(cpu)
                         results.add(result)
                     assert len(results) == 1, f"{workload}: the variants read differently: {results}"
             print(f"{args.files} files of {args.rows} rows, one file of {args.large_rows} rows, {args.rounds} rounds; "
                   f"load {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after")
-            print("| workload | without (s) | with RetriedReads (s) | ratio |\n| --- | ---: | ---: | ---: |")
+            print("| workload | wall s without | wall s with | ratio | CPU s without | CPU s with | ratio |\n"
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
             for workload in workloads:
-                without = statistics.median(seconds[(workload, "without")])
-                with_reads = statistics.median(seconds[(workload, "with RetriedReads")])
-                print(f"| {workload} | {without:.3f} | {with_reads:.3f} | {with_reads / without:.2f} |")
+                cells = []
+                for measured in (seconds, cpu_seconds):
+                    without = statistics.median(measured[(workload, "without")])
+                    with_reads = statistics.median(measured[(workload, "with RetriedReads")])
+                    cells.append(f"{without:.3f} | {with_reads:.3f} | {with_reads / without:.2f}")
+                print(f"| {workload} | {' | '.join(cells)} |")
         finally:
             s3._server.stop()
 
