@@ -90,19 +90,19 @@ class ReadingAdapter(HTTPAdapter):
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
         if (request.method or "").upper() not in READS or kwargs.get("stream"):
             return super().send(request, **kwargs)
-        return repeated(f"{request.method} {request.path_url}", lambda: _whole(HTTPAdapter.send(self, request, **kwargs)),
-                        _broke_off)
+        answered: list[requests.Response] = []  # the attempt's answer, once its headers came (its body is read next)
+
+        def whole() -> requests.Response:
+            answered.clear()
+            answered.append(HTTPAdapter.send(self, request, **kwargs))  # its own errors: urllib3's retries are spent
+            answered[-1].content  # noqa: B018 - reads the body now, within the retries
+            return answered[-1]
+
+        return repeated(f"{request.method} {request.path_url}", whole,
+                        lambda error: bool(answered) and isinstance(error, _BROKEN_BODY))
 
 
-def _whole(response: requests.Response) -> requests.Response:
-    """``response``, its body read (within the retries: ``requests`` reads it after urllib3's :class:`Retry` ended)."""
-    response.content  # noqa: B018 - reads the body now
-    return response
-
-
-def _broke_off(error: Exception) -> bool:
-    """Whether ``error`` is an answer's body breaking off (truncated, reset mid-body)."""
-    return isinstance(error, requests.exceptions.ChunkedEncodingError | requests.exceptions.ConnectionError)
+_BROKEN_BODY = (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError)
 
 
 def mount_retries(session: requests.Session) -> requests.Session:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 import requests
 from pyiceberg.exceptions import NoSuchTableError, ServiceUnavailableError, TooManyRequestsError
+from urllib3.util.retry import Retry
 
 from icebergsync.catalog import with_retries
 from icebergsync.cli import exit_status_of
@@ -29,7 +30,7 @@ from icebergsync.errors import (
 )
 from icebergsync.transient import object_store, rest_catalog
 from icebergsync.transient.calls import object_store_fault, retry_transient
-from icebergsync.transient.http import ATTEMPTS, mount_retries, repeated
+from icebergsync.transient.http import ATTEMPTS, ReadingAdapter, mount_retries, repeated
 from icebergsync.transient.object_store import RetryingFileIO, close_upload
 from icebergsync.transient.reads import RetriedReads, RetryingInputFile, unread_answer
 
@@ -118,6 +119,32 @@ def test_a_read_whose_answer_breaks_off_is_sent_again_but_never_a_commit(weather
     with pytest.raises(requests.exceptions.ChunkedEncodingError):
         session.post(server.url + "/commit", data=b"{}", timeout=10)
     assert [method for method, _, _ in server.seen] == ["GET", "GET", "GET", "POST"]
+
+
+def test_a_read_that_got_no_answer_is_left_to_urllib3s_retries() -> None:
+    """A connection closed before any answer: urllib3's :class:`Retry` (here none) decides; only a body that breaks off
+    after the answer came is sent again by the adapter."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def close_each() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            connection.close()
+
+    threading.Thread(target=close_each, daemon=True).start()
+    session = requests.Session()
+    session.mount("http://", ReadingAdapter(max_retries=Retry(total=0, raise_on_status=False)))
+    try:
+        with pytest.raises(requests.ConnectionError):
+            session.get(f"http://127.0.0.1:{listener.getsockname()[1]}/v1/config", timeout=10)
+    finally:
+        listener.close()
+    assert len(accepted) == 1
 
 
 def test_the_job_opens_a_retrying_rest_catalog_and_file_io() -> None:
