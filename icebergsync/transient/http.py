@@ -12,7 +12,8 @@ rule of which request may be repeated after which answer:
   create-or-load as a whole (:mod:`.calls`).
 
 A ``Retry-After`` header is honoured up to ``RETRY_AFTER_MAX_SECONDS``; otherwise the backoff doubles from
-``BACKOFF_SECONDS`` with jitter, up to ``BACKOFF_MAX_SECONDS``.
+``BACKOFF_SECONDS`` with jitter, up to ``BACKOFF_MAX_SECONDS`` (:func:`jittered_backoff`, the wait of every retry of
+:mod:`icebergsync.transient`; :func:`repeated`, its loop bounded by attempts).
 """
 
 from __future__ import annotations

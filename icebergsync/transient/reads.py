@@ -1,8 +1,9 @@
 """Reads of S3 objects that ride out an error answer the AWS SDK cannot read.
 
 Arrow reads a byte range of an object into a buffer of the range's size, and the AWS SDK writes the answer's body
-there, whatever its status. An error answer (``SlowDown``, 500, 503: a few hundred bytes of XML) to a read of a
-shorter range (a Parquet footer's length, a small column chunk, a deletion vector, a small manifest) does not fit:
+there, whatever its status. An error answer (``SlowDown``, 429, 500, 503: a few hundred bytes of XML) to a read of a
+shorter range (a small column chunk, a deletion vector, a small file, the 8 bytes of a Parquet footer's length) does
+not fit:
 the SDK fails the read with ``INTERNAL_FAILURE``, "Failed to flush response stream", which neither of its retry
 strategies repeats (a client-side error other than a lost connection is never retryable to them) and which hides
 the answer's status. :class:`RetriedReads` repeats such a read with the one backoff policy
@@ -11,6 +12,8 @@ the answer's status. :class:`RetriedReads` repeats such a read with the one back
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 from pyiceberg.io import InputStream
 from pyiceberg.io.pyarrow import PyArrowFile
@@ -18,7 +21,6 @@ from pyiceberg.io.pyarrow import PyArrowFile
 from icebergsync.transient.http import repeated
 
 UNREAD_ANSWER = "Failed to flush response stream"
-_WHENCE_START, _WHENCE_CURRENT, _WHENCE_END = 0, 1, 2
 
 
 def unread_answer(error: Exception) -> bool:
@@ -57,8 +59,8 @@ class RetriedReads:
     def tell(self) -> int:
         return self._position
 
-    def seek(self, offset: int, whence: int = _WHENCE_START) -> int:
-        base = {_WHENCE_START: 0, _WHENCE_CURRENT: self._position, _WHENCE_END: self._size}[whence]
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._size}[whence]
         self._position = base + offset
         return self._position
 
