@@ -12,18 +12,24 @@ rule of which request may be repeated after which answer:
   create-or-load as a whole (:mod:`.calls`).
 
 A ``Retry-After`` header is honoured up to ``RETRY_AFTER_MAX_SECONDS``; otherwise the backoff doubles from
-``BACKOFF_SECONDS`` with jitter, up to ``BACKOFF_MAX_SECONDS``.
+``BACKOFF_SECONDS`` with jitter, up to ``BACKOFF_MAX_SECONDS`` (:func:`jittered_backoff`, the wait of every retry of
+:mod:`icebergsync.transient`; :func:`repeated`, its loop bounded by attempts).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
+
+log = logging.getLogger("icebergsync")
+T = TypeVar("T")
 
 READS = frozenset({"GET", "HEAD"})
 NOT_APPLIED = frozenset({429})
@@ -39,6 +45,23 @@ def jittered_backoff(attempt: int, base: float, cap: float) -> float:
     """Seconds to wait before attempt ``attempt + 1``: ``base`` doubled per attempt, at most ``cap``, jittered down
     by up to half (so that clients that failed together do not come back together)."""
     return min(cap, base * 2 ** min(attempt, 16)) * random.uniform(0.5, 1.0)
+
+
+def repeated(what: str, step: Callable[[], T], transient: Callable[[Exception], bool], attempts: int = ATTEMPTS,
+             sleep: Callable[[float], None] = time.sleep) -> T:
+    """``step()``, repeated while it fails with an error ``transient`` accepts, ``attempts`` times at most in all, after
+    :func:`jittered_backoff` from ``BACKOFF_SECONDS``; the last error, or one not transient, is raised."""
+    attempt = 0
+    while True:
+        try:
+            return step()
+        except Exception as error:
+            attempt += 1
+            if attempt >= attempts or not transient(error):
+                raise
+            delay = jittered_backoff(attempt, BACKOFF_SECONDS, BACKOFF_MAX_SECONDS)
+            log.warning("%s: transient fault (%s); attempt %d again in %.1fs", what, error, attempt + 1, delay)
+            sleep(delay)
 
 
 class TransientRetry(Retry):
@@ -66,19 +89,21 @@ class ReadingAdapter(HTTPAdapter):
     the body after it."""
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
-        attempt = 0
-        while True:
-            response = super().send(request, **kwargs)
-            if (request.method or "").upper() not in READS or kwargs.get("stream"):
-                return response
-            try:
-                response.content  # noqa: B018 - reads the body now, within the retries
-                return response
-            except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError):
-                attempt += 1
-                if attempt >= ATTEMPTS:
-                    raise
-                time.sleep(jittered_backoff(attempt, BACKOFF_SECONDS, BACKOFF_MAX_SECONDS))
+        if (request.method or "").upper() not in READS or kwargs.get("stream"):
+            return super().send(request, **kwargs)
+        answered: list[requests.Response] = []  # the attempt's answer, once its headers came (its body is read next)
+
+        def whole() -> requests.Response:
+            answered.clear()
+            answered.append(HTTPAdapter.send(self, request, **kwargs))  # its own errors: urllib3's retries are spent
+            answered[-1].content  # noqa: B018 - reads the body now, within the retries
+            return answered[-1]
+
+        return repeated(f"{request.method} {request.path_url}", whole,
+                        lambda error: bool(answered) and isinstance(error, _BROKEN_BODY))
+
+
+_BROKEN_BODY = (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError)
 
 
 def mount_retries(session: requests.Session) -> requests.Session:

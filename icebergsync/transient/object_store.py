@@ -10,6 +10,8 @@
   names another strategy.
 * A large object is still a multipart upload: :func:`close_upload` takes one whose completion answer was
   lost, but whose object exists with every byte written, for the success it was.
+* Every read of an object (every file pyiceberg and the job read through the FileIO) repeats what the SDK cannot:
+  an error answer to a read of a range shorter than the answer's body (:mod:`.reads`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from typing import Any
 
 from pyarrow.fs import AwsStandardS3RetryStrategy, FileSystem, S3FileSystem
 from pyiceberg.io import S3_RETRY_STRATEGY_IMPL, FileIO
-from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
+
+from icebergsync.transient.reads import RetryingInputFile
 
 log = logging.getLogger("icebergsync")
 
 S3_ATTEMPTS = 10
+S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 _LOST_COMPLETION = ("NO_SUCH_UPLOAD", "NoSuchUpload")
 
 
@@ -36,7 +41,14 @@ class S3Retries(AwsStandardS3RetryStrategy):
 
 
 class RetryingFileIO(PyArrowFileIO):
-    """:class:`PyArrowFileIO` whose S3 filesystem uploads small objects in one PUT and retries transient faults."""
+    """:class:`PyArrowFileIO` whose S3 filesystem uploads small objects in one PUT and retries transient faults, and
+    whose S3 objects are read through :class:`~.reads.RetriedReads`."""
+
+    def new_input(self, location: str) -> PyArrowFile:
+        scheme, netloc, path = self.parse_location(location, self.properties)
+        if scheme not in S3_SCHEMES:
+            return super().new_input(location)
+        return RetryingInputFile(location, path, self.fs_by_scheme(scheme, netloc))
 
     def _initialize_s3_fs(self, netloc: str | None) -> FileSystem:
         built = super()._initialize_s3_fs(netloc)

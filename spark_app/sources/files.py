@@ -23,6 +23,7 @@ from icebergsync.catalog import read_secret, resolve_env
 from icebergsync.protocol import Frontier, SourceIdentity, encode_json
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.storage import StoredFile, list_files, normalize
+from icebergsync.transient import object_store
 from spark_app.sources.base import Pending, Source
 from spark_app.sources.file_lines import ChangeReading, FileReader, plan_file_units
 from spark_app.truncates.positions import Position
@@ -40,7 +41,8 @@ class FilesSource(Source):
         self._root = settings.path.rstrip("/")
         if "://" not in self._root:
             self._root = Path(self._root).expanduser().resolve().as_uri()
-        self._io_properties = {
+        self._io_properties = {  # the job's FileIO (retried reads), unless the properties name another
+            "py-io-impl": object_store.IMPL,
             **resolve_env(self.spec.table.catalog_or_default.properties, "spec.table.catalog.properties"),
             **read_secret(settings.secret_ref),
         }

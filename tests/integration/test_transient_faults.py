@@ -4,8 +4,9 @@ catalog and MinIO (tests/integration/fault_proxy.py), ride out the weather: exac
 * an append sync (Kafka, its broker restarted mid-stream: same data directory and ports), a keyed sync (Debezium
   change files) and a sync of two tables whose every trigger is ONE ``POST /v1/transactions/commit`` (the reference
   server declared atomic: no other writer here), each through a random plan of every fault kind (429 with
-  Retry-After, 500, 503, SlowDown, resets, lost answers, stalls, truncated bodies) and a lost first data commit; the
-  tables are read back directly, not through the proxies;
+  Retry-After, 500, 503, SlowDown, resets, lost answers, stalls, truncated bodies; error answers to reads of any size,
+  those shorter than the answer's body included, each error answer once to such a short read) and a lost first data
+  commit; the tables are read back directly, not through the proxies;
 * no data or delete file stays that no snapshot references, and no manifest or manifest list of a commit attempt
   that never landed either;
 * a fault outlasting every retry budget ends the job with its documented status (4: catalog, 6: object store) and
@@ -33,6 +34,7 @@ from tests.infra.services import KafkaBroker, RestCatalog, S3Server, restart_kaf
 from tests.integration.fault_proxy import (
     CATALOG_KINDS,
     S3_KINDS,
+    SHORT_READ_REFUSED,
     FaultPlan,
     Request,
     Weather,
@@ -231,8 +233,10 @@ def test_the_three_syncs_met_every_kind_of_fault_forty_times_or_more(append_run:
         catalog.update(found.catalog.injected)
         store.update(found.store.injected)
     print(f"\nfaults of the three syncs (seed {SEED}): catalog {dict(catalog)}, object store {dict(store)}")
+    short_reads_refused = store.pop(SHORT_READ_REFUSED, 0)
     assert catalog.total() + store.total() >= 40
     assert set(catalog) == set(CATALOG_KINDS) and set(store) == set(S3_KINDS), (catalog, store)
+    assert short_reads_refused >= 4  # SlowDown, 429, 500, 503 each once to a short read, at least
 
 
 # -- a fault outlasting every budget ---------------------------------------------------------------------------------

@@ -8,10 +8,11 @@ process's Spark against the REST catalog and MinIO. The job's code before commit
 * upkeep's load of the table (its snapshot count) failing after the REST retries: the sync goes on;
 * ``discard()`` of a trigger staged ahead, at a stop, loading the table under 429s.
 
-And one gap that stays (a strict xfail): an S3 error answer (SlowDown, 500, 503) to a read of a range shorter than
-the error's body fails the read at once, unretried (Arrow reads the range into a buffer of its size, the AWS SDK
-writes the error's body there: ``INTERNAL_FAILURE``, "Failed to flush response stream"). Small Parquet column chunks
-are such ranges; the job then ends with status 6.
+And, failed by the code before commit 0b06677: an S3 error answer (SlowDown, 429, 500, 503) to a read of a range shorter
+than the answer's body, which the AWS SDK cannot read (Arrow reads the range into a buffer of its size, the SDK writes
+the body there: ``INTERNAL_FAILURE``, "Failed to flush response stream", repeated by no SDK retry strategy): a 50-byte
+range and a small Parquet file's column chunk read through the job's FileIO, and a keyed sync whose every such read
+(its small change files on S3, the executors' reads of small column chunks) meets one first.
 """
 
 from __future__ import annotations
@@ -24,14 +25,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from spark_app.job import RunSummary, SyncJob
 from tests.infra.services import RestCatalog, S3Server
-from tests.integration.fault_proxy import FaultPlan, FaultProxy, Request, Weather, after, lands_data, weather
+from tests.integration.fault_proxy import (
+    REFUSALS,
+    SHORT_READ_REFUSED,
+    FaultPlan,
+    FaultProxy,
+    Request,
+    Weather,
+    after,
+    first_of_each,
+    lands_data,
+    short_read,
+    weather,
+)
+from tests.integration.keyed_support import KEY, ChangeStream, pyiceberg_rows, write_change_files
+from tests.integration.keyed_support import SCHEMA as KEYED_SCHEMA
 from tests.integration.sync_support import BackgroundJob, make_sync, sink_commits, unreferenced_sink_files
 
 SEED = int(os.environ.get("ICEBERGSYNC_FAULT_SEED") or random.SystemRandom().randrange(2**31))
@@ -161,18 +178,60 @@ def test_a_discard_at_a_stop_rides_out_429s(tmp_path: Path, spark: SparkSession,
     assert unreferenced_sink_files(table, "test/orders") == []
 
 
-@pytest.mark.xfail(strict=True, reason="an S3 error answer to a read of a range shorter than its body is not retried "
-                   "(Arrow's buffer of the range's size, the AWS SDK writing the error's body into it)")
 def test_a_short_ranged_read_answered_slowdown_is_retried(s3_server: S3Server) -> None:
+    """The job's FileIO reads a range of 50 bytes, then a small Parquet file (its footer and column chunk: two reads)
+    through a proxy that answers each read shorter than an S3 error answer with one first (SlowDown, then 429...)."""
     # imported here: the module's other tests run on the code before commit 7824887 too, which has no such module
     from icebergsync.transient.object_store import RetryingFileIO
 
-    path = f"s3://{s3_server.bucket}/findings/{uuid.uuid4().hex}"
-    with RetryingFileIO(s3_server.fileio_properties).new_output(path).create() as out:
+    path, parquet = (f"s3://{s3_server.bucket}/findings/{uuid.uuid4().hex}{suffix}" for suffix in ("", ".parquet"))
+    io = RetryingFileIO(s3_server.fileio_properties)
+    with io.new_output(path).create() as out:
         out.write(b"x" * 1000)
-    short_read = FaultPlan(SEED, ("slowdown",), applies=lambda request: (request.range_bytes or 1000) <= 100, limit=1)
-    with FaultProxy(s3_server.endpoint, short_read, s3=True) as proxy:
+    with io.new_output(parquet).create() as out:
+        pq.write_table(pa.table({"id": [1, 2, 3]}), out)
+    refused = FaultPlan(SEED, REFUSALS, applies=first_of_each(short_read), run=10**9, each=True)
+    with FaultProxy(s3_server.endpoint, refused, s3=True) as proxy:
         io = RetryingFileIO({**s3_server.fileio_properties, "s3.endpoint": f"http://{proxy.address}"})
         with io.new_input(path).open() as stream:
             assert stream.read_at(50, 100) == b"x" * 50
-    assert proxy.injected["slowdown"] == 1
+        with io.new_input(parquet).open() as stream:
+            assert pq.ParquetFile(stream).read().column("id").to_pylist() == [1, 2, 3]
+    assert proxy.injected[SHORT_READ_REFUSED] == proxy.total == 2, proxy.injected  # the range, the column chunk
+
+
+def test_a_keyed_sync_whose_every_short_read_is_answered_an_error_first_rides_it_out(
+        tmp_path: Path, spark: SparkSession, namespace: str, rest_catalog_s3: RestCatalog, s3_server: S3Server) -> None:
+    """Four change files of two upserts each (about 150 bytes), on S3, into a keyed format-version 3 table: every read
+    of fewer bytes than an S3 error answer — the executors' reads of the change files, of the key column chunks of the
+    table's files (the key index) and of the small files copy-on-write writes again — meets an error answer first
+    (SlowDown, 429, 500, 503 in turn)."""
+    stream = ChangeStream("upsert", random.Random(SEED))
+    write_change_files(tmp_path / "inbox", stream, 4, 2)
+    inbox = f"{s3_server.bucket}/inbox-{namespace}"
+    store = s3_server.filesystem()
+    for change_file in sorted((tmp_path / "inbox").iterdir()):
+        store.create_dir(inbox)
+        with store.open_output_stream(f"{inbox}/{change_file.name}") as out:
+            out.write(change_file.read_bytes())
+    refused = (FaultPlan(SEED, REFUSALS, applies=first_of_each(short_read), run=10**9, each=True),)
+    with weather(rest_catalog_s3, s3_server, SEED, catalog=(), store=refused) as found:
+        sync = make_sync(tmp_path, {"files": {"path": f"s3://{inbox}", "maxFilesPerTrigger": 1}}, schema=KEYED_SCHEMA,
+                         table={"catalog": found.spec_catalog, "name": f"{namespace}.orders", "key": KEY,
+                                "properties": {"format-version": "3"}},
+                         changes={"format": "upsert", "deletes": "position"},
+                         deadLetter={"table": f"{namespace}.orders_dlq"})
+        direct = rest_catalog_s3.load()
+
+        def reached() -> bool:
+            commits = sink_commits(direct.load_table(f"{namespace}.orders"), "test/orders")
+            return bool(commits) and commits[-1].frontier == {"after": "0003.json"}
+
+        with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+            running.wait_until(reached, "the last change file committed", timeout=300)
+    refused = [path for _, _, path, kind in found.store.log if kind]
+    assert sum(f"/inbox-{namespace}/" in path for path in refused) >= 4, refused  # each change file's read at least
+    assert sum("/data/" in path for path in refused) >= 1, refused
+    table = direct.load_table(f"{namespace}.orders")
+    assert pyiceberg_rows(table) == stream.model, f"seed {SEED}"
+    assert unreferenced_sink_files(table, "test/orders") == []

@@ -11,9 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import requests
 from pyiceberg.exceptions import NoSuchTableError, ServiceUnavailableError, TooManyRequestsError
+from urllib3.util.retry import Retry
 
 from icebergsync.catalog import with_retries
 from icebergsync.cli import exit_status_of
@@ -28,8 +30,9 @@ from icebergsync.errors import (
 )
 from icebergsync.transient import object_store, rest_catalog
 from icebergsync.transient.calls import object_store_fault, retry_transient
-from icebergsync.transient.http import mount_retries
+from icebergsync.transient.http import ATTEMPTS, ReadingAdapter, mount_retries, repeated
 from icebergsync.transient.object_store import RetryingFileIO, close_upload
+from icebergsync.transient.reads import RetriedReads, RetryingInputFile, unread_answer
 
 
 class _Weather:
@@ -116,6 +119,32 @@ def test_a_read_whose_answer_breaks_off_is_sent_again_but_never_a_commit(weather
     with pytest.raises(requests.exceptions.ChunkedEncodingError):
         session.post(server.url + "/commit", data=b"{}", timeout=10)
     assert [method for method, _, _ in server.seen] == ["GET", "GET", "GET", "POST"]
+
+
+def test_a_read_that_got_no_answer_is_left_to_urllib3s_retries() -> None:
+    """A connection closed before any answer: urllib3's :class:`Retry` (here none) decides; only a body that breaks off
+    after the answer came is sent again by the adapter."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def close_each() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            connection.close()
+
+    threading.Thread(target=close_each, daemon=True).start()
+    session = requests.Session()
+    session.mount("http://", ReadingAdapter(max_retries=Retry(total=0, raise_on_status=False)))
+    try:
+        with pytest.raises(requests.ConnectionError):
+            session.get(f"http://127.0.0.1:{listener.getsockname()[1]}/v1/config", timeout=10)
+    finally:
+        listener.close()
+    assert len(accepted) == 1
 
 
 def test_the_job_opens_a_retrying_rest_catalog_and_file_io() -> None:
@@ -239,3 +268,52 @@ def test_an_executors_object_store_fault_is_the_object_stores_status(caplog: pyt
         "object with key 'a.parquet' in bucket 'b': AWS Error SLOW_DOWN during PutObject operation: Please reduce "
         "your request rate.)")
     assert exit_status_of(_TaskFailed("OSError: disk full\n\t... 1 more")) == EXIT_FAILED  # not weather
+
+
+UNREAD = OSError("AWS Error INTERNAL_FAILURE during GetObject operation: Failed to flush response stream (eof: 0, bad: 1)")
+
+
+def test_a_step_is_repeated_while_transient_at_most_attempts_times_and_then_raises_the_last_error() -> None:
+    clock, calls = _Clock(), []
+
+    def unread() -> None:
+        calls.append(1)
+        raise UNREAD
+
+    with pytest.raises(OSError, match="Failed to flush response stream"):
+        repeated("a read", unread, unread_answer, sleep=clock.sleep)
+    assert len(calls) == ATTEMPTS and len(clock.slept) == ATTEMPTS - 1 and clock.slept[0] < clock.slept[-1]
+    answers: list[Any] = [UNREAD, UNREAD, b"bytes"]
+
+    def flaky() -> bytes:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return bytes(answer)
+
+    assert repeated("a read", flaky, unread_answer, sleep=clock.sleep) == b"bytes"
+    denied = OSError("AWS Error ACCESS_DENIED during GetObject operation: Access Denied")
+    assert not unread_answer(denied) and not unread_answer(RuntimeError(str(UNREAD)))
+
+
+def test_retried_reads_read_and_seek_as_the_file_they_wrap() -> None:
+    stream = pa.PythonFile(RetriedReads(pa.BufferReader(b"0123456789"), "memory"), mode="r")
+    assert stream.size() == 10 and stream.read_at(3, 4) == b"456"
+    stream.seek(0)
+    assert stream.read(2) == b"01" and stream.tell() == 2
+    stream.seek(-3, 2)
+    assert stream.read() == b"789" and stream.read(5) == b""
+    stream.seek(1)
+    stream.seek(2, 1)
+    assert stream.read_buffer(2).to_pybytes() == b"34"
+    stream.close()
+    assert stream.closed
+
+
+def test_the_job_reads_s3_objects_through_retried_reads_and_local_files_directly(tmp_path: Path) -> None:
+    io = RetryingFileIO({"s3.endpoint": "http://127.0.0.1:9", "s3.region": "us-east-1"})
+    assert all(isinstance(io.new_input(f"{scheme}://bucket/a.parquet"), RetryingInputFile) for scheme in ("s3", "s3a"))
+    local = tmp_path / "a.bin"
+    local.write_bytes(b"local")
+    with io.new_input(str(local)).open() as stream:
+        assert not isinstance(stream, pa.PythonFile) and stream.read() == b"local"
