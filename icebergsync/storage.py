@@ -8,6 +8,8 @@ from datetime import datetime
 import pyarrow.fs as pafs
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
+from icebergsync.transient.object_store import RetryingFileIO
+
 
 @dataclass(frozen=True)
 class StoredFile:
@@ -21,8 +23,9 @@ def _scheme_prefix(scheme: str) -> str:
 
 
 def list_files(location: str, io_properties: dict[str, str]) -> list[StoredFile]:
-    """Every file below ``location`` (recursively), as URIs with the location's scheme."""
-    io = PyArrowFileIO(io_properties)
+    """Every file below ``location`` (recursively), as URIs with the location's scheme; listed through the job's
+    FileIO, so that the object store's transient answers are retried as for every other call."""
+    io = RetryingFileIO(io_properties)
     scheme, netloc, path = io.parse_location(location)
     filesystem = io.fs_by_scheme(scheme, netloc)
     selector = pafs.FileSelector(path.rstrip("/"), recursive=True, allow_not_found=True)

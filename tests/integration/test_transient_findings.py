@@ -178,6 +178,23 @@ def test_a_discard_at_a_stop_rides_out_429s(tmp_path: Path, spark: SparkSession,
     assert unreferenced_sink_files(table, "test/orders") == []
 
 
+def test_a_listing_answered_503_more_often_than_arrows_default_retries_is_retried(s3_server: S3Server) -> None:
+    """Listing a directory (the files source's discovery, start-up cleanup) rides out as many 503s in a row as any
+    other call of the job (Arrow's own default gives up after 3 attempts)."""
+    from icebergsync.storage import list_files
+
+    under = f"s3://{s3_server.bucket}/findings/{uuid.uuid4().hex}"
+    for name in ("a", "b"):
+        with s3_server.filesystem().open_output_stream(f"{under[5:]}/{name}") as out:
+            out.write(b"x")
+    lists = FaultPlan(SEED, ("503",), applies=lambda request: request.method == "GET" and "list-type=2" in request.path,
+                      limit=5, run=5)
+    with FaultProxy(s3_server.endpoint, lists, s3=True) as proxy:
+        found = list_files(under, {**s3_server.fileio_properties, "s3.endpoint": f"http://{proxy.address}"})
+    assert sorted(f.uri.rsplit("/", 1)[1] for f in found) == ["a", "b"]
+    assert proxy.total == 5
+
+
 def test_a_short_ranged_read_answered_slowdown_is_retried(s3_server: S3Server) -> None:
     """The job's FileIO reads a range of 50 bytes, then a small Parquet file (its footer and column chunk: two reads)
     through a proxy that answers each read shorter than an S3 error answer with one first (SlowDown, then 429...)."""
