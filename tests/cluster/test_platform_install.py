@@ -199,8 +199,8 @@ def untolerated_pod_is_unschedulable(platform: Platform) -> bool:
         def refused() -> bool:
             pod = json.loads(platform.product.kubectl("get", "pod", "untolerated", "-o", "json"))
             conditions = pod["status"].get("conditions", [])
-            if any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" and TAINT_KEY in c["message"]
-                   for c in conditions):
+            if any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+                   and "untolerated taint" in c["message"] for c in conditions):
                 return True
             raise AssertionError(f"node {pod['spec'].get('nodeName')}, phase {pod['status'].get('phase')}, "
                                  f"conditions {conditions}")
