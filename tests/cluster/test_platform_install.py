@@ -198,8 +198,12 @@ def untolerated_pod_is_unschedulable(platform: Platform) -> bool:
     try:
         def refused() -> bool:
             pod = json.loads(platform.product.kubectl("get", "pod", "untolerated", "-o", "json"))
-            return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" and TAINT_KEY in c["message"]
-                       for c in pod["status"].get("conditions", []))
+            conditions = pod["status"].get("conditions", [])
+            if any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+                   and "untolerated taint" in c["message"] for c in conditions):
+                return True
+            raise AssertionError(f"node {pod['spec'].get('nodeName')}, phase {pod['status'].get('phase')}, "
+                                 f"conditions {conditions}")
 
         return wait_for("the scheduler refusing the untolerated pod", refused, 120)
     finally:
