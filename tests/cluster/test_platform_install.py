@@ -5,7 +5,8 @@ README says), and a sync placed on a tainted node with a registry pull secret, a
 The README's example asks for three cores, more than this two-core node has: its driver is created under the
 Spark job's ServiceAccount in the example's namespace (the README's install once created that account in the
 operator's namespace only, and every launch failed) and the sync is deleted before it would need its executors.
-The placement test then runs a small sync to its last row on a node only it tolerates.
+The placement test then runs a small sync to its last row on a node only it tolerates, its driver serving the
+job's metrics on the port the pod declares.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from icebergsync.metrics.names import RECORDS_COMMITTED
 from tests.cluster.product import (
     CORE_REQUESTS,
     S3_ACCESS_KEY,
@@ -217,6 +219,20 @@ def test_a_sync_tolerating_a_tainted_node_runs_there_with_the_pull_secret(platfo
         run_placed_sync(platform)
 
 
+def committed_records(platform: Platform, driver: dict[str, Any]) -> float | None:
+    """``icebergsync_job_records_committed_total`` of demo.placed as the running driver serves it on its metrics
+    port (read inside the pod: what a PodMonitor scrapes)."""
+    port = next(p["containerPort"] for c in driver["spec"]["containers"] for p in c.get("ports", [])
+                if p["name"] == "metrics")
+    text = platform.product.kubectl("exec", driver["metadata"]["name"], "-c", driver["spec"]["containers"][0]["name"],
+                                    "--", "python", "-c", "import sys, urllib.request; sys.stdout.write(urllib.request"
+                                    f".urlopen('http://127.0.0.1:{port}/metrics').read().decode())")
+    for line in text.splitlines():
+        if line.startswith(RECORDS_COMMITTED.name) and 'table="demo.placed"' in line:
+            return float(line.rsplit(" ", 1)[1]) or None
+    return None
+
+
 def run_placed_sync(platform: Platform) -> None:
     """A small generator sync whose driver and executor tolerate the taint: every row lands once."""
     toleration = {"key": TAINT_KEY, "value": TAINT_VALUE, "effect": "NoSchedule"}
@@ -229,7 +245,7 @@ def run_placed_sync(platform: Platform) -> None:
     platform.product.apply(secret)
     platform.product.apply({
         "apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync", "metadata": {"name": "placed"},
-        "spec": {"source": {"generator": {"rowsPerSecond": 1000, "totalRows": PLACED_ROWS}},
+        "spec": {"source": {"generator": {"rowsPerSecond": 100, "totalRows": PLACED_ROWS}},
                  "table": {"catalogRef": {"name": catalog["metadata"]["name"]}, "name": "demo.placed"},
                  "commit": {"interval": "5s"}, "spark": spark},
     })  # fmt: skip
@@ -237,6 +253,9 @@ def run_placed_sync(platform: Platform) -> None:
                          interval=5)
     assert toleration | {"operator": "Equal"} in driver["spec"]["tolerations"]
     assert {"name": PULL_SECRET} in driver["spec"]["imagePullSecrets"]
+    committed = wait_for("the driver's metrics counting committed records", lambda: committed_records(platform, driver),
+                         600, interval=5)
+    assert committed > 0
 
     def every_row() -> bool:
         table = platform.product.catalog().load_table("demo.placed")
