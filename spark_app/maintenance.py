@@ -235,7 +235,8 @@ class Maintainer:
             table.io, (f for f in files if f.data_file.content == DataFileContent.POSITION_DELETES))
         deletes = self.settings.rewrite_deletes.allowed(self._commits_since_deletes, self._clock() - self._last_deletes)
         return plan_upkeep(snapshot, files, thresholds(self.settings, self.target_file_bytes, deletes),
-                           sorted(table.schema().identifier_field_ids), table.metadata.specs(), references)
+                           sorted(table.schema().identifier_field_ids), table.metadata.specs(), references,
+                           table.metadata.default_spec_id)
 
     def rewrite(self) -> RewriteResult | None:
         """Plan on main's head and, when something is due, write it and commit it as ONE fenced snapshot."""

@@ -350,6 +350,9 @@ def compression_options(properties: dict[str, str]) -> dict[str, Any]:
     return options
 
 
+WRITER_MEMORY_BYTES = 256 * 1024 * 1024  # what one task's partitioned writer may buffer, its partitions together
+
+
 class PartitionedWriter:
     """Fans rows out to one rolling writer per partition value, within a shared memory budget."""
 
@@ -364,7 +367,7 @@ class PartitionedWriter:
         self._writers: dict[tuple[Any, ...], RollingParquetWriter] = {}
         self._arrow_schema = plan.arrow_schema()
 
-    def write(self, table: pa.Table) -> None:
+    def write(self, table: pa.Table | pa.RecordBatch) -> None:
         """Append rows (already in the table's Arrow schema) to their partitions' writers."""
         if table.num_rows == 0:
             return

@@ -31,11 +31,10 @@ from spark_app.partitioning.evolution import plan_partition_change
 from spark_app.schema_drift.drift import SchemaDrift
 from spark_app.schema_drift.plan import new_table_columns, schema_changes, table_columns
 from spark_app.truncates.positions import Position
-from spark_app.writer import WritePlan, rebuild_data_file, table_plan
+from spark_app.writer import WRITER_MEMORY_BYTES, WritePlan, rebuild_data_file, table_plan
 
 log = logging.getLogger("icebergsync.job")
 
-WRITER_MEMORY_BYTES = 256 * 1024 * 1024
 
 
 class Lane:

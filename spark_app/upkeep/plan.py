@@ -21,6 +21,9 @@
   (packed with its partition's other candidates). A partition where a data file that stays has two
   or more position deletes gets them merged: into one position delete file (format 2), into one DV
   per data file (format 3).
+- **Layout**: after a partition-spec evolution (``spark_app/partitioning/``), a data file of an earlier spec
+  is due (with compaction on): it is written again in the default spec's layout, its rows spread over the
+  new partitions, packed with the other files of its old partition.
 - Whatever made a file a candidate, every delete that applies to it is applied when it is written
   again: the replacement takes the planned snapshot's data sequence number, to which those deletes
   no longer apply. The delete files that apply to no data file that stays are removed, each DV on
@@ -224,12 +227,14 @@ def _bounded(bins: list[list[LiveFile]], due: set[str], thresholds: Thresholds) 
 
 
 def plan_upkeep(snapshot: Snapshot, files: Sequence[LiveFile], thresholds: Thresholds, key_ids: Sequence[int],
-                specs: Mapping[int, PartitionSpec], references: Mapping[FileKey, Mapping[str, int]]) -> UpkeepPlan | None:
+                specs: Mapping[int, PartitionSpec], references: Mapping[FileKey, Mapping[str, int]],
+                default_spec_id: int | None = None) -> UpkeepPlan | None:
     """The run due on ``snapshot`` whose live files are ``files``, or None when nothing is due.
 
     ``key_ids`` are the table's identifier field ids, ``specs`` its partition specs by id, and
     ``references`` maps each live position delete file's or DV's :attr:`~LiveFile.key` to the data file
-    paths it names and how many positions it deletes in each.
+    paths it names and how many positions it deletes in each. With ``default_spec_id``, data files of
+    other specs are due for the default spec's layout (when compaction is on).
     """
     data = [f for f in files if f.data_file.content == DataFileContent.DATA]
     positions = [f for f in files if f.data_file.content == DataFileContent.POSITION_DELETES]
@@ -250,7 +255,9 @@ def plan_upkeep(snapshot: Snapshot, files: Sequence[LiveFile], thresholds: Thres
             if live.path not in pinned and (equality_files >= thresholds.min_delete_files
                                             or (rows > 0 and deleted >= thresholds.deleted_rows_share * rows)):
                 due.add(live.path)
-    taken, deferred = _bounded(_candidate_bins(data, due, pinned, thresholds), due, thresholds)
+    relayout = {f.path for f in data if f.data_file.spec_id != default_spec_id and f.path not in pinned} \
+        if default_spec_id is not None and thresholds.small_file_bytes is not None else set()
+    taken, deferred = _bounded(_candidate_bins(data, due | relayout, pinned, thresholds), due | relayout, thresholds)
 
     groups = []
     for bin_files in taken:

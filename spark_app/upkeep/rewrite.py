@@ -48,7 +48,15 @@ from spark_app.position_deletes.position_files import write_position_delete_file
 from spark_app.upkeep.deletes import ApplicableKeys, deleted_positions, equality_keys, without_keys
 from spark_app.upkeep.lineage import Lineage, with_lineage
 from spark_app.upkeep.plan import PositionMerge, RewriteGroup, UpkeepPlan
-from spark_app.writer import RollingParquetWriter, TablePlan, compression_options, conform, task_id
+from spark_app.writer import (
+    WRITER_MEMORY_BYTES,
+    PartitionedWriter,
+    RollingParquetWriter,
+    TablePlan,
+    compression_options,
+    conform,
+    task_id,
+)
 
 log = logging.getLogger("icebergsync.maintenance")
 
@@ -68,11 +76,14 @@ class RewriteContext:
     name_mapping: NameMapping | None
     target_file_bytes: int
 
+    default_spec_id: int
+
     @classmethod
     def of(cls, table: Table, target_file_bytes: int) -> RewriteContext:
         metadata = table.metadata
         return cls(metadata.location, dict(metadata.properties), dict(table.io.properties), table.schema(),
-                   metadata.specs(), metadata.format_version, metadata.name_mapping(), target_file_bytes)
+                   metadata.specs(), metadata.format_version, metadata.name_mapping(), target_file_bytes,
+                   metadata.default_spec_id)
 
     def io(self) -> FileIO:
         return load_file_io(self.io_properties, self.location)
@@ -144,10 +155,12 @@ def _has_current_columns(io: FileIO, files: Iterable[LiveFile], target: pa.Schem
 def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: str, index: int,
                    keys_read: dict[str, pa.Table]) -> Outcome:
     io = context.io()
-    plan = context.table_plan(group.spec_id)
+    relayout = group.spec_id != context.default_spec_id  # an earlier spec's files: into the default spec's layout
+    plan = context.table_plan(context.default_spec_id if relayout else group.spec_id)
     target = plan.arrow_schema()
     rows = sum(f.data_file.record_count for f in group.files)
-    if not group.equality_deletes and not group.position_deletes and _has_current_columns(io, group.files, target):
+    if not relayout and not group.equality_deletes and not group.position_deletes \
+            and _has_current_columns(io, group.files, target):
         files = merge.merge_group(plan, merge.MergeGroup(tuple(f.data_file for f in group.files)), name_prefix,
                                   context.target_file_bytes)
         return Outcome(index, files, rows, rows)
@@ -155,8 +168,10 @@ def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: st
     keys = ApplicableKeys(equality_keys(io, group.equality_deletes, key, target, keys_read), key) \
         if group.equality_deletes else None
     positions = deleted_positions(io, group.position_deletes, group.files) if group.position_deletes else {}
-    writer = RollingParquetWriter(plan, io, group.files[0].data_file.partition, name_prefix, context.target_file_bytes,
-                                  compression_options(plan.properties))
+    writer: RollingParquetWriter | PartitionedWriter = \
+        PartitionedWriter(plan, name_prefix, context.target_file_bytes, WRITER_MEMORY_BYTES) if relayout else \
+        RollingParquetWriter(plan, io, group.files[0].data_file.partition, name_prefix, context.target_file_bytes,
+                             compression_options(plan.properties))
     written = 0
     try:
         for live in group.files:
@@ -170,7 +185,8 @@ def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: st
     return Outcome(index, files, rows, written)
 
 
-def write_live_rows(context: RewriteContext, io: FileIO, writer: RollingParquetWriter, target: pa.Schema,
+def write_live_rows(context: RewriteContext, io: FileIO, writer: RollingParquetWriter | PartitionedWriter,
+                    target: pa.Schema,
                     live: LiveFile, spec_id: int, deleted: np.ndarray | None,
                     keep: Callable[[pa.Table], pa.Table] | None = None) -> int:
     """Write the rows of ``live`` (of spec ``spec_id``) but those at the ``deleted`` positions and those ``keep``

@@ -240,3 +240,21 @@ def test_commits_of_small_files_rewrite_each_row_a_logarithmic_number_of_times()
         assert max(sum(1 for f in live if f.data_file.partition[0] == day) for day in range(4)) <= 3
     assert max(rewrites[f.path] for f in live) <= 18
     assert rewritten <= 18 * committed
+
+
+def test_files_of_an_earlier_spec_are_due_for_the_default_specs_layout() -> None:
+    """After a partition-spec evolution every data file of an earlier spec is written again (even a large one, even
+    alone) in the default spec's layout, unless compaction is off or another writer's deletes pin it; it is not
+    counted as rewritten for deletes."""
+    earlier = [data("old-big", 990, day=1, spec_id=0), data("old-a", 100, day=2, spec_id=0),
+               data("old-b", 100, day=2, spec_id=0)]
+    current = [data("new", 100, day=3, spec_id=2)]
+    result = plan_upkeep(HEAD, [*earlier, *current], DEFAULTS, KEY, SPECS, {}, default_spec_id=2)
+    assert groups(result) == [["old-a", "old-b"], ["old-big"]]
+    assert result is not None and not any(group.due_to_deletes for group in result.groups)
+    assert plan_upkeep(HEAD, [*earlier, *current], DEFAULTS, KEY, SPECS, {}) is None  # no default spec given
+    off = dataclasses.replace(DEFAULTS, small_file_bytes=None)
+    assert plan_upkeep(HEAD, [*earlier, *current], off, KEY, SPECS, {}, default_spec_id=2) is None
+    foreign = delete("theirs", 5, day=1, equality_ids=[2])
+    pinned = plan_upkeep(HEAD, [*earlier, *current, foreign], DEFAULTS, KEY, SPECS, {}, default_spec_id=2)
+    assert groups(pinned) == [["old-a", "old-b"]]
