@@ -48,8 +48,7 @@ def plan_for(directory: Path, layout: str, target: int, properties: dict[str, st
     from icebergsync.catalog import partition_spec
     from icebergsync.schema import iceberg_schema
     from icebergsync.spec import GENERATOR_COLUMNS
-    from spark_app.writer import WRITER_MEMORY_BYTES
-    from spark_app.writer import WritePlan, table_plan
+    from spark_app.writer import WRITER_MEMORY_BYTES, WritePlan, table_plan
 
     (directory / "wh").mkdir(parents=True, exist_ok=True)
     catalog = SqlCatalog("micro", uri=f"sqlite:///{directory}/catalog.db", warehouse=f"file://{directory}/wh")
