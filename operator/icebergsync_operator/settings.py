@@ -140,8 +140,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         epilog="Every flag defaults to the ICEBERGSYNC_<FLAG> environment variable (e.g. ICEBERGSYNC_NAMESPACES).",
     )
     add = parser.add_argument
-    add("--namespaces", type=_list, default=_list(str(env("NAMESPACES", ""))),
-        help="comma-separated namespaces to watch (default: all)")
+
+    def add_list(flag: str, help: str) -> None:
+        """A comma-separated list flag, empty by default, read from ``ICEBERGSYNC_<FLAG>`` when unset."""
+        add(flag, type=_list, default=_list(str(env(flag[2:].upper().replace("-", "_"), ""))), help=help)
+
+    add_list("--namespaces", "comma-separated namespaces to watch (default: all)")
     add("--default-image", default=env("DEFAULT_IMAGE", defaults.default_image))
     add("--default-service-account", default=env("DEFAULT_SERVICE_ACCOUNT", None) or None)
     add("--spark-version", default=env("SPARK_VERSION", defaults.spark_version))
@@ -183,35 +187,35 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     add("--reconcile-stuck-after", type=_seconds,
         default=_seconds(str(env("RECONCILE_STUCK_AFTER", defaults.reconcile_stuck_after))),
         help="a reconcile still running after this long makes the liveness probe fail (default 5m)")
-    add("--allowed-catalog-uris", type=_list, default=_list(str(env("ALLOWED_CATALOG_URIS", ""))),
-        help="comma-separated endpoints (scheme://host[:port][/path]) of the catalogs and their OAuth2 and S3 "
+    add_list("--allowed-catalog-uris",
+             "comma-separated endpoints (scheme://host[:port][/path]) of the catalogs and their OAuth2 and S3 "
              "endpoints the operator may connect to, each allowing that host and port and paths under it; empty "
              "(the default): no IcebergCatalog or inline catalog is contacted, ClusterIcebergCatalogs anywhere")
     add("--allow-local-catalogs", action=argparse.BooleanOptionalAction,
         default=_flag(str(env("ALLOW_LOCAL_CATALOGS", ""))),
         help="open sqlite: catalogs and local metadata files, for an operator run on a workstation against a "
              "local lake; refused in a cluster (default: refused)")
-    add("--allowed-images", type=_list, default=_list(str(env("ALLOWED_IMAGES", ""))),
-        help="comma-separated prefixes spec.spark.image may start with besides --default-image; * allows any "
+    add_list("--allowed-images",
+             "comma-separated prefixes spec.spark.image may start with besides --default-image; * allows any "
              "(default: only --default-image)")
-    add("--allowed-service-accounts", type=_list, default=_list(str(env("ALLOWED_SERVICE_ACCOUNTS", ""))),
-        help="comma-separated service accounts spec.spark.serviceAccount may name besides "
+    add_list("--allowed-service-accounts",
+             "comma-separated service accounts spec.spark.serviceAccount may name besides "
              "--default-service-account; * allows any (default: only --default-service-account)")
     add("--allowed-spark-conf", type=_list,
         default=_list(str(env("ALLOWED_SPARK_CONF", ",".join(defaults.allowed_spark_conf)))),
         help="comma-separated patterns every spec.spark.conf key must match; * allows any (default: named "
              "tuning keys of memory, parallelism, shuffle and SQL, see docs/security.md)")
-    add("--allowed-priority-classes", type=_list, default=_list(str(env("ALLOWED_PRIORITY_CLASSES", ""))),
-        help="comma-separated PriorityClasses spec.spark.driver/executor.priorityClassName may name; * allows any "
+    add_list("--allowed-priority-classes",
+             "comma-separated PriorityClasses spec.spark.driver/executor.priorityClassName may name; * allows any "
              "(default: none, the cluster's default priority)")
-    add("--allowed-tolerations", type=_list, default=_list(str(env("ALLOWED_TOLERATIONS", ""))),
-        help="comma-separated patterns of the taint keys spec.spark.driver/executor.tolerations may tolerate; * "
+    add_list("--allowed-tolerations",
+             "comma-separated patterns of the taint keys spec.spark.driver/executor.tolerations may tolerate; * "
              "allows any key, and only * a toleration without a key, which tolerates every taint (default: none)")
-    add("--allowed-pod-labels", type=_list, default=_list(str(env("ALLOWED_POD_LABELS", ""))),
-        help="comma-separated patterns every spec.spark.driver/executor.labels key must match (default: none); the "
+    add_list("--allowed-pod-labels",
+             "comma-separated patterns every spec.spark.driver/executor.labels key must match (default: none); the "
              "operator's and Spark's own labels are never allowed")
-    add("--allowed-pod-annotations", type=_list, default=_list(str(env("ALLOWED_POD_ANNOTATIONS", ""))),
-        help="comma-separated patterns every spec.spark.driver/executor.annotations key must match (default: none)")
+    add_list("--allowed-pod-annotations",
+             "comma-separated patterns every spec.spark.driver/executor.annotations key must match (default: none)")
     add("--max-executors", type=int, default=int(str(env("MAX_EXECUTORS", defaults.max_executors))),
         help="executor instances one sync may ask for; 0: no cap (default 8)")
     add("--max-cores", type=int, default=int(str(env("MAX_CORES", defaults.max_cores))),
