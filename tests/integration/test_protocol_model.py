@@ -255,7 +255,9 @@ class TriggerContext:
 
 class ProtocolModel(RuleBasedStateMachine):
     COLUMNS: tuple[str, ...] = ("id", "who")
-    ACTIONS: tuple[str, ...] = tuple(ACTIONS)
+    # (and a stale pod after an upgrade: the other writers' refs thinned the launches that are fenced)
+    ACTIONS: tuple[str, ...] = (*ACTIONS[:ACTIONS.index("foreign_append")], "stale_launch",
+                                *ACTIONS[ACTIONS.index("foreign_append"):])
     DISTURBANCES: tuple[str | None, ...] = DISTURBANCES
     COMPACTION_INTERLEAVINGS: tuple[str | None, ...] = (None, None, None, "foreign-append", "foreign-compaction")
     SOURCE_SCHEMA_EVERY = 0  # the sources' schemas change at every this many positions (0: never)
