@@ -23,7 +23,6 @@ CHANGES = "spark_app/changes.py"
 POSITION_DELETES = "spark_app/position_deletes/stage.py"
 COPY_ON_WRITE = "spark_app/position_deletes/copy_on_write.py"
 MAINTENANCE = "spark_app/maintenance.py"
-UPKEEP_PLAN = "spark_app/upkeep/plan.py"
 UPKEEP_REWRITE = "spark_app/upkeep/rewrite.py"
 
 
@@ -159,10 +158,6 @@ JUDGE = (
              "protected = {metadata.current_snapshot_id} | retained"),)),
     Mutant("rewrite-keeps-deleted-rows", "upkeep writes a data file again without applying its position deletes",
            ((UPKEEP_REWRITE, "group.spec_id, positions.get(live.path), keep)", "group.spec_id, None, keep)"),)),
-    Mutant("upkeep-drops-applying-deletes", "upkeep removes every position delete file, also those that still apply "
-           "to a data file it does not rewrite",
-           ((UPKEEP_PLAN, "removable += [d for d in positions if d.key not in live_positions.get(partition_of(d), {})]",
-             "removable += list(positions)"),)),
 )
 
 MUTANTS = REVIEWED + NEW + KEYED + UPKEEP + JUDGE
