@@ -36,11 +36,17 @@ def stage(table: Table, writer: Writer, ids: range, plan: TablePlan | None = Non
     return stage_rows(table, writer, {"id": list(ids), "who": [f"v{writer.version}"] * len(ids)}, plan)
 
 
-def stage_rows(table: Table, writer: Writer, columns: dict[str, list[Any]], plan: TablePlan | None = None) -> list[DataFile]:
-    """Write ``columns`` as one real staged Parquet file of ``writer`` into ``table``."""
+def stage_rows(table: Table, writer: Writer, columns: dict[str, list[Any]], plan: TablePlan | None = None,
+               row_group_rows: int | None = None) -> list[DataFile]:
+    """Write ``columns`` as one real staged Parquet file of ``writer`` into ``table`` (per partition), in row groups
+    of ``row_group_rows`` rows (of a partition) when given, else in one."""
     plan = plan or table_plan(table)
-    files = PartitionedWriter(plan, attempt_file_prefix(writer) + "-00000-0", 1 << 30, 1 << 26)
-    files.write(conform(pa.RecordBatch.from_pydict(columns), plan.arrow_schema()))
+    rows = conform(pa.RecordBatch.from_pydict(columns), plan.arrow_schema())
+    step = row_group_rows or max(1, rows.num_rows)
+    # A memory budget of one byte writes each slice out as its own row group at once.
+    files = PartitionedWriter(plan, attempt_file_prefix(writer) + "-00000-0", 1 << 30, 1 if row_group_rows else 1 << 26)
+    for start in range(0, rows.num_rows, step):
+        files.write(rows.slice(start, step))
     return files.finish()
 
 

@@ -6,7 +6,8 @@ planted (issue 25); ``NEW`` are ten more, on the parts the protocol grows throug
 the compare-and-swap's requirements, maintenance commits, expiry, dead-letter recovery and the
 same-version rule; ``KEYED`` are bugs of keyed commits (issue 21): where the older rows of the
 touched keys are located, and how they are deleted; ``UPKEEP`` are bugs of upkeep's rewrites, judged by
-their own integration tests.
+their own integration tests; ``JUDGE`` are bugs of upkeep and expiry that the model test catches since it runs
+the product's own upkeep and reads every tag and branch (issue 34), each surviving the model before it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ LOCATE = "spark_app/key_index/locate.py"
 CHANGES = "spark_app/changes.py"
 POSITION_DELETES = "spark_app/position_deletes/stage.py"
 COPY_ON_WRITE = "spark_app/position_deletes/copy_on_write.py"
+MAINTENANCE = "spark_app/maintenance.py"
+UPKEEP_REWRITE = "spark_app/upkeep/rewrite.py"
 
 
 @dataclass(frozen=True)
@@ -139,4 +142,22 @@ UPKEEP = (
              "snapshot_id=self._snapshot_id, data_file=entry.data_file))\n"),)),
 )
 
-MUTANTS = REVIEWED + NEW + KEYED + UPKEEP
+JUDGE = (
+    Mutant("upkeep-deletes-replaced-files", "upkeep deletes the files it replaced as soon as its commit lands "
+           "(older snapshots, tags and branches still read them)",
+           ((MAINTENANCE, '        crash_point("maintenance-committed")\n',
+             '        crash_point("maintenance-committed")\n        for replaced in removed:\n'
+             '            with contextlib.suppress(FileNotFoundError):  # the DVs of one Puffin file share its path\n'
+             '                table.io.delete(replaced.file_path)\n'),)),
+    Mutant("expiry-keeps-main-files-only", "expiry deletes every file main's remaining history does not read, though "
+           "a tag or branch cut off from it by the expiry still reads it",
+           ((MAINTENANCE, "kept = file_references(table, table.metadata.snapshots, live_only=True)",
+             "kept = file_references(table, list(protocol.main_ancestry(table.metadata)), live_only=True)"),)),
+    Mutant("expiry-of-referenced-snapshots", "a sink's expiry does not spare the snapshots tags and branches name",
+           ((COMMITTER, "protected = {ref.snapshot_id for ref in metadata.refs.values()} | retained",
+             "protected = {metadata.current_snapshot_id} | retained"),)),
+    Mutant("rewrite-keeps-deleted-rows", "upkeep writes a data file again without applying its position deletes",
+           ((UPKEEP_REWRITE, "group.spec_id, positions.get(live.path), keep)", "group.spec_id, None, keep)"),)),
+)
+
+MUTANTS = REVIEWED + NEW + KEYED + UPKEEP + JUDGE

@@ -6,8 +6,8 @@ The judges: ``model`` is tests/integration/test_protocol_model.py in the suite's
 not shrunk, so a catch is fast); ``deterministic`` is the protocol and committer tests that need no
 Spark (and the unit tests of the keyed path); ``upkeep`` is the integration test of upkeep's manifest
 rewrite. A mutant is caught when the judge's run fails. Exits 1 when the model catches fewer than
-``REQUIRED`` of the reviewed or the new ten (issue 25's bar), or misses a keyed mutant; or when the
-upkeep judge misses an upkeep mutant.
+``REQUIRED`` of the reviewed or the new ten (issue 25's bar), or misses a keyed mutant or one of upkeep and expiry
+(``JUDGE``, issue 34); or when the upkeep judge misses an upkeep mutant.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.mutation.mutants import KEYED, MUTANTS, NEW, REVIEWED, UPKEEP, Mutant
+from tests.mutation.mutants import JUDGE, KEYED, MUTANTS, NEW, REVIEWED, UPKEEP, Mutant
 
 REPO = Path(__file__).resolve().parents[2]
 COPIED = ("icebergsync", "spark_app", "operator", "tests", "scripts", "conftest.py", "pyproject.toml")
@@ -89,9 +89,9 @@ def main() -> int:
         return 0
     short = False
     if "model" in args.judge:
-        for label, group in (("reviewed", REVIEWED), ("new", NEW), ("keyed", KEYED)):
+        for label, group in (("reviewed", REVIEWED), ("new", NEW), ("keyed", KEYED), ("upkeep and expiry", JUDGE)):
             hits = sum(results[(m, "model")][0] for m in group)
-            needed = min(REQUIRED, len(group))
+            needed = min(REQUIRED, len(group)) if group in (REVIEWED, NEW) else len(group)
             print(f"the model test caught {hits} of the {len(group)} {label} mutants (needed: {needed})")
             short = short or hits < needed
     if "upkeep" in args.judge:

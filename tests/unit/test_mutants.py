@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.mutation.mutants import KEYED, MUTANTS, NEW, REVIEWED, UPKEEP, Mutant
+from tests.mutation.mutants import JUDGE, KEYED, MUTANTS, NEW, REVIEWED, UPKEEP, Mutant
 from tests.mutation.run import REPO, apply
 
 
-def test_there_are_ten_reviewed_ten_new_seven_keyed_and_one_upkeep_mutants_with_distinct_names() -> None:
-    assert (len(REVIEWED), len(NEW), len(KEYED), len(UPKEEP)) == (10, 10, 7, 1)
-    assert len({m.name for m in MUTANTS}) == 28
+def test_the_mutant_groups_have_their_sizes_and_distinct_names() -> None:
+    assert (len(REVIEWED), len(NEW), len(KEYED), len(UPKEEP), len(JUDGE)) == (10, 10, 7, 1, 4)
+    assert len({m.name for m in MUTANTS}) == 32
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)

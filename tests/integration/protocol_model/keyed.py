@@ -1,7 +1,7 @@
 """The keyed configuration's world: a keyed table partitioned so that an update can move a row, each sink's
 change stream, a trigger staged as the job stages it, and another engine's keyed writes.
 
-The table is keyed by ``id`` and partitioned by ``part``; a row's ``who`` says which attempt wrote it and from
+The table is keyed by ``id`` (keys far apart) and partitioned by ``part``; a row's ``who`` says which attempt wrote it and from
 which source position (``<attempt>@<position>``, another engine's ``foreign@<n>``), and its ``part`` follows from
 ``who`` (:func:`part_of`), so most updates move the key to another partition. The two sinks' key spaces
 overlap: each deletes the other's rows of the keys it touches.
@@ -37,8 +37,11 @@ COLUMNS = [Column(name="id", type="long", required=True), Column(name="who", typ
            Column(name="part", type="int")]
 KEY = ("id",)
 PARTS = 3
-KEYS = {"ns/a": range(0, 12), "ns/b": range(6, 18)}  # overlapping: the sinks touch each other's keys
-FOREIGN_KEYS = range(0, 18)
+STRIDE = 1 << 40  # keys far apart: a file's and a row group's key bounds span a wide range
+KEYS = {"ns/a": range(0, 12 * STRIDE, STRIDE), "ns/b": range(6 * STRIDE, 18 * STRIDE, STRIDE)}  # overlapping: the
+# sinks touch each other's keys
+FOREIGN_KEYS = range(0, 18 * STRIDE, STRIDE)
+FOREIGN_ROW_GROUP_ROWS = 3  # another engine's rewrite writes a large file of several row groups beside small ones
 TASKS = 2  # the key buckets a trigger's changes are routed to, one writer task each
 FOREIGN_WRITER = Writer("another-engine", 0, "x")
 
@@ -98,7 +101,8 @@ def stage_keyed_trigger(process: SinkProcess, local: range, value: Callable[[int
 
 def foreign_rewrite(table: Table, add: Mapping[int, str]) -> None:
     """Another engine upserts ``add`` (key -> ``who``) and rewrites the table: every live row, but those of the keys
-    it upserts, moves with the new rows into one new file, in reverse order (every position changes). On
+    it upserts, moves with the new rows into one new file per partition, in reverse order (every position changes),
+    in row groups of ``FOREIGN_ROW_GROUP_ROWS`` rows whose key ranges overlap. On
     format 2 a rewrite removes the old data and delete files; on format 3 deletion vectors delete every row of
     the old data files (merged with the DVs they hold)."""
     current = table.scan().to_arrow()
@@ -106,7 +110,7 @@ def foreign_rewrite(table: Table, add: Mapping[int, str]) -> None:
     kept = [row for row in current.select(names).to_pylist() if row["id"] not in add][::-1]
     new = [{"id": key, "who": who, "part": part_of(who)} for key, who in add.items()]
     rows: dict[str, list[Any]] = {name: [row.get(name) for row in kept + new] for name in names}
-    added = stage_rows(table, FOREIGN_WRITER, rows, table_plan(table)) if kept or new else []
+    added = stage_rows(table, FOREIGN_WRITER, rows, table_plan(table), FOREIGN_ROW_GROUP_ROWS) if kept or new else []
     snapshot = table.current_snapshot()
     live = live_files(table, snapshot) if snapshot is not None else []
     if not added and not live:

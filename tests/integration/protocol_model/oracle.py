@@ -22,6 +22,8 @@ docs/protocol.md to that record:
 - **dead letters**: a trigger's bad records are owed from its main commit until its dead-letter
   commit; a complete start-up pays what is owed for main commits on main's history and forgets
   the rest (their range is read again);
+- **tags and branches** of other writers: each reads the rows of the snapshot it names, under that snapshot's
+  schema, whatever expiry and upkeep did since; no expiry removes a snapshot one names;
 - **a keyed commit** (:func:`apply_changes`): per key the trigger's last change wins; every row of
   every key it touches goes, whatever the head it lands on holds (another writer's rows of the key
   included), and the winning upserts are added.
@@ -74,6 +76,7 @@ class Snap:
     frontier: int | None
     rows: Counter[Row]
     expired: bool = False
+    who_column: int = 0  # the ``who`` column of the schema it was committed under (a reader of it reads that one)
 
 
 @dataclass
@@ -118,6 +121,7 @@ class TableModel:
         # Per sink, the highest version whose start-up fenced the dead-letter table (its later dead-letter
         # commits are of versions that fenced it): no rollback of main and no start over touches it.
         self.dead_letter_fenced: dict[str, int] = {}
+        self.refs: dict[str, int] = {}  # other writers' tags and branches: name -> the snapshot it names
         self._order = 0
 
     def recreate(self) -> None:
@@ -159,18 +163,34 @@ class TableModel:
         return Counter({(row[0], row[1] if row[2] == self.who_column else None): n
                         for row, n in self.snaps[at].rows.items()})
 
+    def rows_at_ref(self, name: str) -> Counter[Visible]:
+        """The rows a reader of tag or branch ``name`` sees: its snapshot's rows under the schema it was committed
+        under (a reader of a snapshot reads it with its own schema)."""
+        snap = self.snaps[self.refs[name]]
+        return Counter({(row[0], row[1] if row[2] == snap.who_column else None): n for row, n in snap.rows.items()})
+
+    def protected(self) -> set[int]:
+        """The snapshots a tag or branch names: no expiry removes them."""
+        return set(self.refs.values())
+
     def rewritten_rows(self) -> Counter[Row]:
         """The head's rows as a rewrite writes them again: what a reader sees, under the current schema."""
         return Counter({(source_id, who, self.who_column): n for (source_id, who), n in self.visible_rows().items()})
 
     def land(self, snapshot_id: int, parent: int | None, timestamp_ms: int, writer: Claim | None, kind: str,
-             frontier: int | None, rows: Counter[Row]) -> Snap:
-        """A snapshot landed on main (its parent must be main's head: every commit swaps against it)."""
+             frontier: int | None, rows: Counter[Row], branch: str | None = None) -> Snap:
+        """A snapshot landed on main (its parent must be main's head: every commit swaps against it), or on
+        another writer's ``branch`` (its parent must be the branch's head)."""
         assert snapshot_id not in self.snaps, f"snapshot {snapshot_id} landed twice"
-        assert parent == self.head, f"snapshot {snapshot_id} landed on {parent}, not on main's head {self.head}"
+        base = self.head if branch is None else self.refs[branch]
+        assert parent == base, f"snapshot {snapshot_id} landed on {parent}, not on {branch or 'main'}'s head {base}"
         self._order += 1
-        snap = Snap(snapshot_id, parent, self._order, timestamp_ms, writer, kind, frontier, rows)
+        snap = Snap(snapshot_id, parent, self._order, timestamp_ms, writer, kind, frontier, rows,
+                    who_column=self.who_column)
         self.snaps[snapshot_id] = snap
+        if branch is not None:
+            self.refs[branch] = snapshot_id
+            return snap
         self.head = snapshot_id
         if writer is not None:
             self.record(writer.sink).commits.append(snap)
@@ -188,6 +208,10 @@ class TableModel:
 
     def rollback(self, target: int) -> None:
         self.head = target
+
+    def publish(self, branch: str) -> None:
+        """Main fast-forwarded to ``branch``'s head (write-audit-publish: main's head is the branch's ancestor)."""
+        self.head = self.refs[branch]
 
     def change_columns(self) -> None:
         """Another writer dropped and re-added a column: rows written before read it as null."""
@@ -243,9 +267,10 @@ class TableModel:
 
     def expirable(self, retain_last: int, keep: int) -> set[int]:
         """What a sink's own expiry removes: every present snapshot beyond the newest ``retain_last`` that
-        main reaches, except the attempt's newest snapshot."""
+        main reaches, except the attempt's newest snapshot and those a tag or branch names."""
         retained = {snap.id for _, snap in zip(range(max(retain_last, 1)), self.reachable(), strict=False)}
-        return {snap.id for snap in self.present() if snap.id not in retained and snap.id != keep}
+        kept = retained | self.protected() | {keep}
+        return {snap.id for snap in self.present() if snap.id not in kept}
 
     # -- dead letters ----------------------------------------------------------------------------------
 
