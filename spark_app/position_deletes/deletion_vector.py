@@ -11,11 +11,11 @@ writes it (Puffin spec, "deletion-vector-v1 blob type"):
   Roaring bitmap of the low 32 bits in the standard format;
 - a CRC-32 of magic + bitmap, 4 bytes big-endian.
 
-Bitmaps are run-length encoded where that is smaller, as in Java. Only keys that hold positions are
-written: Java also writes an empty bitmap for each key below the highest that holds none (its
-bitmaps are an array indexed by key), which only positions of 2^32 and beyond can cause; both are the
-spec's format and each reader reads both, but a dense array of keys up to 2^31 would not fit in
-memory here. The 32-bit bitmaps are pyroaring's (CRoaring).
+The positions are a ``pyroaring.BitMap64`` (CRoaring's 64-bit bitmap), whose serialization is that
+portable format; bitmaps are run-length encoded where that is smaller, as in Java. Only keys that
+hold positions are written: Java also writes an empty bitmap for each key below the highest that
+holds none (its bitmaps are an array indexed by key), which only positions of 2^32 and beyond can
+cause; both are the spec's format and each reader reads both.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
-from pyroaring import BitMap
+from pyroaring import BitMap, BitMap64
 
 MAGIC = bytes.fromhex("d1d33964")
 # The field id of ``_pos`` (Iceberg's MetadataColumns.ROW_POSITION): the blob's ``fields``.
@@ -34,7 +34,7 @@ ROW_POSITION_FIELD_ID = 2147483645
 # Java's RoaringPositionBitmap.MAX_POSITION: keys stop below Integer.MAX_VALUE (its bitmap array's length).
 MAX_KEY = 2**31 - 2
 MAX_POSITION = (MAX_KEY << 32) | 0x80000000
-_LOW = 0xFFFFFFFF
+_UINT64_LIMIT = 1 << 64
 
 
 class DeletionVectorError(ValueError):
@@ -44,10 +44,10 @@ class DeletionVectorError(ValueError):
 class DeletionVector:
     """A set of deleted row positions of one data file (0 ≤ position ≤ :data:`MAX_POSITION`)."""
 
-    __slots__ = ("_bitmaps",)
+    __slots__ = ("_positions",)
 
     def __init__(self, positions: Iterable[int] | np.ndarray | pa.Array = ()) -> None:
-        self._bitmaps: dict[int, BitMap] = {}  # key (high 32 bits) -> the low 32 bits of its positions
+        self._positions = BitMap64()
         self.update(positions)
 
     def update(self, positions: Iterable[int] | np.ndarray | pa.Array) -> DeletionVector:
@@ -60,14 +60,11 @@ class DeletionVector:
             return self
         if values.dtype.kind not in "iu":
             raise ValueError(f"row positions must be integers, not {values.dtype}")
-        low, high = int(values.min()), int(values.max())
-        _check_position(low)
-        _check_position(high)
-        values = values.astype(np.int64, copy=False)
-        keys = values >> 32
-        for key in np.unique(keys).tolist():
-            subset = values[keys == key] if low >> 32 != high >> 32 else values
-            self._bitmap(key).update(array.array("I", (subset & _LOW).astype(np.uint32).tobytes()))
+        _check_position(int(values.min()))
+        _check_position(int(values.max()))
+        unsigned = array.array("Q")
+        unsigned.frombytes(values.astype(np.uint64, copy=False).tobytes())
+        self._positions.update(unsigned)
         return self
 
     def add_range(self, start: int, stop: int) -> DeletionVector:
@@ -76,51 +73,32 @@ class DeletionVector:
             return self
         _check_position(start)
         _check_position(stop - 1)
-        for key in range(start >> 32, ((stop - 1) >> 32) + 1):
-            first = max(start, key << 32) & _LOW
-            end = min(stop, (key + 1) << 32) - (key << 32)
-            self._bitmap(key).add_range(first, end)
+        self._positions.add_range(start, stop)
         return self
 
     def union(self, other: DeletionVector) -> DeletionVector:
         """A new vector with the positions of both (``self`` and ``other`` are left as they are)."""
         result = DeletionVector()
-        for key in sorted(self._bitmaps.keys() | other._bitmaps.keys()):
-            result._bitmaps[key] = self._bitmaps.get(key, BitMap()) | other._bitmaps.get(key, BitMap())
+        result._positions = self._positions | other._positions
         return result
-
-    def _bitmap(self, key: int) -> BitMap:
-        if key not in self._bitmaps:
-            self._bitmaps[key] = BitMap()
-            self._bitmaps = dict(sorted(self._bitmaps.items()))
-        return self._bitmaps[key]
 
     @property
     def cardinality(self) -> int:
-        return sum(len(bitmap) for bitmap in self._bitmaps.values())
+        return len(self._positions)
 
     def __len__(self) -> int:
         return self.cardinality
 
     def __contains__(self, position: object) -> bool:
-        if not isinstance(position, int) or position < 0:
-            return False
-        bitmap = self._bitmaps.get(position >> 32)
-        return bitmap is not None and (position & _LOW) in bitmap
+        return isinstance(position, int) and 0 <= position < _UINT64_LIMIT and position in self._positions
 
     def __iter__(self) -> Iterator[int]:
-        for key, bitmap in self._bitmaps.items():
-            base = key << 32
-            for low in bitmap:
-                yield base + low
+        return iter(self._positions)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DeletionVector):
             return NotImplemented
-        return self._nonempty() == other._nonempty()
-
-    def _nonempty(self) -> dict[int, BitMap]:
-        return {key: bitmap for key, bitmap in self._bitmaps.items() if bitmap}
+        return self._positions == other._positions
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -129,18 +107,12 @@ class DeletionVector:
 
     def to_numpy(self) -> np.ndarray:
         """The positions, ascending, as int64."""
-        parts = [np.frombuffer(bitmap.to_array(), dtype=np.uint32).astype(np.int64) + (key << 32)
-                 for key, bitmap in self._bitmaps.items() if bitmap]
-        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        return np.frombuffer(self._positions.to_array(), dtype=np.uint64).astype(np.int64)
 
     def serialize(self) -> bytes:
         """The ``deletion-vector-v1`` blob (see the module docstring)."""
-        bitmaps = self._nonempty()
-        parts = [MAGIC, len(bitmaps).to_bytes(8, "little")]
-        for key, bitmap in bitmaps.items():
-            bitmap.run_optimize()
-            parts += [key.to_bytes(4, "little"), bitmap.serialize()]
-        data = b"".join(parts)
+        self._positions.run_optimize()
+        data = MAGIC + self._positions.serialize()
         return len(data).to_bytes(4, "big") + data + zlib.crc32(data).to_bytes(4, "big")
 
     @classmethod
@@ -161,7 +133,7 @@ class DeletionVector:
         if crc != expected:
             raise DeletionVectorError(f"invalid deletion vector CRC 0x{crc:08x}, expected 0x{expected:08x}")
         vector = cls()
-        vector._bitmaps = _read_bitmaps(memoryview(data)[4:])
+        vector._positions = _read_positions(data[4:])
         if cardinality is not None and vector.cardinality != cardinality:
             raise DeletionVectorError(f"deletion vector holds {vector.cardinality} positions, expected {cardinality}")
         return vector
@@ -172,13 +144,30 @@ def _check_position(position: int) -> None:
         raise ValueError(f"row position {position} is outside [0, {MAX_POSITION}]")
 
 
-def _read_bitmaps(data: memoryview) -> dict[int, BitMap]:
-    """The portable 64-bit serialization: a count, then (key, 32-bit bitmap) with ascending keys."""
+def _read_positions(data: bytes) -> BitMap64:
+    """The portable 64-bit serialization as a bitmap, every byte of it read and each key at most :data:`MAX_KEY`.
+
+    CRoaring reads it; a blob it writes back byte for byte (ours and Java's below 2^32) is taken as read.
+    Any other (refused by CRoaring, bytes left over, keys too large, or Java's empty bitmaps of keys
+    that hold no positions) is walked bitmap by bitmap to name what is wrong, if anything.
+    """
+    try:
+        positions = BitMap64.deserialize(data)
+    except ValueError as error:
+        _check_layout(data)
+        raise DeletionVectorError(f"deletion vector bitmap is invalid: {error}") from error
+    if positions.serialize() != data or (positions and positions.max() >> 32 > MAX_KEY):
+        _check_layout(data)
+    return positions
+
+
+def _check_layout(data: bytes) -> None:
+    """Raise :class:`DeletionVectorError` naming the first thing in ``data`` that breaks the portable format."""
     count = int.from_bytes(data[:8], "little")
-    offset, bitmaps, last = 8, dict[int, BitMap](), -1
-    for _ in range(count):
+    offset, last = 8, -1
+    for read in range(count):
         if offset + 4 > len(data):
-            raise DeletionVectorError(f"deletion vector truncated: {count} bitmaps announced, {len(bitmaps)} read")
+            raise DeletionVectorError(f"deletion vector truncated: {count} bitmaps announced, {read} read")
         key = int.from_bytes(data[offset:offset + 4], "little")
         if key <= last:
             raise DeletionVectorError("deletion vector keys are not in ascending order")
@@ -186,11 +175,10 @@ def _read_bitmaps(data: memoryview) -> dict[int, BitMap]:
             raise DeletionVectorError(f"deletion vector key {key} is too large (at most {MAX_KEY})")
         offset += 4
         try:
-            bitmap = BitMap.deserialize(bytes(data[offset:]))
+            bitmap = BitMap.deserialize(data[offset:])
         except ValueError as error:
             raise DeletionVectorError(f"deletion vector bitmap of key {key} is invalid: {error}") from error
         offset += len(bitmap.serialize())  # CRoaring keeps each container's type: the same bytes again
-        bitmaps[key], last = bitmap, key
+        last = key
     if offset != len(data):
         raise DeletionVectorError(f"deletion vector has {len(data) - offset} bytes after its {count} bitmaps")
-    return bitmaps

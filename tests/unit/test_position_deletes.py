@@ -136,31 +136,37 @@ def test_a_corrupted_blob_is_a_clear_error() -> None:
     with pytest.raises(DeletionVectorError, match="holds 4 positions, expected 5"):
         DeletionVector.deserialize(bytes(blob), cardinality=5)
     # A well-framed blob whose bitmaps announce more than they hold.
-    data = MAGIC + (2).to_bytes(8, "little") + (0).to_bytes(4, "little") + bytes.fromhex("3a30000000000000")
-    framed = len(data).to_bytes(4, "big") + data + zlib.crc32(data).to_bytes(4, "big")
-    with pytest.raises(DeletionVectorError, match="truncated"):
-        DeletionVector.deserialize(framed)
+    announcing_two = (2).to_bytes(8, "little") + (0).to_bytes(4, "little") + bytes.fromhex("3a30000000000000")
+    with pytest.raises(DeletionVectorError, match="truncated: 2 bitmaps announced, 1 read"):
+        DeletionVector.deserialize(framed_bitmaps(announcing_two))
+    # Well-formed bitmaps with bytes after them, and keys out of order.
+    one, two = DeletionVector([1]).serialize()[20:-4], DeletionVector([2]).serialize()[20:-4]  # the bitmaps alone
+    with pytest.raises(DeletionVectorError, match="has 3 bytes after its 1 bitmaps"):
+        DeletionVector.deserialize(framed_bitmaps((1).to_bytes(8, "little") + bytes(4) + one + b"xyz"))
+    descending = (2).to_bytes(8, "little") + (5).to_bytes(4, "little") + one + (4).to_bytes(4, "little") + two
+    with pytest.raises(DeletionVectorError, match="not in ascending order"):
+        DeletionVector.deserialize(framed_bitmaps(descending))
 
 
-def framed(bitmap_data: bytes) -> bytes:
+def framed_bitmaps(bitmap_data: bytes) -> bytes:
     """A portable 64-bit bitmap wrapped as a deletion-vector-v1 blob."""
     data = MAGIC + bitmap_data
     return len(data).to_bytes(4, "big") + data + zlib.crc32(data).to_bytes(4, "big")
 
 
 def test_the_roaring_format_specs_64_bit_examples_read_as_java_reads_them() -> None:
-    assert DeletionVector.deserialize(framed(resource("64mapempty.bin"))).cardinality == 0
-    assert list(DeletionVector.deserialize(framed(resource("64map32bitvals.bin")))) == list(range(10))
-    spread = DeletionVector.deserialize(framed(resource("64mapspreadvals.bin")))
+    assert DeletionVector.deserialize(framed_bitmaps(resource("64mapempty.bin"))).cardinality == 0
+    assert list(DeletionVector.deserialize(framed_bitmaps(resource("64map32bitvals.bin")))) == list(range(10))
+    spread = DeletionVector.deserialize(framed_bitmaps(resource("64mapspreadvals.bin")))
     assert list(spread) == [key * KEY + low for key in range(10) for low in range(10)]
     with pytest.raises(DeletionVectorError, match="too large"):  # Java: "Invalid unsigned key"
-        DeletionVector.deserialize(framed(resource("64maphighvals.bin")))
+        DeletionVector.deserialize(framed_bitmaps(resource("64maphighvals.bin")))
     # Java writes an empty bitmap for each key below the highest that holds no position: read, not rewritten.
     one, five = DeletionVector([1]).serialize()[20:-4], DeletionVector([5]).serialize()[20:-4]  # the bitmaps alone
     empty = bytes.fromhex("3a30000000000000")  # a 32-bit bitmap without containers
     dense = (3).to_bytes(8, "little") + b"".join(
         key.to_bytes(4, "little") + bitmap for key, bitmap in ((0, one), (1, empty), (2, five)))
-    vector = DeletionVector.deserialize(framed(dense), cardinality=2)
+    vector = DeletionVector.deserialize(framed_bitmaps(dense), cardinality=2)
     assert list(vector) == [1, 2 * KEY + 5] and vector.serialize() == DeletionVector([1, 2 * KEY + 5]).serialize()
 
 
