@@ -78,6 +78,7 @@ def load_table(sync: Any, rows: int) -> None:
     from spark_app import iceberg_internals
     from spark_app.writer import PartitionedWriter, conform, table_plan
 
+    iceberg_internals.install_v3_metadata_writer()  # a format-version 3 table is created and committed here
     table_spec = sync.spec.table
     catalog = open_catalog(table_spec.catalog_or_default)
     table = ensure_table(catalog, table_spec.name, iceberg_schema(effective_columns(sync.spec)), table_spec.partition_by,

@@ -14,9 +14,10 @@ changes one.
 Format version 3 (deletion vectors) needs more than pyiceberg 0.12 does; what is worked around here:
 
 - Table metadata: ``TableMetadataV3.model_dump_json`` raises ``NotImplementedError``, so no catalog
-  that writes metadata itself (SqlCatalog) can create or commit a v3 table. Importing this module
-  replaces it with pyiceberg's own v2 serialization plus the required ``next-row-id`` (0 for a new
-  table, which pyiceberg leaves unset): :func:`next_row_id`.
+  that writes metadata itself (SqlCatalog) can create or commit a v3 table.
+  :func:`install_v3_metadata_writer`, called once at start-up by what may write v3 metadata (the job,
+  ``SyncJob``), replaces it with pyiceberg's own v2 serialization plus the required ``next-row-id`` (0
+  for a new table, which pyiceberg leaves unset): :func:`next_row_id`. Importing this module patches nothing.
 - Manifests and manifest lists: pyiceberg writes v1/v2 only. :class:`_ManifestWriter` writes v2 and
   v3 manifests (v2 with ``referenced_data_file``, as Java's ``V2Metadata``); for v3 the producers
   write the manifest list themselves (:class:`_ManifestListWriterV3`, assigning data manifests their
@@ -421,7 +422,9 @@ def _v3_metadata_json(self: TableMetadataV3, exclude_none: bool = True, exclude:
                                             **kwargs)
 
 
-TableMetadataV3.model_dump_json = _v3_metadata_json  # type: ignore[method-assign]
+def install_v3_metadata_writer() -> None:
+    """Let pyiceberg write format-version 3 table metadata (process-wide; calling it again changes nothing)."""
+    TableMetadataV3.model_dump_json = _v3_metadata_json  # type: ignore[method-assign]
 
 
 # -- snapshot producers -------------------------------------------------------------------------------

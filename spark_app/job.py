@@ -42,6 +42,7 @@ from icebergsync.tables.routing import resume_frontier, table_for
 from spark_app.committer import Commit, TriggerOutput
 from spark_app.deadletter import Rejection
 from spark_app.faults import crash_point
+from spark_app.iceberg_internals import install_v3_metadata_writer
 from spark_app.maintenance import UpkeepTotals
 from spark_app.merge import merge_small_files
 from spark_app.metrics import JobMetrics
@@ -186,6 +187,7 @@ class SyncJob:
 
     def __init__(self, sync: IcebergSync, version: int, spark: SparkSession | SessionProvider,
                  catalog: Catalog | None = None, stop_requested: threading.Event | None = None):
+        install_v3_metadata_writer()  # its tables may be format-version 3, created and committed by this process
         self.sync = sync
         self.spec = sync.spec
         self._session = spark

@@ -372,3 +372,15 @@ def test_a_changed_partition_spec_evolves_the_table_and_upkeep_moves_the_older_f
     assert sorted(row.id for row in read.select("id").collect()) == list(range(200))
 
 
+
+
+def zip_cache_check(_: object) -> str:
+    """What a Python worker's zip importers run when PySpark invalidates import caches before a task."""
+    import zipimport
+
+    return zipimport.zipimporter.invalidate_caches.__qualname__
+
+
+def test_python_workers_fork_from_the_daemon_with_its_zip_importer_check_in_place(spark: SparkSession) -> None:
+    """The worker daemon (spark_app/worker_daemon.py) installs the check at its start-up; the workers inherit it."""
+    assert spark.sparkContext.parallelize([0, 1], 2).map(zip_cache_check).collect() == ["invalidate_when_changed"] * 2

@@ -38,7 +38,3 @@ def test_an_unchanged_archive_is_not_read_again_and_a_changed_one_is(
     invalidate_when_changed(importer)
     assert reads == [str(path), str(path)]
     assert importer.find_spec("second") is not None
-
-
-def test_the_daemon_module_puts_the_check_in_place_of_zipimporters_own() -> None:
-    assert zipimport.zipimporter.invalidate_caches is invalidate_when_changed
