@@ -7,7 +7,7 @@ updates that move the row to another ``day(updated_at)`` partition and deletes â
 by batch (one batch = one trigger of the sync) to two tables with the same schema and partitioning,
 in one local[2] Spark session:
 
-* IcebergSync, twice: the job (spark_app.job.SyncJob, in process) on the files source, one change file
+* IcebergSync, twice: the job (spark_app.job.loop.SyncJob, in process) on the files source, one change file
   per trigger (``maxFilesPerTrigger: 1``): decode, collapse per key, data files, and the older row of
   each touched key deleted in the same atomic snapshot: by position (``changes.deletes: position``,
   the default: rows located on the head at commit time, position delete files), and by equality

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_app.job import RunSummary
+    from spark_app.job.loop import RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
 CORES = 2  # local[2]: every Spark contender gets the same two cores
@@ -374,7 +374,7 @@ class Cell:
 def iceberg_session(app_name: str, warehouse: Path) -> Any:
     """A local Spark session with Apache Iceberg's runtime and SQL extensions, and a Hadoop catalog
     ``bench`` at ``warehouse``: the peer and reader of the benchmarks that compare tables."""
-    from spark_app.session import build_session
+    from spark_app.job.session import build_session
 
     return build_session(app_name, f"local[{CORES}]", {
         "spark.driver.maxResultSize": "0", "spark.ui.showConsoleProgress": "false",
@@ -393,11 +393,11 @@ def sync_document(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 class SyncInThread:
-    """A sync's job (spark_app.job.SyncJob) run in process on a thread, as the benchmarks drive it."""
+    """A sync's job (spark_app.job.loop.SyncJob) run in process on a thread, as the benchmarks drive it."""
 
     def __init__(self, document: dict[str, Any], spark: Any):
         from icebergsync.spec import parse_spec
-        from spark_app.job import SyncJob
+        from spark_app.job.loop import SyncJob
 
         self.sync = parse_spec(document)
         self.job = SyncJob(self.sync, 1, spark)

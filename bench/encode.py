@@ -28,7 +28,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from bench.dataset import json_parse_options, make_rows
-from spark_app.writer import compression_options, dictionary_columns
+from spark_app.staging.writer import compression_options, dictionary_columns
 
 
 def parse_cpu(directory: Path) -> float:

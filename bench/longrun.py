@@ -2,7 +2,7 @@
 
 ``python -m bench.longrun [--minutes 12] [--sample-minutes 3] [--mode keyed append] [--workdir DIR]``
 
-One sync per mode runs in process (spark_app.job.SyncJob, local[2]) with ``commit.interval: 1s`` and
+One sync per mode runs in process (spark_app.job.loop.SyncJob, local[2]) with ``commit.interval: 1s`` and
 every default, upkeep included (compaction, delete rewrites, snapshot expiry, orphan removal):
 
 * **keyed**: bench.cdc's Debezium stream (a snapshot of ``--keys`` keys, then updates that move rows

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.micro --rows 1M [--layout partitioned] [--batch 20000] [--variants]
 
-Feeds ``spark_app.writer.stage_partition`` the same 20k-row Arrow batches (with the three control
+Feeds ``spark_app.staging.writer.stage_partition`` the same 20k-row Arrow batches (with the three control
 columns) that ``mapInArrow`` hands a task, and compares its CPU time with a plain pyarrow encode
 of the same rows. ``--variants`` also times candidate writer changes, applied by monkeypatching in
 this process only (spark_app/ is not modified): they show what a change would buy before making it.
@@ -30,7 +30,7 @@ from bench.internals import parse_count
 
 def batches_of(table: pa.Table, size: int) -> list[pa.RecordBatch]:
     """What a task receives: the declared columns plus the null control columns, ``size`` rows at a time."""
-    from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+    from spark_app.decoding.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
 
     out = []
     for offset in range(0, table.num_rows, size):
@@ -48,7 +48,7 @@ def plan_for(directory: Path, layout: str, target: int, properties: dict[str, st
     from icebergsync.catalog import partition_spec
     from icebergsync.schema import iceberg_schema
     from icebergsync.spec import GENERATOR_COLUMNS
-    from spark_app.writer import WRITER_MEMORY_BYTES, WritePlan, table_plan
+    from spark_app.staging.writer import WRITER_MEMORY_BYTES, WritePlan, table_plan
 
     (directory / "wh").mkdir(parents=True, exist_ok=True)
     catalog = SqlCatalog("micro", uri=f"sqlite:///{directory}/catalog.db", warehouse=f"file://{directory}/wh")
@@ -85,7 +85,7 @@ def patched(target: Any, name: str, value: Any) -> Iterator[None]:
 
 def split_without_copy(batch: pa.RecordBatch, required: tuple[str, ...]) -> tuple[pa.RecordBatch, pa.Array, pa.Array]:
     """split_dead_letters that returns the batch itself when no row is bad (the common case)."""
-    from spark_app.deadletter import ERROR_COLUMN
+    from spark_app.decoding.deadletter import ERROR_COLUMN
 
     if ERROR_COLUMN in batch.schema.names:
         errors = batch.column(ERROR_COLUMN)
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/dev/shm/icebergsync-bench"))
     args = parser.parse_args(argv)
     from icebergsync.units import parse_size
-    from spark_app import writer
+    from spark_app.staging import writer
 
     rows = parse_count(args.rows)
     if cached_rows(args.workdir) < rows:

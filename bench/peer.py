@@ -10,7 +10,7 @@ The table is created as a user would (Iceberg's Spark runtime, a Hadoop catalog 
 warehouse, ``PARTITIONED BY (days(ts))`` or not, zstd and the target file size as table properties,
 Iceberg's default distribution: hash for the partitioned table); then one streaming query with
 ``trigger(availableNow=True)`` reads everything there is and the process ends. The session has the
-same settings as the sink's (``spark_app.session.build_session``: local[N], UTC, 2g driver).
+same settings as the sink's (``spark_app.job.session.build_session``: local[N], UTC, 2g driver).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from bench.dataset import spark_ddl
 
 def produce(config: dict[str, Any]) -> int:
     """Not a contender: put every line of the JSON files on the topic as one record value (no key)."""
-    from spark_app.session import build_session
+    from spark_app.job.session import build_session
 
     spark = build_session("bench-produce", f"local[{config['cores']}]",
                           {"spark.driver.extraClassPath": config["classpath"]})
@@ -47,7 +47,7 @@ def main() -> int:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    from spark_app.session import build_session
+    from spark_app.job.session import build_session
 
     conf = {
         "spark.driver.extraClassPath": config["classpath"],

@@ -5,7 +5,7 @@
 For each table size a keyed table (``id`` key, partitioned by ``day(updated_at)``, format 2) is
 loaded with ``--rows`` rows by the sink's own writer, as a long-running sync would have left it
 (ids in creation order, ``updated_at`` rising with the id, so each day's files hold a range of ids;
-Bloom filters on ``id``), in one snapshot. Then the sync (spark_app.job.SyncJob in process,
+Bloom filters on ``id``), in one snapshot. Then the sync (spark_app.job.loop.SyncJob in process,
 local[2], files source, one change file per trigger, every default) applies ``--triggers`` triggers
 of ``--changes`` Debezium changes each, one at a time, and each trigger's time is measured from the
 file's arrival to its commit landing; the first trigger of a run also starts Spark's workers and
@@ -75,10 +75,10 @@ def load_table(sync: Any, rows: int) -> None:
     from icebergsync.catalog import ensure_table, open_catalog
     from icebergsync.schema import iceberg_schema
     from icebergsync.spec import effective_columns
-    from spark_app import iceberg_internals
-    from spark_app.writer import PartitionedWriter, conform, table_plan
+    from spark_app.iceberg import internals
+    from spark_app.staging.writer import PartitionedWriter, conform, table_plan
 
-    iceberg_internals.install_v3_metadata_writer()  # a format-version 3 table is created and committed here
+    internals.install_v3_metadata_writer()  # a format-version 3 table is created and committed here
     table_spec = sync.spec.table
     catalog = open_catalog(table_spec.catalog_or_default)
     table = ensure_table(catalog, table_spec.name, iceberg_schema(effective_columns(sync.spec)), table_spec.partition_by,
@@ -95,8 +95,8 @@ def load_table(sync: Any, rows: int) -> None:
         })
         writer.write(conform(batch, plan.arrow_schema()))
     transaction = Transaction(table)
-    iceberg_internals.row_delta(transaction, {"bench": "load"}, writer.finish(), [], [])
-    iceberg_internals.commit_transaction(catalog, table, transaction)
+    internals.row_delta(transaction, {"bench": "load"}, writer.finish(), [], [])
+    internals.commit_transaction(catalog, table, transaction)
 
 
 def change_file(path: Path, rows: int, changes: int, workload: str, first_new_id: int, rng: random.Random,

@@ -118,7 +118,7 @@ class SinkContender:
 
     def _run(self, name: str, rows: int, per_trigger: int) -> tuple[Any, Path]:
         from icebergsync.spec import parse_spec
-        from spark_app.job import SyncJob
+        from spark_app.job.loop import SyncJob
 
         directory = Path(self.cell.workdir) / "tables" / name
         shutil.rmtree(directory, ignore_errors=True)
@@ -250,9 +250,9 @@ class NoopContender:
         import pyarrow as pa
 
         from icebergsync.spec import GENERATOR_COLUMNS
-        from spark_app.deadletter import with_control_columns
-        from spark_app.decode import select_declared
+        from spark_app.decoding.deadletter import with_control_columns
         from spark_app.sources.generator import generate
+        from spark_app.staging.transform import select_declared
 
         def count(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             total = 0
@@ -315,7 +315,7 @@ class NaiveContender:
         if self.data is not None:
             return self.data.slice(start, end - start)
         from spark_app.sources.generator import generate
-        from spark_app.writer import conform
+        from spark_app.staging.writer import conform
 
         parts = parallelism(end - start, self.cell.target_file_bytes)
         arrow = generate(self.spark.range(start, end, 1, parts)).toArrow()
@@ -450,7 +450,7 @@ def prepare(cell: Cell, spark: Any) -> dict[str, Any]:
     import pyarrow as pa
 
     from spark_app.sources.generator import generate
-    from spark_app.writer import conform
+    from spark_app.staging.writer import conform
 
     out = data_dir(Path(cell.workdir))
     shutil.rmtree(out, ignore_errors=True)
@@ -519,7 +519,7 @@ def main() -> int:
     spark = None
     result: dict[str, Any] = {"cell": cell.__dict__, "runs": []}
     if cell.contender in ("sink", "native", "noop", "jvm-noop", "naive", "prepare"):
-        from spark_app.session import build_session
+        from spark_app.job.session import build_session
 
         conf = dict(SESSION_CONF)
         if cell.contender == "native":

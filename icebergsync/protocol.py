@@ -44,10 +44,10 @@ MAIN_SNAPSHOT_ID = "main-snapshot-id"
 
 KIND_FENCE = "fence"
 KIND_DATA = "data"
-# Table maintenance by the sink (spark_app/maintenance.py): a ``replace`` snapshot that changes how
+# Table maintenance by the sink (spark_app/upkeep/runner.py): a ``replace`` snapshot that changes how
 # rows are stored, never which rows; it carries the frontier of the commit below it unchanged.
 KIND_MAINTENANCE = "maintenance"
-# A schema change the source's records asked for (spark_app/schema_drift/): an empty snapshot in the same
+# A schema change the source's records asked for (spark_app/decoding/schema_drift/): an empty snapshot in the same
 # transaction as the change, carrying the frontier of the commit below it unchanged (docs/protocol.md).
 KIND_SCHEMA = "schema"
 

@@ -26,7 +26,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from icebergsync.errors import SpecError, SpecFileError
-from icebergsync.tables.routing import is_template, table_for, template_fields, template_matcher
+from icebergsync.table_routing import is_template, table_for, template_fields, template_matcher
 from icebergsync.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 API_GROUP = "icebergsync.io"
@@ -48,7 +48,7 @@ PARTITION_PATTERN = (
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 TABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 # A table name, or a template of one for a sync of many tables: the last part may hold {topic} and {N}
-# (icebergsync.tables.routing), the namespace is fixed.
+# (icebergsync.table_routing), the namespace is fixed.
 TABLE_TEMPLATE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\.([A-Za-z0-9_]|\{topic\}|\{[1-9][0-9]?\})+$"
 K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 

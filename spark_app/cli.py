@@ -21,15 +21,15 @@ from icebergsync.spark_conf import spark_conf
 from icebergsync.spec import load_spec, shown
 
 if TYPE_CHECKING:
-    from spark_app.job import SyncJob
+    from spark_app.job.loop import SyncJob
 
 log = logging.getLogger("icebergsync")
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the sync; return the documented exit status."""
-    from spark_app.job import SyncJob, install_stop_handlers
-    from spark_app.session import build_session, warm_up
+    from spark_app.job.loop import SyncJob, install_stop_handlers
+    from spark_app.job.session import build_session, warm_up
 
     stop_requested = threading.Event()
     install_stop_handlers(stop_requested)
@@ -75,7 +75,7 @@ def metrics_address(master: str) -> str:
 def serve_metrics(job: SyncJob, address: str) -> Any:
     """Serve the job's metrics when ``spec.metrics.enabled`` (the server, or None); a port in use is a warning,
     never a stop of the sync."""
-    from spark_app.metrics import serve
+    from spark_app.job.metrics import serve
 
     settings = job.spec.metrics
     if not settings.enabled:

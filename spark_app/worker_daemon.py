@@ -20,7 +20,7 @@ import zipimport
 
 from pyspark import daemon
 
-import spark_app.pipeline  # noqa: F401 - the import is the point: forked workers inherit it
+import spark_app.staging.pipeline  # noqa: F401 - the import is the point: forked workers inherit it
 
 _reread_directory = zipimport.zipimporter.invalidate_caches
 _directory_read_as_of: dict[int, tuple[int, int, int]] = {}

@@ -1,5 +1,5 @@
 """The job's metrics as Prometheus exposes them: each name with its labels and meaning. The job defines its
-series from these (spark_app/metrics/), docs/operations.md lists them and the chart's alerts and dashboard query
+series from these (spark_app/job/metrics/), docs/operations.md lists them and the chart's alerts and dashboard query
 them (a test checks all three against this table)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Which documented Debezium settings a sync can tell are not in use, and how the status says so.
 
-The job counts what its change events show (``spark_app/source_settings/``) into the data commit's
+The job counts what its change events show (``spark_app/decoding/settings_seen.py``) into the data commit's
 ``icebergsync.source-notes``, one count per :data:`CHECKS` entry's ``note``. The newest data commit of the sink
 is what ``icebergsync status`` and the operator's ``SourceSettings`` condition report: a later commit whose
 events no longer show the problem clears it. Settings no event can reveal (``skipped.operations``,

@@ -1,4 +1,4 @@
-"""Whether a catalog commits a cut of several tables atomically: the job (spark_app/multi_table/cut.py) and the
+"""Whether a catalog commits a cut of several tables atomically: the job (spark_app/iceberg/cut.py) and the
 operator's ``AtomicCuts`` condition decide it here, the same way.
 
 A SQL catalog (pyiceberg's ``SqlCatalog``: the ``iceberg_tables`` layout of Iceberg's JDBC catalog) moves every

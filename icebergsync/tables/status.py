@@ -23,7 +23,7 @@ from icebergsync import protocol
 from icebergsync.metrics import lag
 from icebergsync.resource_status import TablesStatus, TableStatus
 from icebergsync.sink_state import SinkState, sink_state
-from icebergsync.tables.routing import template_matcher
+from icebergsync.table_routing import template_matcher
 
 MAX_LISTED = 20  #: tables listed in a status (items, other sinks)
 MAX_READ = 200  #: tables read for one status: beyond this many the rest are counted as unread

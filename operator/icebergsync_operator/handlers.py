@@ -24,7 +24,8 @@ from icebergsync_operator.constants import (
     SYNC_PLURAL,
     SYNC_VERSION,
 )
-from icebergsync_operator.lifecycle import OperatorContext, finalize_sync, reconcile_sync
+from icebergsync_operator.context import OperatorContext
+from icebergsync_operator.lifecycle import finalize_sync, reconcile_sync
 
 SYNCS = (SYNC_GROUP, SYNC_VERSION, SYNC_PLURAL)
 APPLICATIONS = (SPARK_GROUP, SPARK_VERSION, SPARK_PLURAL)

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -25,19 +23,16 @@ from icebergsync.spec import IcebergSync, parse_spec, qualified_sink_id
 from icebergsync.tables.cuts import spec_cut_support
 from icebergsync_operator import metrics
 from icebergsync_operator.applications import parse_application
-from icebergsync_operator.catalog_reads import CatalogReads
 from icebergsync_operator.catalog_scope import CatalogScope
 from icebergsync_operator.catalogs.lookup import resolve_sync_catalog
 from icebergsync_operator.catalogs.resolve import CatalogRefusal, admin_declared, scope_refusal
 from icebergsync_operator.cleanup import delete_applications, delete_everything
-from icebergsync_operator.kube import KubeApi
+from icebergsync_operator.context import OperatorContext
 from icebergsync_operator.launch import launch
-from icebergsync_operator.liveness import ReconcileWatch
 from icebergsync_operator.policy import catalog_uri_field, policy_problems
 from icebergsync_operator.reconcile import Decision, Observation, decide
 from icebergsync_operator.render import spec_document
 from icebergsync_operator.secret_refs import SecretCheck, catalog_secret_field, check_secrets, named_secrets
-from icebergsync_operator.settings import OperatorSettings
 from icebergsync_operator.status_update import TableObservation, parse_status
 from icebergsync_operator.table import CatalogReach, observe_table
 
@@ -45,26 +40,6 @@ log = logging.getLogger(__name__)
 CATALOG_UNREACHABLE_REASONS = frozenset({"CatalogUnreachable", "WaitingForCatalog"})  # metrics.CATALOG_UNREACHABLE
 
 DEFAULT_COMMIT_INTERVAL = 30.0
-
-
-@dataclass
-class OperatorContext:
-    """What the handlers share: the API, the settings, the catalog reads, the liveness watch, a lock per sync."""
-
-    api: KubeApi
-    settings: OperatorSettings
-    catalog_reads: CatalogReads = field(init=False)
-    watch: ReconcileWatch = field(init=False)
-    _locks: defaultdict[tuple[str, str], asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
-
-    def __post_init__(self) -> None:
-        self.catalog_reads = CatalogReads(self.settings)
-        self.watch = ReconcileWatch(self.settings.reconcile_stuck_after)
-
-    @asynccontextmanager
-    async def lock(self, namespace: str, name: str) -> AsyncIterator[None]:
-        async with self._locks[(namespace, name)]:
-            yield
 
 
 @dataclass(frozen=True)

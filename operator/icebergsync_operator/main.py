@@ -12,8 +12,8 @@ from kubernetes.client.rest import ApiException
 
 from icebergsync_operator import handlers, metrics
 from icebergsync_operator.catalogs import handlers as catalog_handlers
+from icebergsync_operator.context import OperatorContext
 from icebergsync_operator.kube import KubeApi, load_api_client
-from icebergsync_operator.lifecycle import OperatorContext
 from icebergsync_operator.peering import prepare_peering
 from icebergsync_operator.settings import parse_settings
 

@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 from icebergsync.errors import TableInUseError
 from icebergsync.resource_status import SyncStatus
 from icebergsync.sink_state import SinkState
+from icebergsync.table_routing import is_template
 from icebergsync.tables.cuts import CutSupport
-from icebergsync.tables.routing import is_template
 from icebergsync.tables.status import is_lagging
 from icebergsync_operator.applications import ObservedApplication, Outcome
 from icebergsync_operator.catalogs.resolve import CatalogRefusal

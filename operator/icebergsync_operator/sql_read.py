@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
 from icebergsync import spec as model
-from icebergsync.tables.routing import template_texts
+from icebergsync.table_routing import template_texts
 from icebergsync.tables.status import MAX_LISTED_ROWS, Lanes, namespace_of, read_lanes
 from icebergsync_operator.bounded_http import bounded_session
 from icebergsync_operator.catalog_scope import LOCAL_SCHEME

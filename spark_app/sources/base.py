@@ -18,8 +18,8 @@ from pyspark.sql import SparkSession
 from icebergsync.protocol import Frontier, SourceIdentity
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
-from spark_app.truncates.positions import Position
-from spark_app.units import UnitReader, UnitStats, WorkUnit
+from spark_app.decoding.source_positions import Position
+from spark_app.sources.units import UnitReader, UnitStats, WorkUnit
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,11 @@ class Source(ABC):
                     truncated_at: Position | None = None) -> UnitReader:
         """The picklable reader the tasks run: a unit's records decoded into ``columns``; change records by ``key``
         (a table's own key in a sync of many; None: ``spec.table.key``), those up to the source position of the
-        truncate the table applied (``truncated_at``) skipped (spark_app/truncates/)."""
+        truncate the table applied (``truncated_at``) skipped (spark_app/sources/truncate_replay.py)."""
 
     def after_truncate(self, pending: Pending, owns: Callable[[str], bool] | None, truncate: Position) -> Pending:
         """``pending`` read so that the table of the streams ``owns`` (None: every stream) can be emptied at the truncate
-        at source position ``truncate`` and hold what follows it (spark_app/truncates/): a source of one ordered
+        at source position ``truncate`` and hold what follows it (spark_app/sources/truncate_replay.py): a source of one ordered
         stream (files) reads the same range, what precedes the truncate skipped while decoding."""
         return pending
 

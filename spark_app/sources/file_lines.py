@@ -3,7 +3,7 @@
 A unit is a file or, for a large uncompressed text file when a trigger has fewer files than
 cores, a byte slice of one (a line belongs to the slice holding its first byte). Each task opens
 its files through pyiceberg's FileIO, cuts text into blocks of whole lines and decodes each block
-with :mod:`spark_app.arrow_decode`; every record keeps its file and 1-based line number (Parquet:
+with :mod:`spark_app.decoding.arrow_decode`; every record keeps its file and 1-based line number (Parquet:
 its row index). A file that cannot be used at all becomes ONE dead letter with the reason:
 
 * a ``.gz`` file whose stream is corrupt or truncated (checked in full before any line is read,
@@ -31,18 +31,18 @@ from pyiceberg.io import FileIO, load_file_io
 
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
-from spark_app.arrow_decode import (
+from spark_app.decoding.arrow_decode import (
     conform_table,
     decode_csv_block,
     decode_json_block,
     target_schema,
     whole_input_row,
 )
-from spark_app.changes import Truncates, decode_changes
-from spark_app.schema_drift.drift import SchemaDrift
-from spark_app.source_settings.seen import SettingsSeen
-from spark_app.truncates.positions import Position
-from spark_app.units import FileUnit, UnitStats, WorkUnit, order_base
+from spark_app.decoding.changes import Truncates, decode_changes
+from spark_app.decoding.schema_drift.drift import SchemaDrift
+from spark_app.decoding.settings_seen import SettingsSeen
+from spark_app.decoding.source_positions import Position
+from spark_app.sources.units import FileUnit, UnitStats, WorkUnit, order_base
 
 BLOCK_BYTES = 8 << 20
 MIN_SLICE_BYTES = 8 << 20

@@ -24,10 +24,10 @@ from icebergsync.protocol import Frontier, SourceIdentity, encode_json
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.storage import StoredFile, list_files, normalize
 from icebergsync.transient import object_store
+from spark_app.decoding.source_positions import Position
 from spark_app.sources.base import Pending, Source
 from spark_app.sources.file_lines import ChangeReading, FileReader, plan_file_units
-from spark_app.truncates.positions import Position
-from spark_app.units import FileUnit, UnitReader, UnitStats, WorkUnit
+from spark_app.sources.units import FileUnit, UnitReader, UnitStats, WorkUnit
 
 log = logging.getLogger("icebergsync.source.files")
 

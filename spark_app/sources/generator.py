@@ -23,9 +23,9 @@ from pyspark.sql import DataFrame
 from icebergsync.protocol import Frontier
 from icebergsync.spec import GENERATOR_COLUMNS
 from icebergsync.spec import Column as SpecColumn
+from spark_app.decoding.source_positions import Position
 from spark_app.sources.base import Pending, Source
-from spark_app.truncates.positions import Position
-from spark_app.units import GeneratorUnit, UnitReader, UnitStats, WorkUnit
+from spark_app.sources.units import GeneratorUnit, UnitReader, UnitStats, WorkUnit
 
 # Epoch micros of 2025-01-01T00:00:00Z; consecutive ids are 10 ms apart in event time.
 BASE_TIME_MICROS = 1_735_689_600_000_000

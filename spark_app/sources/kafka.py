@@ -2,9 +2,9 @@
 
 Frontier: ``{"<topic>": {"<partition>": next_offset}}`` — every record of a listed partition below
 its offset is in the table. Each trigger reads exactly ``[frontier, end)``: the driver plans it from
-the partitions' offsets and splits it into :class:`~spark_app.units.KafkaUnit` s (one per partition
+the partitions' offsets and splits it into :class:`~spark_app.sources.units.KafkaUnit` s (one per partition
 range, a large range in several so that every core has work); each task reads its units with
-:func:`spark_app.kafka_client.read_range` (``assign`` + seek, a throwaway group id that is never
+:func:`spark_app.sources.kafka_client.read_range` (``assign`` + seek, a throwaway group id that is never
 joined or committed, ``enable.auto.commit=false``). There is no Spark checkpoint, no Spark Kafka
 connector, and nothing is committed to Kafka.
 
@@ -28,10 +28,10 @@ connector, and nothing is committed to Kafka.
   ``frontier-beyond-end``; the partition waits until its log passes the frontier.
 * Lag: per-partition end offset minus the committed end, in ``icebergsync.source-lag``.
 * ``options`` and the ``secretRef`` Secret configure the client (TLS, SASL PLAIN/SCRAM; see
-  :func:`spark_app.kafka_client.client_settings`); settings that decide the range are refused.
+  :func:`spark_app.sources.kafka_client.client_settings`); settings that decide the range are refused.
 
 Offsets and partitions are looked up on the driver with the same client (an AdminClient,
-:class:`spark_app.kafka_client.OffsetLookup`).
+:class:`spark_app.sources.kafka_client.OffsetLookup`).
 """
 
 from __future__ import annotations
@@ -55,8 +55,11 @@ from icebergsync.metrics.lag import kafka_lag, partitions_lag
 from icebergsync.protocol import Frontier
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
-from spark_app.arrow_decode import decode_json_values, target_schema
-from spark_app.kafka_client import (
+from spark_app.decoding.arrow_decode import decode_json_values, target_schema
+from spark_app.decoding.source_positions import Position
+from spark_app.sources.base import Pending, Source
+from spark_app.sources.file_lines import ChangeReading
+from spark_app.sources.kafka_client import (
     ClientSettings,
     KafkaAccessError,
     OffsetLookup,
@@ -65,11 +68,8 @@ from spark_app.kafka_client import (
     client_settings,
     read_range,
 )
-from spark_app.sources.base import Pending, Source
-from spark_app.sources.file_lines import ChangeReading
-from spark_app.truncates.positions import Position
-from spark_app.truncates.replay import first_after
-from spark_app.units import KafkaUnit, UnitStats, WorkUnit, order_base
+from spark_app.sources.truncate_replay import first_after
+from spark_app.sources.units import KafkaUnit, UnitStats, WorkUnit, order_base
 
 log = logging.getLogger("icebergsync.source.kafka")
 
@@ -306,7 +306,7 @@ class KafkaSource(Source):
 
     def after_truncate(self, pending: Pending, owns: Callable[[str], bool] | None, truncate: Position) -> KafkaPending:
         """``pending`` with each partition of the table's topics read from the first event after the truncate when
-        the table went past it, and at least up to that event (spark_app/truncates/replay.py)."""
+        the table went past it, and at least up to that event (spark_app/sources/truncate_replay.py)."""
         assert isinstance(pending, KafkaPending)
         mine = [tp for tp in pending.starts if owns is None or owns(tp[0])]
         begin, latest = self.lookup.offsets(mine)
@@ -438,8 +438,8 @@ def positions(topic: str, partition: int, offsets: pa.Array) -> pa.Array:
 @dataclass(frozen=True)
 class KafkaUnitReader:
     """The tasks' reader of :class:`KafkaUnit` s (picklable): the unit's exact range
-    (:func:`read_range`), decoded by :func:`spark_app.arrow_decode.decode_json_values`, or, for a
-    keyed sync (``changes``), by :func:`spark_app.changes.decode_changes` with the message keys (the
+    (:func:`read_range`), decoded by :func:`spark_app.decoding.arrow_decode.decode_json_values`, or, for a
+    keyed sync (``changes``), by :func:`spark_app.decoding.changes.decode_changes` with the message keys (the
     upsert format's tombstones delete the message key's row). A unit's records are in offset order:
     the ``i``-th record read is ordered ``order_base(unit) + i``."""
 

@@ -8,8 +8,8 @@ to its transaction topic; the END says how many change events the transaction ha
 before anything is committed, whether that range holds every transaction it touches whole:
 
 * the tasks note, per partition, for each transaction they decoded (its id; PostgreSQL's ``<txId>:<LSN>`` by its
-  txId, :func:`spark_app.changes.transaction_key`) the offsets of its first and last event
-  and how many events they read (:class:`spark_app.units.UnitStats`);
+  txId, :func:`spark_app.decoding.changes.transaction_key`) the offsets of its first and last event
+  and how many events they read (:class:`spark_app.sources.units.UnitStats`);
 * :class:`TransactionLog` reads the transaction topic on the driver (from where it stopped; after a start,
   backwards from the topic's end only as far as the transactions asked about need) for each transaction's
   END: the number of events of the data collections the sync reads (topic ``<prefix>.<data collection>``,
@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spark_app.changes import payload_of, transaction_key
-from spark_app.kafka_client import ClientSettings, KafkaAccessError, OffsetLookup, read_range
+from spark_app.decoding.changes import payload_of, transaction_key
+from spark_app.sources.kafka_client import ClientSettings, KafkaAccessError, OffsetLookup, read_range
 
 log = logging.getLogger("icebergsync.transactions")
 

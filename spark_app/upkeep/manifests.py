@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table.snapshots import Snapshot
 
-from spark_app.merge import first_fit_decreasing
+from spark_app.staging.packing import first_fit_decreasing
 
 TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
 DEFAULT_TARGET_BYTES = 8 * 1024 * 1024  # Iceberg's default for commit.manifest.target-size-bytes

@@ -21,13 +21,13 @@
   (packed with its partition's other candidates). A partition where a data file that stays has two
   or more position deletes gets them merged: into one position delete file (format 2), into one DV
   per data file (format 3).
-- **Layout**: after a partition-spec evolution (``spark_app/partitioning/``), a data file of an earlier spec
+- **Layout**: after a partition-spec evolution (``spark_app/commit/partition_evolution.py``), a data file of an earlier spec
   is due (with compaction on): it is written again in the default spec's layout, its rows spread over the
   new partitions, packed with the other files of its old partition.
 - Whatever made a file a candidate, every delete that applies to it is applied when it is written
   again: the replacement takes the planned snapshot's data sequence number, to which those deletes
   no longer apply. The delete files that apply to no data file that stays are removed, each DV on
-  its own (:attr:`~spark_app.iceberg_internals.LiveFile.key`): the DVs of rewritten data files go,
+  its own (:attr:`~spark_app.iceberg.internals.LiveFile.key`): the DVs of rewritten data files go,
   those of the other data files of the same Puffin file stay as they are.
 - **Never touched**: data files another writer's equality deletes apply to (partitioned ones, or on
   other columns than the key), and those deletes.
@@ -48,8 +48,8 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table.snapshots import Snapshot
 
-from spark_app.iceberg_internals import FileKey, LiveFile
-from spark_app.merge import first_fit_decreasing
+from spark_app.iceberg.internals import FileKey, LiveFile
+from spark_app.staging.packing import first_fit_decreasing
 
 PartitionKey = tuple[int, Any]  # (spec id, partition value): files of two specs are never one partition
 

@@ -1,19 +1,19 @@
 """Write the files of an upkeep plan: each group's data again, each merge's position deletes as one file.
 
 A group no delete applies to whose files have the table's current columns is joined by copying
-its files' row groups (:func:`spark_app.merge.merge_group`, as the commit's merge of small staged
+its files' row groups (:func:`spark_app.staging.packing.merge_group`, as the commit's merge of small staged
 files does). Any other group is read file by file in the table's current schema (columns matched by
-field id, :func:`spark_app.iceberg_internals.read_data_file`), without the rows its position and
+field id, :func:`spark_app.iceberg.internals.read_data_file`), without the rows its position and
 equality deletes remove, and written by the rolling writer into its partition at the target size.
 On format 3 the current columns include the row lineage columns, filled in as rows are read
-(:mod:`spark_app.upkeep.lineage`): only files an earlier rewrite wrote have them, so files the sink
+(:mod:`spark_app.staging.lineage`): only files an earlier rewrite wrote have them, so files the sink
 wrote are always read and written again, never copied (their rows' ids follow from their positions).
 A merge writes the positions its deletes hold for the data files that stay as the table's format
-takes them (:mod:`spark_app.position_deletes`): one position delete file (format 2), one DV per data
+takes them (:mod:`spark_app.iceberg.position_deletes`): one position delete file (format 2), one DV per data
 file in one Puffin file (format 3).
 
 Like the merge of staged files, the driver does the work itself while it is small
-(:data:`spark_app.merge.DRIVER_MERGE_BYTES` in all, :data:`spark_app.merge.DRIVER_REWRITE_BYTES`
+(:data:`spark_app.staging.packing.DRIVER_MERGE_BYTES` in all, :data:`spark_app.staging.packing.DRIVER_REWRITE_BYTES`
 to decode and encode); more is dealt to Spark tasks, balanced by bytes, each group in one task.
 Each piece of work reports its files or its error; the caller commits all or nothing.
 """
@@ -27,85 +27,32 @@ import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
-from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.schema import Schema
-from pyiceberg.table import Table
-from pyiceberg.table.name_mapping import NameMapping
-from pyiceberg.typedef import TableVersion
 from pyspark.sql import SparkSession
 
-from spark_app import merge
-from spark_app.iceberg_internals import LiveFile, read_data_file
-from spark_app.position_deletes.deletion_vector import DeletionVector
-from spark_app.position_deletes.dv_files import write_deletion_vectors
-from spark_app.position_deletes.plan import DeleteTarget, PositionDeletePlan
-from spark_app.position_deletes.position_files import write_position_delete_file
-from spark_app.upkeep.deletes import ApplicableKeys, deleted_positions, equality_keys, without_keys
-from spark_app.upkeep.lineage import Lineage, with_lineage
-from spark_app.upkeep.plan import PositionMerge, RewriteGroup, UpkeepPlan
-from spark_app.writer import (
+from spark_app.iceberg.applied_deletes import ApplicableKeys, deleted_positions, equality_keys, without_keys
+from spark_app.iceberg.internals import LiveFile
+from spark_app.iceberg.position_deletes.deletion_vector import DeletionVector
+from spark_app.iceberg.position_deletes.dv_files import write_deletion_vectors
+from spark_app.iceberg.position_deletes.plan import DeleteTarget, PositionDeletePlan
+from spark_app.iceberg.position_deletes.position_files import write_position_delete_file
+from spark_app.staging import packing
+from spark_app.staging.rewrite_rows import RewriteContext, write_live_rows
+from spark_app.staging.writer import (
     WRITER_MEMORY_BYTES,
     PartitionedWriter,
     RollingParquetWriter,
-    TablePlan,
     compression_options,
-    conform,
     task_id,
 )
+from spark_app.upkeep.plan import PositionMerge, RewriteGroup, UpkeepPlan
 
 log = logging.getLogger("icebergsync.maintenance")
 
 _FIELD_ID = b"PARQUET:field_id"
-
-
-@dataclass(frozen=True)
-class RewriteContext:
-    """What writing a plan's files needs, picklable for the tasks: the table's schema, specs and storage."""
-
-    location: str
-    properties: dict[str, str]
-    io_properties: dict[str, str]
-    schema: Schema
-    specs: dict[int, PartitionSpec]
-    format_version: TableVersion
-    name_mapping: NameMapping | None
-    target_file_bytes: int
-
-    default_spec_id: int
-
-    @classmethod
-    def of(cls, table: Table, target_file_bytes: int) -> RewriteContext:
-        metadata = table.metadata
-        return cls(metadata.location, dict(metadata.properties), dict(table.io.properties), table.schema(),
-                   metadata.specs(), metadata.format_version, metadata.name_mapping(), target_file_bytes,
-                   metadata.default_spec_id)
-
-    def io(self) -> FileIO:
-        return load_file_io(self.io_properties, self.location)
-
-    @property
-    def keeps_lineage(self) -> bool:
-        """Whether rewritten rows keep their row lineage (format 3: :mod:`spark_app.upkeep.lineage`)."""
-        return self.format_version >= 3
-
-    @property
-    def file_schema(self) -> Schema:
-        """The columns a rewrite reads and writes: the table's, and on format 3 the lineage columns."""
-        return with_lineage(self.schema) if self.keeps_lineage else self.schema
-
-    def table_plan(self, spec_id: int) -> TablePlan:
-        return TablePlan(self.location, self.properties, self.file_schema, self.specs[spec_id], self.io_properties)
-
-    @property
-    def key(self) -> list[str]:
-        """The identifier fields, in schema order (the columns of the sink's equality deletes)."""
-        names = set(self.schema.identifier_field_names())
-        return [f.name for f in self.schema.fields if f.name in names]
 
 
 @dataclass
@@ -161,7 +108,7 @@ def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: st
     rows = sum(f.data_file.record_count for f in group.files)
     if not relayout and not group.equality_deletes and not group.position_deletes \
             and _has_current_columns(io, group.files, target):
-        files = merge.merge_group(plan, merge.MergeGroup(tuple(f.data_file for f in group.files)), name_prefix,
+        files = packing.merge_group(plan, packing.MergeGroup(tuple(f.data_file for f in group.files)), name_prefix,
                                   context.target_file_bytes)
         return Outcome(index, files, rows, rows)
     key = context.key
@@ -183,28 +130,6 @@ def _rewrite_group(context: RewriteContext, group: RewriteGroup, name_prefix: st
         writer.abort()
         raise
     return Outcome(index, files, rows, written)
-
-
-def write_live_rows(context: RewriteContext, io: FileIO, writer: RollingParquetWriter | PartitionedWriter,
-                    target: pa.Schema,
-                    live: LiveFile, spec_id: int, deleted: np.ndarray | None,
-                    keep: Callable[[pa.Table], pa.Table] | None = None) -> int:
-    """Write the rows of ``live`` (of spec ``spec_id``) but those at the ``deleted`` positions and those ``keep``
-    drops, in ``target``'s columns, with their row lineage on format 3; return how many rows were written."""
-    lineage = Lineage(live, deleted) if context.keeps_lineage else None
-    written = 0
-    for batch in read_data_file(io, live.data_file, context.file_schema, context.specs[spec_id],
-                                context.format_version, context.name_mapping,
-                                pa.array(deleted) if deleted is not None else None):
-        rows = pa.Table.from_batches([batch])
-        if lineage is not None:
-            rows = lineage.fill(rows)
-        if keep is not None:
-            rows = keep(rows)
-        for conformed in conform(rows, target).to_batches():
-            written += conformed.num_rows
-            writer.write(conformed)
-    return written
 
 
 def _merge_positions(context: RewriteContext, work: PositionMerge, name_prefix: str, index: int) -> Outcome:
@@ -244,9 +169,9 @@ def in_driver(plan: UpkeepPlan, context: RewriteContext) -> bool:
     """Whether the work is small enough for the driver (the bounds of the commit's merge of small files)."""
     total = sum(work.size for work in work_of(plan))
     decoded = sum(group.size if group.equality_deletes or group.position_deletes or context.keeps_lineage
-                  else merge.rewritten_bytes(merge.MergeGroup(tuple(f.data_file for f in group.files)))
+                  else packing.rewritten_bytes(packing.MergeGroup(tuple(f.data_file for f in group.files)))
                   for group in plan.groups)
-    return total <= merge.DRIVER_MERGE_BYTES and decoded <= merge.DRIVER_REWRITE_BYTES
+    return total <= packing.DRIVER_MERGE_BYTES and decoded <= packing.DRIVER_REWRITE_BYTES
 
 
 def run_plan(spark: Callable[[], SparkSession] | None, context: RewriteContext, plan: UpkeepPlan,
@@ -257,7 +182,7 @@ def run_plan(spark: Callable[[], SparkSession] | None, context: RewriteContext, 
     if spark is None or in_driver(plan, context):
         return run_items(context, items, f"{name_prefix}-{task_id()}"), False
     session = spark()
-    assignments = merge.spread(items, session.sparkContext.defaultParallelism)
+    assignments = packing.spread(items, session.sparkContext.defaultParallelism)
     payloads = session.sparkContext.parallelize(assignments, len(assignments)).mapPartitions(
         _task_function(context, name_prefix)).collect()
     return [outcome for payload in payloads for outcome in pickle.loads(payload)], True

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_app.session import build_session
+from spark_app.job.session import build_session
 from tests.infra.services import spark_classpath
 from tests.integration.cdc_mariadb.servers import MariaDB, start_mariadb
 from tests.integration.cdc_postgres.servers import Postgres, running_postgres

@@ -15,8 +15,8 @@ from confluent_kafka import Producer as ClientProducer
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyiceberg.table import Table
 
-from spark_app.kafka_client import ClientSettings
 from spark_app.sources.kafka import source_options
+from spark_app.sources.kafka_client import ClientSettings
 from tests.infra.services import HOST, KafkaBroker, free_port
 from tests.integration.sync_support import sink_commits, sync_document
 

@@ -31,8 +31,8 @@ from pyspark.sql import SparkSession
 
 from icebergsync.spec import Column
 from icebergsync.storage import normalize
-from spark_app.iceberg_internals import is_deletion_vector, live_files
-from spark_app.job import SyncJob
+from spark_app.iceberg.internals import is_deletion_vector, live_files
+from spark_app.job.loop import SyncJob
 from tests.integration.sync_support import BackgroundJob, catalog_of, make_sync, sink_commits
 
 COLUMNS = [Column(name="id", type="long", required=True), Column(name="name", type="string"),

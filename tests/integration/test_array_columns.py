@@ -13,8 +13,8 @@ from typing import Any
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from spark_app.changes import UNAVAILABLE
-from spark_app.job import SyncJob
+from spark_app.decoding.changes import UNAVAILABLE
+from spark_app.job.loop import SyncJob
 from tests.integration.sync_support import BackgroundJob, catalog_of, make_sync, sink_commits
 
 SCHEMA = [{"name": "id", "type": "long", "required": True}, {"name": "tags", "type": "array<string>"},

@@ -1,4 +1,4 @@
-"""The consistent cut (spark_app/multi_table/cut.py) on real SQL catalogs, SQLite and PostgreSQL: every table's
+"""The consistent cut (spark_app/iceberg/cut.py) on real SQL catalogs, SQLite and PostgreSQL: every table's
 metadata pointer moves in one database transaction or none does, the tables stay readable and writable by
 pyiceberg's own SqlCatalog, and a reader of the catalog never sees an order without its lines. A REST catalog
 refuses a cut of several tables."""
@@ -20,7 +20,7 @@ from pyiceberg.table import StaticTable, Table, Transaction
 from pyiceberg.types import DoubleType, LongType, NestedField
 from sqlalchemy import event, text
 
-from spark_app.multi_table.cut import AtomicCutUnsupportedError, TableChange, atomic_cut_supported, commit_cut
+from spark_app.iceberg.cut import AtomicCutUnsupportedError, TableChange, atomic_cut_supported, commit_cut
 from tests.infra.services import RestCatalog
 from tests.integration.cut_support import broken_orders, reads_during
 

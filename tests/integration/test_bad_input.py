@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync.errors import EXIT_BAD_INPUT, BadInputError
 from icebergsync.spec import IcebergSync
-from spark_app.job import SyncJob
+from spark_app.job.loop import SyncJob
 from tests.integration.sync_support import (
     BackgroundJob,
     catalog_of,

@@ -1,5 +1,5 @@
 """Issue 38, part 5: a column added with a default on a format-version 3 table (the source's ``ADD COLUMN …
-DEFAULT``, spark_app/schema_drift/plan.py) has it as its initial-default and write-default, and the rows written
+DEFAULT``, spark_app/commit/schema_changes.py) has it as its initial-default and write-default, and the rows written
 before the column existed read it: with Apache Iceberg's Spark runtime (vectorized and row readers), with
 pyiceberg's scan, and with the per-file reader the sink's own upkeep rewrites files with (so a compaction keeps the
 default). Real staged Parquet files, a real SQLite catalog, the sink's committer; no Kafka."""
@@ -32,8 +32,8 @@ from pyspark.sql import SparkSession
 
 from icebergsync.protocol import Writer
 from icebergsync.schema import SchemaChange
-from spark_app.committer import SinkCommitter, TriggerOutput
-from spark_app.iceberg_internals import read_data_file
+from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.iceberg.internals import read_data_file
 from tests.integration.committer_support import SCHEMA, TABLE, open_catalog, stage, stage_rows
 
 SINK = "test/defaults"
@@ -100,7 +100,7 @@ def test_rows_before_an_added_column_read_its_initial_default(tmp_path: Path, sp
 
 
 def test_spark_vectorized_reads_fail_on_a_decimal_column_with_a_default(tmp_path: Path, spark: SparkSession) -> None:
-    """Why a decimal column never gets a default (spark_app/schema_drift/plan.py): Apache Iceberg's Spark runtime
+    """Why a decimal column never gets a default (spark_app/commit/schema_changes.py): Apache Iceberg's Spark runtime
     1.10.1 cannot read such a table with its vectorized Parquet reader, its default, not even the files that hold
     the column (apache/iceberg#16502). The row reader reads it right. When this test fails, the runtime reads it:
     decimal defaults can then be set."""

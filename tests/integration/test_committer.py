@@ -13,7 +13,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.types import StringType
 
-import spark_app.committer as committer_module
+import spark_app.commit.committer as committer_module
 from icebergsync import protocol
 from icebergsync.errors import FencedError
 from icebergsync.metrics.lag import lag_text
@@ -21,9 +21,14 @@ from icebergsync.protocol import Writer, sink_file_prefix
 from icebergsync.schema import SchemaChange
 from icebergsync.sink_state import read_sink_state
 from icebergsync.storage import list_files, normalize
-from spark_app.committer import MaintenanceConflictError, SinkCommitter, TriggerOutput, referenced_files
-from spark_app.deadletter import DEAD_LETTER_SCHEMA
-from spark_app.multi_table.cut import TableChange
+from spark_app.commit.committer import (
+    MaintenanceConflictError,
+    SinkCommitter,
+    TriggerOutput,
+    referenced_files,
+)
+from spark_app.decoding.deadletter import DEAD_LETTER_SCHEMA
+from spark_app.iceberg.cut import TableChange
 from tests.integration.committer_support import (
     TABLE,
     commit_range,

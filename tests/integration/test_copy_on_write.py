@@ -1,4 +1,4 @@
-"""Copy-on-write of small data files in a keyed commit (spark_app/position_deletes/copy_on_write.py).
+"""Copy-on-write of small data files in a keyed commit (spark_app/commit/copy_on_write.py).
 
 A keyed trigger that touches a data file smaller than ``changes.copyOnWriteBelow`` writes it again, merged
 with the trigger's new rows of its partition, in its own commit: a small table keeps ONE data file per
@@ -22,11 +22,11 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-import spark_app.committer as committer_module
+import spark_app.commit.committer as committer_module
 from icebergsync import protocol
 from icebergsync.protocol import Writer
-from spark_app.committer import SinkCommitter
-from spark_app.iceberg_internals import is_deletion_vector, live_files, referenced_data_file
+from spark_app.commit.committer import SinkCommitter
+from spark_app.iceberg.internals import is_deletion_vector, live_files, referenced_data_file
 from tests.integration.keyed_support import (
     START,
     ChangeStream,
@@ -245,7 +245,7 @@ def test_a_kill_around_the_copy_on_write_commit_leaves_every_row_once(
 def test_a_threshold_above_every_file_rewrites_no_more_than_the_driver_budget(
         tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     """A tenant's ``copyOnWriteBelow: 1Ti`` makes every data file eligible; each commit still writes again no more
-    than the driver's budget (the real one is ``spark_app.merge.DRIVER_REWRITE_BYTES``, shrunk here to a third of
+    than the driver's budget (the real one is ``spark_app.staging.packing.DRIVER_REWRITE_BYTES``, shrunk here to a third of
     the table) and deletes the older rows of the other partitions by position, every row still exactly once."""
     catalog = open_catalog(tmp_path)
     name = keyed_table(catalog, 2)

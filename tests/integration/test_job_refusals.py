@@ -11,10 +11,10 @@ from pyspark.sql import SparkSession
 from icebergsync.errors import FencedError, ProgressConflictError
 from icebergsync.protocol import Writer
 from icebergsync.spec import GENERATOR_COLUMNS
-from spark_app import committer as committer_module
-from spark_app.committer import SinkCommitter
-from spark_app.job import SyncJob
-from spark_app.writer import rebuild_data_file
+from spark_app.commit import committer as committer_module
+from spark_app.commit.committer import SinkCommitter
+from spark_app.job.loop import SyncJob
+from spark_app.staging.writer import rebuild_data_file
 from tests.integration.sync_support import catalog_of, make_sync, sink_commits, table_ids
 
 

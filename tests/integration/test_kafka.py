@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from icebergsync.errors import EXIT_FENCED
 from icebergsync.protocol import SOURCE_LAG, SOURCE_NOTES
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
+from spark_app.job.loop import SyncJob
 from spark_app.sources.kafka import KafkaSource
 from tests.infra.services import KafkaBroker
 from tests.integration.kafka_support import (

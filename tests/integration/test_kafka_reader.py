@@ -2,8 +2,8 @@
 compacted topics, ranges ending on gaps, missing records, TLS and SASL (PLAIN, SCRAM-SHA-256/512),
 and bad credentials failing with a clear error instead of hanging.
 
-The raw range reader (:func:`spark_app.kafka_client.read_range`) is what each Spark task runs for a
-work unit; decoding is separate (spark_app.arrow_decode) and not exercised here.
+The raw range reader (:func:`spark_app.sources.kafka_client.read_range`) is what each Spark task runs for a
+work unit; decoding is separate (spark_app.decoding.arrow_decode) and not exercised here.
 """
 
 from __future__ import annotations
@@ -20,10 +20,16 @@ from pyspark.sql import SparkSession
 from icebergsync.errors import IcebergSyncError
 from icebergsync.protocol import SOURCE_NOTES
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
-from spark_app.kafka_client import ClientSettings, KafkaAccessError, OffsetLookup, RangeCounts, read_range
+from spark_app.job.loop import SyncJob
 from spark_app.sources.kafka import KafkaSource
-from spark_app.units import KafkaUnit
+from spark_app.sources.kafka_client import (
+    ClientSettings,
+    KafkaAccessError,
+    OffsetLookup,
+    RangeCounts,
+    read_range,
+)
+from spark_app.sources.units import KafkaUnit
 from tests.infra.services import KafkaBroker
 from tests.integration.kafka_support import (
     LISTENERS,

@@ -9,7 +9,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
+from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker
 from tests.integration.kafka_support import (
     kafka_document,

@@ -19,12 +19,12 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.types import LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
-from spark_app import iceberg_internals
-from spark_app.key_index import locate
-from spark_app.key_index.file_keys import FileKeysCache
-from spark_app.key_index.key_columns import KeyColumn, KeyColumnCache
-from spark_app.key_index.locate import LocateStats, locate_rows
-from spark_app.writer import PartitionedWriter, TablePlan, conform
+from spark_app.commit.key_index import locate
+from spark_app.commit.key_index.file_keys import FileKeysCache
+from spark_app.commit.key_index.key_columns import KeyColumn, KeyColumnCache
+from spark_app.commit.key_index.locate import LocateStats, locate_rows
+from spark_app.iceberg import internals
+from spark_app.staging.writer import PartitionedWriter, TablePlan, conform
 
 SCHEMA = Schema(NestedField(1, "key", StringType(), required=True), NestedField(2, "value", LongType()),
                 identifier_field_ids=[1])
@@ -63,8 +63,8 @@ def sink_file(table: Table, keys: list[str], name: str) -> DataFile:
 
 def commit(table: Table, data_files: list[DataFile]) -> Table:
     transaction = Transaction(table)
-    iceberg_internals.row_delta(transaction, {"test": "1"}, data_files, [], [])
-    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    internals.row_delta(transaction, {"test": "1"}, data_files, [], [])
+    internals.commit_transaction(table.catalog, table, transaction)
     return table.catalog.load_table("ns.t")
 
 
@@ -187,8 +187,8 @@ def test_integer_keys_spread_over_many_files_are_located_from_memory(tmp_path: P
         writer.write(conform(pa.RecordBatch.from_pydict({"id": ids, "value": ids}), plan.arrow_schema()))
         data_files += writer.finish()
     transaction = Transaction(table)
-    iceberg_internals.row_delta(transaction, {"test": "1"}, data_files, [], [])
-    iceberg_internals.commit_transaction(catalog, table, transaction)
+    internals.row_delta(transaction, {"test": "1"}, data_files, [], [])
+    internals.commit_transaction(catalog, table, transaction)
     table = catalog.load_table("ns.t")
     snapshot = table.current_snapshot()
     assert snapshot is not None

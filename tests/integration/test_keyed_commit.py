@@ -1,7 +1,7 @@
 """Keyed tables end to end below the job loop, read back by an independent reader.
 
-Change records are decoded and collapsed (spark_app/changes.py), staged as data files and equality
-delete files (spark_app/writer.py, spark_app/deletes.py) and committed trigger by trigger through
+Change records are decoded and collapsed (spark_app/decoding/changes.py), staged as data files and equality
+delete files (spark_app/staging/writer.py, spark_app/staging/equality_deletes.py) and committed trigger by trigger through
 SinkCommitter, on a table partitioned by ``day(updated_at)``: inserts, updates that move a row to
 another day, deletes, re-inserts, key changes, tombstones and broken records, a crash with staged
 files, a restart with a higher version and a fenced stale writer. After each step Apache Iceberg's
@@ -30,13 +30,13 @@ from icebergsync.errors import FencedError, IcebergSyncError
 from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.schema import iceberg_schema
 from icebergsync.storage import normalize
-from spark_app.changes import collapse, decode_changes
-from spark_app.committer import SinkCommitter, TriggerOutput, referenced_files
-from spark_app.deadletter import ERROR_COLUMN
-from spark_app.deletes import delete_plan, write_equality_deletes
-from spark_app.iceberg_internals import unpartitioned_spec_id
-from spark_app.units import ORDER_UNIT_SHIFT
-from spark_app.writer import PartitionedWriter, TablePlan, conform
+from spark_app.commit.committer import SinkCommitter, TriggerOutput, referenced_files
+from spark_app.decoding.changes import collapse, decode_changes
+from spark_app.decoding.deadletter import ERROR_COLUMN
+from spark_app.iceberg.internals import unpartitioned_spec_id
+from spark_app.sources.units import ORDER_UNIT_SHIFT
+from spark_app.staging.equality_deletes import delete_plan, write_equality_deletes
+from spark_app.staging.writer import PartitionedWriter, TablePlan, conform
 from tests.integration.keyed_support import COLUMNS, KEY, ChangeStream, spark_rows
 
 SINK = "test/customers"

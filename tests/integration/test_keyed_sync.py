@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_app.iceberg_internals import is_deletion_vector, live_files, referenced_data_file
-from spark_app.job import SyncJob
+from spark_app.iceberg.internals import is_deletion_vector, live_files, referenced_data_file
+from spark_app.job.loop import SyncJob
 from tests.integration.keyed_support import (
     SCHEMA,
     ChangeStream,

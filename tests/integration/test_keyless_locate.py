@@ -1,4 +1,4 @@
-"""Locating a keyless trigger's removed copies on real tables (spark_app/keyless/locate.py): exactly ``count`` live
+"""Locating a keyless trigger's removed copies on real tables (spark_app/commit/keyless_locate.py): exactly ``count`` live
 rows equal to each removed row (every column, NULL equal to NULL), never a row the head already deletes, the
 shortfall counted, files pruned by a column whose removed values are all non-null."""
 
@@ -15,12 +15,12 @@ from pyiceberg.table import Table, Transaction
 from icebergsync.catalog import ensure_table
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column
-from spark_app import iceberg_internals
-from spark_app.key_index.locate import LocateStats
-from spark_app.keyless.locate import LocatedCopies, locate_copies
-from spark_app.keyless.rows import COUNT_COLUMN
-from spark_app.position_deletes.stage import stage_position_deletes
-from spark_app.writer import PartitionedWriter, TablePlan, conform
+from spark_app.commit.key_index.locate import LocateStats
+from spark_app.commit.keyless_locate import LocatedCopies, locate_copies
+from spark_app.decoding.row_identity import COUNT_COLUMN
+from spark_app.iceberg import internals
+from spark_app.iceberg.position_deletes.stage import stage_position_deletes
+from spark_app.staging.writer import PartitionedWriter, TablePlan, conform
 
 COLUMNS = [Column(name="name", type="string"), Column(name="qty", type="long"), Column(name="score", type="double"),
            Column(name="tags", type="array<string>")]
@@ -45,8 +45,8 @@ def data_file(table: Table, rows: list[dict[str, object]], name: str) -> DataFil
 def commit(table: Table, data_files: list[DataFile], delete_files: list[DataFile] | None = None,
            removed: list[DataFile] | None = None) -> Table:
     transaction = Transaction(table)
-    iceberg_internals.row_delta(transaction, {"test": "1"}, data_files, delete_files or [], removed or [])
-    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    internals.row_delta(transaction, {"test": "1"}, data_files, delete_files or [], removed or [])
+    internals.commit_transaction(table.catalog, table, transaction)
     return table.catalog.load_table("ns.t")
 
 

@@ -1,4 +1,4 @@
-"""Built-in maintenance of keyed tables (spark_app/maintenance.py), read back by two independent readers.
+"""Built-in maintenance of keyed tables (spark_app/upkeep/runner.py), read back by two independent readers.
 
 Keyed triggers (ChangeStream, as tests/integration/test_keyed_commit.py commits them) leave equality
 delete files; a run of ``rewriteDeletes`` (with compaction, as by default) rewrites the data files they
@@ -33,18 +33,19 @@ from icebergsync.protocol import Writer
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import ExpireSnapshots, Maintenance, RemoveOrphans, parse_spec
 from icebergsync.storage import normalize
-from spark_app.committer import MaintenanceConflictError, SinkCommitter, referenced_files
-from spark_app.iceberg_internals import (
+from spark_app.commit.committer import MaintenanceConflictError, SinkCommitter, referenced_files
+from spark_app.iceberg.applied_deletes import PositionReferences
+from spark_app.iceberg.internals import (
     FileKey,
     commit_transaction,
     is_deletion_vector,
     live_files,
     rewrite_files,
 )
-from spark_app.maintenance import Maintainer
-from spark_app.upkeep.deletes import PositionReferences
+from spark_app.staging.rewrite_rows import RewriteContext
 from spark_app.upkeep.plan import UpkeepPlan
-from spark_app.upkeep.rewrite import RewriteContext, run_plan
+from spark_app.upkeep.rewrite import run_plan
+from spark_app.upkeep.runner import Maintainer
 from tests.integration.keyed_support import COLUMNS, KEY, ChangeStream, Row, delete_contents, spark_rows
 from tests.integration.sync_support import (
     catalog_of,
@@ -627,8 +628,8 @@ def test_another_writers_deletes_pin_the_files_they_apply_to(tmp_path: Path, spa
 
     import pyarrow as pa
 
-    from spark_app.deletes import delete_plan, write_equality_deletes
-    from spark_app.iceberg_internals import row_delta
+    from spark_app.iceberg.internals import row_delta
+    from spark_app.staging.equality_deletes import delete_plan, write_equality_deletes
 
     catalog = open_catalog(tmp_path)
     name = keyed_table(catalog)

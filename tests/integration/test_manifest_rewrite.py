@@ -1,4 +1,4 @@
-"""Upkeep's manifest rewrite (spark_app/maintenance.py, rewriteManifests), read back by two independent readers.
+"""Upkeep's manifest rewrite (spark_app/upkeep/runner.py, rewriteManifests), read back by two independent readers.
 
 Keyed triggers add manifests commit after commit; with compaction and rewriteDeletes off their deletes
 stay live, so every delete's reach hangs on the sequence numbers of the entries the rewrite moves: a
@@ -22,9 +22,9 @@ from pyspark.sql import SparkSession
 from icebergsync.errors import FencedError
 from icebergsync.protocol import Writer
 from icebergsync.spec import Maintenance
-from spark_app.committer import MaintenanceConflictError, SinkCommitter
-from spark_app.iceberg_internals import FileKey, file_key, first_row_id, manifest_entries, manifest_files
-from spark_app.maintenance import Maintainer
+from spark_app.commit.committer import MaintenanceConflictError, SinkCommitter
+from spark_app.iceberg.internals import FileKey, file_key, first_row_id, manifest_entries, manifest_files
+from spark_app.upkeep.runner import Maintainer
 from tests.integration.keyed_support import ChangeStream, spark_rows
 from tests.integration.test_keyed_commit import SINK, open_catalog
 from tests.integration.test_maintenance import (

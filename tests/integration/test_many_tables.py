@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync import protocol
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
+from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker
 from tests.integration.kafka_support import SCHEMA, LateBroker, produce_orders
 from tests.integration.sync_support import BackgroundJob, catalog_of, sink_commits, sync_document, table_ids

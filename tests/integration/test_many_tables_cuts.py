@@ -49,7 +49,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync import protocol
 from icebergsync.spec import IcebergSync, parse_spec
-from spark_app.job import SyncJob
+from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker, RestCatalog
 from tests.integration.cut_support import broken_orders
 from tests.integration.sync_support import (

@@ -36,8 +36,8 @@ from pyspark.sql import SparkSession
 
 from icebergsync import protocol
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
-from spark_app.truncates.positions import TRUNCATED_NOTE
+from spark_app.decoding.source_positions import TRUNCATED_NOTE
+from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker
 from tests.integration.cdc_mariadb.example import EXAMPLE, PASSWORD, example_sync, run_setup_sql
 from tests.integration.cdc_mariadb.servers import MariaDB, connector_settings, start_debezium, start_mariadb

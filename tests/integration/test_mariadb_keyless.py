@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
+from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker
 from tests.integration.cdc_mariadb.example import EXAMPLE, PASSWORD, example_sync, run_setup_sql
 from tests.integration.cdc_mariadb.servers import connector_settings, start_debezium, start_mariadb

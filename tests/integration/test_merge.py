@@ -1,4 +1,4 @@
-"""Merging a trigger's small staged files on real Spark (spark_app/merge.py): the rows, the files, the fallback."""
+"""Merging a trigger's small staged files on real Spark (spark_app/staging/packing.py): the rows, the files, the fallback."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
-from spark_app import merge
-from spark_app.merge import merge_small_files
-from spark_app.writer import (
+from spark_app.staging import packing
+from spark_app.staging.packing import merge_small_files
+from spark_app.staging.writer import (
     StagedFile,
     TablePlan,
     TaskResult,
@@ -36,7 +36,7 @@ KINDS = ("a", "b", "c")
 def merging_where(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways a merge runs: small merges in the driver, larger ones as a Spark job."""
     if request.param == "by a Spark job":
-        monkeypatch.setattr(merge, "DRIVER_MERGE_BYTES", 0)
+        monkeypatch.setattr(packing, "DRIVER_MERGE_BYTES", 0)
     return str(request.param)
 
 
@@ -125,7 +125,7 @@ def test_large_files_are_merged_by_copying_their_row_groups(tmp_path: Path, spar
     tiny = [stage_partition(plan, iter([pa.RecordBatch.from_pydict({"id": [task], "kind": ["a"]})]), f"{task:05d}-0")
             for task in (3, 4)]
     originals = [s.data_file for r in results for s in r.files]
-    assert all(f.file_size_in_bytes / len(f.split_offsets or ()) >= merge.MIN_COPIED_ROW_GROUP_BYTES for f in originals)
+    assert all(f.file_size_in_bytes / len(f.split_offsets or ()) >= packing.MIN_COPIED_ROW_GROUP_BYTES for f in originals)
     statistics = {f.file_path: [pq.ParquetFile(local(f)).metadata.row_group(g).column(0).statistics.min
                                 for g in range(len(f.split_offsets or ()))] for f in originals}
 
@@ -149,7 +149,7 @@ def test_files_that_cannot_be_copied_are_merged_by_writing_their_rows_again(
         tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """A staged file with an offset index (absolute page offsets a copy would break) is refused by the
     row-group copy; that group is written again, the others are copied, and the rows are the same."""
-    monkeypatch.setattr(merge, "MIN_COPIED_ROW_GROUP_BYTES", 0)  # copy even these small files (in the driver)
+    monkeypatch.setattr(packing, "MIN_COPIED_ROW_GROUP_BYTES", 0)  # copy even these small files (in the driver)
     plan = write_plan(tmp_path)
     results = staged_by_two_tasks(plan)
     indexed = next(s for s in results[1].files if tuple(s.data_file.partition) == ("b",))
@@ -194,7 +194,7 @@ def test_small_files_too_large_to_join_in_memory_are_written_again_through_the_r
         tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The tiny files of a group become one row group built in memory, up to a bound; past it the group
     is written again by the rolling writer (memory bounded by its row-group budget), rows unchanged."""
-    monkeypatch.setattr(merge, "MAX_REWRITTEN_PIECE_BYTES", 1)
+    monkeypatch.setattr(packing, "MAX_REWRITTEN_PIECE_BYTES", 1)
     plan = write_plan(tmp_path)
 
     with caplog.at_level(logging.INFO, logger="icebergsync.merge"):

@@ -12,8 +12,8 @@ from pyspark.sql import SparkSession
 
 from icebergsync.metrics.names import JOB_METRICS
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
-from spark_app.metrics import serve
+from spark_app.job.loop import SyncJob
+from spark_app.job.metrics import serve
 from tests.infra.prometheus import Prometheus, start_prometheus
 from tests.infra.services import HOST, KafkaBroker, free_port
 from tests.integration.kafka_support import kafka_document, last_frontier, new_topic, produce_orders

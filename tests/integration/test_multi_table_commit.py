@@ -1,4 +1,4 @@
-"""One trigger of a sync of several tables (spark_app/multi_table/trigger.py) on real catalogs: one atomic cut on
+"""One trigger of a sync of several tables (spark_app/job/trigger.py) on real catalogs: one atomic cut on
 SQLite, table by table on a REST catalog; each table's commit carries its own frontier and fence, a fence on
 one table refuses the whole cut, a zombie older version lands only on tables the new version has not claimed
 (which the claim then resumes from), and a kill -9 between two table commits leaves each table exactly once."""
@@ -21,9 +21,9 @@ from sqlalchemy.orm import Session
 from icebergsync import protocol
 from icebergsync.errors import FencedError
 from icebergsync.protocol import Frontier, Writer
-from spark_app.committer import SinkCommitter, TriggerOutput
+from spark_app.commit.committer import SinkCommitter, TriggerOutput
 from spark_app.faults import CRASH_ENV
-from spark_app.multi_table.trigger import commit_trigger
+from spark_app.job.trigger import commit_trigger
 from tests.infra.services import RestCatalog
 from tests.integration.committer_support import SCHEMA, open_catalog, stage
 

@@ -36,8 +36,8 @@ from pyiceberg.table.snapshots import Operation
 from icebergsync import protocol
 from icebergsync.errors import FencedError, ProgressConflictError
 from icebergsync.protocol import Writer
-from spark_app.committer import SinkCommitter, TriggerOutput
-from spark_app.multi_table.trigger import commit_trigger
+from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.job.trigger import commit_trigger
 from tests.integration.committer_support import SCHEMA, open_catalog, stage
 from tests.integration.protocol_model.judging import examples, judge
 

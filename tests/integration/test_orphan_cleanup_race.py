@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import spark_app.committer as committer_module
+import spark_app.commit.committer as committer_module
 from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.storage import StoredFile
-from spark_app.committer import SinkCommitter
+from spark_app.commit.committer import SinkCommitter
 from tests.integration.committer_support import TABLE, create_table, open_catalog, stage
 
 

@@ -23,10 +23,10 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField
 from pyspark.sql import SparkSession
 
-from spark_app import iceberg_internals
-from spark_app.position_deletes.deletion_vector import DeletionVector
-from spark_app.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
-from spark_app.writer import PartitionedWriter, TablePlan, conform
+from spark_app.iceberg import internals
+from spark_app.iceberg.position_deletes.deletion_vector import DeletionVector
+from spark_app.iceberg.position_deletes.stage import PositionDeleteDelta, stage_position_deletes
+from spark_app.staging.writer import PartitionedWriter, TablePlan, conform
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "day", DateType(), required=True))
 SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "day"))
@@ -55,8 +55,8 @@ NO_DELETES = PositionDeleteDelta()
 
 def commit(table: Table, data_files: list[DataFile], delta: PositionDeleteDelta = NO_DELETES) -> Table:
     transaction = Transaction(table)
-    iceberg_internals.row_delta(transaction, {"test": "1"}, data_files, delta.added, delta.removed)
-    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    internals.row_delta(transaction, {"test": "1"}, data_files, delta.added, delta.removed)
+    internals.commit_transaction(table.catalog, table, transaction)
     return table.catalog.load_table("ns.t")
 
 
@@ -125,15 +125,15 @@ def test_v3_deletion_vectors_replace_the_earlier_vector_of_a_data_file(tmp_path:
     expected = sorted(set(range(250)) - {3, 50, 99, 100, 101})
     assert spark_ids(spark, table) == expected
     live = spark_delete_files(spark, table)
-    assert live == sorted((1, "PUFFIN", dv.file_path, iceberg_internals.referenced_data_file(dv),
-                           iceberg_internals.content_offset(dv), iceberg_internals.content_size_in_bytes(dv),
+    assert live == sorted((1, "PUFFIN", dv.file_path, internals.referenced_data_file(dv),
+                           internals.content_offset(dv), internals.content_size_in_bytes(dv),
                            dv.record_count) for dv in first.added)
     assert [(row[3], row[6]) for row in live] == sorted([(a.file_path, 3), (b.file_path, 2)])
 
     # More deletes of a: its new DV holds the union and replaces the old one in the same snapshot.
     d = write_rows(table, range(250, 260), DAY2, "d")
     second = deleting(table, "d2", {a: {4, 5}})
-    assert [iceberg_internals.referenced_data_file(f) for f in second.removed] == [a.file_path]
+    assert [internals.referenced_data_file(f) for f in second.removed] == [a.file_path]
     assert [f.record_count for f in second.added] == [5]
     table = commit(table, [d], second)
     expected = sorted(set(range(260)) - {3, 4, 5, 50, 99, 100, 101})
@@ -141,7 +141,7 @@ def test_v3_deletion_vectors_replace_the_earlier_vector_of_a_data_file(tmp_path:
     live = spark_delete_files(spark, table)
     assert sorted((row[3], row[6]) for row in live) == sorted([(a.file_path, 5), (b.file_path, 2)])
     assert len({row[3] for row in live}) == len(live)  # one live DV per data file
-    assert (second.added[0].file_path, iceberg_internals.content_offset(second.added[0])) in {(r[2], r[4]) for r in live}
+    assert (second.added[0].file_path, internals.content_offset(second.added[0])) in {(r[2], r[4]) for r in live}
     every = spark_delete_files(spark, table, "all_delete_files")
     assert sorted((row[3], row[6]) for row in set(every)) == sorted([(a.file_path, 3), (a.file_path, 5), (b.file_path, 2)])
     snapshot = table.current_snapshot()
@@ -149,7 +149,7 @@ def test_v3_deletion_vectors_replace_the_earlier_vector_of_a_data_file(tmp_path:
     assert (snapshot.summary.operation.value, snapshot.summary["added-dvs"], snapshot.summary["removed-dvs"]) == (
         "overwrite", "1", "1")
     # Row lineage: Spark reads the row ids the snapshots assigned (first-row-id + position).
-    assert (snapshot.first_row_id, snapshot.added_rows, iceberg_internals.next_row_id(table.metadata)) == (250, 10, 260)
+    assert (snapshot.first_row_id, snapshot.added_rows, internals.next_row_id(table.metadata)) == (250, 10, 260)
     row_ids = {row["_row_id"] for row in
                spark.read.format("iceberg").load(table.metadata_location).selectExpr("_row_id").collect()}
     assert len(row_ids) == len(expected) and min(row_ids) >= 0 and max(row_ids) < 260

@@ -31,8 +31,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from icebergsync.spec import parse_spec
-from spark_app.changes import UNAVAILABLE
-from spark_app.job import SyncJob
+from spark_app.decoding.changes import UNAVAILABLE
+from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker
 from tests.integration.cdc_postgres.progress import (
     caught_up,

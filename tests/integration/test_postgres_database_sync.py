@@ -65,8 +65,8 @@ from pyspark.sql import SparkSession
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.source_settings.checks import SettingsVerdict
 from icebergsync.spec import parse_spec
-from spark_app.changes import UNAVAILABLE
-from spark_app.job import SyncJob
+from spark_app.decoding.changes import UNAVAILABLE
+from spark_app.job.loop import SyncJob
 from tests.infra.services import REPO_ROOT, KafkaBroker
 from tests.integration.cdc_postgres.database import (
     ACCOUNTS,

@@ -24,7 +24,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
+from spark_app.job.loop import SyncJob
 from tests.infra.services import REPO_ROOT, KafkaBroker
 from tests.integration.cdc_postgres.servers import Postgres, start_debezium
 from tests.integration.sync_support import BackgroundJob, catalog_of, sink_commits, sync_document

@@ -27,7 +27,7 @@ import yaml
 from pyspark.sql import SparkSession
 
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
+from spark_app.job.loop import SyncJob
 from tests.infra.services import REPO_ROOT, KafkaBroker
 from tests.integration.cdc_postgres.database import PUBLICATION, run_example_setup
 from tests.integration.cdc_postgres.progress import caught_up, dead_letters, sink_id

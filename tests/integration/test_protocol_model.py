@@ -92,11 +92,11 @@ from icebergsync.catalog import KEYED_FORMAT_VERSIONS
 from icebergsync.errors import FencedError, ProgressConflictError, TableChangedError
 from icebergsync.schema import SchemaChange
 from icebergsync.spec import ExpireSnapshots, Maintenance
-from spark_app import committer as committer_module
-from spark_app.committer import MaintenanceConflictError, TriggerOutput
-from spark_app.deadletter import DEAD_LETTER_SCHEMA
-from spark_app.maintenance import Maintainer
-from spark_app.writer import table_plan
+from spark_app.commit import committer as committer_module
+from spark_app.commit.committer import MaintenanceConflictError, TriggerOutput
+from spark_app.decoding.deadletter import DEAD_LETTER_SCHEMA
+from spark_app.staging.writer import table_plan
+from spark_app.upkeep.runner import Maintainer
 from tests.integration.committer_support import SCHEMA, dead_letter_rows, open_catalog, stage_rows
 from tests.integration.protocol_model.judging import DERANDOMIZED, examples, judge
 from tests.integration.protocol_model.keyed import (

@@ -1,4 +1,4 @@
-"""The cut (spark_app/multi_table/cut.py) on REST catalogs declared atomic (``icebergsync.atomic-multi-table-commit``):
+"""The cut (spark_app/iceberg/cut.py) on REST catalogs declared atomic (``icebergsync.atomic-multi-table-commit``):
 ONE ``POST /v1/transactions/commit``. On Project Nessie's server (0.99.0, from Maven Central) it is atomic: both
 tables land in one Nessie commit, a requirement failing on the second table leaves the first unchanged, and a reader
 of one Nessie commit never sees an order without its lines; a cut whose answer is lost and whose snapshots another
@@ -31,15 +31,15 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId
 from pyspark.sql import SparkSession
 
-import spark_app.committer as committer_module
+import spark_app.commit.committer as committer_module
 from icebergsync import protocol
 from icebergsync.protocol import Writer
 from icebergsync.spec import parse_spec
 from icebergsync.tables.cuts import ATOMIC_MULTI_TABLE_COMMIT, catalog_cut_support, spec_cut_support
-from spark_app.committer import CommitStateUnknownError, SwapPart, swap_cut
-from spark_app.iceberg_internals import commit_transactions
-from spark_app.multi_table.cut import TableChange, atomic_cut_supported, commit_cut
-from spark_app.multi_table.trigger import commit_trigger
+from spark_app.commit.committer import CommitStateUnknownError, SwapPart, swap_cut
+from spark_app.iceberg.cut import TableChange, atomic_cut_supported, commit_cut
+from spark_app.iceberg.internals import commit_transactions
+from spark_app.job.trigger import commit_trigger
 from tests.infra.services import KafkaBroker, RestCatalog, S3Server
 from tests.integration.committer_support import SCHEMA
 from tests.integration.cut_support import reads_during

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync.errors import EXIT_FENCED
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
+from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker, RestCatalog, S3Server
 from tests.integration.kafka_support import Producer, covered_ids, kafka_document, last_frontier, new_topic
 from tests.integration.rest_proxy import RestProxy

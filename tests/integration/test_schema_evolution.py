@@ -19,8 +19,8 @@ from icebergsync.errors import FencedError, IncompatibleSchemaError
 from icebergsync.protocol import Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.spec import parse_spec
-from spark_app.committer import SinkCommitter
-from spark_app.job import SyncJob
+from spark_app.commit.committer import SinkCommitter
+from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker
 from tests.integration.committer_support import TABLE, create_table, open_catalog
 from tests.integration.connect_records import change_event, decimal, decimal_value, field

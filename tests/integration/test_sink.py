@@ -17,10 +17,10 @@ from pyspark.sql import SparkSession
 from icebergsync import protocol
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.sink_state import read_sink_state
-from spark_app import merge
-from spark_app.committer import SinkCommitter
-from spark_app.job import SyncJob
+from spark_app.commit.committer import SinkCommitter
+from spark_app.job.loop import SyncJob
 from spark_app.sources.generator import generate
+from spark_app.staging import packing
 from tests.integration.sync_support import (
     BackgroundJob,
     catalog_of,
@@ -120,8 +120,8 @@ def test_files_at_the_cap_are_staged_ahead_and_a_smaller_trigger_waits_only_for_
 def test_spark_iceberg_runtime_reads_exactly_the_source_rows(tmp_path: Path, spark: SparkSession,
                                                               monkeypatch: pytest.MonkeyPatch, merged_by: str) -> None:
     """An independent reader (Spark's own Iceberg runtime) sees exactly the generator's rows, in files
-    as the tasks wrote them and in files merged both ways (spark_app/merge.py)."""
-    monkeypatch.setattr(merge, "MIN_COPIED_ROW_GROUP_BYTES", 0 if merged_by == "copying row groups" else 1 << 40)
+    as the tasks wrote them and in files merged both ways (spark_app/staging/packing.py)."""
+    monkeypatch.setattr(packing, "MIN_COPIED_ROW_GROUP_BYTES", 0 if merged_by == "copying row groups" else 1 << 40)
     sync = make_sync(tmp_path, {"generator": {**FAST, "totalRows": 50_000, "maxRowsPerTrigger": 20_000}},
                      table={"partitionBy": ["day(ts)", "bucket(8, vendor)"]},
                      commit={"targetFileSize": "256Ki"})  # two tasks a trigger, so partitions to merge

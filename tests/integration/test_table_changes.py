@@ -15,10 +15,10 @@ from pyiceberg.types import StringType
 from icebergsync import protocol
 from icebergsync.errors import ProgressConflictError, TableChangedError
 from icebergsync.protocol import Writer
-from spark_app import committer as committer_module
-from spark_app.committer import SinkCommitter, TriggerOutput
-from spark_app.deadletter import DEAD_LETTER_SCHEMA
-from spark_app.writer import rebuild_data_file, table_plan
+from spark_app.commit import committer as committer_module
+from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.decoding.deadletter import DEAD_LETTER_SCHEMA
+from spark_app.staging.writer import rebuild_data_file, table_plan
 from tests.integration.committer_support import (
     SCHEMA,
     TABLE,

@@ -29,7 +29,7 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from spark_app.iceberg_internals import live_files
+from spark_app.iceberg.internals import live_files
 from tests.integration.keyed_support import (
     ChangeStream,
     chdb_rows,

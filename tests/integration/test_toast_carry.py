@@ -1,7 +1,7 @@
-"""Values Debezium did not send, carried from the table's live rows at commit time (spark_app/carry/).
+"""Values Debezium did not send, carried from the table's live rows at commit time (spark_app/commit/carry/).
 
 Change events are decoded, collapsed and staged by the job's own task function
-(:func:`spark_app.pipeline.stage_changes`) and committed by SinkCommitter on real tables of format 2
+(:func:`spark_app.staging.pipeline.stage_changes`) and committed by SinkCommitter on real tables of format 2
 (position delete files) and 3 (deletion vectors); Apache Iceberg's Spark reader must show the values
 kept, never the placeholder. The carry reads the head the commit lands on: a value changed by a
 commit between staging and committing is the one carried.
@@ -26,15 +26,15 @@ from icebergsync.errors import BadInputError
 from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column
-from spark_app.carry import live_rows
-from spark_app.carry.live_rows import live_positions, read_live_rows
-from spark_app.changes import UNAVAILABLE, decode_changes
-from spark_app.committer import SinkCommitter, TriggerOutput
-from spark_app.deadletter import DEAD_LETTER_SCHEMA
-from spark_app.deletes import delete_plan
-from spark_app.key_index.locate import locate_rows
-from spark_app.pipeline import stage_changes
-from spark_app.writer import TablePlan, WritePlan
+from spark_app.commit.carry import live_rows
+from spark_app.commit.carry.live_rows import live_positions, read_live_rows
+from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.commit.key_index.locate import locate_rows
+from spark_app.decoding.changes import UNAVAILABLE, decode_changes
+from spark_app.decoding.deadletter import DEAD_LETTER_SCHEMA
+from spark_app.staging.equality_deletes import delete_plan
+from spark_app.staging.pipeline import stage_changes
+from spark_app.staging.writer import TablePlan, WritePlan
 from tests.infra.services import RestCatalog
 from tests.integration.rest_proxy import RestProxy
 from tests.integration.sync_support import unreferenced_sink_files
@@ -54,7 +54,7 @@ def plan_of(catalog: Catalog, name: str, dead: str | None, writer: Writer) -> Wr
 
 
 def stage(plan: WritePlan, events: list[dict[str, Any]], task: str) -> TriggerOutput:
-    """One trigger as the job stages it (one key bucket) and adds it up (spark_app/job.py, Staged.of)."""
+    """One trigger as the job stages it (one key bucket) and adds it up (spark_app/job/loop.py, Staged.of)."""
     values = [json.dumps(e).encode() for e in events]
     changes = decode_changes(values, None, lambda i: {"record": i}, COLUMNS, list(KEY), "debezium", 0)
     result = stage_changes(plan, [changes], task)

@@ -29,8 +29,8 @@ from sqlalchemy import text
 
 from icebergsync import protocol
 from icebergsync.spec import parse_spec
-from spark_app.changes import transaction_key
-from spark_app.job import SyncJob
+from spark_app.decoding.changes import transaction_key
+from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker
 from tests.integration.cdc_postgres.servers import Postgres, start_debezium
 from tests.integration.sync_support import BackgroundJob, catalog_of, holds, sync_document

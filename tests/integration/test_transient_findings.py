@@ -32,7 +32,7 @@ import pytest
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from spark_app.job import RunSummary, SyncJob
+from spark_app.job.loop import RunSummary, SyncJob
 from tests.infra.services import RestCatalog, S3Server
 from tests.integration.fault_proxy import (
     REFUSALS,

@@ -1,4 +1,4 @@
-"""Source truncates (Debezium's ``op: "t"``) on a real Kafka broker and real Spark (spark_app/truncates/).
+"""Source truncates (Debezium's ``op: "t"``) on a real Kafka broker and real Spark (spark_app/decoding/source_positions.py, spark_app/sources/truncate_replay.py).
 
 A truncate's commit empties the table and holds every change after it, and nothing before it, whatever the
 partition: Debezium orders a topic's partitions only by the events' source positions (here PostgreSQL-shaped
@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync import protocol
 from icebergsync.spec import parse_spec
-from spark_app.job import SyncJob
+from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker
 from tests.integration.kafka_support import kafka_document, last_frontier, new_topic
 from tests.integration.sync_support import (

@@ -1,4 +1,4 @@
-"""Upkeep on by default (spark_app/maintenance.py, spark_app/upkeep/), against a real SQLite catalog.
+"""Upkeep on by default (spark_app/upkeep/runner.py, spark_app/upkeep/), against a real SQLite catalog.
 
 The real job with no maintenance section compacts an append sync's many small triggers and a keyed
 sync's files and deletes; Apache Iceberg's Spark runtime reads every result. Position delete files are
@@ -31,13 +31,15 @@ from icebergsync.errors import FencedError
 from icebergsync.protocol import Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.spec import Maintenance
-from spark_app import iceberg_internals, maintenance, merge
-from spark_app.committer import SinkCommitter, TriggerOutput
-from spark_app.job import SyncJob
-from spark_app.maintenance import Maintainer
-from spark_app.position_deletes.deletion_vector import DeletionVector
-from spark_app.position_deletes.stage import stage_position_deletes
-from spark_app.writer import table_plan
+from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.iceberg import internals
+from spark_app.iceberg.position_deletes.deletion_vector import DeletionVector
+from spark_app.iceberg.position_deletes.stage import stage_position_deletes
+from spark_app.job.loop import SyncJob
+from spark_app.staging import packing
+from spark_app.staging.writer import table_plan
+from spark_app.upkeep import runner
+from spark_app.upkeep.runner import Maintainer
 from tests.integration.committer_support import TABLE, commit_range, create_table, open_catalog, stage_rows
 from tests.integration.keyed_support import spark_rows
 from tests.integration.sync_support import (
@@ -81,7 +83,7 @@ def spark_ids(spark: SparkSession, table: Table) -> list[int]:
 def data_files(table: Table) -> list[Any]:
     snapshot = table.current_snapshot()
     assert snapshot is not None
-    return [f.data_file for f in iceberg_internals.live_files(table, snapshot) if f.data_file.content == DataFileContent.DATA]
+    return [f.data_file for f in internals.live_files(table, snapshot) if f.data_file.content == DataFileContent.DATA]
 
 
 def test_an_append_sync_of_many_small_triggers_ends_with_few_files_near_the_target(tmp_path: Path,
@@ -146,7 +148,7 @@ def small_append_table(tmp_path: Path, triggers: int = 6) -> tuple[Catalog, Sink
 def test_a_run_planned_while_another_writer_commits_is_dropped_and_retried(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     catalog, committer = small_append_table(tmp_path)
-    run_plan = maintenance.run_plan
+    run_plan = runner.run_plan
 
     def run_then_another_writer_appends(*arguments: Any) -> Any:
         outcome = run_plan(*arguments)
@@ -154,7 +156,7 @@ def test_a_run_planned_while_another_writer_commits_is_dropped_and_retried(
         foreign.append(pa.table({"id": [-1], "who": ["foreign"]}, schema=foreign.schema().as_arrow()))
         return outcome
 
-    monkeypatch.setattr(maintenance, "run_plan", run_then_another_writer_appends)
+    monkeypatch.setattr(runner, "run_plan", run_then_another_writer_appends)
     maintainer = Maintainer(settings(), committer, catalog, TABLE, SMALL_TARGET)
     with caplog.at_level(logging.INFO, logger="icebergsync.maintenance"):
         maintainer.after_commit()
@@ -164,7 +166,7 @@ def test_a_run_planned_while_another_writer_commits_is_dropped_and_retried(
     assert head is not None and protocol.parse_commit(head) is None  # the foreign append, nothing after it
     assert len(data_files(table)) == 7 and unreferenced_sink_files(table, "sink") == []  # its files were deleted
 
-    monkeypatch.setattr(maintenance, "run_plan", run_plan)
+    monkeypatch.setattr(runner, "run_plan", run_plan)
     maintainer.after_commit()  # due again after the next commit: planned on the new head, it lands
     table = catalog.load_table(TABLE)
     commit = protocol.parse_commit(table.current_snapshot())  # type: ignore[arg-type]
@@ -225,8 +227,8 @@ def commit_position_deletes(catalog: Catalog, positions: dict[str, DeletionVecto
     table = catalog.load_table(TABLE)
     delta = stage_position_deletes(table, positions, name)
     transaction = Transaction(table)
-    iceberg_internals.row_delta(transaction, {}, [], delta.added, delta.removed)
-    iceberg_internals.commit_transaction(catalog, table, transaction)
+    internals.row_delta(transaction, {}, [], delta.added, delta.removed)
+    internals.commit_transaction(catalog, table, transaction)
 
 
 def test_position_deletes_are_merged_to_one_per_data_file_then_applied(tmp_path: Path, spark: SparkSession) -> None:
@@ -261,7 +263,7 @@ def test_position_deletes_are_merged_to_one_per_data_file_then_applied(tmp_path:
 def test_a_large_run_is_written_by_spark_tasks(tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
                                                format_version: int, by_position: bool) -> None:
     """Equality deletes on format 2; deletion vectors on format 3, whose rows keep their lineage in the tasks too."""
-    monkeypatch.setattr(merge, "DRIVER_MERGE_BYTES", 0)  # everything counts as more than the driver takes on
+    monkeypatch.setattr(packing, "DRIVER_MERGE_BYTES", 0)  # everything counts as more than the driver takes on
     catalog = open_catalog(tmp_path)
     name = keyed_table(catalog, format_version)
     triggers = Triggers(catalog, name, WideStream("debezium", random.Random("upkeep-spark")), by_position)
@@ -360,7 +362,7 @@ def test_figures_full_scans_against_a_freshly_written_copy(tmp_path: Path, spark
         return catalog.load_table(f"{table.name()[0]}.copy{number}")
 
     def shape(table: Table) -> str:
-        contents = [f.data_file.content for f in iceberg_internals.live_files(table, table.current_snapshot())]  # type: ignore[arg-type]
+        contents = [f.data_file.content for f in internals.live_files(table, table.current_snapshot())]  # type: ignore[arg-type]
         return (f"{contents.count(DataFileContent.DATA)} data files, "
                 f"{len(contents) - contents.count(DataFileContent.DATA)} delete files")
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PROTOCOL = "icebergsync/protocol.py"
-COMMITTER = "spark_app/committer.py"
-INTERNALS = "spark_app/iceberg_internals.py"
-CUT = "spark_app/multi_table/cut.py"
-LOCATE = "spark_app/key_index/locate.py"
-CHANGES = "spark_app/changes.py"
-POSITION_DELETES = "spark_app/position_deletes/stage.py"
-COPY_ON_WRITE = "spark_app/position_deletes/copy_on_write.py"
-MAINTENANCE = "spark_app/maintenance.py"
+COMMITTER = "spark_app/commit/committer.py"
+INTERNALS = "spark_app/iceberg/internals.py"
+CUT = "spark_app/iceberg/cut.py"
+LOCATE = "spark_app/commit/key_index/locate.py"
+CHANGES = "spark_app/decoding/changes.py"
+POSITION_DELETES = "spark_app/iceberg/position_deletes/stage.py"
+COPY_ON_WRITE = "spark_app/commit/copy_on_write.py"
+MAINTENANCE = "spark_app/upkeep/runner.py"
 UPKEEP_REWRITE = "spark_app/upkeep/rewrite.py"
 
 

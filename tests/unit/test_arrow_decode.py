@@ -1,4 +1,4 @@
-"""The vectorised Arrow decoders (spark_app/arrow_decode.py): strict, one row per record, in order.
+"""The vectorised Arrow decoders (spark_app/decoding/arrow_decode.py): strict, one row per record, in order.
 
 Every strictness rule is checked on the vectorised path (the record among many good ones, so the
 reader sees it in a chunk) and on the per-record path (the record alone), and both must agree.
@@ -16,9 +16,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import spark_app.arrow_decode as ad
+import spark_app.decoding.arrow_decode as ad
 from icebergsync.spec import Column
-from spark_app.arrow_decode import (
+from spark_app.decoding.arrow_decode import (
     NOT_UTF8,
     conform_table,
     decode_csv_block,
@@ -27,7 +27,7 @@ from spark_app.arrow_decode import (
     target_schema,
     whole_input_row,
 )
-from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+from spark_app.decoding.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
 
 COLUMNS = [
     Column(name="id", type="long", required=True), Column(name="name", type="string"),

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from icebergsync.spec import Column
-from spark_app.changes import (
+from spark_app.decoding.changes import (
     CARRY_COLUMN,
     OP_COLUMN,
     OP_DELETE,
@@ -23,7 +23,7 @@ from spark_app.changes import (
     collapse,
     decode_changes,
 )
-from spark_app.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
+from spark_app.decoding.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN
 
 COLUMNS = [
     Column(name="id", type="long", required=True),

@@ -15,10 +15,10 @@ from pyiceberg.types import DateType, IntegerType, StringType
 
 from icebergsync.schema import SchemaChange
 from icebergsync.spec import Column
-from spark_app.changes import Logical, decode_value
-from spark_app.schema_drift.connect_types import CONNECT_DECIMAL
-from spark_app.schema_drift.drift import SchemaDrift, observe
-from spark_app.schema_drift.plan import connect_default, default_value, schema_changes
+from spark_app.commit.schema_changes import connect_default, default_value, schema_changes
+from spark_app.decoding.changes import Logical, decode_value
+from spark_app.decoding.schema_drift.connect_types import CONNECT_DECIMAL
+from spark_app.decoding.schema_drift.drift import SchemaDrift, observe
 
 
 def field(text: str) -> dict[str, Any]:

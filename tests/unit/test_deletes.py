@@ -16,8 +16,8 @@ from icebergsync.catalog import ensure_table
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column
-from spark_app import iceberg_internals
-from spark_app.deletes import delete_plan, write_equality_deletes
+from spark_app.iceberg import internals
+from spark_app.staging.equality_deletes import delete_plan, write_equality_deletes
 
 COLUMNS = [Column(name="tenant", type="string", required=True), Column(name="id", type="long", required=True),
            Column(name="name", type="string"), Column(name="updated_at", type="timestamptz")]
@@ -32,7 +32,7 @@ def test_a_keyed_table_is_created_v2_with_the_key_as_identifier_fields(tmp_path:
                          key=["id", "tenant"])
     assert table.metadata.format_version == 2
     assert table.schema().identifier_field_names() == {"id", "tenant"}
-    assert table.spec().fields and iceberg_internals.unpartitioned_spec_id(table.metadata) is None
+    assert table.spec().fields and internals.unpartitioned_spec_id(table.metadata) is None
     # Loading it again with the same key is fine; the fence adds the unpartitioned spec.
     again = ensure_table(catalog(tmp_path), "shop.customers", iceberg_schema(COLUMNS), ["day(updated_at)"], {},
                          key=["tenant", "id"])
@@ -60,8 +60,8 @@ def test_the_equality_delete_file_carries_field_ids_and_its_datafile_the_key(tmp
     with pytest.raises(ValueError, match="no unpartitioned spec"):
         delete_plan(table)
     transaction = Transaction(table)
-    iceberg_internals.add_unpartitioned_spec(transaction)
-    iceberg_internals.commit_transaction(table.catalog, table, transaction)
+    internals.add_unpartitioned_spec(transaction)
+    internals.commit_transaction(table.catalog, table, transaction)
     plan = delete_plan(table.catalog.load_table("shop.customers"))
     assert plan.key == ("tenant", "id") and plan.spec_id == 1
     keys = pa.table({"id": pa.array([1, 2], pa.int64()), "tenant": ["a", "b"]})

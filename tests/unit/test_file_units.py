@@ -10,7 +10,7 @@ from pyiceberg.io import load_file_io
 
 from spark_app.sources import file_lines
 from spark_app.sources.file_lines import _slice_blocks, plan_file_units
-from spark_app.units import FileUnit
+from spark_app.sources.units import FileUnit
 
 
 def numbered_lines(units: list[FileUnit]) -> list[tuple[int, bytes]]:
@@ -59,9 +59,9 @@ def test_change_orders_of_a_file_read_in_several_blocks_follow_its_lines(tmp_pat
     import pyarrow as pa
 
     from icebergsync.spec import Column
-    from spark_app.changes import ORDER_COLUMN, collapse
+    from spark_app.decoding.changes import ORDER_COLUMN, collapse
     from spark_app.sources.file_lines import ChangeReading, FileReader
-    from spark_app.units import UnitStats, order_base
+    from spark_app.sources.units import UnitStats, order_base
 
     columns = (Column(name="id", type="long", required=True), Column(name="name", type="string"))
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from icebergsync.spec import parse_spec
 from spark_app.sources.files import FilesSource
-from spark_app.units import UnitStats
+from spark_app.sources.units import UnitStats
 
 
 def no_spark() -> None:

@@ -1,8 +1,11 @@
-"""The project's imports point one way: no module cycles, and the core never imports the layers above it."""
+"""The project's imports point one way: no module cycles, the core never imports the layers above it, every
+package's floors import only the floors below them, and no two folders import each other, directly or around a
+circle."""
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -11,6 +14,12 @@ PACKAGES = {"icebergsync": ROOT / "icebergsync", "spark_app": ROOT / "spark_app"
 # Which project packages each package may import; the core (icebergsync) is imported by both others.
 ALLOWED_LAYERS = {"icebergsync": {"icebergsync"}, "spark_app": {"icebergsync", "spark_app"},
                   "icebergsync_operator": {"icebergsync", "icebergsync_operator"}}
+# Each package's floors, bottom first: the folders and modules at its top level, each importing only its own
+# floor and those below (docs/dataplane.md says what lives on each of spark_app's floors).
+FLOORS = {
+    "spark_app": ["faults", "iceberg", "decoding", "sources", "staging", "commit", "upkeep", "job",
+                  "worker_daemon", "cli", "main"],
+}
 
 
 def project_modules() -> dict[str, Path]:
@@ -52,6 +61,41 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def top_level(package: str, module: str) -> str | None:
+    """The folder or module at ``package``'s top level that ``module`` lives in (None: not inside it)."""
+    return module[len(package) + 1:].split(".")[0] if module.startswith(package + ".") else None
+
+
+def folder_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The imports between the folders and modules at ``package``'s top level (within one: not counted)."""
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        source = top_level(package, module)
+        if source is None:
+            continue
+        folders.setdefault(source, set()).update(
+            target for target in map(functools.partial(top_level, package), targets)
+            if target is not None and target != source)
+    return folders
+
+
+def packages(graph: dict[str, set[str]]) -> set[str]:
+    """Every package (a module some other module lives in), at every depth."""
+    return {module.rsplit(".", 1)[0] for module in graph if "." in module}
+
+
+def floor_violations(graph: dict[str, set[str]], package: str, floors: list[str]) -> list[str]:
+    """The imports of ``package``'s modules that reach a floor above their own, and its undeclared floors."""
+    folders = folder_graph(graph, package)
+    undeclared = [f"{package}.{name} is on no floor" for name in sorted(folders.keys() - set(floors))]
+    return undeclared + [
+        f"{package}.{source} imports {package}.{target}, a floor above it"
+        for source in sorted(folders.keys() & set(floors))
+        for target in sorted(folders[source])
+        if target in floors and floors.index(target) > floors.index(source)
+    ]
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components with more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -87,9 +131,17 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def test_floor_checks_find_an_import_upwards_and_a_folder_circle() -> None:
+    graph = {"p.low.a": {"p.high.b"}, "p.high.b": set(), "p.high.c": {"p.low.a"}, "p.loose": set()}
+    assert floor_violations(graph, "p", ["low", "high"]) == ["p.loose is on no floor",
+                                                              "p.low imports p.high, a floor above it"]
+    assert cycles(folder_graph(graph, "p")) == [["high", "low"]]
+    assert cycles(graph) == []  # no module cycle: only the folders import each other
+
+
 def test_the_graph_sees_the_project() -> None:
     graph = import_graph()
-    assert {"icebergsync.spec", "spark_app.job", "icebergsync_operator.reconcile"} <= graph.keys()
+    assert {"icebergsync.spec", "spark_app.job.loop", "icebergsync_operator.reconcile"} <= graph.keys()
     assert "icebergsync.spec" in graph["icebergsync.schema"]
     assert "icebergsync.errors" in graph["icebergsync.spec"]
 
@@ -111,3 +163,15 @@ def test_each_package_imports_only_its_own_layer_and_below() -> None:
         if target.split(".")[0] not in ALLOWED_LAYERS[module.split(".")[0]]
     ]
     assert violations == []
+
+
+def test_each_floor_imports_only_the_floors_below_it() -> None:
+    graph = import_graph()
+    assert [violation for package, floors in FLOORS.items()
+            for violation in floor_violations(graph, package, floors)] == []
+
+
+def test_no_two_folders_import_each_other() -> None:
+    graph = import_graph()
+    circles = {package: cycles(folder_graph(graph, package)) for package in sorted(packages(graph))}
+    assert {package: found for package, found in circles.items() if found} == {}

@@ -11,11 +11,11 @@ from prometheus_client import generate_latest
 from icebergsync.errors import BadInputError, CatalogUnreachableError, FencedError, ProgressConflictError
 from icebergsync.metrics.names import JOB_METRICS, STOP_REASONS
 from icebergsync.spec import parse_spec
-from spark_app.job import stop_reason
-from spark_app.maintenance import UpkeepTotals
-from spark_app.metrics import JobMetrics
-from spark_app.metrics.freshness import Freshness
+from spark_app.job.loop import stop_reason
+from spark_app.job.metrics import JobMetrics
+from spark_app.job.metrics.freshness import Freshness
 from spark_app.sources.files import FilesSource
+from spark_app.upkeep.runner import UpkeepTotals
 from tests.unit.test_files_late_notes import no_spark
 
 

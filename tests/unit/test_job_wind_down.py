@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spark_app.job import SyncJob, _Loop
+from spark_app.job.loop import SyncJob, _Loop
 
 
 class Closable:

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 
 from icebergsync.errors import SpecError
-from spark_app.kafka_client import client_settings
 from spark_app.sources.kafka import (
     KafkaUnitReader,
     allocate,
@@ -21,6 +20,7 @@ from spark_app.sources.kafka import (
     split_ranges,
     topic_partitions,
 )
+from spark_app.sources.kafka_client import client_settings
 
 FIELD = "spec.source.kafka.options"
 JAAS_SCRAM = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="bob" password="p\\"w";'

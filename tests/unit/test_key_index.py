@@ -14,11 +14,11 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from spark_app.key_index import bloom_filter
-from spark_app.key_index.file_keys import FileKeys, FileKeysCache, RowGroupKeys, read_file_keys
-from spark_app.key_index.key_columns import KeyColumn, KeyColumnCache
-from spark_app.key_index.key_hash import hashable, parquet_hashes
-from spark_app.key_index.reads import KeyMatcher
+from spark_app.commit.key_index.file_keys import FileKeys, FileKeysCache, RowGroupKeys, read_file_keys
+from spark_app.commit.key_index.key_columns import KeyColumn, KeyColumnCache
+from spark_app.commit.key_index.reads import KeyMatcher
+from spark_app.iceberg import bloom_filter
+from spark_app.iceberg.parquet_hash import hashable, parquet_hashes
 
 ROWS = 4_000
 START = datetime(2026, 1, 1)
@@ -189,7 +189,7 @@ def test_the_key_column_cache_keeps_what_fits_and_never_evicts_what_the_current_
 
 
 def test_a_range_holds_a_touched_key_on_either_bound_and_a_filter_is_probed_with_the_keys_in_range() -> None:
-    from spark_app.key_index.locate import _FirstKey
+    from spark_app.commit.key_index.locate import _FirstKey
 
     first = _FirstKey(1, LongType(), pa.chunked_array([pa.array([10, 5, 10, 30], pa.int64())]))
     assert first.sorted == [5, 10, 30]

@@ -1,5 +1,5 @@
 """Tables without a primary key (an empty key): decoding Debezium events into whole rows, the multiset collapse,
-routing by the whole row, and the spec's rules (spark_app/keyless/, docs/connectors.md)."""
+routing by the whole row, and the spec's rules (spark_app/staging/keyless_collapse.py, spark_app/decoding/row_identity.py, docs/connectors.md)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from icebergsync.spec import (
     Column,
     parse_spec,
 )
-from spark_app.changes import OP_COLUMN, OP_DELETE, OP_UPSERT, UNAVAILABLE, decode_changes
-from spark_app.deadletter import ERROR_COLUMN
-from spark_app.keyless.collapse import collapse_copies
-from spark_app.keyless.rows import COUNT_COLUMN, row_identities
-from spark_app.pipeline import KeyRouter
+from spark_app.decoding.changes import OP_COLUMN, OP_DELETE, OP_UPSERT, UNAVAILABLE, decode_changes
+from spark_app.decoding.deadletter import ERROR_COLUMN
+from spark_app.decoding.row_identity import COUNT_COLUMN, row_identities
+from spark_app.staging.keyless_collapse import collapse_copies
+from spark_app.staging.pipeline import KeyRouter
 
 COLUMNS = [Column(name="name", type="string"), Column(name="qty", type="int"), Column(name="price", type="double"),
            Column(name="tags", type="array<string>")]

@@ -12,7 +12,7 @@ import urllib.request
 
 import kopf
 from icebergsync_operator import handlers
-from icebergsync_operator.lifecycle import OperatorContext
+from icebergsync_operator.context import OperatorContext
 from icebergsync_operator.liveness import ReconcileWatch
 from icebergsync_operator.settings import OperatorSettings
 from kopf._core.engines.probing import health_reporter  # the endpoint kopf.run serves (kopf is pinned)

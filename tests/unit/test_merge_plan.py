@@ -1,11 +1,11 @@
-"""Which staged files are merged before a commit, and how merge work is dealt to tasks (spark_app/merge.py)."""
+"""Which staged files are merged before a commit, and how merge work is dealt to tasks (spark_app/staging/packing.py)."""
 
 from __future__ import annotations
 
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
 
-from spark_app.merge import MergeGroup, plan_merges, spread
+from spark_app.staging.packing import MergeGroup, plan_merges, spread
 
 TARGET = 100
 

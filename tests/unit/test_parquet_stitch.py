@@ -1,4 +1,4 @@
-"""Joining Parquet files by copying row groups (spark_app/parquet_stitch.py) and the Thrift codec under it."""
+"""Joining Parquet files by copying row groups (spark_app/iceberg/parquet_stitch.py) and the Thrift codec under it."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_app.parquet_stitch import MAGIC, Piece, StitchRefused, plan_stitch
-from spark_app.thrift_compact import (
+from spark_app.iceberg.parquet_stitch import MAGIC, Piece, StitchRefused, plan_stitch
+from spark_app.iceberg.thrift_compact import (
     BINARY,
     DOUBLE,
     FALSE,

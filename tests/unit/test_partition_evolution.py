@@ -9,7 +9,7 @@ from pyiceberg.transforms import DayTransform, IdentityTransform, VoidTransform
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
 from icebergsync.errors import IncompatibleSchemaError
-from spark_app.partitioning.evolution import plan_partition_change
+from spark_app.commit.partition_evolution import plan_partition_change
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "ts", TimestamptzType()),
                 NestedField(3, "vendor", StringType()))

@@ -16,17 +16,17 @@ import pytest
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
 
-from spark_app import iceberg_internals
-from spark_app.position_deletes.deletion_vector import (
+from spark_app.iceberg import internals
+from spark_app.iceberg.position_deletes.deletion_vector import (
     MAGIC,
     MAX_POSITION,
     DeletionVector,
     DeletionVectorError,
 )
-from spark_app.position_deletes.dv_files import read_deletion_vector, write_deletion_vectors
-from spark_app.position_deletes.plan import DeleteTarget, PositionDeletePlan
-from spark_app.position_deletes.position_files import write_position_delete_file
-from spark_app.position_deletes.puffin import (
+from spark_app.iceberg.position_deletes.dv_files import read_deletion_vector, write_deletion_vectors
+from spark_app.iceberg.position_deletes.plan import DeleteTarget, PositionDeletePlan
+from spark_app.iceberg.position_deletes.position_files import write_position_delete_file
+from spark_app.iceberg.position_deletes.puffin import (
     Blob,
     BlobMetadata,
     PuffinError,
@@ -242,7 +242,7 @@ def plan(tmp_path: Path, format_version: int) -> PositionDeletePlan:
 
 
 def data_file(tmp_path: Path, name: str, day: int, spec_id: int = 0) -> DataFile:
-    result = iceberg_internals.full_data_file(
+    result = internals.full_data_file(
         content=DataFileContent.DATA, file_path=(tmp_path / "t" / "data" / name).as_uri(),
         file_format=FileFormat.PARQUET, partition=Record(day), record_count=10, file_size_in_bytes=100)
     result.spec_id = spec_id
@@ -262,13 +262,13 @@ def test_a_position_delete_file_holds_sorted_rows_with_field_ids_and_its_datafil
     assert (delete_file.content, delete_file.file_format, delete_file.record_count, delete_file.partition,
             delete_file.spec_id) == (DataFileContent.POSITION_DELETES, FileFormat.PARQUET, 5, Record(7), 0)
     assert delete_file.file_size_in_bytes == Path(delete_file.file_path.removeprefix("file://")).stat().st_size
-    assert iceberg_internals.referenced_data_file(delete_file) is None  # two data files
+    assert internals.referenced_data_file(delete_file) is None  # two data files
     # Full bounds on file_path (no truncation): readers can tell which data files the file references.
     assert delete_file.lower_bounds[2147483546] == a.file_path.encode()
     assert delete_file.upper_bounds[2147483546] == b.file_path.encode()
     assert delete_file.upper_bounds[2147483545] == (KEY + 1).to_bytes(8, "little")
     one = write_position_delete_file(plan(tmp_path, 2), [DeleteTarget(a, DeletionVector([1]))], "isync-test")
-    assert iceberg_internals.referenced_data_file(one) == a.file_path
+    assert internals.referenced_data_file(one) == a.file_path
 
 
 def test_position_delete_files_are_refused_where_the_spec_forbids_them(tmp_path: Path) -> None:
@@ -300,14 +300,14 @@ def test_deletion_vector_files_point_at_their_blobs(tmp_path: Path) -> None:
         assert (dv.content, dv.file_format, dv.file_size_in_bytes) == (
             DataFileContent.POSITION_DELETES, FileFormat.PUFFIN, len(data))
         assert (dv.partition, dv.spec_id) == (source.partition, source.spec_id)
-        assert iceberg_internals.referenced_data_file(dv) == source.file_path
-        assert (iceberg_internals.content_offset(dv), iceberg_internals.content_size_in_bytes(dv)) == (
+        assert internals.referenced_data_file(dv) == source.file_path
+        assert (internals.content_offset(dv), internals.content_size_in_bytes(dv)) == (
             blob.offset, blob.length)
         assert dv.record_count == int(blob.properties["cardinality"]) == vectors[source.file_path].cardinality
-        assert iceberg_internals.is_deletion_vector(dv)
+        assert internals.is_deletion_vector(dv)
         assert read_deletion_vector(plan(tmp_path, 3).io(), dv) == vectors[source.file_path]
     corrupted = bytearray(data)
-    corrupted[iceberg_internals.content_offset(dvs[1]) + 20] ^= 0x01  # type: ignore[operator]
+    corrupted[internals.content_offset(dvs[1]) + 20] ^= 0x01  # type: ignore[operator]
     local.write_bytes(bytes(corrupted))
     with pytest.raises(DeletionVectorError, match="CRC"):
         read_deletion_vector(plan(tmp_path, 3).io(), dvs[1])

@@ -16,12 +16,12 @@ from pyiceberg.types import DecimalType, ListType, LongType, NestedField, String
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.schema import SchemaChange, iceberg_schema, plan_evolution
 from icebergsync.spec import Column
-from spark_app.changes import decode_changes
-from spark_app.schema_drift.connect_types import iceberg_type_name, sends_text
-from spark_app.schema_drift.drift import Fit, SchemaDrift, classify, observe
-from spark_app.schema_drift.plan import new_table_columns, schema_changes, table_columns
+from spark_app.commit.schema_changes import new_table_columns, schema_changes, table_columns
+from spark_app.decoding.changes import decode_changes
+from spark_app.decoding.schema_drift.connect_types import iceberg_type_name, sends_text
+from spark_app.decoding.schema_drift.drift import Fit, SchemaDrift, classify, observe
 from spark_app.sources.file_lines import ChangeReading, FileReader
-from spark_app.units import FileUnit, UnitStats
+from spark_app.sources.units import FileUnit, UnitStats
 
 COLUMNS = [Column(name="id", type="long", required=True), Column(name="qty", type="int"),
            Column(name="note", type="string", required=True)]

@@ -3,7 +3,7 @@
 The events are shaped as Debezium 3.6.1's PostgreSQL connector writes them through Kafka's JsonConverter (the
 ``source`` block, the ``transaction`` block of ``provide.transaction.metadata=true``, the ``{"schema", "payload"}``
 form of ``schemas.enable=true``, tombstones, the TOAST placeholder); each setting turned off changes them as
-Debezium does, and only that setting's sign is counted (spark_app/source_settings/seen.py)."""
+Debezium does, and only that setting's sign is counted (spark_app/decoding/settings_seen.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from icebergsync.source_settings.checks import (
     settings_verdict,
 )
 from icebergsync.spec import Column
-from spark_app.changes import UNAVAILABLE, decode_changes
-from spark_app.source_settings.seen import SettingsSeen
+from spark_app.decoding.changes import UNAVAILABLE, decode_changes
+from spark_app.decoding.settings_seen import SettingsSeen
 
 COLUMNS = [Column(name="id", type="long", required=True), Column(name="notes", type="string")]
 ROW_SCHEMA = {"type": "struct", "optional": True, "name": "dbserver1.public.customers.Value", "fields": [

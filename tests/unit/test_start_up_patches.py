@@ -17,8 +17,9 @@ from pyiceberg.table.metadata import TableMetadataV3
 from pyiceberg.types import LongType, NestedField
 
 from icebergsync.spec import parse_spec
-from spark_app import iceberg_internals, worker_daemon
-from spark_app.job import SyncJob
+from spark_app import worker_daemon
+from spark_app.iceberg import internals
+from spark_app.job.loop import SyncJob
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
@@ -51,15 +52,15 @@ def v3_table_json(directory: Path) -> dict[str, object]:
 @pytest.fixture
 def pyiceberg_as_shipped(monkeypatch: pytest.MonkeyPatch) -> None:
     """pyiceberg's own v3 metadata writer for the test (put back after it)."""
-    monkeypatch.setattr(TableMetadataV3, "model_dump_json", iceberg_internals._pyiceberg_v3_metadata_json)
+    monkeypatch.setattr(TableMetadataV3, "model_dump_json", internals._pyiceberg_v3_metadata_json)
 
 
 @pytest.mark.usefixtures("pyiceberg_as_shipped")
 def test_the_call_installs_the_v3_metadata_writer_and_a_second_call_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(NotImplementedError, match="Writing V3 is not yet supported"):
         v3_table_json(tmp_path / "before")
-    iceberg_internals.install_v3_metadata_writer()
-    iceberg_internals.install_v3_metadata_writer()
+    internals.install_v3_metadata_writer()
+    internals.install_v3_metadata_writer()
     written = v3_table_json(tmp_path / "after")
     assert written["format-version"] == 3 and written["next-row-id"] == 0
 

@@ -1,4 +1,4 @@
-"""Routing streams to tables and splitting the frontier per table (icebergsync/tables/routing.py)."""
+"""Routing streams to tables and splitting the frontier per table (icebergsync/table_routing.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from icebergsync.tables.routing import (
+from icebergsync.table_routing import (
     identifier_part,
     resume_frontier,
     table_for,

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icebergsync.spec import Column
-from spark_app.changes import decode_changes
-from spark_app.kafka_client import ClientSettings
+from spark_app.decoding.changes import decode_changes
+from spark_app.sources.kafka_client import ClientSettings
 from spark_app.sources.transactions import (
     UNKNOWN_GRACE_SECONDS,
     End,
@@ -22,7 +22,7 @@ from spark_app.sources.transactions import (
     parse_event,
     totals,
 )
-from spark_app.units import UnitStats
+from spark_app.sources.units import UnitStats
 
 A, B = ("orders", 0), ("lines", 0)
 

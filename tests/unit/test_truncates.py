@@ -9,9 +9,9 @@ from typing import Any
 import pyarrow as pa
 
 from icebergsync.spec import Column
-from spark_app.changes import Truncates, decode_changes
-from spark_app.truncates.positions import decode, encode, source_position
-from spark_app.truncates.replay import first_after
+from spark_app.decoding.changes import Truncates, decode_changes
+from spark_app.decoding.source_positions import decode, encode, source_position
+from spark_app.sources.truncate_replay import first_after
 
 COLUMNS = [Column(name="id", type="long", required=True), Column(name="v", type="string")]
 

@@ -1,4 +1,4 @@
-"""Row lineage through a v3 rewrite (spark_app/upkeep/lineage.py): ids from positions, explicit values kept."""
+"""Row lineage through a v3 rewrite (spark_app/staging/lineage.py): ids from positions, explicit values kept."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pyiceberg.manifest import DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from spark_app.iceberg_internals import LiveFile, full_data_file
-from spark_app.upkeep.lineage import LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, Lineage, with_lineage
+from spark_app.iceberg.internals import LiveFile, full_data_file
+from spark_app.staging.lineage import LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, Lineage, with_lineage
 
 
 def live(first_row_id: int | None, rows: int = 6, sequence: int = 7) -> LiveFile:

@@ -11,7 +11,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import DayTransform
 from pyiceberg.typedef import Record
 
-from spark_app.iceberg_internals import FileKey, LiveFile, full_data_file
+from spark_app.iceberg.internals import FileKey, LiveFile, full_data_file
 from spark_app.upkeep.plan import Thresholds, UpkeepPlan, plan_upkeep
 
 TARGET = 1000

@@ -11,8 +11,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from spark_app.deadletter import ERROR_COLUMN, split_dead_letters
-from spark_app.writer import (
+from spark_app.decoding.deadletter import ERROR_COLUMN, split_dead_letters
+from spark_app.staging.writer import (
     MAX_SLICED_RUNS,
     PartitionedWriter,
     TablePlan,

@@ -15,7 +15,7 @@ from icebergsync.catalogs.crd import CATALOG_NAMES, CLUSTER_CATALOG_NAMES
 from icebergsync.crd import ResourceNames
 from icebergsync_operator.catalogs.lifecycle import check_catalog, forget_catalog
 from icebergsync_operator.constants import SYNC_GROUP, SYNC_VERSION
-from icebergsync_operator.lifecycle import OperatorContext
+from icebergsync_operator.context import OperatorContext
 
 
 def register(registry: kopf.OperatorRegistry, context: OperatorContext) -> None:

@@ -28,7 +28,7 @@ from icebergsync_operator.catalogs.status import (
     parse_catalog_status,
     transition_event,
 )
-from icebergsync_operator.lifecycle import OperatorContext
+from icebergsync_operator.context import OperatorContext
 from icebergsync_operator.status_update import FALSE, TRUE, TableObservation, Verdict
 from icebergsync_operator.table import CatalogReach, catalog_secret
 

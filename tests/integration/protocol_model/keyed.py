@@ -23,13 +23,13 @@ from icebergsync.catalog import ensure_table
 from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column
-from spark_app.changes import decode_changes
-from spark_app.committer import TriggerOutput
-from spark_app.iceberg_internals import live_files, rewrite_files, row_delta
-from spark_app.pipeline import KeyRouter, stage_changes
-from spark_app.position_deletes.deletion_vector import DeletionVector
-from spark_app.position_deletes.stage import stage_position_deletes
-from spark_app.writer import WritePlan, table_plan
+from spark_app.commit.committer import TriggerOutput
+from spark_app.decoding.changes import decode_changes
+from spark_app.iceberg.internals import live_files, rewrite_files, row_delta
+from spark_app.iceberg.position_deletes.deletion_vector import DeletionVector
+from spark_app.iceberg.position_deletes.stage import stage_position_deletes
+from spark_app.staging.pipeline import KeyRouter, stage_changes
+from spark_app.staging.writer import WritePlan, table_plan
 from tests.integration.committer_support import stage_rows
 from tests.integration.protocol_model.world import SinkProcess, is_bad
 

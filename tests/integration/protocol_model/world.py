@@ -20,8 +20,8 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.metadata import TableMetadata
 
 from icebergsync.protocol import Writer
-from spark_app.committer import SinkCommitter
-from spark_app.writer import TablePlan, rebuild_data_file
+from spark_app.commit.committer import SinkCommitter
+from spark_app.staging.writer import TablePlan, rebuild_data_file
 from tests.integration.protocol_model.oracle import Attempt, Claim
 
 TABLE = "ns.events"

@@ -1,0 +1,164 @@
+"""What a record's Kafka Connect schema asks of the table: columns to add, to widen, to make optional, or
+changes Iceberg cannot express. Collected in the tasks while decoding, merged over a trigger."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from icebergsync.schema import iceberg_type, widens
+from icebergsync.spec import element_type
+from spark_app.decoding.schema_drift.connect_types import iceberg_type_name, sends_text
+
+_INTEGRAL = frozenset({"int", "long"})
+_NUMERIC = _INTEGRAL | {"float", "double"}
+# Text a source sends (a Connect string) and the column types the decoder parses it into (spark_app/decoding/changes.py,
+# docs/connectors.md "Values"), each value checked as it is decoded: plain text is also base64 bytes
+# (binary.handling.mode=base64) and decimal text (decimal.handling.mode=string, into any decimal column);
+# Debezium's ISO-8601 types (IsoDate, IsoTimestamp, ZonedTimestamp) are also their text, and an IsoTimestamp's Z
+# is taken as UTC in a timestamptz column. Numbers in a string column, or text in a numeric one, are refused.
+_TEXT_READERS: dict[str, frozenset[str]] = {
+    "string": frozenset({"binary"}),
+    "date": frozenset({"string"}),
+    "timestamp": frozenset({"string", "timestamptz"}),
+    "timestamptz": frozenset({"string"}),
+}
+# Sources of another type whose numbers the decoder reads into a column: exact numbers into decimals
+# (decimal.handling.mode=double), integers into floating columns, epoch days into dates, a timestamp's
+# instant (taken as UTC) into a timestamptz, dates and timestamps as their integer into long columns.
+_NUMBER_READERS: dict[str, frozenset[str]] = {
+    "decimal": _NUMERIC,
+    "float": _INTEGRAL,
+    "double": _INTEGRAL,
+    "int": frozenset({"date"}),
+    "long": frozenset({"date", "timestamp"}),
+    "date": frozenset({"int"}),
+    "timestamptz": frozenset({"timestamp"}),
+}
+
+
+class Fit(Enum):
+    """How a source type relates to a table column's type."""
+
+    FITS = "fits"  # the column takes the values as it is (same type, a narrower one, or a form the decoder reads)
+    WIDEN = "widen"  # Iceberg can widen the column to the source's type
+    INCOMPATIBLE = "incompatible"  # no Iceberg schema change makes the column take the source's values
+
+
+def _decimal(type_name: str) -> bool:
+    return type_name.startswith("decimal")
+
+
+def _decimal_fits(column: str, source: str) -> bool:
+    """Every value of decimal ``source`` is exactly a value of decimal ``column`` (no rounding, no overflow)."""
+    (column_precision, column_scale), (source_precision, source_scale) = (
+        (int(part) for part in name[len("decimal("):-1].split(",")) for name in (column, source))
+    return source_scale <= column_scale and source_precision - source_scale <= column_precision - column_scale
+
+
+def classify(column: str, source: str, text: bool = False) -> Fit:
+    """How values of spec type ``source`` fit a column of spec type ``column`` (arrays: as their elements do).
+
+    ``text``: the source sends its values as JSON text (a Connect ``string``, e.g. Debezium's ``IsoTimestamp``);
+    a ``string`` source always does. FITS means the decoder reads every value of that form into the column
+    (each value still checked: a dead letter names a value that does not fit), so drift detection agrees with
+    decoding: ``tests/unit/test_schema_drift.py`` decodes a value of each form into each column type.
+    """
+    column_element, source_element = element_type(column), element_type(source)
+    if column_element is not None and source_element is not None:
+        return classify(column_element, source_element, text)
+    if column_element is not None or source_element is not None:
+        return Fit.INCOMPATIBLE
+    if column == source or widens(iceberg_type(source), iceberg_type(column)):
+        return Fit.FITS
+    if widens(iceberg_type(column), iceberg_type(source)):
+        return Fit.WIDEN
+    if _decimal(column) and _decimal(source):
+        return Fit.FITS if _decimal_fits(column, source) else Fit.INCOMPATIBLE
+    if text or source == "string":
+        readable = column in _TEXT_READERS.get(source, frozenset()) or (source == "string" and _decimal(column))
+    else:
+        readable = source in _NUMBER_READERS.get("decimal" if _decimal(column) else column, frozenset())
+    return Fit.FITS if readable else Fit.INCOMPATIBLE
+
+
+@dataclass
+class SchemaDrift:
+    """Changes a trigger's records ask of the table (column name -> spec type name, or -> reason).
+
+    ``defaults``: of the columns to add, the Connect field schema of those whose schema carries a ``default``
+    (the source column's default, as Debezium sends it; spark_app/commit/schema_changes.py decides whether it becomes
+    the new column's initial-default)."""
+
+    adds: dict[str, str] = field(default_factory=dict)
+    widens: dict[str, str] = field(default_factory=dict)
+    optional: set[str] = field(default_factory=set)
+    problems: dict[str, str] = field(default_factory=dict)
+    defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.adds or self.widens or self.optional or self.problems)
+
+    def merge(self, other: SchemaDrift) -> None:
+        for name, type_name in other.adds.items():
+            self._widest(self.adds, name, type_name)
+        for name, type_name in other.widens.items():
+            self._widest(self.widens, name, type_name)
+        self.optional |= other.optional
+        for name, reason in other.problems.items():
+            self.problems.setdefault(name, reason)
+        for name, schema in other.defaults.items():
+            self.defaults.setdefault(name, schema)
+
+    def _widest(self, types: dict[str, str], name: str, type_name: str) -> None:
+        seen = types.setdefault(name, type_name)
+        if classify(seen, type_name) is Fit.WIDEN:
+            types[name] = type_name
+        elif classify(seen, type_name) is Fit.INCOMPATIBLE or classify(type_name, seen) is Fit.INCOMPATIBLE:
+            self.problems.setdefault(name, f"column {name!r} is sent as both {seen} and {type_name}")
+
+    def describe(self) -> str:
+        parts = [f"add {name} {kind}" for name, kind in sorted(self.adds.items())]
+        parts += [f"widen {name} to {kind}" for name, kind in sorted(self.widens.items())]
+        parts += [f"make {name} optional" for name in sorted(self.optional)]
+        return ", ".join(parts + sorted(self.problems.values()))
+
+
+def observe(fields: Sequence[Mapping[str, Any]], columns: Mapping[str, str], required: frozenset[str],
+            key: frozenset[str], whole_row: bool) -> SchemaDrift:
+    """The drift of one Connect struct (its ``fields``) against the table's ``columns`` (name -> spec type).
+
+    ``whole_row`` (a row's after image, not a delete's before, which may hold the key alone): a column the
+    struct lacks was dropped at the source; it stays, made optional if required, unless it is a key column.
+    """
+    drift = SchemaDrift()
+    sent = set()
+    for spec in fields:
+        name = spec.get("field")
+        if not isinstance(name, str):
+            continue
+        sent.add(name)
+        type_name, why = iceberg_type_name(spec)
+        if name not in columns:
+            if type_name is None:
+                drift.problems[name] = f"new column {name!r} cannot be added: {why}"
+            else:
+                drift.adds[name] = type_name
+                if "default" in spec:
+                    drift.defaults[name] = dict(spec)
+        elif type_name is not None:
+            fit = classify(columns[name], type_name, sends_text(spec))
+            if fit is Fit.WIDEN:
+                drift.widens[name] = type_name
+            elif fit is Fit.INCOMPATIBLE:
+                drift.problems[name] = (f"column {name!r} is {columns[name]} in the table and the source now sends "
+                                        f"{type_name}: Iceberg cannot change {columns[name]} to {type_name}")
+    if whole_row:
+        for name in columns.keys() - sent:
+            if name in key:
+                drift.problems[name] = f"key column {name!r} is no longer in the source's rows"
+            elif name in required:
+                drift.optional.add(name)
+    return drift

@@ -1,6 +1,0 @@
-"""The job's Prometheus metrics, served by the driver (spec.metrics): :class:`JobMetrics` holds them, the driver
-loop (spark_app/job.py) reports to it, :func:`serve` exposes them. Names and meanings: icebergsync.metrics.names."""
-
-from spark_app.metrics.job_metrics import JobMetrics, serve
-
-__all__ = ["JobMetrics", "serve"]
