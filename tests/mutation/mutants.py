@@ -6,8 +6,9 @@ planted (issue 25); ``NEW`` are ten more, on the parts the protocol grows throug
 the compare-and-swap's requirements, maintenance commits, expiry, dead-letter recovery and the
 same-version rule; ``KEYED`` are bugs of keyed commits (issue 21): where the older rows of the
 touched keys are located, and how they are deleted; ``UPKEEP`` are bugs of upkeep's rewrites, judged by
-their own integration tests; ``JUDGE`` are bugs of upkeep and expiry that the model test catches since it runs
-the product's own upkeep and reads every tag and branch (issue 34), each surviving the model before it.
+their own integration tests; ``JUDGE`` are bugs of the paths the model test drives since issue 34 (upkeep and
+expiry, as it runs the product's own upkeep and reads every tag and branch; carry, drift detection and the SQL
+catalog's cut), each surviving the model before it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ POSITION_DELETES = "spark_app/position_deletes/stage.py"
 COPY_ON_WRITE = "spark_app/position_deletes/copy_on_write.py"
 MAINTENANCE = "spark_app/maintenance.py"
 UPKEEP_REWRITE = "spark_app/upkeep/rewrite.py"
+CARRY_FILL = "spark_app/carry/fill.py"
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,10 @@ JUDGE = (
              "protected = {metadata.current_snapshot_id} | retained"),)),
     Mutant("rewrite-keeps-deleted-rows", "upkeep writes a data file again without applying its position deletes",
            ((UPKEEP_REWRITE, "group.spec_id, positions.get(live.path), keep)", "group.spec_id, None, keep)"),)),
+    Mutant("carry-fills-every-carried-column", "a carried row takes from its key's live row every column some row of "
+           "the trigger did not send, also those it sent itself",
+           ((CARRY_FILL, "takes = pa.array([bool(names) and name in names for names in carries])",
+             "takes = pa.array([bool(names) for names in carries])"),)),
 )
 
 MUTANTS = REVIEWED + NEW + KEYED + UPKEEP + JUDGE
