@@ -46,13 +46,14 @@ its compaction move every row to a new file, so the rows must be located again o
 the sink's own rewrite (a maintenance commit). The oracle applies each commit to the rows of
 the head it lands on (the last change of a key wins, no older row of a touched key stays); the judge also
 checks that every key is one row, in the partition its value says. The keyed sources also change their
-schema (spark_app/schema_drift/): at every ``SOURCE_SCHEMA_EVERY``-th position, and when drawn, with the
-draws racing it (a restart, an upgrade, the other sink's commit, a conflict, a lost answer, a kill after it
-landed), an attempt commits a new column (and the first time a widening of ``part``) as its own snapshot of
-kind schema with its frontier unchanged; the judge's check of the table's columns against the oracle's
-proves that an outranked attempt (fenced, its pin stale, or rolled back) never changed the schema. Not drawn
-for keyed tables: Spark's
-reader (tests/integration/test_keyed_sync.py and test_keyed_acceptance.py read with it).
+schema: their records are Kafka Connect JSON whose schema gains a column at every ``SOURCE_SCHEMA_EVERY``-th
+position, and when drawn (from its first new column on a source sends ``part`` as a 64-bit integer). The attempt
+reading them runs the product's drift detection on them (spark_app/schema_drift/), as the job does; the change it
+decides must be the oracle's (the columns the records have and the attempt's pinned table lacks, ``part`` widened)
+and is committed, with the draws racing it (a restart, an upgrade, the other sink's commit, a conflict, a lost
+answer, a kill after it landed), as the attempt's own snapshot of kind schema with its frontier unchanged, before
+the trigger is staged again; the judge's check of the table's columns and of ``part``'s type against the oracle's
+proves that an outranked attempt (fenced, its pin stale, or rolled back) never changed the schema.
 
 Not drawn: expiry of main's history while some sink's last commit is off main (docs/protocol.md,
 "Limits": then a rollback can look like routine expiry); expiry of the snapshots a rollback left
@@ -101,16 +102,19 @@ from spark_app import committer as committer_module
 from spark_app.committer import MaintenanceConflictError, TriggerOutput
 from spark_app.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.maintenance import Maintainer
+from spark_app.schema_drift.plan import schema_changes
 from spark_app.writer import table_plan
 from tests.integration.committer_support import SCHEMA, dead_letter_rows, open_catalog, stage_rows
 from tests.integration.protocol_model.judging import DERANDOMIZED, examples, judge
 from tests.integration.protocol_model.keyed import (
     FOREIGN_KEYS,
+    SourceShape,
     changes,
     create_keyed_table,
     foreign_rewrite,
     fresh,
     record_text,
+    source_drift,
     stage_keyed_trigger,
 )
 from tests.integration.protocol_model.keyed import VALUE_COLUMNS as KEYED_VALUE_COLUMNS
@@ -910,93 +914,9 @@ class ProtocolModel(RuleBasedStateMachine):
             update.add_column("who", StringType())
         self.model.change_columns()
 
-    def source_schema_change(self, data: st.DataObject) -> None:
-        """The source's records gained a column (and, the first time, widened ``part``): a running attempt commits
-        the change as its own snapshot of kind schema under its fence, racing a restart, an upgrade, another
-        writer or a lost answer; an outranked attempt changes nothing."""
-        if not self.processes:
-            return
-        process = self._draw_attempt(data, newest_first=False)
-        disturbance = data.draw(pick([None, "other-sink-commit", "conflict", "lost-answer", "die-after-commit",
-                                      "newer-attempt", "upgrade", "upgrade"]), label="schema change disturbance")
-        self._schema_change_seen_by(process, disturbance)
-
-    def superseded_source_schema_change(self, data: st.DataObject) -> None:
-        """The oldest running attempt is superseded by an upgrade of its sink (whose fence lands, or is refused),
-        then meets its source's schema change before its next trigger: refused once outranked, it changes
-        nothing, and the sink's owner follows the change."""
-        if not self.processes:
-            return
-        oldest = self.processes[0]
-        self._launch(oldest.claim.sink, self.top_version[oldest.claim.sink] + 1)
-        if oldest in self.processes:
-            self._schema_change_seen_by(oldest, None)
-
-    def _schema_change_seen_by(self, process: SinkProcess, disturbance: str | None) -> None:
-        """``process`` commits its source's new column under ``disturbance``; when it is outranked, the attempt that
-        owns its sink, if one runs, does."""
-        column = f"src_{self.attempts}_{len(self.model.columns)}"
-        if not self._source_schema_change(process, column, disturbance):
-            # The attempt was outranked: an attempt that owns its sink, if one runs, follows the change.
-            owner = next((p for p in reversed(self.processes) if self.model.commit_outcome(p.model) == "committed"),
-                         None)
-            if owner is not None:
-                self._source_schema_change(owner, column, None)
-
     def _source_schema_changes_in(self, process: SinkProcess, local: range) -> bool:
-        """Where a sink's source changes its schema (every ``SOURCE_SCHEMA_EVERY``-th position) a trigger over it
-        first commits the change, as the job does (the drift, its own schema commit, the range staged again);
-        whether the trigger goes on (an outranked attempt is refused there and stops)."""
-        every = self.SOURCE_SCHEMA_EVERY
-        for position in local if every else ():
-            column = f"src_{process.claim.sink[-1]}_{position}"
-            if position % every == every - 1 and column not in self.model.columns \
-                    and not self._source_schema_change(process, column, None):
-                return False
-        return True
-
-    def _source_schema_change(self, process: SinkProcess, column: str, disturbance: str | None) -> bool:
-        """``process`` commits adding ``column`` (and widening ``part`` while it is an int); whether it landed."""
-        claim = process.claim
-        expected = self.model.commit_outcome(process.model)
-        table = self.catalog.load_table(TABLE)
-        changes = [SchemaChange("add", column, StringType())]
-        part = next((f for f in table.schema().fields if f.name == "part"), None)
-        if part is not None and isinstance(part.field_type, IntegerType):
-            changes.append(SchemaChange("widen", "part", LongType()))
-
-        def interleave() -> None:
-            nonlocal expected
-            assert disturbance is not None
-            self._interleave(disturbance, process)
-            expected = self.model.commit_outcome(process.model)
-
-        if disturbance in INTERLEAVINGS:
-            process.catalog.before_next_commit = interleave
-        elif disturbance in FAULTS:
-            process.catalog.fault = disturbance
-        elif disturbance == "die-after-commit":
-            process.catalog.kill_after_commits = 1
-        try:
-            outcome = self._upkeep_outcome("source-schema", lambda: process.committer.evolve_schema(changes))
-        finally:
-            process.catalog.before_next_commit = process.catalog.fault = process.catalog.kill_after_commits = None
-        if outcome not in ("committed", "killed"):
-            assert outcome == expected, f"{claim}: expected {expected}, got {outcome}"
-            count("source-schema:refused")
-            self._nothing_unrecorded(claim)  # and the invariant finds the columns unchanged
-            self._remove(process)
-            return False
-        assert expected == "committed", f"{claim}: expected {expected}, but its schema commit landed"
-        landed = self._land_one(claim, SCHEMA_CHANGE, process.model.frontier, self._rows_after_head())
-        self.model.add_column(column)
-        if len(changes) > 1:
-            count("source-schema:widened")
-        if outcome == "killed":
-            self._remove(process)
-            return True
-        process.model.last, process.model.schema_epoch = landed, self.model.schema_epoch
-        process.plan = table_plan(self.catalog.load_table(TABLE))  # the job stages the range again under it
+        """Whether a trigger over ``local`` goes on after its source's schema changes there (the keyed
+        configuration's sources change theirs)."""
         return True
 
     def recreate(self, data: st.DataObject) -> None:
@@ -1107,6 +1027,8 @@ class KeyedProtocolModel(ProtocolModel):
     def __init__(self) -> None:
         super().__init__()
         self.deleted: set[int] = set()  # keys a committed trigger deleted: upserting one again re-inserts it
+        self.shapes = {sink: SourceShape() for sink in SINKS}  # what each sink's source sends (the tables' recreation
+        # leaves it)
 
     @initialize(format_version=st.sampled_from(KEYED_FORMAT_VERSIONS))
     def create_tables(self, format_version: str) -> None:
@@ -1120,11 +1042,11 @@ class KeyedProtocolModel(ProtocolModel):
         return 0 if self.attempts % 3 == 0 else 1 << 20
 
     def _stage_trigger(self, process: SinkProcess, local: range) -> StagedTrigger:
-        claim = process.claim
+        claim, shape = process.claim, self.shapes[process.claim.sink]
         value = self._who_at(claim)
-        output = stage_keyed_trigger(process, local, value)
+        output = stage_keyed_trigger(process, local, value, shape)
         good = changes(claim.sink, local, value)
-        records = [record_text(claim.sink, process.base + i, i, value(i)) for i in local]
+        records = [record_text(claim.sink, process.base + i, i, value(i), shape) for i in local]
         bad = tuple(record for i, record in zip(local, records, strict=True) if is_bad(i))
         good_records = [record for i, record in zip(local, records, strict=True) if not is_bad(i)]
 
@@ -1168,6 +1090,112 @@ class KeyedProtocolModel(ProtocolModel):
         super().recreate(data)
         self.deleted.clear()
 
+    def source_schema_change(self, data: st.DataObject) -> None:
+        """The source's records gained a column (and, the first time, send ``part`` as a 64-bit integer): a running
+        attempt meets them, and its drift detection commits the change as its own snapshot of kind schema under its
+        fence, racing a restart, an upgrade, another writer or a lost answer; an outranked attempt changes nothing."""
+        if not self.processes:
+            return
+        process = self._draw_attempt(data, newest_first=False)
+        disturbance = data.draw(pick([None, "other-sink-commit", "conflict", "lost-answer", "die-after-commit",
+                                      "newer-attempt", "upgrade", "upgrade"]), label="schema change disturbance")
+        self._schema_change_seen_by(process, disturbance)
+
+    def superseded_source_schema_change(self, data: st.DataObject) -> None:
+        """The oldest running attempt is superseded by an upgrade of its sink (whose fence lands, or is refused),
+        then meets its source's schema change before its next trigger: refused once outranked, it changes
+        nothing, and the sink's owner follows the change."""
+        if not self.processes:
+            return
+        oldest = self.processes[0]
+        self._launch(oldest.claim.sink, self.top_version[oldest.claim.sink] + 1)
+        if oldest in self.processes:
+            self._schema_change_seen_by(oldest, None)
+
+    def _schema_change_seen_by(self, process: SinkProcess, disturbance: str | None) -> None:
+        """``process``'s source gains a column at its frontier and ``process`` reads the records there under
+        ``disturbance``; when it is outranked, the attempt of its sink that owns it, if one runs, reads them."""
+        sink, position = process.claim.sink, process.model.next_id
+        self.shapes[sink].gain(position, f"src_{self.attempts}_{len(self.model.columns)}")
+        records = range(position, position + 2)  # (one of two consecutive records is good: it has a schema)
+        if not self._source_schema_change(process, records, disturbance):
+            owner = next((p for p in reversed(self.processes)
+                          if p.claim.sink == sink and self.model.commit_outcome(p.model) == "committed"), None)
+            if owner is not None:
+                self._source_schema_change(owner, records, None)
+
+    def _source_schema_changes_in(self, process: SinkProcess, local: range) -> bool:
+        """A sink's source gains a column at every ``SOURCE_SCHEMA_EVERY``-th position; a trigger whose records ask
+        the table for a change first commits it, as the job does (the drift, its own schema commit, the range
+        staged again); whether the trigger goes on (an outranked attempt is refused there and stops)."""
+        every, shape = self.SOURCE_SCHEMA_EVERY, self.shapes[process.claim.sink]
+        for position in local:
+            column = f"src_{process.claim.sink[-1]}_{position}"
+            if position % every == every - 1 and not shape.has(column):
+                shape.gain(position, column)
+        return self._source_schema_change(process, local, None)
+
+    def _expected_schema_changes(self, process: SinkProcess, local: range) -> list[SchemaChange]:
+        """What the records at ``local`` ask of the table ``process`` pinned: the columns they gained that it lacks,
+        in the order they first appear, and ``part`` widened once they send it as a 64-bit integer."""
+        shape, pinned = self.shapes[process.claim.sink], process.plan.schema
+        names = [f.name for f in pinned.fields]
+        good = [position for position in local if not is_bad(position)]
+        added = list(dict.fromkeys(column for position in good for column in shape.columns_at(position)
+                                   if column not in names))
+        narrow = isinstance(pinned.find_field("part").field_type, IntegerType)
+        widen = narrow and any(shape.part_long_at(position) for position in good)
+        return ([SchemaChange("add", column, StringType()) for column in added]
+                + ([SchemaChange("widen", "part", LongType())] if widen else []))
+
+    def _source_schema_change(self, process: SinkProcess, local: range, disturbance: str | None) -> bool:
+        """``process`` reads the records at ``local``: its drift detection (spark_app/schema_drift/) decides the
+        schema change they ask for, which must be the oracle's, and commits it under ``disturbance``; whether the
+        attempt goes on (nothing to change, or its change landed)."""
+        claim = process.claim
+        drift = source_drift(process, local, self._who_at(claim), self.shapes[claim.sink])
+        changes = schema_changes(drift, TABLE, int(self.format_version))
+        expected_changes = self._expected_schema_changes(process, local)
+        assert changes == expected_changes, f"{claim}: drift {[c.describe() for c in changes]}, expected " \
+                                            f"{[c.describe() for c in expected_changes]}"
+        if not changes:
+            return True
+        expected = self.model.commit_outcome(process.model)
+
+        def interleave() -> None:
+            nonlocal expected
+            assert disturbance is not None
+            self._interleave(disturbance, process)
+            expected = self.model.commit_outcome(process.model)
+
+        if disturbance in INTERLEAVINGS:
+            process.catalog.before_next_commit = interleave
+        elif disturbance in FAULTS:
+            process.catalog.fault = disturbance
+        elif disturbance == "die-after-commit":
+            process.catalog.kill_after_commits = 1
+        try:
+            outcome = self._upkeep_outcome("source-schema", lambda: process.committer.evolve_schema(changes))
+        finally:
+            process.catalog.before_next_commit = process.catalog.fault = process.catalog.kill_after_commits = None
+        if outcome not in ("committed", "killed"):
+            assert outcome == expected, f"{claim}: expected {expected}, got {outcome}"
+            count("source-schema:refused")
+            self._nothing_unrecorded(claim)  # and the invariant finds the columns unchanged
+            self._remove(process)
+            return False
+        assert expected == "committed", f"{claim}: expected {expected}, but its schema commit landed"
+        landed = self._land_one(claim, SCHEMA_CHANGE, process.model.frontier, self._rows_after_head())
+        self.model.evolve([c.column for c in changes if c.kind == "add"], [c.column for c in changes if c.kind == "widen"])
+        if any(c.kind == "widen" for c in changes):
+            count("source-schema:widened")
+        if outcome == "killed":
+            self._remove(process)
+            return False
+        process.model.last, process.model.schema_epoch = landed, self.model.schema_epoch
+        process.plan = table_plan(self.catalog.load_table(TABLE))  # the job stages the range again under it
+        return True
+
     def _who_at(self, claim: Claim) -> Callable[[int], str]:
         """The ``who`` of the row an attempt upserts from a source position."""
         return lambda local_id: f"{who(claim)}@{local_id}"
@@ -1206,9 +1234,12 @@ class KeyedProtocolModel(ProtocolModel):
         return columns, Counter((k, v, self.model.who_column) for k, v in zip(keys, values, strict=True))
 
     def _check_rows(self, table: pa.Table) -> None:
-        """Every key is one row (the oracle's value of it names its partition too)."""
+        """Every key is one row (the oracle's value of it names its partition too), and ``part`` is a 64-bit integer
+        once a schema change widened it."""
         twice = {key: n for key, n in Counter(table.column("id").to_pylist()).items() if n > 1}
         assert not twice, f"keys live in more than one row: {twice}"
+        assert pa.types.is_int64(table.schema.field("part").type) == ("part" in self.model.widened), \
+            f"part is {table.schema.field('part').type}, widened: {sorted(self.model.widened)}"
 
 
 def keyed_on(format_version: str) -> type[KeyedProtocolModel]:

@@ -8,6 +8,10 @@ send ``who``, ``note`` or both (Debezium's placeholder for an unchanged TOASTed 
 the key's live row (spark_app/carry/), so such a row's ``who`` and ``part`` disagree. The oracle's value of a row is
 the tuple (``who``, ``note``, ``part``). The two sinks' key spaces overlap: each deletes the other's rows of the keys
 it touches.
+
+Records are Kafka Connect JSON (``{"schema", "payload"}``) whose schema is the source's shape at their position
+(:class:`SourceShape`): a source gains columns as it goes, and from its first new column on it sends ``part`` as a
+64-bit integer. The sink's drift detection (spark_app/schema_drift/) reads that from the records, as the job does.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -32,10 +37,12 @@ from spark_app.iceberg_internals import live_files, rewrite_files, row_delta
 from spark_app.pipeline import KeyRouter, stage_changes
 from spark_app.position_deletes.deletion_vector import DeletionVector
 from spark_app.position_deletes.stage import stage_position_deletes
+from spark_app.schema_drift.drift import SchemaDrift
+from spark_app.schema_drift.plan import table_columns
 from spark_app.writer import WritePlan, table_plan
 from tests.integration.committer_support import stage_rows
 from tests.integration.protocol_model.oracle import CARRIED, Value
-from tests.integration.protocol_model.world import SinkProcess, is_bad
+from tests.integration.protocol_model.world import TABLE, SinkProcess, is_bad
 
 COLUMNS = [Column(name="id", type="long", required=True), Column(name="who", type="string"),
            Column(name="part", type="int"), Column(name="note", type="string")]
@@ -76,6 +83,30 @@ def change(sink: str, local_id: int) -> tuple[int, bool, tuple[int, ...]]:
     return keys[mixed % len(keys)], (mixed >> 16) % 4 == 0, CARRIES[carries] if carries < len(CARRIES) else ()
 
 
+@dataclass
+class SourceShape:
+    """The shape of a sink's records as its source changes it: each column it gained (optional text) and from which
+    source position on, in the order gained, and from which position on it sends ``part`` as a 64-bit integer (from
+    its first new column on)."""
+
+    gained: list[tuple[int, str]] = field(default_factory=list)
+    part_long_from: int | None = None
+
+    def gain(self, position: int, column: str) -> None:
+        self.gained.append((position, column))
+        if self.part_long_from is None:
+            self.part_long_from = position
+
+    def has(self, column: str) -> bool:
+        return any(name == column for _, name in self.gained)
+
+    def columns_at(self, position: int) -> list[str]:
+        return [column for start, column in self.gained if start <= position]
+
+    def part_long_at(self, position: int) -> bool:
+        return self.part_long_from is not None and self.part_long_from <= position
+
+
 def _value(sink: str, local_id: int, who: str) -> Value:
     """The value the change at ``local_id`` upserts (``CARRIED`` where it does not send a column), None: a delete."""
     _, deletes, carries = change(sink, local_id)
@@ -89,20 +120,45 @@ def changes(sink: str, local: range, value: Callable[[int], str]) -> list[tuple[
     return [(change(sink, i)[0], _value(sink, i, value(i))) for i in local if not is_bad(i)]
 
 
-def record_text(sink: str, source_id: int, local_id: int, who: str) -> str:
-    """The record at a source position as the sink reads it: upsert-format JSON (a column not sent holds Debezium's
-    placeholder), or, for a bad record, its source id (not a JSON object: a dead letter whose payload it is)."""
+def record_text(sink: str, source_id: int, local_id: int, who: str, shape: SourceShape) -> str:
+    """The record at a source position as the sink reads it: upsert-format Connect JSON of the source's shape there
+    (a column not sent holds Debezium's placeholder), or, for a bad record, its source id (not a JSON object: a dead
+    letter whose payload it is)."""
     if is_bad(local_id):
         return str(source_id)
     key, deletes, _ = change(sink, local_id)
     value = _value(sink, local_id, who)
+    gained = shape.columns_at(local_id)
+    fields = [{"field": "id", "type": "int64", "optional": False}, {"field": "who", "type": "string"},
+              {"field": "part", "type": "int64" if shape.part_long_at(local_id) else "int32"},
+              {"field": "note", "type": "string"}, *({"field": column, "type": "string"} for column in gained)]
     if deletes or not isinstance(value, tuple):
-        return json.dumps({"id": key, "__deleted": True})
-    return json.dumps({"id": key, **{name: UNAVAILABLE if item == CARRIED else item
-                                      for name, item in zip(VALUE_COLUMNS, value, strict=True)}})
+        payload: dict[str, Any] = {"id": key, "__deleted": True}
+        fields.append({"field": "__deleted", "type": "boolean"})
+    else:
+        payload = {"id": key, **{name: UNAVAILABLE if item == CARRIED else item
+                                 for name, item in zip(VALUE_COLUMNS, value, strict=True)},
+                   **{column: f"{column}@{local_id}" for column in gained}}
+    return json.dumps({"schema": {"type": "struct", "fields": fields}, "payload": payload})
 
 
-def stage_keyed_trigger(process: SinkProcess, local: range, value: Callable[[int], str]) -> TriggerOutput:
+def _decode(process: SinkProcess, local: range, value: Callable[[int], str], shape: SourceShape,
+            drift: SchemaDrift | None = None) -> pa.Table:
+    """The changes of source positions ``local``, decoded into the columns of the attempt's table plan."""
+    records = [record_text(process.claim.sink, process.base + i, i, value(i), shape).encode() for i in local]
+    return decode_changes(records, None, lambda index: {"next_id": local.start + index},
+                          table_columns(process.plan.schema, TABLE), KEY, "upsert", 0, drift)
+
+
+def source_drift(process: SinkProcess, local: range, value: Callable[[int], str], shape: SourceShape) -> SchemaDrift:
+    """What the records at ``local`` ask of the attempt's table, as the job's decoding collects it."""
+    drift = SchemaDrift()
+    _decode(process, local, value, shape, drift)
+    return drift
+
+
+def stage_keyed_trigger(process: SinkProcess, local: range, value: Callable[[int], str],
+                        shape: SourceShape) -> TriggerOutput:
     """Stage source positions ``local`` as the job does (spark_app/pipeline.py): upsert-format change records
     decoded, routed by key to the writer tasks, each collapsing its changes and writing its winning upserts and
     dead letters and returning the keys it touched, which the committer's deletes find on its head, and the upserts
@@ -110,8 +166,7 @@ def stage_keyed_trigger(process: SinkProcess, local: range, value: Callable[[int
     writer = process.committer.writer
     plan = WritePlan(writer.sink_id, writer.version, attempt_file_prefix(writer), process.plan, process.dead_plan,
                      1 << 30, 1 << 26, ("id",), None, key=KEY)
-    records = [record_text(writer.sink_id, process.base + i, i, value(i)).encode() for i in local]
-    decoded = decode_changes(records, None, lambda index: {"next_id": local.start + index}, COLUMNS, KEY, "upsert", 0)
+    decoded = _decode(process, local, value, shape)
     output = TriggerOutput()
     touched, carried = [], []
     for bucket, rows in KeyRouter(KEY, TASKS).split(decoded.combine_chunks().to_batches()[0]):

@@ -167,6 +167,7 @@ class TableModel:
         self.schema_epoch = 0  # raised by every schema change: an attempt's pin holds only while it stands
         self.who_column = 0  # raised when another writer drops and re-adds ``who``: older rows read it as null
         self.columns = list(self._initial_columns)
+        self.widened: set[str] = set()  # the columns a schema change widened
         self.snaps: dict[int, Snap] = {}
         self.head: int | None = None
         self.sinks: dict[str, SinkRecord] = {}
@@ -271,6 +272,12 @@ class TableModel:
         self.who_column += 1
         self.columns.remove("who")
         self.columns.append("who")
+
+    def evolve(self, added: Sequence[str], widened: Sequence[str]) -> None:
+        """A running attempt committed a schema change its source's records asked for (spark_app/schema_drift/)."""
+        self.schema_epoch += 1
+        self.columns.extend(added)
+        self.widened.update(widened)
 
     def add_column(self, name: str) -> None:
         """A sink evolved the schema (an optional column added with its fence's claim, or by a schema commit of a
