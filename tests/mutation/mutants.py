@@ -6,8 +6,10 @@ planted (issue 25); ``NEW`` are ten more, on the parts the protocol grows throug
 the compare-and-swap's requirements, maintenance commits, expiry, dead-letter recovery and the
 same-version rule; ``KEYED`` are bugs of keyed commits (issue 21): where the older rows of the
 touched keys are located, and how they are deleted; ``UPKEEP`` are bugs of upkeep's rewrites, judged by
-their own integration tests; ``JUDGE`` are bugs of upkeep and expiry that the model test catches since it runs
-the product's own upkeep and reads every tag and branch (issue 34), each surviving the model before it.
+their own integration tests; ``JUDGE`` are bugs of the paths the model test drives since issue 34 (upkeep and
+expiry, as it runs the product's own upkeep and reads every tag and branch; carry and drift detection), each
+surviving the model before it; ``CUT_MODEL`` are bugs of the SQL catalog's cut that the multi-table model test
+catches since its faults reach inside the cut (issue 34).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ POSITION_DELETES = "spark_app/iceberg/position_deletes/stage.py"
 COPY_ON_WRITE = "spark_app/commit/copy_on_write.py"
 MAINTENANCE = "spark_app/upkeep/runner.py"
 UPKEEP_REWRITE = "spark_app/upkeep/rewrite.py"
+CARRY_FILL = "spark_app/commit/carry/fill.py"
+DRIFT = "spark_app/decoding/schema_drift/drift.py"
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,21 @@ JUDGE = (
              "protected = {metadata.current_snapshot_id} | retained"),)),
     Mutant("rewrite-keeps-deleted-rows", "upkeep writes a data file again without applying its position deletes",
            ((UPKEEP_REWRITE, "group.spec_id, positions.get(live.path), keep)", "group.spec_id, None, keep)"),)),
+    Mutant("carry-fills-every-carried-column", "a carried row takes from its key's live row every column some row of "
+           "the trigger did not send, also those it sent itself",
+           ((CARRY_FILL, "takes = pa.array([bool(names) and name in names for names in carries])",
+             "takes = pa.array([bool(names) for names in carries])"),)),
+    Mutant("drift-widening-reversed", "drift detection asks whether the column widens to the source's type rather "
+           "than the source's to the column's: a narrow column the source now sends wider counts as fitting",
+           ((DRIFT, "if column == source or widens(iceberg_type(source), iceberg_type(column)):",
+             "if column == source or widens(iceberg_type(column), iceberg_type(source)):"),)),
 )
 
-MUTANTS = REVIEWED + NEW + KEYED + UPKEEP + JUDGE
+CUT_MODEL = (  # judged by tests/integration/test_multi_table_model.py, whose faults reach inside the cut
+    Mutant("cut-ignores-moved-pointer", "the SQL catalog's cut moves a table's pointer whatever it points at now "
+           "(a commit another writer landed after the cut was built is undone)",
+           ((CUT, "IcebergTables.table_name == name, IcebergTables.metadata_location == current.metadata_location)",
+             "IcebergTables.table_name == name)"),)),
+)
+
+MUTANTS = REVIEWED + NEW + KEYED + UPKEEP + JUDGE + CUT_MODEL

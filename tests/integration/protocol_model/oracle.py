@@ -26,7 +26,12 @@ docs/protocol.md to that record:
   schema, whatever expiry and upkeep did since; no expiry removes a snapshot one names;
 - **a keyed commit** (:func:`apply_changes`): per key the trigger's last change wins; every row of
   every key it touches goes, whatever the head it lands on holds (another writer's rows of the key
-  included), and the winning upserts are added.
+  included), and the winning upserts are added;
+- **carried values** (:func:`carry`): a winning upsert whose source did not send some values (an unchanged
+  TOASTed column) takes each from the key's newest earlier upsert in the trigger that has it, else from the
+  key's live row on the head the commit lands on, as a reader of that row sees it; one an earlier delete of its
+  key in the trigger leaves without a value, or whose key has no live row there, is a dead letter (its record
+  the payload) and its key's rows go all the same.
 
 Landed snapshots are learnt by their id, parent, timestamp and sequence number (what the catalog
 assigned); what they must say and hold comes from the record alone.
@@ -38,20 +43,68 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-# A row: the source id (negative: another writer's; keyed: the key), who wrote it (keyed: and which change),
-# and the ``who`` column it was written to.
-Row = tuple[int, str | None, int]
-Visible = tuple[int, str | None]  # a row as a reader sees it: the column of an older schema epoch reads null
+# A row's value: who wrote it (keyed: and which change), or, keyed, the tuple of its columns besides the key,
+# ``who`` first (``who``, ``note``, ``part``).
+Value = str | tuple[str | int | None, ...] | None
+# A row: the source id (negative: another writer's; keyed: the key), its value, and the ``who`` column it was
+# written to.
+Row = tuple[int, Value, int]
+Visible = tuple[int, Value]  # a row as a reader sees it: the column of an older schema epoch reads null
 
 FENCE, DATA, MAINTENANCE, SCHEMA_CHANGE, FOREIGN = "fence", "data", "maintenance", "schema", "foreign"
+CARRIED = "<not sent>"  # in a change's value: the source did not send this column (an unchanged TOASTed value)
 
 
-def apply_changes(head: Counter[Row], changes: Sequence[tuple[int, str | None]], who_column: int) -> Counter[Row]:
+def hidden(value: Value) -> Value:
+    """``value`` as a reader sees it once its ``who`` column was dropped and added again: ``who`` reads null."""
+    return (None, *value[1:]) if isinstance(value, tuple) else None
+
+
+def seen(row: Row, who_column: int) -> Value:
+    """The value of ``row`` as a reader of a schema whose ``who`` column is ``who_column`` sees it."""
+    return row[1] if row[2] == who_column else hidden(row[1])
+
+
+def apply_changes(head: Counter[Row], changes: Sequence[tuple[int, Value]], who_column: int) -> Counter[Row]:
     """The rows of a keyed table after a commit of ``changes`` ((key, value), None deleting the key, in source
     order) on a head holding ``head``: the last change of a key wins, and no older row of a touched key stays."""
     last = dict(changes)
     kept = Counter({row: n for row, n in head.items() if row[0] not in last})
     return kept + Counter((key, value, who_column) for key, value in last.items() if value is not None)
+
+
+def carry(head: Counter[Row], changes: Sequence[tuple[int, Value]], who_column: int
+          ) -> tuple[list[tuple[int, Value]], list[int]]:
+    """``changes`` with the ``CARRIED`` values of each key's winning (last) upsert filled, as the sink must fill
+    them on a head holding ``head``, and the indexes of the winning upserts that are dead letters instead (their
+    value None: their key's rows go). Each value comes from the key's newest earlier upsert in the trigger that
+    has it (a delete of the key met first makes the upsert a dead letter), else from its live row on the head
+    (none: a dead letter)."""
+    live = {row[0]: seen(row, who_column) for row in head}
+    filled, dead = list(changes), []
+    for key, index in {key: index for index, (key, _) in enumerate(changes)}.items():
+        value = changes[index][1]
+        if not isinstance(value, tuple) or CARRIED not in value:
+            continue
+        values, deleted = list(value), False
+        for earlier_key, earlier in reversed(changes[:index]):
+            if earlier_key != key:
+                continue
+            if not isinstance(earlier, tuple):  # a delete: nothing older of the key is left to keep
+                deleted = True
+                break
+            values = [given if item == CARRIED else item for item, given in zip(values, earlier, strict=True)]
+            if CARRIED not in values:
+                break
+        kept = live.get(key)
+        if CARRIED in values and not deleted and isinstance(kept, tuple):
+            values = [given if item == CARRIED else item for item, given in zip(values, kept, strict=True)]
+        if CARRIED in values:
+            dead.append(index)
+            filled[index] = (key, None)
+        else:
+            filled[index] = (key, tuple(values))
+    return filled, dead
 
 
 @dataclass(frozen=True)
@@ -84,7 +137,7 @@ class SinkRecord:
     """What the table holds of one sink: its commits in landing order, and the dead letters it owes."""
 
     commits: list[Snap] = field(default_factory=list)
-    owed: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)  # (main snapshot id, source ids)
+    owed: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # (main snapshot id, payloads)
 
 
 @dataclass
@@ -114,10 +167,11 @@ class TableModel:
         self.schema_epoch = 0  # raised by every schema change: an attempt's pin holds only while it stands
         self.who_column = 0  # raised when another writer drops and re-adds ``who``: older rows read it as null
         self.columns = list(self._initial_columns)
+        self.widened: set[str] = set()  # the columns a schema change widened
         self.snaps: dict[int, Snap] = {}
         self.head: int | None = None
         self.sinks: dict[str, SinkRecord] = {}
-        self.dead: Counter[int] = Counter()
+        self.dead: Counter[str] = Counter()  # the dead-letter table's payloads
         # Per sink, the highest version whose start-up fenced the dead-letter table (its later dead-letter
         # commits are of versions that fenced it): no rollback of main and no start over touches it.
         self.dead_letter_fenced: dict[str, int] = {}
@@ -160,14 +214,13 @@ class TableModel:
         at = self.head if snapshot_id is None else snapshot_id
         if at is None:
             return Counter()
-        return Counter({(row[0], row[1] if row[2] == self.who_column else None): n
-                        for row, n in self.snaps[at].rows.items()})
+        return Counter({(row[0], seen(row, self.who_column)): n for row, n in self.snaps[at].rows.items()})
 
     def rows_at_ref(self, name: str) -> Counter[Visible]:
         """The rows a reader of tag or branch ``name`` sees: its snapshot's rows under the schema it was committed
         under (a reader of a snapshot reads it with its own schema)."""
         snap = self.snaps[self.refs[name]]
-        return Counter({(row[0], row[1] if row[2] == snap.who_column else None): n for row, n in snap.rows.items()})
+        return Counter({(row[0], seen(row, snap.who_column)): n for row, n in snap.rows.items()})
 
     def protected(self) -> set[int]:
         """The snapshots a tag or branch names: no expiry removes them."""
@@ -175,7 +228,7 @@ class TableModel:
 
     def rewritten_rows(self) -> Counter[Row]:
         """The head's rows as a rewrite writes them again: what a reader sees, under the current schema."""
-        return Counter({(source_id, who, self.who_column): n for (source_id, who), n in self.visible_rows().items()})
+        return Counter({(source_id, value, self.who_column): n for (source_id, value), n in self.visible_rows().items()})
 
     def land(self, snapshot_id: int, parent: int | None, timestamp_ms: int, writer: Claim | None, kind: str,
              frontier: int | None, rows: Counter[Row], branch: str | None = None) -> Snap:
@@ -219,6 +272,12 @@ class TableModel:
         self.who_column += 1
         self.columns.remove("who")
         self.columns.append("who")
+
+    def evolve(self, added: Sequence[str], widened: Sequence[str]) -> None:
+        """A running attempt committed a schema change its source's records asked for (spark_app/decoding/schema_drift/)."""
+        self.schema_epoch += 1
+        self.columns.extend(added)
+        self.widened.update(widened)
 
     def add_column(self, name: str) -> None:
         """A sink evolved the schema (an optional column added with its fence's claim, or by a schema commit of a
@@ -274,9 +333,9 @@ class TableModel:
 
     # -- dead letters ----------------------------------------------------------------------------------
 
-    def owe(self, sink: str, main_snapshot: int, source_ids: tuple[int, ...]) -> None:
-        if source_ids:
-            self.record(sink).owed.append((main_snapshot, source_ids))
+    def owe(self, sink: str, main_snapshot: int, payloads: tuple[str, ...]) -> None:
+        if payloads:
+            self.record(sink).owed.append((main_snapshot, payloads))
 
     def pay(self, sink: str, main_snapshot: int) -> None:
         """The dead-letter commit of one main commit landed."""
@@ -291,7 +350,7 @@ class TableModel:
         sink = claim.sink
         self.dead_letter_fenced[sink] = max(self.dead_letter_fenced.get(sink, 0), claim.version)
         record = self.record(sink)
-        for main_snapshot, source_ids in record.owed:
+        for main_snapshot, payloads in record.owed:
             if self.on_main(main_snapshot):
-                self.dead.update(source_ids)
+                self.dead.update(payloads)
         record.owed = []
