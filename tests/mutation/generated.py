@@ -19,6 +19,7 @@ calls, messages (f-strings, ``format``, ``raise``'s arguments) and ``__repr__``-
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import bisect
@@ -303,22 +304,45 @@ def code_shape(code: types.CodeType) -> tuple[object, ...]:
     return (code.co_code, consts, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)
 
 
+def compiled_shape(source: str, path: str) -> tuple[object, ...] | None:
+    """The :func:`code_shape` of ``source`` compiled as module code; ``None`` when it does not compile."""
+    try:
+        return code_shape(compile(source, path, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True))
+    except SyntaxError:
+        return None
+
+
+def statement_spans(tree: ast.Module, positions: Positions) -> list[tuple[int, int]]:
+    """The character spans of a module's top-level statements, decorators included, in order."""
+    spans = []
+    for statement in tree.body:
+        decorators = getattr(statement, "decorator_list", [])
+        first_line = min([statement.lineno, *(d.lineno for d in decorators)])
+        spans.append((positions.starts[first_line - 1], positions.span(statement)[1]))
+    return spans
+
+
 def mutants_of(path: str, module: str, source: str) -> list[GeneratedMutant]:
-    """The generated mutants of one module's ``source`` (``path`` relative to the repository)."""
+    """The generated mutants of one module's ``source`` (``path`` relative to the repository).
+
+    A mutant's compilation and bytecode are checked on the top-level statement it edits (the unit of
+    compilation), which keeps generating all of them fast.
+    """
+    tree = ast.parse(source)
     walker = Walker(source)
-    walker.walk(ast.parse(source), "")
-    original_shape = code_shape(compile(source, path, "exec", dont_inherit=True))
+    walker.walk(tree, "")
+    statements = statement_spans(tree, walker.positions)
+    starts = [start for start, _ in statements]
     ranks: dict[tuple[str, str], int] = defaultdict(int)
     mutants = []
     for scope, edit in walker.found:
         rank = ranks[(scope, edit.kind)]
         ranks[(scope, edit.kind)] += 1
-        mutated = source[: edit.start] + edit.replacement + source[edit.end:]
-        try:
-            shape = code_shape(compile(mutated, path, "exec", dont_inherit=True))
-        except SyntaxError:
-            continue
-        if shape == original_shape:
+        start, end = statements[bisect.bisect_right(starts, edit.start) - 1]
+        statement = source[start:end]
+        mutated = source[start: edit.start] + edit.replacement + source[edit.end:end]
+        shape = compiled_shape(mutated, path)
+        if shape is None or shape == compiled_shape(statement, path):
             continue
         line, column = walker.positions.line_column(edit.start)
         end_line, end_column = walker.positions.line_column(edit.end)
