@@ -22,15 +22,17 @@ MODEL_TEST = "tests/integration/test_protocol_model.py"
 MODEL_BAR = 0.90
 SUITE_BAR = 0.97
 
-Judge = Callable[[str, Callable[[Path], None], Sequence[str]], tuple[bool, float]]
+Judge = Callable[[str, Callable[[Path], None], Sequence[str]], tuple[bool, float, str]]
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What became of one mutant: the stage that killed it (``None``: it survived) and each stage's seconds."""
+    """What became of one mutant: the stage that killed it (``None``: it survived), pytest's line naming the
+    failure that killed it, and each stage's seconds."""
 
     mutant: GeneratedMutant
     killed_by: str | None
+    failure: str
     seconds: tuple[tuple[str, float], ...]
 
 
@@ -45,11 +47,11 @@ def verdict(mutant: GeneratedMutant, judge: Judge) -> Verdict:
     """Run the stages of ``mutant`` until one kills it."""
     seconds = []
     for name, tests in stages(mutant):
-        caught, taken = judge(mutant.id, mutant.plant, tests)
+        caught, taken, failure = judge(mutant.id, mutant.plant, tests)
         seconds.append((name, taken))
         if caught:
-            return Verdict(mutant, name, tuple(seconds))
-    return Verdict(mutant, None, tuple(seconds))
+            return Verdict(mutant, name, failure, tuple(seconds))
+    return Verdict(mutant, None, "", tuple(seconds))
 
 
 def rate(killed: int, judged: int) -> str:
@@ -77,12 +79,12 @@ def report(verdicts: Sequence[Verdict], equivalent: Sequence[GeneratedMutant], t
     if equivalent:
         lines += ["", "## Equivalent (not run)", ""]
         lines += [f"- `{m.id}`: {m.what} — {EQUIVALENT[m.id]}" for m in equivalent]
-    lines += ["", "## Every verdict", "", "| mutant | family | change | killed by | seconds per judge |",
+    lines += ["", "## Every verdict", "", "| mutant | change | killed by | the failure | seconds per judge |",
               "| --- | --- | --- | --- | --- |"]
     for v in verdicts:
         seconds = ", ".join(f"{name} {taken:.0f}" for name, taken in v.seconds)
-        change = v.mutant.what.replace("|", "\\|")
-        lines.append(f"| `{v.mutant.id}` | {v.mutant.family} | {change} | {v.killed_by or 'SURVIVED'} | {seconds} |")
+        cells = [f"`{v.mutant.id}`", v.mutant.what, v.killed_by or "SURVIVED", v.failure[:160], seconds]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

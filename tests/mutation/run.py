@@ -54,8 +54,9 @@ def apply(mutant: Mutant, root: Path) -> None:
         (root / path).write_text(source.replace(old, new))
 
 
-def judge(name: str, plant: Callable[[Path], None], tests: Sequence[str]) -> tuple[bool, float]:
-    """Whether ``tests`` fail on a copy of the source where ``plant`` put mutant ``name``, and the seconds taken."""
+def judge(name: str, plant: Callable[[Path], None], tests: Sequence[str]) -> tuple[bool, float, str]:
+    """Whether ``tests`` fail on a copy of the source where ``plant`` put mutant ``name``, the seconds taken,
+    and pytest's line naming the first failure (empty when none)."""
     with tempfile.TemporaryDirectory(prefix=f"isync-mutant-{safe_name(name)}-") as directory:
         root = Path(directory)
         for copied in COPIED:
@@ -74,7 +75,8 @@ def judge(name: str, plant: Callable[[Path], None], tests: Sequence[str]) -> tup
         result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                                  "--timeout=900", *tests],
                                 cwd=root, env=env, capture_output=True, text=True, check=False)
-        return result.returncode != 0, time.monotonic() - started
+        failures = [line for line in result.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+        return result.returncode != 0, time.monotonic() - started, (failures or [""])[0]
 
 
 def safe_name(name: str) -> str:
@@ -120,7 +122,7 @@ def listed_main(args: argparse.Namespace) -> int:
     for mutant in chosen:
         cells = []
         for name in args.judge:
-            caught, seconds = results[(mutant, name)]
+            caught, seconds, _ = results[(mutant, name)]
             cells.append(f"{'caught' if caught else 'MISSED':>7s} {seconds:6.0f}s")
         print(f"{mutant.name:36s} " + " ".join(f"{c:>15s}" for c in cells) + f"   {mutant.what}")
     if args.only is not None:
