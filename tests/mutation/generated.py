@@ -68,7 +68,7 @@ TARGETS = (
     Target("carry", "spark_app/carry/", ("tests/unit/test_changes.py",), ("tests/integration/test_toast_carry.py",)),
     Target("schema_drift", "spark_app/schema_drift/", ("tests/unit/test_schema_drift.py",),
            ("tests/integration/test_schema_evolution.py",)),
-    Target("cut", "spark_app/multi_table/cut.py", (),
+    Target("cut", "spark_app/multi_table/cut.py", ("tests/unit/test_rest_cut_answers.py",),
            ("tests/integration/test_atomic_cut.py", "tests/integration/test_many_tables_cuts.py")),
 )
 

@@ -69,7 +69,7 @@ def judge(name: str, plant: Callable[[Path], None], tests: Sequence[str]) -> tup
         # The copy comes first on the path: the venv's editable install maps to the real tree only as a fallback.
         # The services' scripts find Spark's jars in the venv: the real one (the copy has none).
         env = {"ICEBERGSYNC_VENV": str(REPO / ".venv"), **os.environ, "PYTHONPATH": str(root),
-               "ICEBERGSYNC_MODEL_SHRINK": "0"}
+               "ICEBERGSYNC_MODEL_SHRINK": "0", "COLUMNS": "400"}  # wide enough for pytest to name the failure
         env.pop("ICEBERGSYNC_MODEL_EXAMPLES", None)
         started = time.monotonic()
         result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
