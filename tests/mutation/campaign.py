@@ -71,9 +71,10 @@ def score_lines(verdicts: Sequence[Verdict]) -> list[str]:
     return lines
 
 
-def report(verdicts: Sequence[Verdict], equivalent: Sequence[GeneratedMutant], title: str) -> str:
-    """The markdown report: scores, survivors, equivalent mutants, and every verdict."""
-    lines = [f"# {title}", "", *score_lines(verdicts), "", "## Survivors", ""]
+def report(verdicts: Sequence[Verdict], equivalent: Sequence[GeneratedMutant], title: str, total: int) -> str:
+    """The markdown report: scores, survivors, equivalent mutants, and every verdict (of ``total`` to judge)."""
+    lines = [f"# {title}", "", f"Judged: {len(verdicts)} of {total}.", "", *score_lines(verdicts), "",
+             "## Survivors", ""]
     survivors = [v for v in verdicts if v.killed_by is None]
     lines += [f"- `{v.mutant.id}` ({v.mutant.family}): {v.mutant.what}" for v in survivors] or ["None."]
     if equivalent:
@@ -100,7 +101,7 @@ def run_campaign(mutants: Sequence[GeneratedMutant], judge: Judge, jobs: int, re
         with lock:
             verdicts.append(result)
             ordered = sorted(verdicts, key=lambda v: judged.index(v.mutant))
-            report_path.write_text(report(ordered, equivalent, title))
+            report_path.write_text(report(ordered, equivalent, title, len(judged)))
             seconds = " ".join(f"{name} {taken:.0f}s" for name, taken in result.seconds)
             print(f"[{len(verdicts)}/{len(judged)}] {result.killed_by or 'SURVIVED':13s} {mutant.id}  ({seconds})",
                   flush=True)

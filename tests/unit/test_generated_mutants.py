@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from tests.mutation.campaign import MODEL_TEST, run_campaign
 from tests.mutation.generated import (
     TARGETS,
     GeneratedMutant,
@@ -171,3 +173,22 @@ def test_planting_edits_the_copy_only(tmp_path: Path, real_mutants: list[Generat
     (tmp_path / mutant.path).write_text((REPO / mutant.path).read_text())
     mutant.plant(tmp_path)
     assert (tmp_path / mutant.path).read_text() == mutant.mutate((REPO / mutant.path).read_text())
+
+
+def test_the_campaign_judges_in_stages_until_one_kills_and_reports_both_scores(
+        tmp_path: Path, real_mutants: list[GeneratedMutant]) -> None:
+    protocol, cut = (next(m for m in real_mutants if target_of(m).name == name) for name in ("protocol", "cut"))
+    runs: list[tuple[str, tuple[str, ...]]] = []
+
+    def judge(name: str, plant: object, tests: Sequence[str]) -> tuple[bool, float, str]:
+        runs.append((name, tuple(tests)))
+        killed = name == protocol.id and tuple(tests) == target_of(protocol).deterministic
+        return killed, 1.0, "FAILED tests/unit/test_protocol.py::x - AssertionError" if killed else ""
+
+    report = tmp_path / "report.md"
+    assert not run_campaign([protocol, cut], judge, 1, report, "Two")
+    assert runs == [(protocol.id, (MODEL_TEST,)), (protocol.id, target_of(protocol).deterministic),
+                    (cut.id, (MODEL_TEST,)), (cut.id, target_of(cut).deterministic), (cut.id, target_of(cut).integration)]
+    text = report.read_text()
+    assert "| protocol | 1 | 0/1 (0%) | 1/1 (100%) |" in text and "| **total** | 2 | 0/2 (0%) | 1/2 (50%) |" in text
+    assert f"## Survivors\n\n- `{cut.id}`" in text and "Judged: 2 of 2." in text
