@@ -97,6 +97,25 @@ def test_a_restart_fence_carries_the_freshness_status_and_lag_show(tmp_path: Pat
     assert lag_text(state.source_lag) == "40 records"
 
 
+def test_schema_and_maintenance_commits_carry_the_freshness_status_and_lag_show(tmp_path: Path) -> None:
+    catalog, table, sink = started_sink(tmp_path)
+    output = TriggerOutput(data_files=stage(table, sink.writer, range(0, 5)), records=5,
+                           max_event_time="2026-05-09T08:12:31+00:00",
+                           source_lag={"records": 40, "partitions": {"orders": {"0": 40}}})
+    sink.commit(output, {"next_id": 5})
+    sink.evolve_schema([SchemaChange("add", "note", StringType())])
+    state = read_sink_state(catalog, TABLE, SINK)
+    assert state.kind == "schema"
+    assert state.max_event_time == "2026-05-09T08:12:31+00:00" and lag_text(state.source_lag) == "40 records"
+    planned = catalog.load_table(TABLE).current_snapshot()
+    assert planned is not None
+    [old] = [task.file for task in catalog.load_table(TABLE).scan().plan_files()]
+    sink.commit_maintenance(planned, [old], stage(catalog.load_table(TABLE), sink.writer, range(0, 5)))
+    state = read_sink_state(catalog, TABLE, SINK)
+    assert state.kind == "maintenance"
+    assert state.max_event_time == "2026-05-09T08:12:31+00:00" and lag_text(state.source_lag) == "40 records"
+
+
 def test_restart_resumes_from_the_newest_own_snapshot_skipping_foreign_ones(tmp_path: Path) -> None:
     catalog, table, _first = started_sink(tmp_path, 10)
     # Other writers land on top: a rewrite of the table (pyiceberg writes a delete and an append

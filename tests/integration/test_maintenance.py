@@ -429,6 +429,23 @@ def test_commits_beyond_max_snapshots_expire_at_once_whatever_their_age(tmp_path
     assert resumed.start([]).frontier == {"after": f"t{triggers.number - 1:04d}"}
 
 
+@pytest.mark.parametrize("enabled", ["compaction", "rewrite_deletes"])
+def test_either_of_compaction_and_rewrite_deletes_alone_runs_the_rewrite(tmp_path: Path, enabled: str) -> None:
+    catalog = open_catalog(tmp_path)
+    name = keyed_table(catalog)
+    triggers = Triggers(catalog, name, ChangeStream("debezium", random.Random(f"alone-{enabled}")))
+    sink = SinkCommitter(catalog, name, Writer(SINK, 1, "attempt1"))
+    sink.start([])
+    off = {"compaction": {"enabled": enabled == "compaction"},
+           "rewrite_deletes": {"enabled": enabled == "rewrite_deletes"}}
+    maintenance = Maintainer(Maintenance(**off, expire_snapshots={"enabled": False}),  # type: ignore[arg-type]
+                             sink, catalog, name, TARGET)
+    for _ in range(12):
+        triggers.commit(sink, 50)
+        maintenance.after_commit()
+    assert maintenance.totals.runs > 0
+
+
 def test_expiry_by_count_goes_a_fifth_below_max_snapshots_so_it_is_not_due_after_every_commit(
         tmp_path: Path) -> None:
     catalog = open_catalog(tmp_path)

@@ -106,6 +106,8 @@ def test_key_columns_get_filters_unless_turned_off_and_iceberg_properties_add_co
                   "write.parquet.bloom-filter-fpp.column.email": "0.05",
                   "write.parquet.bloom-filter-enabled.column.missing": "true"}
     assert bloom_filter.bloom_filter_columns(schema, properties) == {"email": 0.05, "id": 0.001}
+    other_column = {"write.parquet.bloom-filter-enabled.column.note": "true"}  # no rate of its own: the default's
+    assert bloom_filter.bloom_filter_columns(schema, other_column) == {"id": 0.001, "note": 0.01}
     off = {"write.parquet.bloom-filter-enabled.column.id": "false"}
     assert bloom_filter.bloom_filter_columns(schema, off) == {}
     assert bloom_filter.write_options({}, 100, {}) == {}
