@@ -59,7 +59,7 @@ Not drawn: expiry of main's history while some sink's last commit is off main (d
 "Limits": then a rollback can look like routine expiry); expiry of the snapshots a rollback left
 off main is drawn.
 
-The suite runs a fixed, derandomized set of examples (a red run is reproducible) and prints the
+The suite runs a fixed set of examples, drawn from a fixed seed (a red run is reproducible), and prints the
 mix of actions and outcomes; it fails when the mix is too thin to judge: below ``COVERAGE`` and
 ``KEYED_COVERAGE`` in the suite's own run, below what ``RATES`` and ``KEYED_RATES`` (how often random runs
 exercise each path) make certain for the size of any other run (protocol_model/judging.py). Run it long and random with e.g. ``ICEBERGSYNC_MODEL_EXAMPLES=300
@@ -153,7 +153,7 @@ from tests.integration.test_refs_through_upkeep import every_upkeep_step
 
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
-SUITE_EXAMPLES = 60  # the suite's run (derandomized), and its keyed configuration's on each format version
+SUITE_EXAMPLES = 60  # the suite's run (a fixed seed), and its keyed configuration's on each format version
 SUITE_KEYED_EXAMPLES = SUITE_EXAMPLES // 3
 AUDIT_KEYS = 1000  # keyed: the keys another writer audits on a branch start here (no sink's or engine's key)
 UPKEEP_TARGET_BYTES = 1 << 20  # the sink's commit.targetFileSize: every file of the model's is small

@@ -4,7 +4,7 @@
 ``python -m tests.mutation.run --generated [--module NAME ...] [--sample N --seed S] [--jobs N] [--report PATH]``
 
 The listed mutants (tests/mutation/mutants.py) have three judges: ``model`` is tests/integration/test_protocol_model.py
-in the suite's setting (derandomized, not shrunk, so a catch is fast); ``deterministic`` is the protocol and
+in the suite's setting (fixed seeds, not shrunk, so a catch is fast); ``deterministic`` is the protocol and
 committer tests that need no Spark (and the unit tests of the keyed path); ``upkeep`` is the integration test of
 upkeep's manifest rewrite. A mutant is caught when the judge's run fails. Exits 1 when the model catches fewer than
 ``REQUIRED`` of the reviewed or the new ten (issue 25's bar), or misses a keyed mutant or one of upkeep and expiry
