@@ -49,7 +49,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
+from bench.support.common import (
     CORES,
     REPO,
     SyncInThread,

@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Cell, cached_rows, load_average, machine
+from bench.support.common import REPO, Cell, cached_rows, load_average, machine
 from bench.report import write_report
 
 DEFAULT_OUT = REPO / "docs" / "benchmarks" / "internals"
@@ -104,7 +104,7 @@ def run_cell(cell: Cell, workdir: Path, timeout: float) -> dict[str, Any]:
     started = time.monotonic()
     load_before = load_average()
     with log_path.open("w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "bench.worker", str(cell_path), str(result_path), str(log_path)],
+        process = subprocess.Popen([sys.executable, "-m", "bench.support.worker", str(cell_path), str(result_path), str(log_path)],
                                    cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             status = process.wait(timeout)
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                              label="prepare"), args.workdir, args.cell_timeout)
         prepare_info = prep.get("prepare", {})
     if not prepare_info:
-        from bench.common import load_data
+        from bench.support.common import load_data
 
         sample = load_data(args.workdir, min(cached_rows(args.workdir), 1_000_000))
         prepare_info = {"rows": cached_rows(args.workdir), "arrow_bytes_per_row": sample.nbytes / sample.num_rows}

@@ -16,7 +16,7 @@ it was produced (``produced_at``, also the sync's ``eventTimeColumn``); its deli
 record's offset, so a commit's frontier says exactly which records it made visible and when.
 
 Three syncs run in turn, each as the product runs (``icebergsync run SPEC --master local[2]``: SQLite
-catalog, local warehouse, ``commit.interval: 5s``, every default, upkeep included) under bench/measure.py
+catalog, local warehouse, ``commit.interval: 5s``, every default, upkeep included) under bench/support/measure.py
 (the whole process tree: Python driver, JVM, Python workers):
 
 1. **many**: ``topicPattern: 'bench\\.(\\w+)'`` + ``table.name: 'lake.{1}'``: one table per topic, from the
@@ -57,7 +57,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, load_average, machine, publish, sync_document
+from bench.support.common import REPO, load_average, machine, publish, sync_document
 from bench.run import cpu_at
 
 OUTPUT = REPO / "docs" / "benchmarks" / "many-tables.md"
@@ -347,7 +347,7 @@ def spec_of(directory: Path, bootstrap: str, table: str, source: dict[str, Any])
 
 
 def run_sync(name: str, workdir: Path, spec: dict[str, Any], seconds: float, timeout: float) -> Run:
-    """``icebergsync run`` of ``spec`` under bench.measure, stopped (SIGTERM) after ``seconds``."""
+    """``icebergsync run`` of ``spec`` under bench.support.measure, stopped (SIGTERM) after ``seconds``."""
     directory = workdir / name
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
@@ -355,7 +355,7 @@ def run_sync(name: str, workdir: Path, spec: dict[str, Any], seconds: float, tim
     path.write_text(json.dumps(sync_document(f"many-{name}", spec), indent=1))
     run = Run(name, directory, load_before=load_average())
     result, log = directory / "measure.json", directory / "job.log"
-    command = [sys.executable, "-m", "bench.measure", str(result), str(log), "--stop-after-seconds", str(seconds),
+    command = [sys.executable, "-m", "bench.support.measure", str(result), str(log), "--stop-after-seconds", str(seconds),
                "--timeout", str(timeout), "--",
                str(Path(sys.executable).parent / "icebergsync"), "run", str(path), "--master", "local[2]"]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -541,7 +541,7 @@ def render(results: dict[str, Any]) -> str:
         f"(confluent-kafka, acks=all) for the whole run (it fell at most {results['producer_behind_s']} s behind "
         "its schedule), each record stamped with its produce time.",
         "- Every sync: `icebergsync run SPEC --master local[2]`, SQLite catalog, local warehouse, "
-        "`commit.interval: 5s`, every other setting default (upkeep on), measured by bench/measure.py "
+        "`commit.interval: 5s`, every other setting default (upkeep on), measured by bench/support/measure.py "
         "(the whole process tree: Python driver, JVM, Python workers).",
         "- **many**: `topicPattern: 'bench\\.(\\w+)'`, `table.name: 'lake.{1}'`, from the earliest offset. "
         "**single hot**: `topic: bench.hot00` → `lake.hot00`; **single idle**: `topic: bench.idle00` → `lake.idle00` "

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.common import cached_rows, load_data
+from bench.support.common import cached_rows, load_data
 from bench.internals import parse_count
 
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.dataset import spark_ddl
+from bench.support.dataset import spark_ddl
 
 
 def produce(config: dict[str, Any]) -> int:

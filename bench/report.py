@@ -217,7 +217,7 @@ def profile_summary(text: str, top: int = 18) -> list[str]:
 def chart(rows: list[dict[str, Any]], memory: list[dict[str, Any]], out: Path) -> None:
     import sys
 
-    from bench.common import bench_deps
+    from bench.support.common import bench_deps
 
     if bench_deps().is_dir() and str(bench_deps()) not in sys.path:
         sys.path.append(str(bench_deps()))  # bench/lock.sh install

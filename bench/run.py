@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, bench_deps, load_average, machine
-from bench.dataset import checksum, make_rows, spec_schema, write_json_files, write_parquet_files
+from bench.support.common import REPO, bench_deps, load_average, machine
+from bench.support.dataset import checksum, make_rows, spec_schema, write_json_files, write_parquet_files
 
 DEFAULT_OUT = REPO / "docs" / "benchmarks"
 ENGINES = ("sink", "spark")
@@ -87,7 +87,7 @@ def median_spread(values: list[Any]) -> dict[str, float] | None:
 
 def tree_cpu(root: int) -> float:
     """CPU seconds (user + system) of the live processes under ``root``: the Kafka broker's share."""
-    from bench.measure import descendants, own_cpu
+    from bench.support.measure import descendants, own_cpu
 
     seen: dict[tuple[int, int], float] = {}
     own_cpu(descendants(root), seen)
@@ -296,7 +296,7 @@ class Bench:
         command = self.sink_command(source, layout, directory) if engine == "sink" else \
             self.peer_command(source, layout, directory)
         result_path, log_path = directory / "measure.json", self.logs / f"{name}.log"
-        measure = [sys.executable, "-m", "bench.measure", str(result_path), str(log_path),
+        measure = [sys.executable, "-m", "bench.support.measure", str(result_path), str(log_path),
                    "--timeout", str(self.args.run_timeout)]
         if engine == "sink":
             measure += ["--stop-after-records", str(self.rows)]
@@ -304,7 +304,7 @@ class Bench:
         broker_before = tree_cpu(self.broker._server.proc.pid) if (self.broker and source == "kafka") else None
         subprocess.run([*measure, "--", *command], cwd=REPO, env=self.env(), check=False)
         if not result_path.exists():
-            raise RuntimeError(f"bench.measure left no result for {name}: see {log_path}")
+            raise RuntimeError(f"bench.support.measure left no result for {name}: see {log_path}")
         measured = json.loads(result_path.read_text())
         run: dict[str, Any] = {"key": key, "engine": engine, "source": source, "layout": layout,
                                "round": round_index, "load_before": load_before, "load_after": load_average()[0],
@@ -350,7 +350,7 @@ class Bench:
 
     def encode(self, round_index: int) -> dict[str, Any]:
         out = Path("/dev/shm") / f"icebergsync-bench-encode-{os.getpid()}"
-        done = subprocess.run([sys.executable, "-m", "bench.encode", str(self.rows), str(self.files), str(self.args.days),
+        done = subprocess.run([sys.executable, "-m", "bench.support.encode", str(self.rows), str(self.files), str(self.args.days),
                                str(self.target), str(out), str(self.data_dir)], cwd=REPO, env=self.env(), capture_output=True, text=True,
                               check=True)
         result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -703,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
             for key in run_order(keys, round_index):
                 runs.append(bench.run_one(key, round_index, truth))
             if not args.no_encode:
-                runs.append(bench.encode(round_index))
+                runs.append(bench.support.encode(round_index))
     finally:
         bench.stop_kafka()
     document = {

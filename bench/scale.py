@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.cdc import SCHEMA, START
-from bench.common import (
+from bench.support.common import (
     REPO,
     SyncInThread,
     committed_through,

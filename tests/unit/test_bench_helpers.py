@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.dataset import (
+from bench.support.dataset import (
     ARROW_SCHEMA,
     checksum,
     json_lines,
@@ -17,7 +17,7 @@ from bench.dataset import (
     write_json_files,
     write_parquet_files,
 )
-from bench.measure import COMMIT_LINE
+from bench.support.measure import COMMIT_LINE
 from bench.run import median_spread, parse_count, per_trigger, run_order
 
 

@@ -1,4 +1,4 @@
-"""Pure helpers of the many-tables benchmark (bench/many.py, bench/measure.py): no Kafka, no Spark, no timing."""
+"""Pure helpers of the many-tables benchmark (bench/many.py, bench/support/measure.py): no Kafka, no Spark, no timing."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from bench.many import (
     triggers,
     window_figures,
 )
-from bench.measure import COMMIT_LINE, commit_detail
+from bench.support.measure import COMMIT_LINE, commit_detail
 
 LINE = ("2026-11-26 06:00:56,123 INFO icebergsync.job commit sink=bench/many version=1 table=lake.hot00 "
         "snapshot=123 records=40 dead_letters=0 files=1 bytes=999 commit_ms=12 frontier={\"bench.hot00\": {\"0\": 80}}")

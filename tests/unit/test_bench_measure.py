@@ -1,4 +1,4 @@
-"""bench.measure counts the CPU of every process of the tree, also of those no parent reaps."""
+"""bench.support.measure counts the CPU of every process of the tree, also of those no parent reaps."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import REPO
+from bench.support.common import REPO
 
 # The parent ignores SIGCHLD, as PySpark's worker daemon does with its workers: the kernel reaps the
 # child and its CPU time reaches no parent's rusage (getrusage(RUSAGE_CHILDREN) never sees it).
@@ -21,7 +21,7 @@ if child == 0:
         pass
     os._exit(0)
 # Outlive the child, however long a loaded machine makes its second of CPU take: an orphan would be
-# reaped by bench.measure (a subreaper), and counted by its rusage after all.
+# reaped by bench.support.measure (a subreaper), and counted by its rusage after all.
 while True:
     try:
         os.kill(child, 0)
@@ -33,7 +33,7 @@ while True:
 
 def test_cpu_of_a_child_nobody_reaps_is_counted(tmp_path: Path) -> None:
     result = tmp_path / "measure.json"
-    subprocess.run([sys.executable, "-m", "bench.measure", str(result), str(tmp_path / "log"), "--",
+    subprocess.run([sys.executable, "-m", "bench.support.measure", str(result), str(tmp_path / "log"), "--",
                     sys.executable, "-c", UNREAPED_CHILD], cwd=REPO, check=True, timeout=60)
     measured = json.loads(result.read_text())
     assert measured["exit"] == 0

@@ -1,8 +1,8 @@
 """The ceiling: pyarrow encoding the benchmark's rows to zstd Parquet, one thread, no Spark.
 
-    python -m bench.encode ROWS FILES DAYS TARGET_FILE_BYTES OUT_DIR [JSON_DIR]
+    python -m bench.support.encode ROWS FILES DAYS TARGET_FILE_BYTES OUT_DIR [JSON_DIR]
 
-Makes the same rows as the JSON files (bench.dataset.make_rows, not timed), then times
+Makes the same rows as the JSON files (bench.support.dataset.make_rows, not timed), then times
 ``pyarrow.parquet.write_table`` of them in files of about the target size into OUT_DIR (tmpfs),
 encoded as the sink's writer encodes them (zstd at the same level, the same dictionary columns,
 decimals as integers: the same files, so the ratio measures getting rows to the encoder, not
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from bench.dataset import json_parse_options, make_rows
+from bench.support.dataset import json_parse_options, make_rows
 from spark_app.staging.writer import compression_options, dictionary_columns
 
 

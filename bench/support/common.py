@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from spark_app.job.loop import RunSummary
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CORES = 2  # local[2]: every Spark contender gets the same two cores
 GENERATOR_BYTES_PER_ROW = 26  # spark_app.sources.generator.ESTIMATED_BYTES_PER_ROW
 PAGE = os.sysconf("SC_PAGE_SIZE")

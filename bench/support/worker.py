@@ -1,4 +1,4 @@
-"""One benchmark cell in its own process: ``python -m bench.worker CELL.json RESULT.json STDERR_LOG``.
+"""One benchmark cell in its own process: ``python -m bench.support.worker CELL.json RESULT.json STDERR_LOG``.
 
 A cell is one contender on one layout and size, run ``runs`` times after a warm-up, in one
 process (one Spark session), so the peak RSS figures belong to that contender alone.
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
+from bench.support.common import (
     CORES,
     GENERATOR_BYTES_PER_ROW,
     Cell,
@@ -485,7 +485,7 @@ def prepare(cell: Cell, spark: Any) -> dict[str, Any]:
 @contextlib.contextmanager
 def profiled(cell: Cell, sampler: TreeSampler, out: Path) -> Iterator[None]:
     """py-spy record of the Python workers (daemon and its forks) while the block runs."""
-    from bench.common import bench_deps
+    from bench.support.common import bench_deps
 
     spy = shutil.which("py-spy") or next((str(p) for p in (Path(sys.executable).parent / "py-spy",
                                                           bench_deps() / "bin" / "py-spy") if p.exists()), "py-spy")

@@ -1,6 +1,6 @@
 """Run one contender's command and measure its whole process tree.
 
-    python -m bench.measure RESULT.json LOG [--stop-after-records N] [--timeout S] -- COMMAND ...
+    python -m bench.support.measure RESULT.json LOG [--stop-after-records N] [--timeout S] -- COMMAND ...
 
 * CPU seconds of the whole tree (the Python driver, the JVM, the Python workers, whatever they
   start), counted two ways, the larger wins: every process's own CPU (utime + stime from /proc,
@@ -91,7 +91,7 @@ def children_cpu() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.measure", description=__doc__,
+    parser = argparse.ArgumentParser(prog="bench.support.measure", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("result", type=Path)
     parser.add_argument("log", type=Path)
