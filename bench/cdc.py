@@ -29,7 +29,7 @@ table afterwards (a full scan with Spark: every column of every live row) agains
 after the last table was written (median of 5 rounds: a table read early in the session, before
 the JVM warmed up, would look slower than one read at the end), the files each table
 holds and the files its commits added per batch. Every table is checked equal to the stream's model
-(key -> row) first. Each ``--batch`` size is one run of the whole stream; the page lists the issue's
+(key -> row) first. Each ``--batch`` size is one run of the whole stream; the page lists the
 targets next to the measured ratios, and what the sync's upkeep rewrote (its run summary). Writes
 docs/benchmarks/cdc.md. ``--deletes`` runs the sync in the layouts named only; ``--maintenance`` gives
 the sync a ``spec.maintenance`` (JSON, e.g. ``'{"compaction": {"maxExtraFilesPercent": 0}}'``).
@@ -299,7 +299,7 @@ def render(results: dict[str, Any]) -> str:
         "(60% updates that move the row to another day partition, 20% deletes, 20% inserts/re-inserts),",
         f"applied batch by batch to tables partitioned by `day(updated_at)`, in one local[{CORES}] Spark session,",
         "once per batch size. Every table was checked equal to the stream's model before the reads were timed.",
-        f"The issue's targets: {TARGETS}.",
+        f"The targets: {TARGETS}.",
         *([f"The sync's `spec.maintenance`: `{json.dumps(results['maintenance'])}`."] if results["maintenance"] else []),
         "",
         f"Run: {results['date']} on {results['machine']['nproc']} cores of a shared machine (figures are noisy; "

@@ -1,6 +1,6 @@
 """The sink's internals (generator source): docs/benchmarks/internals/results.md, results.json, throughput.png.
 
-The peers benchmark of issue 14 is ``python -m bench.run``; this one decomposes where the sink's
+The peers benchmark is ``python -m bench.run``; this one decomposes where the sink's
 CPU goes (generator, JVM → Arrow hand-off, writer), memory against rows per trigger, commit
 latency as history grows and a py-spy profile, next to Spark's batch ``writeTo().append()``.
 

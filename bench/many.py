@@ -1,4 +1,4 @@
-"""One sync of many tables against single-table syncs (issue 24), on a real Kafka broker.
+"""One sync of many tables against single-table syncs, on a real Kafka broker.
 
     .venv/bin/python -m bench.many [--many-seconds 360] [--single-seconds 180] [--idle-seconds 150]
 

@@ -1,4 +1,4 @@
-"""IcebergSync against what a user would run instead (issue 14), side by side in one run.
+"""IcebergSync against what a user would run instead, side by side in one run.
 
     .venv/bin/python -m bench.run                 # 3,000,000 rows in 30 JSON and 30 Parquet files and on Kafka, 3 rounds (12 min measured)
     .venv/bin/python -m bench.run --quick         # 300,000 rows, 1 round: checks the harness (3 min idle, 10-17 min at load 8-19)
@@ -522,7 +522,7 @@ def render(document: dict[str, Any], out: Path) -> None:
             f"| {_f(100 * ratio['per_core_vs_encode'] if ratio.get('per_core_vs_encode') else None, '.1f', '%')} "
             f"| {_f(100 * ratio['cpu_vs_encode'] if ratio.get('cpu_vs_encode') else None, '.1f', '%')} "
             f"| {_f(100 * ratio['cpu_vs_parse_encode'] if ratio.get('cpu_vs_parse_encode') else None, '.1f', '%')} |")
-    lines += ["", "## Targets of issue 14", "", "| target | measured | met? |", "|---|---|---|"]
+    lines += ["", "## Targets", "", "| target | measured | met? |", "|---|---|---|"]
     lines += targets(ratios)
     lines += [
         "",
@@ -580,7 +580,7 @@ def render(document: dict[str, Any], out: Path) -> None:
 
 
 def targets(ratios: dict[str, Any]) -> list[str]:
-    """One line per target of issue 14, from the ratios (sink ÷ spark)."""
+    """One line per target (``checks`` below), from the ratios (sink ÷ spark)."""
     checks = [
         ("≥ 1.5x the peer's rows/s (wall)", "wall", lambda v: v >= 1.5, "{:.2f}x"),
         ("≥ 1.5x the peer's rows per CPU-second", "cpu", lambda v: v >= 1.5, "{:.2f}x"),

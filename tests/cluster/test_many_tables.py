@@ -1,4 +1,4 @@
-"""One IcebergSync, many tables (issue 24), from ``kubectl apply``, in pods: ``helm install`` the chart,
+"""One IcebergSync, many tables, from ``kubectl apply``, in pods: ``helm install`` the chart,
 MinIO, the Iceberg REST catalog and a KRaft Kafka broker as pods (tests/cluster/product.py), and a sync
 whose ``source.kafka.topicPattern`` matches a topic per table and whose ``table.name`` is the template
 ``e2e.{1}``; the operator renders a SparkApplication and the real Kubeflow Spark Operator runs its driver

@@ -1,4 +1,4 @@
-"""Issue 37 on the one-node cluster: the README's own Helm and kubectl commands as written (placeholders
+"""Platform install on the one-node cluster: the README's own Helm and kubectl commands as written (placeholders
 filled in, the example's catalog pointed at the cluster's REST catalog and its Secret stub filled, as the
 README says), and a sync placed on a tainted node with a registry pull secret, as a platform runs it.
 

@@ -39,7 +39,7 @@ Covered elsewhere:
   tests/integration/test_operator_s3_metadata.py (MinIO).
 * 17 (a pod joining a sync's Spark application) needs running pods: tests/cluster/ runs the attack;
   here, only that the rendered application carries the protecting conf and a spec cannot unset it.
-* 8's memory under many hostile catalogs is not measured here (an open finding of issue 32).
+* 8's memory under many hostile catalogs is not measured here (an open finding).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def operator(kube_cluster: KubeCluster, helm_binary: Path,
 @pytest.fixture
 def tenant_role() -> str:
     """Tenants here hold the chart's ``admin`` tenant role: a namespace admin's, who may declare IcebergCatalogs
-    (the issue's premise for the catalog attacks); the ``edit`` role's authors cannot."""
+    (the premise of the catalog attacks); the ``edit`` role's authors cannot."""
     return f"{FULLNAME}-admin"
 
 

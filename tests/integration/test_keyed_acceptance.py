@@ -1,4 +1,4 @@
-"""Issue 13's acceptance: a Debezium-style change stream through the real job, killed -9 again and again.
+"""Acceptance of keyed syncs: a Debezium-style change stream through the real job, killed -9 again and again.
 
 A random change stream (inserts, updates that move a row to another day partition, deletes,
 re-inserts, key changes, tombstones and broken lines; tests/integration/keyed_support.py) goes
@@ -14,7 +14,7 @@ equal the model of the whole stream, and the dead-letter table must hold each br
 at its position.
 
 Size: ``ICEBERGSYNC_KEYED_CHANGES`` changes (default 10,000, over a tenth as many keys) and
-``ICEBERGSYNC_KEYED_KILLS`` kills per run (default 3; the fourth and later add random-time kills). Issue 13's figure is 200,000 changes over
+``ICEBERGSYNC_KEYED_KILLS`` kills per run (default 3; the fourth and later add random-time kills). The full-size run is 200,000 changes over
 20,000 keys: ``ICEBERGSYNC_KEYED_CHANGES=200000``.
 """
 

@@ -83,7 +83,7 @@ def test_change_files_end_in_the_model_of_the_stream(tmp_path: Path, spark: Spar
 
 def test_a_keyed_table_evolves_its_partitioning_and_deletes_reach_the_older_files(tmp_path: Path,
                                                                                   spark: SparkSession) -> None:
-    """Issue 37: a keyed sync's partitionBy changes between versions; the rows the new version updates or deletes
+    """A keyed sync's partitionBy changes between versions; the rows the new version updates or deletes
     live in files of the old spec, so its position deletes are written under that spec (upkeep off, so that they
     stay to be read), and both readers see the model of the whole stream."""
     inbox = tmp_path / "inbox"

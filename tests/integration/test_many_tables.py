@@ -1,4 +1,4 @@
-"""One sync, many tables (issue 24), on a real Kafka broker and real Spark: one table per topic by a
+"""One sync, many tables, on a real Kafka broker and real Spark: one table per topic by a
 template, tables created at their first record, topics created later picked up by the pattern, one
 atomic cut per trigger on the SQL catalog, and exactly-once per table across restarts and upgrades."""
 

@@ -1,4 +1,4 @@
-"""Issue 24's acceptance: ONE sync of many Debezium topics into one table each, through the real job, killed -9.
+"""Acceptance of many tables: ONE sync of many Debezium topics into one table each, through the real job, killed -9.
 
 A database's change topics (56 of them: a few hot ones on two partitions, many with a handful of changes,
 some idle) carry Debezium change events with their Kafka Connect schema (``schemas.enable=true``: inserts,

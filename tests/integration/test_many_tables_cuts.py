@@ -1,4 +1,4 @@
-"""Issue 24's cuts through the real job: a trigger's commits to the tables it touched, orders and their lines.
+"""Many-table cuts through the real job: a trigger's commits to the tables it touched, orders and their lines.
 
 A producer writes orders to one topic and their lines to another, each burst in ONE Kafka transaction, so
 that the lines of an order add up to its total. One sync (``shop.{1}`` over both topics, the lines table with

@@ -1,4 +1,4 @@
-"""Issue 38, parts 8 and 9 (MariaDB): a real MariaDB through Debezium's MariaDB connector into ONE database-wide
+"""MariaDB change data capture: a real MariaDB through Debezium's MariaDB connector into ONE database-wide
 sync, set up as examples/mariadb-debezium/ and docs/mysql-mariadb.md say, literally.
 
 MariaDB 10.11 (Debian's packages, binary log in ROW format) is set up by the example's ``mariadb-setup.sql``;

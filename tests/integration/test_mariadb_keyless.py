@@ -1,4 +1,4 @@
-"""Issue 38, part 7 (MariaDB): a table WITHOUT a primary key through Debezium's MariaDB connector, as the docs say.
+"""MariaDB: a table WITHOUT a primary key through Debezium's MariaDB connector, as the docs say.
 
 A real MariaDB (binary log ROW, ``binlog_row_image=FULL`` as the example's server settings say) set up by the
 example's ``mariadb-setup.sql``; Debezium's MariaDB connector with the example's ``debezium-connector.json`` (but

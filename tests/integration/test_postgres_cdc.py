@@ -1,4 +1,4 @@
-"""Issue 23, part 1: a real PostgreSQL through Debezium into Iceberg.
+"""A real PostgreSQL through Debezium into Iceberg.
 
 PostgreSQL 15 (Debian's packages, ``wal_level=logical``) runs an application-like workload on three
 tables (a bigint key, a composite key, a uuid key; every common type, NULLs, a TOASTed text, primary-key
@@ -187,7 +187,7 @@ def catch_up(spark: SparkSession, kafka_broker: KafkaBroker, workload: Workload,
 
 def test_primary_key_updates_keep_unchanged_toasted_values_without_replica_identity_full(
         tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker, postgres: Postgres) -> None:
-    """Issue 38: under REPLICA IDENTITY DEFAULT a primary-key update of a row whose ~16 KB body is unchanged reaches
+    """Under REPLICA IDENTITY DEFAULT a primary-key update of a row whose ~16 KB body is unchanged reaches
     Kafka as a delete of the old key and a create of the new key holding Debezium's placeholder. Configured as
     docs/connectors.md ("Primary-key updates") says (transaction metadata on, ``spec.changes.transactions``, so
     both halves are always in one trigger, here of at most 5 records), the new key keeps the old key's body; the
@@ -207,7 +207,7 @@ def test_primary_key_updates_keep_unchanged_toasted_values_without_replica_ident
 
 def test_truncates_empty_the_table_where_postgres_did(tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker,
                                                       postgres: Postgres) -> None:
-    """Issue 38: with ``skipped.operations=none`` (as the example sets it) a TRUNCATE reaches the sync, which empties
+    """With ``skipped.operations=none`` (as the example sets it) a TRUNCATE reaches the sync, which empties
     the table at it: alone, and inside a transaction between inserts; updates and key moves around it; the job
     killed mid-stream. Spark's rows equal ``SELECT *`` and nothing is a dead letter."""
     with documents_sync(tmp_path, kafka_broker, postgres, "postgres-truncates", {"skipped.operations": "none"},
@@ -242,7 +242,7 @@ def assert_equals_select_star(spark: SparkSession, connection: Any, document: di
 @pytest.mark.parametrize("variant", VARIANTS, ids=[variant.name for variant in VARIANTS])
 def test_arrays_equal_select_star(tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker,
                                   postgres: Postgres, variant: Variant) -> None:
-    """Issue 23, arrays: text[], integer[], numeric(8,2)[], date[] and bigint[] columns with NULL elements, empty and
+    """Arrays: text[], integer[], numeric(8,2)[], date[] and bigint[] columns with NULL elements, empty and
     NULL arrays, updates that change them, and large TOASTed arrays that later updates leave untouched (Debezium
     sends its array placeholder; the sync keeps the stored array)."""
     connection = postgres.connect()
@@ -276,7 +276,7 @@ def test_arrays_equal_select_star(tmp_path: Path, spark: SparkSession, kafka_bro
 
 def test_schema_changes_mid_stream_are_followed_across_a_kill(tmp_path: Path, spark: SparkSession,
                                                              kafka_broker: KafkaBroker, postgres: Postgres) -> None:
-    """Issue 23, part 3: ``ADD COLUMN``, widening ``ALTER COLUMN … TYPE`` (integer → bigint, numeric(10,2) →
+    """Schema changes: ``ADD COLUMN``, widening ``ALTER COLUMN … TYPE`` (integer → bigint, numeric(10,2) →
     numeric(14,2)) and ``DROP COLUMN`` while a sync without ``spec.schema`` runs; the job is SIGKILLed right
     after its first schema commit and restarted with a higher version. Iceberg then returns what ``SELECT *``
     returns on PostgreSQL's current columns; the dropped column stays, null in every row written after the drop."""

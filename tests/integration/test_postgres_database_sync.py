@@ -1,4 +1,4 @@
-"""Issue 38, part 9 (PostgreSQL): a whole database in ONE sync, configured exactly as the docs and the example say.
+"""PostgreSQL: a whole database in ONE sync, configured exactly as the docs and the example say.
 
 What a user does: set PostgreSQL up with examples/postgres-debezium/postgres-setup.sql (run as it is, the
 publication widened to the database's other tables), run Debezium with examples/postgres-debezium/

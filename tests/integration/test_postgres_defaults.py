@@ -1,4 +1,4 @@
-"""Issue 38, parts 4 and 5: PostgreSQL's DEFAULTs through Debezium and Kafka into Iceberg, on the real servers.
+"""PostgreSQL's DEFAULTs through Debezium and Kafka into Iceberg, on the real servers.
 
 * NULL vs DEFAULT: Kafka's JsonConverter has ``replace.null.with.default=true`` by default and writes a column's
   default in place of an explicit NULL. With the settings of ``examples/postgres-debezium/debezium-connector.json``

@@ -1,4 +1,4 @@
-"""Issue 38, part 7: a PostgreSQL table WITHOUT a primary key through Debezium into Iceberg, as the docs say.
+"""A PostgreSQL table WITHOUT a primary key through Debezium into Iceberg, as the docs say.
 
 What a user does (docs/connectors.md, "Tables without a primary key"): the example's setup
 (examples/postgres-debezium/postgres-setup.sql, run as it is), the table ``items`` (no primary key, duplicate rows,

@@ -352,7 +352,7 @@ def test_csv_and_parquet_files_decode_against_the_schema(tmp_path: Path, spark: 
 
 def test_a_changed_partition_spec_evolves_the_table_and_upkeep_moves_the_older_files(tmp_path: Path,
                                                                                      spark: SparkSession) -> None:
-    """Issue 37: a changed partitionBy is Iceberg partition-spec evolution in the new version's fence, its data laid
+    """A changed partitionBy is Iceberg partition-spec evolution in the new version's fence, its data laid
     out by the new spec; upkeep then writes the files of the old spec again in the new layout (their rows under
     the right partition values, so a scan pruned by the new spec finds each), and Iceberg's own Spark reader reads
     every row once."""

@@ -1,4 +1,4 @@
-"""Issue 38, part 3: the ``SourceSettings`` condition and ``icebergsync status`` read from the table.
+"""The ``SourceSettings`` condition and ``icebergsync status`` read from the table.
 
 A Debezium sync's data commits note what its events showed of the documented Debezium settings
 (``icebergsync.source-notes``, icebergsync/source_settings/checks.py). Read from a real SQLite catalog, as the

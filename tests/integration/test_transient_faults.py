@@ -1,4 +1,4 @@
-"""The fault tier (issue 33): real syncs, each launched ONCE, through seeded fault proxies in front of the Iceberg REST
+"""The fault tier: real syncs, each launched ONCE, through seeded fault proxies in front of the Iceberg REST
 catalog and MinIO (tests/integration/fault_proxy.py), ride out the weather: exactly once, exit 0 when stopped.
 
 * an append sync (Kafka, its broker restarted mid-stream: same data directory and ports), a keyed sync (Debezium

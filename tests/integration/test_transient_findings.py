@@ -1,4 +1,4 @@
-"""Issue 33's findings, each through a fault proxy aimed at it (tests/integration/fault_proxy.py), the job in this
+"""Transient faults the job once failed on, each through a fault proxy aimed at it (tests/integration/fault_proxy.py), the job in this
 process's Spark against the REST catalog and MinIO. The job's code before commit 7824887 fails each one:
 
 * a table load answered 429 (``Retry-After: 1``): waited out, the next attempt no sooner than it says;

@@ -334,7 +334,7 @@ def clock() -> Callable[[], float]:
 
 
 def test_figures_full_scans_against_a_freshly_written_copy(tmp_path: Path, spark: SparkSession) -> None:
-    """Prints (never asserts) what docs/operations.md reports: along a keyed change stream (issue 21's shape,
+    """Prints (never asserts) what docs/operations.md reports: along a keyed change stream (Debezium changes,
     ``ICEBERGSYNC_FIGURES_CHANGES`` changes over a tenth as many keys in 40 triggers) committed and maintained as
     the job does, Spark's full scan of the table against one of a freshly written copy of its live rows: right
     after a trigger's commit (before its upkeep) and after the upkeep; and at the end without upkeep. Then an append

@@ -1,4 +1,4 @@
-"""Mutants generated mechanically from the source (issue 34): not a list tuned to the tests.
+"""Mutants generated mechanically from the source: not a list tuned to the tests.
 
 :func:`generate` walks each target module's syntax tree and yields one :class:`GeneratedMutant` per
 candidate of these families:

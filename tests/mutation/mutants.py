@@ -2,14 +2,14 @@
 
 Each mutant replaces exact source text; ``tests/unit/test_mutants.py`` checks that every one still
 applies, so the list cannot silently rot as the code moves. ``REVIEWED`` are the ten a reviewer
-planted (issue 25); ``NEW`` are ten more, on the parts the protocol grows through: unknown outcomes,
+planted; ``NEW`` are ten more, on the parts the protocol grows through: unknown outcomes,
 the compare-and-swap's requirements, maintenance commits, expiry, dead-letter recovery and the
-same-version rule; ``KEYED`` are bugs of keyed commits (issue 21): where the older rows of the
+same-version rule; ``KEYED`` are bugs of keyed commits: where the older rows of the
 touched keys are located, and how they are deleted; ``UPKEEP`` are bugs of upkeep's rewrites, judged by
-their own integration tests; ``JUDGE`` are bugs of the paths the model test drives since issue 34 (upkeep and
+their own integration tests; ``JUDGE`` are bugs of the paths the model test drives (upkeep and
 expiry, as it runs the product's own upkeep and reads every tag and branch; carry and drift detection), each
 surviving the model before it; ``CUT_MODEL`` are bugs of the SQL catalog's cut that the multi-table model test
-catches since its faults reach inside the cut (issue 34).
+catches since its faults reach inside the cut.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ REVIEWED = (
 
 NEW = (
     Mutant("same-version-older-commit-fences", "a same-version attempt's older commit fences a rolled-back restart "
-           "(the bug issue 25 found)",
+           "(a bug the review found)",
            ((PROTOCOL, "return same_version_above if checkpoint is None else None", "return same_version_above"),)),
     Mutant("unknown-outcome-not-searched", "after an unknown outcome the attempted snapshots are not looked for",
            ((COMMITTER, "landed = [next((s for s in map(table.metadata.snapshot_by_id, ids) if s is not None), None)\n"

@@ -7,8 +7,8 @@ The listed mutants (tests/mutation/mutants.py) have three judges: ``model`` is t
 in the suite's setting (fixed seeds, not shrunk, so a catch is fast); ``deterministic`` is the protocol and
 committer tests that need no Spark (and the unit tests of the keyed path); ``upkeep`` is the integration test of
 upkeep's manifest rewrite. A mutant is caught when the judge's run fails. Exits 1 when the model catches fewer than
-``REQUIRED`` of the reviewed or the new ten (issue 25's bar), or misses a keyed mutant or one of upkeep and expiry
-(``JUDGE``, issue 34); or when the upkeep judge misses an upkeep mutant.
+``REQUIRED`` of the reviewed or the new ten, or misses a keyed mutant or one of upkeep and expiry
+(``JUDGE``); or when the upkeep judge misses an upkeep mutant.
 
 ``--generated`` judges mechanically generated mutants instead (tests/mutation/campaign.py): the model test, then
 the module's deterministic and integration tests, and writes the scores and survivors to the report.
@@ -102,7 +102,7 @@ def main() -> int:
 
 
 def generated_main(args: argparse.Namespace) -> int:
-    """Judge the generated mutants the arguments choose; 1 when a score is under issue 34's bar."""
+    """Judge the generated mutants the arguments choose; 1 when a score is under campaign.py's ``MODEL_BAR`` or ``SUITE_BAR``."""
     mutants = [m for m in generate(REPO) if (args.module is None or target_of(m).name in args.module)
                and (args.only is None or m.id in args.only)]
     if args.sample is not None:

@@ -1,4 +1,4 @@
-"""Issue 38, part 5: the default a source column's Connect schema carries (as Debezium 3.6.1's PostgreSQL connector
+"""The default a source column's Connect schema carries (as Debezium 3.6.1's PostgreSQL connector
 sends it through Kafka's JsonConverter; every field schema below was seen in a real event) as the initial-default
 of a column the sync adds on a format-version 3 table; what is refused, with a WARNING naming the column."""
 

@@ -98,7 +98,7 @@ def test_there_are_kubernetes_examples() -> None:
 
 
 def test_there_are_change_data_capture_examples_for_both_formats_and_sources() -> None:
-    """Issue 13: ready specs for keyed syncs, Debezium and upsert, from Kafka and from files."""
+    """Ready specs for keyed syncs, Debezium and upsert, from Kafka and from files."""
     keyed = {path.name: load_spec(path).spec for path in EXAMPLES if load_spec(path).spec.changes is not None}
     assert {"cdc-debezium-kafka.yaml", "cdc-upsert-files.yaml"} <= set(keyed)
     assert {spec.changes.format for spec in keyed.values() if spec.changes} == {"debezium", "upsert"}
@@ -109,7 +109,7 @@ def test_there_are_change_data_capture_examples_for_both_formats_and_sources() -
 
 
 def test_the_postgres_debezium_example_has_the_connector_settings_the_docs_require() -> None:
-    """Issue 23: the connector's settings are those docs/connectors.md maps types under, and the sync reads its topic."""
+    """The connector's settings are those docs/connectors.md maps types under, and the sync reads its topic."""
     directory = REPO_ROOT / "examples" / "postgres-debezium"
     config = json.loads((directory / "debezium-connector.json").read_text())["config"]
     assert {key: config[key] for key in ("value.converter.schemas.enable", "decimal.handling.mode",
@@ -130,7 +130,7 @@ def test_the_postgres_debezium_example_has_the_connector_settings_the_docs_requi
 
 
 def test_the_mariadb_debezium_example_has_the_settings_docs_mysql_mariadb_requires() -> None:
-    """Issue 38: the connector's settings are those docs/mysql-mariadb.md maps types under, and ONE sync reads every
+    """The connector's settings are those docs/mysql-mariadb.md maps types under, and ONE sync reads every
     table's topic of the captured database, without spec.schema (tests/integration/test_mariadb_cdc.py runs it)."""
     directory = REPO_ROOT / "examples" / "mariadb-debezium"
     config = json.loads((directory / "debezium-connector.json").read_text())["config"]

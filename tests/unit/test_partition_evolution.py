@@ -1,4 +1,4 @@
-"""Partition-spec evolution planned from ``partitionBy`` (issue 37): what changes, what is no change, what is refused."""
+"""Partition-spec evolution planned from ``partitionBy``: what changes, what is no change, what is refused."""
 
 from __future__ import annotations
 

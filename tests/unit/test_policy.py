@@ -19,7 +19,7 @@ def sync_with(spark: dict[str, Any], catalog_uri: str = "http://catalog.data:818
 
 
 STRICT = OperatorSettings(allowed_images=("registry.example/data/",), allowed_service_accounts=("icebergsync-spark",))
-# Every key issue 22 names as code execution, a token sent elsewhere or a Secret mounted, plus the pod-level
+# Every key that executes code, sends a token elsewhere or mounts a Secret, plus the pod-level
 # keys the former deny-list refused.
 ATTACKS = {
     "spark.kubernetes.driver.master": "https://attacker.example",
@@ -169,7 +169,7 @@ def test_a_refused_uri_is_named_where_the_user_wrote_it() -> None:
 
 
 def test_placement_that_grants_something_is_closed_by_default() -> None:
-    """Issue 37: a PriorityClass (preemption), a toleration (reserved nodes), labels and annotations (selected by
+    """A PriorityClass (preemption), a toleration (reserved nodes), labels and annotations (selected by
     network policies, sidecar injectors, cloud identities) each need the admin's policy; a node selector and an
     affinity only narrow where a pod may run."""
     pod = {"priorityClassName": "system-cluster-critical", "tolerations": [{"key": "dedicated", "value": "gpu"}],

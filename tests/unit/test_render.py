@@ -319,7 +319,7 @@ PLACEMENT = {
 
 
 def test_placement_goes_into_the_pod_templates_which_spark_keeps() -> None:
-    """Issue 37: node selector, tolerations, affinity, PriorityClass, labels and annotations of each pod in its pod
+    """Node selector, tolerations, affinity, PriorityClass, labels and annotations of each pod in its pod
     template (no Spark Operator webhook needed); memoryOverhead as Spark's own conf."""
     sync = _sync(spark={"driver": {"memory": "2g", **PLACEMENT},
                         "executor": {"memory": "4g", "instances": 2, "nodeSelector": {"pool": "spot"}}})

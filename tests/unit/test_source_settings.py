@@ -1,4 +1,4 @@
-"""Issue 38, part 3: what decoding Debezium's change events tells of the documented Debezium settings.
+"""What decoding Debezium's change events tells of the documented Debezium settings.
 
 The events are shaped as Debezium 3.6.1's PostgreSQL connector writes them through Kafka's JsonConverter (the
 ``source`` block, the ``transaction`` block of ``provide.transaction.metadata=true``, the ``{"schema", "payload"}``

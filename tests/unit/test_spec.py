@@ -157,7 +157,7 @@ def cdc_spec(table: dict[str, Any], **changes: Any) -> dict[str, Any]:
                      table={"name": "shop.customers", **table}, **changes)
 
 
-def test_changes_by_key_as_issue_13_shapes_them() -> None:
+def test_changes_by_key_in_debezium_and_upsert_formats() -> None:
     spec = parse_spec(cdc_spec({"key": ["id"], "partitionBy": ["day(updated_at)"]}, changes={"format": "debezium"})).spec
     assert spec.table.key == ["id"] and spec.changes is not None and spec.changes.format == "debezium"
     assert spec.keyed

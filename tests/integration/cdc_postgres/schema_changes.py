@@ -1,4 +1,4 @@
-"""Issue 23, part 3's workload: DML on a table whose columns change mid-stream (``ALTER TABLE … ADD COLUMN``,
+"""The schema-change workload: DML on a table whose columns change mid-stream (``ALTER TABLE … ADD COLUMN``,
 a widening ``ALTER COLUMN … TYPE``, ``DROP COLUMN``), and how PostgreSQL's rows compare with Iceberg's.
 
 The table starts as :data:`ACCOUNTS`; :class:`EvolvingWorkload` tracks its current columns, its keys, and
