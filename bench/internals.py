@@ -24,8 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.support.common import REPO, Cell, cached_rows, load_average, machine
 from bench.report import write_report
+from bench.support.common import REPO, Cell, cached_rows, load_average, machine
 
 DEFAULT_OUT = REPO / "docs" / "benchmarks" / "internals"
 

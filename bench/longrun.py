@@ -34,7 +34,15 @@ from typing import Any
 
 from bench.cdc import SCHEMA as KEYED_SCHEMA
 from bench.cdc import change_files, scans_in_turn
-from bench.support.common import REPO, SyncInThread, iceberg_session, load_average, machine, publish, sync_document
+from bench.support.common import (
+    REPO,
+    SyncInThread,
+    iceberg_session,
+    load_average,
+    machine,
+    publish,
+    sync_document,
+)
 
 OUTPUT = REPO / "docs" / "benchmarks" / "longrun.md"
 TARGET_RATIO = 1.5

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.support.common import cached_rows, load_data
 from bench.internals import parse_count
+from bench.support.common import cached_rows, load_data
 
 
 def batches_of(table: pa.Table, size: int) -> list[pa.RecordBatch]:

@@ -703,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
             for key in run_order(keys, round_index):
                 runs.append(bench.run_one(key, round_index, truth))
             if not args.no_encode:
-                runs.append(bench.support.encode(round_index))
+                runs.append(bench.encode(round_index))
     finally:
         bench.stop_kafka()
     document = {

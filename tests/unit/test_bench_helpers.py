@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from bench.run import median_spread, parse_count, per_trigger, run_order
 from bench.support.dataset import (
     ARROW_SCHEMA,
     checksum,
@@ -18,7 +19,6 @@ from bench.support.dataset import (
     write_parquet_files,
 )
 from bench.support.measure import COMMIT_LINE
-from bench.run import median_spread, parse_count, per_trigger, run_order
 
 
 def test_counts_and_triggers() -> None:
