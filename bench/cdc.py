@@ -40,15 +40,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import random
 import shutil
-import statistics
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.support.change_stream import SCHEMA, change_files, table_rows
 from bench.support.common import (
     CORES,
     REPO,
@@ -60,102 +59,13 @@ from bench.support.common import (
     publish,
     sync_document,
 )
+from bench.support.scans import scans_in_turn
 
-START = datetime(2025, 3, 1, tzinfo=UTC)
-ZONES = [UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-7))]
-SCHEMA = [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"},
-          {"name": "updated_at", "type": "timestamptz"}]
 EVENT_DDL = ("before struct<id:bigint,name:string,updated_at:string>, "
              "after struct<id:bigint,name:string,updated_at:string>, op string, source struct<lsn:bigint>")
 MERGE_PROPERTIES = {"format-version": "2", "write.merge.mode": "merge-on-read",
                     "write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read"}
 OUTPUT = REPO / "docs" / "benchmarks" / "cdc.md"
-
-Row = tuple[str, int]
-
-
-def micros(moment: datetime) -> int:
-    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-
-
-def change_files(directory: Path, keys: int, changes: int, batch: int, seed: int = 13) -> tuple[list[Path], dict[int, Row]]:
-    """Write the stream as JSON-lines files (a snapshot, then ``changes`` in batches); returns them and the model."""
-    rng = random.Random(seed)
-    model: dict[int, Row] = {}
-    lsn = 0
-
-    def row(key: int) -> tuple[dict[str, Any], Row]:
-        moment = START + timedelta(days=rng.randrange(14), seconds=rng.randrange(86_400),
-                                   microseconds=rng.randrange(1_000_000))
-        name = f"customer {key} v{rng.randrange(10**6)}"
-        return ({"id": key, "name": name, "updated_at": moment.astimezone(rng.choice(ZONES)).isoformat()},
-                (name, micros(moment)))
-
-    def event(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
-        nonlocal lsn
-        lsn += 1
-        return json.dumps({"before": before, "after": after, "op": op, "ts_ms": lsn, "source": {"lsn": lsn}})
-
-    files = []
-    lines = []
-    for key in range(keys):
-        after, model[key] = row(key)
-        lines.append(event("r", None, after))
-    files.append(directory / "00000-snapshot.json")
-    files[-1].write_text("\n".join(lines) + "\n")
-    live = list(model)
-    for number in range(1, -(-changes // batch) + 1):
-        lines = []
-        for _ in range(min(batch, changes - (number - 1) * batch)):
-            roll = rng.random()
-            if roll < 0.6 and live:  # an update, nearly always to another day
-                key = rng.choice(live)
-                after, model[key] = row(key)
-                lines.append(event("u", {"id": key, "name": None, "updated_at": None}, after))
-            elif roll < 0.8 and live:
-                slot = rng.randrange(len(live))
-                key = live[slot]
-                live[slot] = live[-1]
-                live.pop()
-                del model[key]
-                lines.append(event("d", {"id": key, "name": None, "updated_at": None}, None))
-            else:  # an insert: a deleted key comes back, or an upsert of a live one
-                key = rng.randrange(keys)
-                if key not in model:
-                    live.append(key)
-                after, model[key] = row(key)
-                lines.append(event("c", None, after))
-        files.append(directory / f"{number:05d}.json")
-        files[-1].write_text("\n".join(lines) + "\n")
-    return files, model
-
-
-def table_rows(spark: Any, frame: Any) -> dict[int, Row]:
-    rows = frame.selectExpr("id", "name", "unix_micros(updated_at) AS micros").collect()
-    assert len(rows) == len({r["id"] for r in rows}), "a key is in the table twice"
-    return {r["id"]: (r["name"], r["micros"]) for r in rows}
-
-
-def scan_seconds(frame_of: Any, repeat: int = 3) -> float:
-    """Median wall time of a full scan (every column of every live row, deletes applied)."""
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        frame = frame_of()
-        frame.selectExpr("count(*)", f"sum(hash({', '.join(f'`{c}`' for c in frame.columns)}))").collect()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
-def scans_in_turn(frames: dict[str, Any], rounds: int = 5) -> dict[str, float]:
-    """Each frame's median full-scan time, the frames read one after the other, round after round: every table
-    is read in the same state of the JVM (whose code warms up) and of the machine's load, which move a scan of
-    a tenth of a second by as much as itself."""
-    times: dict[str, list[float]] = {name: [] for name in frames}
-    for _ in range(rounds):
-        for name, frame_of in frames.items():
-            times[name].append(scan_seconds(frame_of, 1))
-    return {name: statistics.median(taken) for name, taken in times.items()}
 
 
 def table_files(summary: dict[str, str]) -> dict[str, int]:

@@ -32,8 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.cdc import SCHEMA as KEYED_SCHEMA
-from bench.cdc import change_files, scans_in_turn
+from bench.support.change_stream import SCHEMA as KEYED_SCHEMA
+from bench.support.change_stream import change_files
 from bench.support.common import (
     REPO,
     SyncInThread,
@@ -43,6 +43,7 @@ from bench.support.common import (
     publish,
     sync_document,
 )
+from bench.support.scans import scans_in_turn
 
 OUTPUT = REPO / "docs" / "benchmarks" / "longrun.md"
 TARGET_RATIO = 1.5

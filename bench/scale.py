@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.cdc import SCHEMA, START
+from bench.support.change_stream import SCHEMA, START
 from bench.support.common import (
     REPO,
     SyncInThread,
