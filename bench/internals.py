@@ -24,22 +24,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.report import write_report
-from bench.support.common import REPO, Cell, cached_rows, load_average, machine
+from bench.support.common import REPO, Cell, cached_rows, load_average, machine, parse_count, parse_size
+from bench.support.internals_report import write_report
 
 DEFAULT_OUT = REPO / "docs" / "benchmarks" / "internals"
-
-
-def parse_count(text: str) -> int:
-    text = text.strip().lower().replace("_", "")
-    factor = {"k": 1_000, "m": 1_000_000}.get(text[-1], 1)
-    return int(float(text[:-1] if text[-1] in "km" else text) * factor)
-
-
-def parse_size(text: str) -> int:
-    from icebergsync.units import parse_size as size
-
-    return size(text)
 
 
 def auto_trigger(rows: int) -> int:

@@ -57,8 +57,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.run import cpu_at
 from bench.support.common import REPO, load_average, machine, publish, sync_document
+from bench.support.measure import cpu_at
 
 OUTPUT = REPO / "docs" / "benchmarks" / "many-tables.md"
 MiB = 1024 * 1024

@@ -24,8 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.internals import parse_count
-from bench.support.common import cached_rows, load_data
+from bench.support.common import cached_rows, load_data, parse_count
 
 
 def batches_of(table: pa.Table, size: int) -> list[pa.RecordBatch]:

@@ -23,7 +23,6 @@ back with pyiceberg) against the source rows. See docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -35,24 +34,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.support.common import REPO, bench_deps, load_average, machine
+from bench.support.common import REPO, bench_deps, load_average, machine, parse_count, parse_size
 from bench.support.dataset import checksum, make_rows, spec_schema, write_json_files, write_parquet_files
+from bench.support.measure import cpu_at
 
 DEFAULT_OUT = REPO / "docs" / "benchmarks"
 ENGINES = ("sink", "spark")
 MiB = 1024 * 1024
-
-
-def parse_count(text: str) -> int:
-    text = text.strip().lower().replace("_", "").replace(",", "")
-    factor = {"k": 1_000, "m": 1_000_000}.get(text[-1], 1)
-    return int(float(text[:-1] if text[-1] in "km" else text) * factor)
-
-
-def parse_size(text: str) -> int:
-    from icebergsync.units import parse_size as size
-
-    return size(text)
 
 
 def per_trigger(total: int, triggers: int) -> int:
@@ -109,16 +97,6 @@ def open_table(kind: str, directory: Path) -> Any:
     metadata = directory / "wh" / "bench" / "trips" / "metadata"
     hint = (metadata / "version-hint.text").read_text().strip()
     return StaticTable.from_metadata(str(metadata / f"v{hint}.metadata.json"))
-
-
-def cpu_at(timeline: list[list[float]], t: float) -> float | None:
-    """The tree's cumulative CPU seconds at ``t`` seconds after start, interpolated between samples."""
-    if not timeline or t < timeline[0][0]:
-        return None
-    for (t0, c0), (t1, c1) in itertools.pairwise(timeline):
-        if t0 <= t <= t1:
-            return c0 + (c1 - c0) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.0)
-    return timeline[-1][1] if t <= timeline[-1][0] + 1.0 else None
 
 
 def steady(commits: list[tuple[float, int]], timeline: list[list[float]]) -> dict[str, Any]:
@@ -214,7 +192,7 @@ class Bench:
         path = self.workdir / "produce.json"
         path.write_text(json.dumps(config))
         with (self.logs / "produce.log").open("wb") as log:
-            subprocess.run([sys.executable, "-m", "bench.peer", str(path)], cwd=REPO, env=self.env(), stdout=log,
+            subprocess.run([sys.executable, "-m", "bench.support.peer", str(path)], cwd=REPO, env=self.env(), stdout=log,
                            stderr=subprocess.STDOUT, check=True, timeout=3600)
         ends = self.broker.end_offsets(self.topic)
         if sum(ends.values()) != self.rows:
@@ -285,7 +263,7 @@ class Bench:
         }
         path = directory / "peer.json"
         path.write_text(json.dumps(config))
-        return [sys.executable, "-m", "bench.peer", str(path)]
+        return [sys.executable, "-m", "bench.support.peer", str(path)]
 
     def run_one(self, key: str, round_index: int, truth: dict[str, Any]) -> dict[str, Any]:
         engine, source, layout = key.split("-")

@@ -315,6 +315,20 @@ def machine() -> dict[str, Any]:
     }
 
 
+def parse_count(text: str) -> int:
+    """A row count as the benchmarks' options take it: ``300k``, ``3M``, ``1,500``."""
+    text = text.strip().lower().replace("_", "").replace(",", "")
+    factor = {"k": 1_000, "m": 1_000_000}.get(text[-1], 1)
+    return int(float(text[:-1] if text[-1] in "km" else text) * factor)
+
+
+def parse_size(text: str) -> int:
+    """A byte size as the spec writes it (``8Mi``), by icebergsync.units."""
+    from icebergsync.units import parse_size as size
+
+    return size(text)
+
+
 def bench_deps() -> Path:
     """Where ``bench/lock.sh install`` puts the locked bench extra (matplotlib, py-spy): outside .venv,
     which the suite checks holds exactly requirements-dev.lock."""

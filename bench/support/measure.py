@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import json
 import os
 import re
@@ -41,6 +42,16 @@ COMMIT_DETAIL = re.compile(r"\btable=(\S+) .*\bfrontier=(\{.*\})\s*$")
 FENCE_LINE = re.compile(r" fenced \S+; resuming it from ")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_at(timeline: list[list[float]], t: float) -> float | None:
+    """The tree's cumulative CPU seconds at ``t`` seconds after start, interpolated between samples."""
+    if not timeline or t < timeline[0][0]:
+        return None
+    for (t0, c0), (t1, c1) in itertools.pairwise(timeline):
+        if t0 <= t <= t1:
+            return c0 + (c1 - c0) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.0)
+    return timeline[-1][1] if t <= timeline[-1][0] + 1.0 else None
 
 
 def descendants(root: int) -> set[int]:

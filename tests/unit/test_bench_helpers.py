@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.run import median_spread, parse_count, per_trigger, run_order
+from bench.run import median_spread, per_trigger, run_order
+from bench.support.common import parse_count
 from bench.support.dataset import (
     ARROW_SCHEMA,
     checksum,
@@ -92,7 +93,8 @@ def test_commit_line(line: str, records: int | None) -> None:
 
 
 def test_steady_state_rate_and_cpu_between_first_and_last_commit() -> None:
-    from bench.run import cpu_at, steady
+    from bench.run import steady
+    from bench.support.measure import cpu_at
 
     timeline = [[0.0, 0.0], [10.0, 20.0], [20.0, 30.0], [30.0, 50.0]]
     assert cpu_at(timeline, 15.0) == 25.0

@@ -1,6 +1,6 @@
 """A peer: what a user would run instead of IcebergSync, Spark Structured Streaming into Iceberg.
 
-    python -m bench.peer CONFIG.json
+    python -m bench.support.peer CONFIG.json
 
 CONFIG: {"source": "files"|"parquet"|"kafka", "layout": "partitioned"|"unpartitioned", "warehouse": dir,
 "checkpoint": dir, "target_file_bytes": N, "cores": 2, "files_dir": dir, "max_files_per_trigger": N,
