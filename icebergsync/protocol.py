@@ -36,7 +36,7 @@ MAX_EVENT_TIME = "icebergsync.max-event-time"
 SOURCE_LAG = "icebergsync.source-lag"
 SOURCE_NOTES = "icebergsync.source-notes"
 SOURCE = "icebergsync.source"
-# A commit of a sync of several tables: {"atomic": bool, "id": cut id, "tables": tables in the cut}.
+# A commit of a sync of several tables (CommitStatement.cut).
 CUT = "icebergsync.cut"
 CHECKPOINT_PREFIX = "icebergsync.checkpoint."
 # Only a dead-letter table's checkpoint holds this field: the main snapshot whose dead letters it covers.
@@ -109,21 +109,90 @@ def file_owner(name: str, sink_prefix: str) -> tuple[int, str] | None:
         return None
 
 
-@dataclass(frozen=True)
-class SinkCommit:
-    """What one snapshot written by a sink says about itself."""
+class DamagedRecordError(ProgressConflictError):
+    """A snapshot summary or checkpoint that names a sink but cannot be parsed."""
 
-    snapshot_id: int
-    timestamp_ms: int
+
+@dataclass(frozen=True)
+class CommitStatement:
+    """What one snapshot written by a sink states about itself: the ``icebergsync.*`` summary properties.
+
+    :meth:`properties` writes them and :meth:`from_properties` reads them back; empty values (no source, no
+    dead-letter files, no event time, no lag, notes or cut) are left out of the properties and read back as such.
+    """
+
     writer: Writer
     kind: str
     frontier: Frontier | None
+    source: SourceIdentity | None = None
     records: int = 0
     dead_letters: int = 0
     dead_letter_files: tuple[str, ...] = ()
     max_event_time: str | None = None
     source_lag: dict[str, Any] | None = None
-    source: SourceIdentity | None = None
+    source_notes: dict[str, Any] | None = None
+    # Only in a sync of several tables: {"atomic": bool, "id": cut id, "tables": tables in the cut}.
+    cut: dict[str, Any] | None = None
+
+    def properties(self) -> dict[str, str]:
+        """The snapshot summary properties that state this."""
+        properties = {
+            PROTOCOL: PROTOCOL_VERSION,
+            SINK_ID: self.writer.sink_id,
+            SINK_VERSION: str(self.writer.version),
+            ATTEMPT: self.writer.attempt,
+            KIND: self.kind,
+            FRONTIER: encode_json(self.frontier),
+            RECORDS: str(self.records),
+            DEAD_LETTERS: str(self.dead_letters),
+        }
+        if self.source:
+            properties[SOURCE] = encode_json(self.source)
+        if self.dead_letter_files:
+            properties[DEAD_LETTER_FILES] = encode_json(list(self.dead_letter_files))
+        if self.max_event_time:
+            properties[MAX_EVENT_TIME] = self.max_event_time
+        if self.source_lag:
+            properties[SOURCE_LAG] = encode_json(self.source_lag)
+        if self.source_notes:
+            properties[SOURCE_NOTES] = encode_json(self.source_notes)
+        if self.cut:
+            properties[CUT] = encode_json(self.cut)
+        return properties
+
+    @classmethod
+    def from_properties(cls, summary: Mapping[str, str]) -> CommitStatement:
+        """The statement a sink's snapshot summary makes (written before a property existed: its empty value).
+
+        Raises ``DamagedRecordError`` when the summary names a sink but does not parse (its cause says why).
+        """
+        try:
+            dead_letter_files = json.loads(summary[DEAD_LETTER_FILES]) if DEAD_LETTER_FILES in summary else []
+            if not isinstance(dead_letter_files, list) or not all(isinstance(p, str) for p in dead_letter_files):
+                raise TypeError(f"{DEAD_LETTER_FILES} is not a list of paths")
+            return cls(
+                writer=Writer(summary[SINK_ID], int(summary[SINK_VERSION]), summary.get(ATTEMPT, "")),
+                kind=summary.get(KIND, KIND_DATA),
+                frontier=_json_object_or_none(summary, FRONTIER),
+                source=_json_object_or_none(summary, SOURCE),
+                records=int(summary.get(RECORDS, "0")),
+                dead_letters=int(summary.get(DEAD_LETTERS, "0")),
+                dead_letter_files=tuple(dead_letter_files),
+                max_event_time=summary.get(MAX_EVENT_TIME),
+                source_lag=_json_object_or_none(summary, SOURCE_LAG),
+                source_notes=_json_object_or_none(summary, SOURCE_NOTES),
+                cut=_json_object_or_none(summary, CUT),
+            )
+        except (ValueError, TypeError, KeyError) as exc:
+            raise DamagedRecordError(f"the properties of sink {summary.get(SINK_ID)!r} are damaged: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class SinkCommit(CommitStatement):
+    """A sink's statement as one snapshot of the table holds it: with that snapshot's id and timestamp."""
+
+    snapshot_id: int = field(kw_only=True)
+    timestamp_ms: int = field(kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -139,50 +208,6 @@ class Checkpoint:
     # expired (absent from checkpoints written before they were recorded).
     sequence_number: int | None = None
     timestamp_ms: int | None = None
-
-
-class DamagedRecordError(ProgressConflictError):
-    """A snapshot summary or checkpoint that names a sink but cannot be parsed."""
-
-
-def snapshot_properties(
-    writer: Writer,
-    kind: str,
-    frontier: Frontier | None,
-    *,
-    source: SourceIdentity | None = None,
-    records: int = 0,
-    dead_letters: int = 0,
-    dead_letter_files: list[str] | None = None,
-    max_event_time: str | None = None,
-    source_lag: Mapping[str, Any] | None = None,
-    source_notes: Mapping[str, Any] | None = None,
-    cut: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """The summary properties of a snapshot committed by ``writer``."""
-    properties = {
-        PROTOCOL: PROTOCOL_VERSION,
-        SINK_ID: writer.sink_id,
-        SINK_VERSION: str(writer.version),
-        ATTEMPT: writer.attempt,
-        KIND: kind,
-        FRONTIER: encode_json(frontier),
-        RECORDS: str(records),
-        DEAD_LETTERS: str(dead_letters),
-    }
-    if source:
-        properties[SOURCE] = encode_json(source)
-    if dead_letter_files:
-        properties[DEAD_LETTER_FILES] = encode_json(dead_letter_files)
-    if max_event_time:
-        properties[MAX_EVENT_TIME] = max_event_time
-    if source_lag:
-        properties[SOURCE_LAG] = encode_json(dict(source_lag))
-    if source_notes:
-        properties[SOURCE_NOTES] = encode_json(dict(source_notes))
-    if cut:
-        properties[CUT] = encode_json(dict(cut))
-    return properties
 
 
 _CHECKPOINT_FIELDS = (
@@ -208,10 +233,13 @@ def checkpoint_value(
     return encode_json(value)
 
 
-def _json_object_or_none(raw: str, what: str) -> dict[str, Any] | None:
-    value = json.loads(raw)
+def _json_object_or_none(summary: Mapping[str, str], key: str) -> dict[str, Any] | None:
+    """The JSON object (or null) the property ``key`` holds; None when absent."""
+    if key not in summary:
+        return None
+    value = json.loads(summary[key])
     if value is not None and not isinstance(value, dict):
-        raise TypeError(f"{what} is not a JSON object")
+        raise TypeError(f"{key} is not a JSON object")
     return value
 
 
@@ -224,26 +252,14 @@ def parse_commit(snapshot: Snapshot) -> SinkCommit | None:
     if SINK_ID not in summary:
         return None
     try:
-        dead_letter_files = json.loads(summary[DEAD_LETTER_FILES]) if DEAD_LETTER_FILES in summary else []
-        if not isinstance(dead_letter_files, list) or not all(isinstance(p, str) for p in dead_letter_files):
-            raise TypeError(f"{DEAD_LETTER_FILES} is not a list of paths")
-        return SinkCommit(
-            snapshot_id=snapshot.snapshot_id,
-            timestamp_ms=snapshot.timestamp_ms,
-            writer=Writer(summary[SINK_ID], int(summary[SINK_VERSION]), summary.get(ATTEMPT, "")),
-            kind=summary.get(KIND, KIND_DATA),
-            frontier=_json_object_or_none(summary[FRONTIER], FRONTIER) if FRONTIER in summary else None,
-            records=int(summary.get(RECORDS, "0")),
-            dead_letters=int(summary.get(DEAD_LETTERS, "0")),
-            dead_letter_files=tuple(dead_letter_files),
-            max_event_time=summary.get(MAX_EVENT_TIME),
-            source_lag=_json_object_or_none(summary[SOURCE_LAG], SOURCE_LAG) if SOURCE_LAG in summary else None,
-            source=_json_object_or_none(summary[SOURCE], SOURCE) if SOURCE in summary else None,
-        )
-    except (ValueError, TypeError, KeyError) as exc:
+        statement = CommitStatement.from_properties(summary)
+    except DamagedRecordError as exc:
         raise DamagedRecordError(
-            f"snapshot {snapshot.snapshot_id} names sink {summary[SINK_ID]!r} but its properties are damaged: {exc!r}"
-        ) from exc
+            f"snapshot {snapshot.snapshot_id} names sink {summary[SINK_ID]!r} but its properties are damaged: "
+            f"{exc.__cause__!r}"
+        ) from exc.__cause__
+    return SinkCommit(**vars(statement),
+                      snapshot_id=snapshot.snapshot_id, timestamp_ms=snapshot.timestamp_ms)
 
 
 def parse_checkpoint(metadata: TableMetadata, sink_id: str) -> Checkpoint | None:

@@ -386,15 +386,23 @@ class SinkCommitter:
         [landed] = swap_cut(self._catalog, [SwapPart(identifier, self.pins.get(identifier), check, build)])
         return landed
 
+    def _statement(self, kind: str, frontier: Frontier | None,
+                   below: protocol.CommitStatement | None = None) -> protocol.CommitStatement:
+        """What a commit of this writer that adds no source records states: its kind and frontier, with the
+        freshness (newest event time, source lag) of ``below``, the sink's commit it lands on, when given."""
+        return protocol.CommitStatement(
+            self.writer, kind, frontier, source=self.source,
+            max_event_time=below.max_event_time if below else None, source_lag=below.source_lag if below else None,
+        )
+
     def _transaction(
-        self, table: Table, kind: str, frontier: Frontier | None, files: list[DataFile],
+        self, table: Table, statement: protocol.CommitStatement, files: list[DataFile],
         schema_changes: list[SchemaChange] | None = None, checkpoint_extra: Mapping[str, object] | None = None,
         delete_files: list[DataFile] | None = None, removed_delete_files: list[DataFile] | None = None,
         removed_data_files: list[DataFile] | None = None, partition_change: PartitionChange | None = None,
-        **properties: object,
     ) -> tuple[Transaction, int]:
         transaction = Transaction(table)
-        if kind == protocol.KIND_FENCE and table.schema().identifier_field_ids:
+        if statement.kind == protocol.KIND_FENCE and table.schema().identifier_field_ids:
             # A keyed table's equality deletes need an unpartitioned spec (spark_app/staging/equality_deletes.py):
             # added with the claim, atomically, when missing (never made the default spec).
             add_unpartitioned_spec(transaction)
@@ -411,9 +419,7 @@ class SinkCommitter:
                         update.update_column(change.column, field_type=change.new_type)
                     else:
                         update.update_column(change.column, required=False)
-        summary = protocol.snapshot_properties(
-            self.writer, kind, frontier, source=self.source, **properties  # type: ignore[arg-type]
-        )
+        summary = statement.properties()
         if delete_files or removed_delete_files or removed_data_files or table.metadata.format_version >= 3:
             # (pyiceberg's own append writes no v3 manifests)
             _check_delete_specs(table, delete_files or [])
@@ -424,8 +430,8 @@ class SinkCommitter:
                 for data_file in files:
                     append.append_data_file(data_file)
                 snapshot_id = appended_snapshot_id(append)
-        checkpoint = protocol.checkpoint_value(self.writer, frontier, snapshot_id, checkpoint_extra, self.source,
-                                               added_snapshot(transaction, snapshot_id))
+        checkpoint = protocol.checkpoint_value(self.writer, statement.frontier, snapshot_id, checkpoint_extra,
+                                               self.source, added_snapshot(transaction, snapshot_id))
         transaction.set_properties({protocol.checkpoint_key(self.writer.sink_id): checkpoint})
         return transaction, snapshot_id
 
@@ -503,10 +509,9 @@ class SinkCommitter:
                 if self._dead_letter_identifier else []
             # The fence carries the freshness of the commit below it, so that status and lag survive a restart.
             last = progress_seen[-1].last_commit
-            return self._transaction(table, protocol.KIND_FENCE, progress_seen[-1].frontier, [], schema_changes,
-                                     checkpoint_extra=_pending_extra(pending), partition_change=partition_change,
-                                     max_event_time=last.max_event_time if last else None,
-                                     source_lag=last.source_lag if last else None)
+            return self._transaction(table, self._statement(protocol.KIND_FENCE, progress_seen[-1].frontier, last),
+                                     [], schema_changes, checkpoint_extra=_pending_extra(pending),
+                                     partition_change=partition_change)
 
         snapshot, metadata = self._compare_and_swap(self._identifier, check, build)
         self.pins[self._identifier] = TablePin.of(metadata)
@@ -533,7 +538,8 @@ class SinkCommitter:
             if files:
                 log.info("%s: recovering %d dead-letter file(s) committed to the main table up to snapshot %s",
                          self.writer.sink_id, len(files), covered[MAIN_SNAPSHOT])
-            return self._transaction(table, protocol.KIND_FENCE, frontier, files, checkpoint_extra=covered)
+            return self._transaction(table, self._statement(protocol.KIND_FENCE, frontier), files,
+                                     checkpoint_extra=covered)
 
         snapshot, metadata = self._compare_and_swap(self._dead_letter_identifier, check, build)
         self.pins[self._dead_letter_identifier] = TablePin.of(metadata)
@@ -613,11 +619,10 @@ class SinkCommitter:
         assert self._dead_letter_identifier is not None
 
         def build(table: Table) -> tuple[Transaction, int]:
-            return self._transaction(
-                table, protocol.KIND_DATA, frontier, files,
-                checkpoint_extra=_covered(main.snapshot_id, main.sequence_number or 0),
-                dead_letters=sum(f.record_count for f in files),
-            )
+            statement = protocol.CommitStatement(self.writer, protocol.KIND_DATA, frontier, source=self.source,
+                                                 dead_letters=sum(f.record_count for f in files))
+            return self._transaction(table, statement, files,
+                                     checkpoint_extra=_covered(main.snapshot_id, main.sequence_number or 0))
 
         snapshot, _ = self._compare_and_swap(
             self._dead_letter_identifier, self._steady_check(self.last_dead_letter_snapshot), build
@@ -664,10 +669,7 @@ class SinkCommitter:
 
         def build(table: Table) -> tuple[Transaction, int]:
             transaction = Transaction(table)
-            summary = protocol.snapshot_properties(
-                self.writer, protocol.KIND_MAINTENANCE, self.frontier, source=self.source,
-                max_event_time=last.max_event_time if last else None, source_lag=last.source_lag if last else None,
-            )
+            summary = self._statement(protocol.KIND_MAINTENANCE, self.frontier, last).properties()
             snapshot_id = stage(transaction, summary)
             checkpoint = protocol.checkpoint_value(
                 self.writer, self.frontier, snapshot_id, _pending_extra(self._pending_dead_letter_paths), self.source,
@@ -691,11 +693,8 @@ class SinkCommitter:
         last = protocol.parse_commit(self.last_snapshot) if self.last_snapshot is not None else None
 
         def build(table: Table) -> tuple[Transaction, int]:
-            return self._transaction(
-                table, protocol.KIND_SCHEMA, self.frontier, [], changes,
-                checkpoint_extra=_pending_extra(self._pending_dead_letter_paths),
-                max_event_time=last.max_event_time if last else None, source_lag=last.source_lag if last else None,
-            )
+            return self._transaction(table, self._statement(protocol.KIND_SCHEMA, self.frontier, last), [], changes,
+                                     checkpoint_extra=_pending_extra(self._pending_dead_letter_paths))
 
         snapshot, metadata = self._compare_and_swap(self._identifier, self._steady_check(self.last_snapshot), build)
         self.pins[self._identifier] = TablePin.of(metadata)
@@ -907,15 +906,19 @@ class DataCommit:
         dead_letter_paths = [f.file_path for f in dead_letters]
         replaced = {f.file_path for f in cow.replaced_staged}
         data_files = [f for f in output.data_files if f.file_path not in replaced] + cow.added
+        statement = protocol.CommitStatement(
+            committer.writer, protocol.KIND_DATA, self.frontier, source=committer.source,
+            records=output.records + written.carried.records,
+            dead_letters=output.dead_letters + written.carried.dead_letters, dead_letter_files=tuple(dead_letter_paths),
+            max_event_time=output.max_event_time, source_lag=output.source_lag,
+            source_notes=_noting_unmatched(output.source_notes, committer.unmatched_copies),
+            cut=dict(self.cut) if self.cut else None,
+        )
         transaction, snapshot_id = committer._transaction(
-            table, protocol.KIND_DATA, self.frontier, data_files + written.carried_data,
+            table, statement, data_files + written.carried_data,
             checkpoint_extra=_pending_extra(dead_letter_paths if committer.dead_letter_identifier else []),
             delete_files=output.delete_files + deletes.added,
             removed_delete_files=deletes.removed + cow.removed_deletes, removed_data_files=cow.removed_data,
-            records=output.records + written.carried.records,
-            dead_letters=output.dead_letters + written.carried.dead_letters, dead_letter_files=dead_letter_paths,
-            max_event_time=output.max_event_time, source_lag=output.source_lag,
-            source_notes=_noting_unmatched(output.source_notes, committer.unmatched_copies), cut=self.cut,
         )
         self.rounds[snapshot_id] = written
         return transaction, snapshot_id

@@ -215,7 +215,7 @@ def test_what_a_spec_asks_the_pods_for_is_refused(operator: OperatorProcess, ten
     rows = pa.table({"id": pa.array([1], pa.int64())})
     foreign = protocol.Writer("team-b/trips", 3, "attempt")
     catalog.create_table(taken, rows.schema).append(
-        rows, snapshot_properties=protocol.snapshot_properties(foreign, protocol.KIND_DATA, {"next_id": 1}))
+        rows, snapshot_properties=protocol.CommitStatement(foreign, protocol.KIND_DATA, {"next_id": 1}).properties())
     cases: dict[str, tuple[dict[str, Any], str, list[str]]] = {
         "image": ({"spark": {"image": "docker.io/attacker/miner:latest"}}, "PolicyViolation",
                   ["spec.spark.image: 'docker.io/attacker/miner:latest' is not allowed"]),

@@ -70,7 +70,7 @@ def test_a_sync_pointed_at_a_table_another_sink_writes_is_refused_before_launchi
     rows = pa.table({"id": pa.array([1], pa.int64())})
     table = catalog.create_table("db.trips", rows.schema)
     other = protocol.Writer("team-b/trips", 3, "attempt")
-    table.append(rows, snapshot_properties=protocol.snapshot_properties(other, protocol.KIND_DATA, {"next_id": 1}))
+    table.append(rows, snapshot_properties=protocol.CommitStatement(other, protocol.KIND_DATA, {"next_id": 1}).properties())
     kube.create_sync("trips", generator_spec(warehouse))
     operator = start_operator()
 

@@ -127,7 +127,7 @@ def committed_by(spec_path: str, sink_id: str, version: int) -> None:
     schema = Schema(NestedField(1, "id", LongType(), required=False))
     table = catalog.create_table_if_not_exists(sync.spec.table.name, schema)
     table.append(pa.table({"id": pa.array([1], pa.int64())}),
-                 snapshot_properties=protocol.snapshot_properties(Writer(sink_id, version, "a"), "data", {"next_id": 1}))
+                 snapshot_properties=protocol.CommitStatement(Writer(sink_id, version, "a"), "data", {"next_id": 1}).properties())
 
 
 def test_run_refuses_a_table_another_sink_writes_naming_it(tmp_path: Path, caplog: pytest.LogCaptureFixture,

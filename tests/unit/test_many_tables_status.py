@@ -61,8 +61,8 @@ def test_the_sql_listing_narrows_by_the_templates_text_with_underscores_escaped(
 def sink_table(*writers: tuple[Writer, int], lag: int = 0) -> TableMetadata:
     history = History()
     for writer, next_id in writers:
-        history.commit(protocol.snapshot_properties(writer, protocol.KIND_DATA, {"t": {"0": next_id}},
-                                                    source=GENERATOR, source_lag={"records": lag}))
+        history.commit(protocol.CommitStatement(writer, protocol.KIND_DATA, {"t": {"0": next_id}},
+                                                source=GENERATOR, source_lag={"records": lag}).properties())
     return history.metadata()
 
 
@@ -78,7 +78,7 @@ def test_a_table_is_the_sinks_when_it_holds_its_checkpoint() -> None:
 
 def test_the_sinks_dead_letter_tables_are_not_its_tables() -> None:
     history = History()
-    history.commit(protocol.snapshot_properties(ME, protocol.KIND_FENCE, {"t": {"0": 1}}, source=GENERATOR),
+    history.commit(protocol.CommitStatement(ME, protocol.KIND_FENCE, {"t": {"0": 1}}, source=GENERATOR).properties(),
                    checkpoint=False)
     history.properties[protocol.checkpoint_key(SINK)] = protocol.checkpoint_value(
         ME, {"t": {"0": 1}}, 1000, source=GENERATOR, snapshot=history.snapshot(1000),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil, new_table_metadata
@@ -22,7 +24,7 @@ GENERATOR = {"kind": "generator"}
 
 def sink_summary(writer: Writer, frontier: dict[str, Any] | None, kind: str = protocol.KIND_DATA,
                  **extra: Any) -> dict[str, str]:
-    return protocol.snapshot_properties(writer, kind, frontier, **extra)
+    return protocol.CommitStatement(writer, kind, frontier, **extra).properties()
 
 
 class History:
@@ -85,21 +87,71 @@ def test_json_is_canonical() -> None:
     assert protocol.encode_json({"b": 1, "a": {"d": 2, "c": [1, 2]}}) == '{"a":{"c":[1,2],"d":2},"b":1}'
 
 
-def test_snapshot_properties_round_trip_through_parse_commit() -> None:
+FULL_STATEMENT = protocol.CommitStatement(
+    ME, protocol.KIND_DATA, {"next_id": 7}, source=GENERATOR, records=7, dead_letters=2,
+    dead_letter_files=("s3://b/dl-1.parquet",), max_event_time="2026-01-01T00:00:00+00:00",
+    source_lag={"records": 3}, source_notes={"late-files": ["b.json"]}, cut={"atomic": True, "id": "c-1", "tables": 2},
+)
+
+
+def test_the_properties_of_a_statement_are_the_wire_format() -> None:
+    assert FULL_STATEMENT.properties() == {
+        "icebergsync.protocol": "1",
+        "icebergsync.sink-id": "ns/orders",
+        "icebergsync.sink-version": "3",
+        "icebergsync.attempt": "attempt-a",
+        "icebergsync.kind": "data",
+        "icebergsync.frontier": '{"next_id":7}',
+        "icebergsync.records": "7",
+        "icebergsync.dead-letters": "2",
+        "icebergsync.source": '{"kind":"generator"}',
+        "icebergsync.dead-letter-files": '["s3://b/dl-1.parquet"]',
+        "icebergsync.max-event-time": "2026-01-01T00:00:00+00:00",
+        "icebergsync.source-lag": '{"records":3}',
+        "icebergsync.source-notes": '{"late-files":["b.json"]}',
+        "icebergsync.cut": '{"atomic":true,"id":"c-1","tables":2}',
+    }
+    empty = protocol.CommitStatement(ME, protocol.KIND_FENCE, None, source={}, dead_letter_files=(), max_event_time="",
+                                     source_lag={}, source_notes={}, cut={})
+    assert empty.properties() == {
+        "icebergsync.protocol": "1", "icebergsync.sink-id": "ns/orders", "icebergsync.sink-version": "3",
+        "icebergsync.attempt": "attempt-a", "icebergsync.kind": "fence", "icebergsync.frontier": "null",
+        "icebergsync.records": "0", "icebergsync.dead-letters": "0",
+    }
+
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.text()
+JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(), inner, max_size=3), max_leaves=8)
+JSON_OBJECTS = st.dictionaries(st.text(), JSON_VALUES, max_size=4)
+STATED_OBJECTS = st.none() | JSON_OBJECTS.filter(bool)  # an empty object is not stated: it reads back as None
+STATEMENTS = st.builds(
+    protocol.CommitStatement,
+    writer=st.builds(Writer, st.text(), st.integers(), st.text()),
+    kind=st.text(),
+    frontier=st.none() | JSON_OBJECTS,
+    source=STATED_OBJECTS,
+    records=st.integers(),
+    dead_letters=st.integers(),
+    dead_letter_files=st.lists(st.text(), max_size=3).map(tuple),
+    max_event_time=st.none() | st.text(min_size=1),
+    source_lag=STATED_OBJECTS,
+    source_notes=STATED_OBJECTS,
+    cut=STATED_OBJECTS,
+)
+
+
+@given(STATEMENTS)
+def test_a_statement_reads_back_from_its_properties(statement: protocol.CommitStatement) -> None:
+    assert protocol.CommitStatement.from_properties(statement.properties()) == statement
+
+
+def test_a_snapshot_carrying_a_statements_properties_parses_to_that_statement() -> None:
     history = History()
-    snapshot_id = history.commit(sink_summary(
-        ME, {"next_id": 7}, records=7, dead_letters=2, dead_letter_files=["s3://b/dl-1.parquet"],
-        max_event_time="2026-01-01T00:00:00+00:00", source_lag={"records": 3}, source=GENERATOR,
-    ))
+    snapshot_id = history.commit(FULL_STATEMENT.properties())
     commit = protocol.parse_commit(history.snapshot(snapshot_id))
-    assert commit == protocol.SinkCommit(
-        snapshot_id=snapshot_id, timestamp_ms=history.snapshot(snapshot_id).timestamp_ms, writer=ME,
-        kind=protocol.KIND_DATA, frontier={"next_id": 7}, records=7, dead_letters=2,
-        dead_letter_files=("s3://b/dl-1.parquet",), max_event_time="2026-01-01T00:00:00+00:00",
-        source_lag={"records": 3}, source=GENERATOR,
-    )
-    summary = history.snapshot(snapshot_id).summary.additional_properties
-    assert summary[protocol.FRONTIER] == '{"next_id":7}' and summary[protocol.SOURCE] == '{"kind":"generator"}'
+    assert commit == protocol.SinkCommit(**vars(FULL_STATEMENT), snapshot_id=snapshot_id,
+                                         timestamp_ms=history.snapshot(snapshot_id).timestamp_ms)
 
 
 def test_checkpoint_round_trips_with_source_and_extra_fields() -> None:
@@ -139,6 +191,8 @@ def test_records_written_before_the_source_identity_still_parse() -> None:
     {protocol.RECORDS: "many"},
     {protocol.DEAD_LETTER_FILES: '{"a": 1}'},
     {protocol.SOURCE: '"generator"'},
+    {protocol.SOURCE_NOTES: "[]"},
+    {protocol.CUT: "{not json"},
 ])
 def test_a_damaged_sink_snapshot_is_an_error_not_foreign(damage: dict[str, str]) -> None:
     history = History()
