@@ -60,7 +60,8 @@ def _positive_duration(field: str) -> dict[str, str]:
 # is not even shaped like one (a precise regex per column is past the API server's CEL cost budget on an unbounded
 # list; on spec.tables' schemas, a thousand of them, even this is: there the pattern alone speaks).
 _COLUMN_TYPE = {"rule": f"self.type in [{', '.join(map(_cel_string, PRIMITIVE_TYPES))}] || "
-                        "self.type.startsWith('decimal(') || self.type.startsWith('array<')",
+                        "self.type.startsWith('decimal(') || self.type.startsWith('array<') || "
+                        "self.type.startsWith('map<') || self.type.startsWith('struct<')",
                 "fieldPath": ".type", "message": COLUMN_TYPES_MESSAGE}
 
 

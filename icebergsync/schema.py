@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyiceberg.schema import Schema
@@ -18,15 +17,19 @@ from pyiceberg.types import (
     IntegerType,
     ListType,
     LongType,
+    MapType,
     NestedField,
     PrimitiveType,
     StringType,
+    StructType,
     TimestampType,
     TimestamptzType,
 )
 
 from icebergsync.errors import IncompatibleSchemaError
-from icebergsync.spec import Column, element_type
+from icebergsync.spec import Column
+from icebergsync.types.grammar import ArrayOf, MapOf, Primitive, SpecType, parse_type
+from icebergsync.types.grammar import Decimal as SpecDecimal
 
 _ICEBERG_TYPES: dict[str, PrimitiveType] = {
     "boolean": BooleanType(),
@@ -46,40 +49,70 @@ _SPARK_TYPES = {
     "timestamptz": "timestamp",
 }
 
-def iceberg_type(type_name: str, element_id: int = 0) -> IcebergType:
-    """Map a spec type name (``long``, ``decimal(10,2)``, ``array<string>`` …) to an Iceberg type; an array's
-    element (optional) gets ``element_id`` (a catalog assigns fresh ids to a new table or column)."""
-    element = element_type(type_name)
-    if element is not None:
-        return ListType(element_id=element_id, element_type=_primitive(element), element_required=False)
-    return _primitive(type_name)
+def iceberg_type(type_name: str, first_id: int = 1) -> IcebergType:
+    """Map a spec type name (``long``, ``decimal(10,2)``, ``array<string>``, ``struct<…>`` …) to an Iceberg type.
+
+    The fields of nested types (struct fields, array elements, map keys and values) get ids from ``first_id`` on
+    in Iceberg's order (a struct's fields, then what each holds); a catalog assigns fresh ids to a new table or
+    column anyway. Struct fields are optional unless ``not null``, elements and map values optional, keys
+    required."""
+    return _IdAssigner(first_id).convert(parse_type(type_name))
 
 
-def _primitive(type_name: str) -> PrimitiveType:
-    decimal = re.fullmatch(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)", type_name)
-    if decimal:
-        return DecimalType(int(decimal.group(1)), int(decimal.group(2)))
-    return _ICEBERG_TYPES[type_name]
+class _IdAssigner:
+    """Converts a parsed spec type to Iceberg's, numbering nested fields breadth-first per level, as
+    ``pyiceberg.schema.assign_fresh_schema_ids`` does."""
+
+    def __init__(self, next_id: int) -> None:
+        self.next_id = next_id
+
+    def take(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def convert(self, spec_type: SpecType) -> IcebergType:
+        if isinstance(spec_type, Primitive):
+            return _ICEBERG_TYPES[spec_type.name]
+        if isinstance(spec_type, SpecDecimal):
+            return DecimalType(spec_type.precision, spec_type.scale)
+        if isinstance(spec_type, ArrayOf):
+            element_id = self.take()
+            return ListType(element_id=element_id, element_type=self.convert(spec_type.element), element_required=False)
+        if isinstance(spec_type, MapOf):
+            key_id, value_id = self.take(), self.take()
+            return MapType(key_id=key_id, key_type=self.convert(spec_type.key), value_id=value_id,
+                           value_type=self.convert(spec_type.value), value_required=False)
+        ids = [self.take() for _ in spec_type.fields]
+        return StructType(*[NestedField(field_id, field.name, self.convert(field.type), required=field.required)
+                            for field_id, field in zip(ids, spec_type.fields, strict=True)])
 
 
 def spark_type(type_name: str) -> str:
     """Map a spec type name to Spark SQL DDL."""
-    element = element_type(type_name)
-    if element is not None:
-        return f"array<{spark_type(element)}>"
-    if type_name.startswith("decimal"):
-        return type_name.replace(" ", "")
-    return _SPARK_TYPES[type_name]
+    return _spark(parse_type(type_name))
+
+
+def _spark(spec_type: SpecType) -> str:
+    if isinstance(spec_type, Primitive):
+        return _SPARK_TYPES[spec_type.name]
+    if isinstance(spec_type, SpecDecimal):
+        return str(spec_type)
+    if isinstance(spec_type, ArrayOf):
+        return f"array<{_spark(spec_type.element)}>"
+    if isinstance(spec_type, MapOf):
+        return f"map<{_spark(spec_type.key)},{_spark(spec_type.value)}>"
+    return "struct<" + ",".join(f"`{field.name}`:{_spark(field.type)}" + (" NOT NULL" if field.required else "")
+                                for field in spec_type.fields) + ">"
 
 
 def iceberg_schema(columns: list[Column]) -> Schema:
-    """An Iceberg schema for new tables (ids 1..n, array elements' ids after them; the catalog may reassign them)."""
+    """An Iceberg schema for new tables: columns 1..n, their nested fields' ids after them (the catalog may
+    reassign them)."""
     fields = []
-    next_id = len(columns) + 1
+    ids = _IdAssigner(len(columns) + 1)
     for index, column in enumerate(columns, start=1):
-        field_type = iceberg_type(column.type, next_id)
-        next_id += isinstance(field_type, ListType)
-        fields.append(NestedField(field_id=index, name=column.name, field_type=field_type, required=column.required))
+        fields.append(NestedField(field_id=index, name=column.name, field_type=ids.convert(parse_type(column.type)),
+                                  required=column.required))
     return Schema(*fields)
 
 
@@ -97,9 +130,14 @@ class SchemaChange:
     for a date, µs for a timestamp); rows written before the column existed read it. None: no default."""
 
     kind: str  # "add" | "widen" | "make-optional"
-    column: str  # an array's element: "<column>.element"
+    column: str  # a nested field's path: "<column>.<field>", an array's element "<column>.element", a map's value "<column>.value"
     new_type: IcebergType | None = None
     default: Any = None
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The column's path as pyiceberg's schema updates take it (``("event", "ts")`` for ``event.ts``)."""
+        return tuple(self.column.split("."))
 
     def describe(self) -> str:
         return (f"{self.kind} {self.column}" + (f" -> {self.new_type}" if self.new_type else "")
@@ -115,11 +153,19 @@ def widening(column: str, new_type: IcebergType) -> SchemaChange:
 
 def widens(old: IcebergType, new: IcebergType) -> bool:
     """True when Iceberg can change a column of type ``old`` to ``new`` (equal, or int→long, float→double, a
-    decimal's precision up at the same scale; an array's elements likewise, whatever their field ids)."""
+    decimal's precision up at the same scale; an array's elements, a map's values and a struct's fields likewise,
+    whatever their field ids; a struct keeps its fields and their order)."""
     if old == new:
         return True
     if isinstance(old, ListType) and isinstance(new, ListType):
         return old.element_required >= new.element_required and widens(old.element_type, new.element_type)
+    if isinstance(old, MapType) and isinstance(new, MapType):
+        return (old.key_type == new.key_type and old.value_required >= new.value_required
+                and widens(old.value_type, new.value_type))
+    if isinstance(old, StructType) and isinstance(new, StructType):
+        return [f.name for f in old.fields] == [f.name for f in new.fields] and all(
+            o.required >= n.required and widens(o.field_type, n.field_type)
+            for o, n in zip(old.fields, new.fields, strict=True))
     if isinstance(old, IntegerType) and isinstance(new, LongType):
         return True
     if isinstance(old, FloatType) and isinstance(new, DoubleType):
@@ -134,47 +180,89 @@ def widens(old: IcebergType, new: IcebergType) -> bool:
 
 def plan_evolution(table_schema: Schema, columns: list[Column], table_name: str,
                    followed: bool = False) -> list[SchemaChange]:
-    """Return the changes that bring ``table_schema`` to the declared columns.
+    """Return the changes that bring ``table_schema`` to the declared columns, nested fields included (a
+    struct field's path is ``column.field``, an array's element ``column.element``, a map's value ``column.value``;
+    existing fields keep their ids).
 
-    Raises ``IncompatibleSchemaError`` naming every unsafe difference: a required column that the
-    spec drops, a narrowed or changed type, an optional column made required, a new required column.
+    Raises ``IncompatibleSchemaError`` naming every unsafe difference: a required column or field that the
+    spec drops, a narrowed or changed type, an optional column made required, a new required column or field.
     With ``followed`` (the table follows the source's schema, ``spec.schemaEvolution: evolve``) a column
     the source widened, or made optional by dropping it, is what the spec declared: not a difference.
     """
-    existing = {field.name: field for field in table_schema.fields}
-    declared = {column.name for column in columns}
-    changes: list[SchemaChange] = []
-    problems: list[str] = []
-    for column in columns:
-        field = existing.get(column.name)
-        element_id = field.field_type.element_id if field is not None and isinstance(field.field_type, ListType) else 0
-        new_type: IcebergType = iceberg_type(column.type, element_id)
-        if field is None:
-            if column.required:
-                problems.append(f"new column {column.name!r} is required: new columns must be optional")
-            else:
-                changes.append(SchemaChange("add", column.name, new_type))
-            continue
-        if followed and widens(new_type, field.field_type):
-            new_type = field.field_type
-        if not widens(field.field_type, new_type):
-            problems.append(f"column {column.name!r}: {field.field_type} cannot change to {new_type} (only widening)")
-        elif isinstance(field.field_type, ListType) and isinstance(new_type, ListType):
-            if field.field_type.element_type != new_type.element_type:
-                changes.append(widening(column.name, new_type))
-            if field.field_type.element_required:  # another writer's list: the sync writes null elements
-                changes.append(SchemaChange("make-optional", f"{column.name}.element"))
-        elif field.field_type != new_type:
-            changes.append(widening(column.name, new_type))
-        if column.required and not field.required and not followed:
-            problems.append(f"column {column.name!r} is optional in the table and cannot become required")
-        elif field.required and not column.required:
-            changes.append(SchemaChange("make-optional", column.name))
-    for name, field in existing.items():
-        if name not in declared and field.required:
-            problems.append(f"required column {name!r} of the table is missing from the spec")
-    if problems:
+    plan = _EvolutionPlan(followed)
+    plan.fields("", table_schema.as_struct(), StructType(*iceberg_schema(columns).fields), top_level=True)
+    if plan.problems:
         raise IncompatibleSchemaError(
-            f"schema of {table_name} cannot evolve to the spec's schema: " + "; ".join(problems)
+            f"schema of {table_name} cannot evolve to the spec's schema: " + "; ".join(plan.problems)
         )
-    return changes
+    return plan.changes
+
+
+@dataclass
+class _EvolutionPlan:
+    """The changes and problems found comparing a table's type with the declared one, field by field."""
+
+    followed: bool
+    changes: list[SchemaChange] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def fields(self, prefix: str, existing: StructType, declared: StructType, top_level: bool = False) -> None:
+        """Compare the fields of a struct (the table's columns at the top level)."""
+        what = "column" if top_level else "field"
+        old_fields = {f.name: f for f in existing.fields}
+        for new in declared.fields:
+            path = prefix + new.name
+            old = old_fields.get(new.name)
+            if old is None:
+                if new.required:
+                    self.problems.append(f"new {what} {path!r} is required: new {what}s must be optional")
+                else:
+                    self.changes.append(SchemaChange("add", path, new.field_type))
+                continue
+            self.type(path, old.field_type, new.field_type)
+            if new.required and not old.required and not self.followed:
+                self.problems.append(f"{what} {path!r} is optional in the table and cannot become required")
+            elif old.required and not new.required:
+                self.changes.append(SchemaChange("make-optional", path))
+        declared_names = {f.name for f in declared.fields}
+        for name, old in old_fields.items():
+            if name not in declared_names and old.required:
+                self.problems.append(f"required {what} {prefix + name!r} of the table is missing from the spec")
+
+    def type(self, path: str, old: IcebergType, new: IcebergType) -> None:
+        """Compare the types of one column or nested field."""
+        if isinstance(old, StructType) and isinstance(new, StructType):
+            self.fields(path + ".", old, new)
+        elif _flat_mismatch(old, new):  # a list or map of primitives: named whole
+            self.problems.append(f"column {path!r}: {old} cannot change to {new} (only widening)")
+        elif isinstance(old, ListType) and isinstance(new, ListType):
+            self.type(f"{path}.element", old.element_type, new.element_type)
+            if old.element_required:  # another writer's list: the sync writes null elements
+                self.changes.append(SchemaChange("make-optional", f"{path}.element"))
+        elif isinstance(old, MapType) and isinstance(new, MapType):
+            if old.key_type != new.key_type:
+                self.problems.append(f"column {path!r}: map key {old.key_type} cannot change to {new.key_type}")
+            self.type(f"{path}.value", old.value_type, new.value_type)
+            if old.value_required:
+                self.changes.append(SchemaChange("make-optional", f"{path}.value"))
+        elif isinstance(old, PrimitiveType) and isinstance(new, PrimitiveType):
+            if old == new or (self.followed and widens(new, old)):
+                return
+            if widens(old, new):
+                self.changes.append(SchemaChange("widen", path, new))
+            else:
+                self.problems.append(f"column {path!r}: {old} cannot change to {new} (only widening)")
+        else:
+            self.problems.append(f"column {path!r}: {old} cannot change to {new} (only widening)")
+
+
+def _flat_mismatch(old: IcebergType, new: IcebergType) -> bool:
+    """Two lists, or two maps, of primitives whose elements (values) do not widen."""
+    if isinstance(old, ListType) and isinstance(new, ListType):
+        pairs = [(old.element_type, new.element_type)]
+    elif isinstance(old, MapType) and isinstance(new, MapType):
+        pairs = [(old.value_type, new.value_type)]
+    else:
+        return False
+    return all(isinstance(o, PrimitiveType) and isinstance(n, PrimitiveType) for o, n in pairs) and not all(
+        widens(o, n) or widens(n, o) for o, n in pairs)

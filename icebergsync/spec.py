@@ -27,20 +27,20 @@ from pydantic.alias_generators import to_camel
 
 from icebergsync.errors import SpecError, SpecFileError
 from icebergsync.table_routing import is_template, table_for, template_fields, template_matcher
+from icebergsync.types.grammar import PRIMITIVE_TYPES, ArrayOf, TypeSyntaxError, is_primitive, parse_type
 from icebergsync.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 API_GROUP = "icebergsync.io"
 API_VERSION = "v1alpha1"
 KIND = "IcebergSync"
 
-PRIMITIVE_TYPES = (
-    "boolean", "int", "long", "float", "double", "string", "binary", "date", "timestamp", "timestamptz",
-)
 _PRIMITIVE_PATTERN = r"(boolean|int|long|float|double|string|binary|date|timestamp|timestamptz|decimal\(\s*[0-9]+\s*,\s*[0-9]+\s*\))"
-COLUMN_TYPE_PATTERN = rf"^({_PRIMITIVE_PATTERN}|array<\s*{_PRIMITIVE_PATTERN}\s*>)$"
-COLUMN_TYPES_MESSAGE = (f"type must be one of {', '.join(PRIMITIVE_TYPES)}, decimal(p,s), or array<T> with T one "
-                        "of them (e.g. array<string>)")
-_ARRAY_TYPE = re.compile(r"array<\s*(.+?)\s*>")
+# Exact for primitive types, the shape only for nested ones (a regular expression cannot match brackets): the
+# grammar (icebergsync.types.grammar) checks them, in load_spec and in the operator.
+COLUMN_TYPE_PATTERN = rf"^({_PRIMITIVE_PATTERN}|(array|map|struct)<.*>)$"
+MAX_COLUMN_TYPE_LENGTH = 2048
+COLUMN_TYPES_MESSAGE = (f"type must be one of {', '.join(PRIMITIVE_TYPES)}, decimal(p,s), array<T>, map<K, V> or "
+                        "struct<name: T, ...> (e.g. array<string>, struct<id: long not null, tags: array<string>>)")
 PARTITION_PATTERN = (
     r"^\s*(identity\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)|(year|month|day|hour|void)\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)"
     r"|(bucket|truncate)\(\s*[0-9]+\s*,\s*[A-Za-z_][A-Za-z0-9_]*\s*\)|[A-Za-z_][A-Za-z0-9_]*)\s*$"
@@ -111,16 +111,29 @@ class SecretRef(Model):
 
 class Column(Model):
     name: str = Field(pattern=IDENTIFIER_PATTERN)
-    # The length bound keeps the CRD's CEL rule of readable words on it cheap enough (icebergsync.cel_rules).
-    type: str = Field(pattern=COLUMN_TYPE_PATTERN, max_length=32, description="Iceberg primitive type, e.g. long or "
-                      "decimal(10,2), or an array of one, e.g. array<string> (its elements optional).")
+    type: str = Field(pattern=COLUMN_TYPE_PATTERN, max_length=MAX_COLUMN_TYPE_LENGTH, description=(
+        "Iceberg type: a primitive (e.g. long, decimal(10,2)), array<T>, map<K, V> (K primitive) or "
+        "struct<name: T, ...> to any depth, e.g. struct<id: long not null, tags: array<string>> (a struct field is "
+        "optional unless not null; array elements and map values are optional)."))
     required: bool = False
+
+    @field_validator("type")
+    @classmethod
+    def _grammatical(cls, value: str) -> str:
+        try:
+            parsed = parse_type(value)
+        except TypeSyntaxError as exc:
+            raise ValueError(str(exc)) from None
+        if not is_primitive(value) and not (isinstance(parsed, ArrayOf) and is_primitive(str(parsed.element))):
+            raise ValueError(f"type {value!r}: maps, structs and arrays of them are not decoded yet; a column is a "
+                             "primitive type or an array of one")
+        return value
 
 
 def element_type(type_name: str) -> str | None:
     """The element type of an ``array<T>`` spec type (None: not an array)."""
-    array = _ARRAY_TYPE.fullmatch(type_name)
-    return array.group(1) if array else None
+    parsed = parse_type(type_name)
+    return str(parsed.element) if isinstance(parsed, ArrayOf) else None
 
 
 class GeneratorSource(Model):
@@ -924,13 +937,13 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     if spec.changes is not None and spec.source.files is not None and spec.source.files.format != "json":
         problems.append(f"spec.source.files.format: changes are JSON records, one per line; "
                         f"{spec.source.files.format!r} is not supported with spec.changes")
-    arrays = [name for name, column in columns.items() if element_type(column.type)]
-    if arrays and spec.source.files is not None and spec.source.files.format == "csv":
-        problems.append(f"spec.schema: array column(s) {', '.join(arrays)} need JSON or Parquet records; "
-                        "CSV has no arrays")
+    nested = [name for name, column in columns.items() if not is_primitive(column.type)]
+    if nested and spec.source.files is not None and spec.source.files.format == "csv":
+        problems.append(f"spec.schema: array, map or struct column(s) {', '.join(nested)} need JSON or Parquet "
+                        "records; CSV has no arrays, maps or structs")
     if spec.event_time_column and spec.event_time_column not in columns and not from_records:
         problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is not in the schema")
-    elif spec.event_time_column in columns and element_type(columns[spec.event_time_column].type):
+    elif spec.event_time_column in columns and not is_primitive(columns[spec.event_time_column].type):
         problems.append(f"spec.eventTimeColumn: column {spec.event_time_column!r} is "
                         f"{columns[spec.event_time_column].type}; an event time is a date or timestamp")
     return problems
@@ -948,9 +961,9 @@ def _table_problems(column_list: list[Column], partition_by: list[str], key: lis
             continue
         if column not in columns:
             problems.append(f"{where}.partitionBy[{index}]: column {column!r} is not in the schema")
-        elif element_type(columns[column].type):
+        elif not is_primitive(columns[column].type):
             problems.append(f"{where}.partitionBy[{index}]: column {column!r} is {columns[column].type}; "
-                            "an array column cannot be a partition source")
+                            "an array, map or struct column cannot be a partition source")
         elif expression.strip().startswith(("year", "month", "day", "hour")) and columns[column].type not in (
             "date", "timestamp", "timestamptz"
         ):
@@ -965,9 +978,9 @@ def _table_problems(column_list: list[Column], partition_by: list[str], key: lis
             problems.append(f"{where}.key[{index}]: column {name!r} is not in the schema")
         elif not columns[name].required:
             problems.append(f"{where}.key[{index}]: column {name!r} must be required (a key column is never null)")
-        elif columns[name].type in KEY_TYPES_REFUSED or element_type(columns[name].type):
+        elif columns[name].type in KEY_TYPES_REFUSED or not is_primitive(columns[name].type):
             problems.append(f"{where}.key[{index}]: column {name!r} is {columns[name].type}; "
-                            "a key column cannot be float, double or an array")
+                            "a key column cannot be float, double, an array, a map or a struct")
         if name in (key or [])[:index]:
             problems.append(f"{where}.key[{index}]: column {name!r} is listed twice")
     return problems

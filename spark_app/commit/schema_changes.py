@@ -12,7 +12,8 @@ from pyiceberg.types import DecimalType, ListType, PrimitiveType
 
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.schema import SchemaChange, iceberg_type, widening
-from icebergsync.spec import KEY_TYPES_REFUSED, PRIMITIVE_TYPES, Column, element_type
+from icebergsync.spec import KEY_TYPES_REFUSED, Column
+from icebergsync.types.grammar import PRIMITIVE_TYPES, is_primitive
 from spark_app.decoding.changes import Logical, decode_value
 from spark_app.decoding.schema_drift.connect_types import MAX_DECIMAL_PRECISION
 from spark_app.decoding.schema_drift.drift import SchemaDrift
@@ -64,9 +65,9 @@ def new_table_columns(drift: SchemaDrift, table_name: str, key: list[str]) -> li
     for name in key:
         if drift.adds and name not in drift.adds:
             problems.append(f"key column {name!r} (spec.table.key) is not in the records")
-        elif drift.adds.get(name) in KEY_TYPES_REFUSED or element_type(drift.adds.get(name, "")):
-            problems.append(f"key column {name!r} is {drift.adds[name]}; a key column cannot be float, double or "
-                            "an array")
+        elif drift.adds.get(name) in KEY_TYPES_REFUSED or (name in drift.adds and not is_primitive(drift.adds[name])):
+            problems.append(f"key column {name!r} is {drift.adds[name]}; a key column cannot be float, double, an "
+                            "array, a map or a struct")
     if problems:
         raise IncompatibleSchemaError(f"spec.schema is empty and {table_name} cannot be created: " + "; ".join(problems))
     return [Column(name=name, type=kind, required=name in key) for name, kind in drift.adds.items()]
@@ -79,8 +80,8 @@ def default_value(type_name: str, field: Mapping[str, Any]) -> Any:
     The default is decoded exactly as the field's values are (spark_app/decoding/changes.py: a Connect ``Decimal`` is
     base64 of the unscaled value at the schema's scale, a Debezium ``Date`` epoch days, a ``MicroTimestamp`` µs, a
     ``ZonedTimestamp`` ISO text), then given as pyiceberg takes it (a decimal at the column's scale)."""
-    if element_type(type_name) is not None:
-        raise ValueError("array columns take no default")
+    if not is_primitive(type_name):
+        raise ValueError("array, map and struct columns take no default")
     name, parameters = field.get("name"), field.get("parameters")
     logical = Logical(name, parameters if isinstance(parameters, dict) else {}) if isinstance(name, str) else None
     column = Column.model_construct(name=str(field.get("field", "default")), type=type_name)  # any source name

@@ -277,6 +277,6 @@ def test_a_bad_column_type_lists_the_valid_types(tmp_path: Path, caplog: pytest.
         assert main(["validate", write(tmp_path, spec)]) == EXIT_INVALID_SPEC
     for index, given in enumerate(("integer", "list<string>")):
         assert (f"spec.schema[{index}].type: type must be one of boolean, int, long, float, double, string, binary, "
-                f"date, timestamp, timestamptz, decimal(p,s), or array<T> with T one of them (e.g. array<string>) "
-                f"(got '{given}')") in caplog.text
+                f"date, timestamp, timestamptz, decimal(p,s), array<T>, map<K, V> or struct<name: T, ...> (e.g. "
+                f"array<string>, struct<id: long not null, tags: array<string>>) (got '{given}')") in caplog.text
     assert "must match" not in caplog.text

@@ -90,7 +90,7 @@ def test_a_default_converts_as_the_fields_values_do(type_name: str, schema: str,
                   '"default": -9223372036853775810, "field": "inf"}', "does not convert exactly"),
     ("int", '{"type": "int32", "optional": true, "default": "seven", "field": "i"}', "does not convert exactly"),
     ("array<int>", '{"type": "array", "items": {"type": "int32", "optional": true}, "optional": true, '
-                   '"default": [1, 2], "field": "ia"}', "array columns take no default"),
+                   '"default": [1, 2], "field": "ia"}', "array, map and struct columns take no default"),
     # converts (12.50), but Spark's vectorized reader fails on a decimal column with a default
     ("decimal(10,2)", '{' + DECIMAL + ', "parameters": {"scale": "2", "connect.decimal.precision": "10"}, '
                       '"default": "BOI=", "field": "n"}', "apache/iceberg#16502"),

@@ -203,7 +203,7 @@ def test_key_columns_are_required_columns_of_the_schema() -> None:
     assert problems == [
         "spec.table.key[1]: column 'nope' is not in the schema",
         "spec.table.key[2]: column 'name' must be required (a key column is never null)",
-        "spec.table.key[3]: column 'score' is double; a key column cannot be float, double or an array",
+        "spec.table.key[3]: column 'score' is double; a key column cannot be float, double, an array, a map or a struct",
         "spec.table.key[4]: column 'id' is listed twice",
     ]
 
@@ -296,12 +296,13 @@ def test_array_columns_of_primitives_and_where_they_are_refused() -> None:
     refused = problems_of(with_spec(source={"files": {"path": "/in", "format": "csv"}}, schema=schema,
                                     eventTimeColumn="days", changes={"format": "upsert"},
                                     table={"name": "a.b", "key": ["tags"], "partitionBy": ["truncate(4, tags)"]}))
-    assert "spec.table.key[0]: column 'tags' is array<string>; a key column cannot be float, double or an array" \
+    assert "spec.table.key[0]: column 'tags' is array<string>; a key column cannot be float, double, an array, a map or a struct" \
         in refused
-    assert "spec.table.partitionBy[0]: column 'tags' is array<string>; an array column cannot be a partition source" \
+    assert "spec.table.partitionBy[0]: column 'tags' is array<string>; an array, map or struct column cannot be a partition source" \
         in refused
     assert "spec.eventTimeColumn: column 'days' is array< date >; an event time is a date or timestamp" in refused
-    assert any(p.startswith("spec.schema: array column(s) tags, prices, days need JSON or Parquet") for p in refused)
+    assert any(p.startswith("spec.schema: array, map or struct column(s) tags, prices, days need JSON or Parquet")
+               for p in refused)
 
 
 def test_transactions_need_debezium_on_kafka_and_their_own_topic() -> None:
