@@ -168,8 +168,9 @@ def partition_spec(schema: Schema, expressions: list[str]) -> PartitionSpec:
     fields = []
     for index, expression in enumerate(expressions):
         text = expression.replace(" ", "")
-        match = re.fullmatch(r"(\w+)\((?:(\d+),)?(\w+)\)", text)
-        name, argument, column = (match.group(1), match.group(2), match.group(3)) if match else ("identity", None, text)
+        match = re.fullmatch(r"(\w+)\((?:(\d+),)?[\w.]+\)", text)
+        name, argument = (match.group(1), match.group(2)) if match else ("identity", None)
+        column = model.partition_source(expression)
         transform = parse_transform(f"{name}[{argument}]" if argument else name)
         source = schema.find_field(column)
         suffix = "" if name == "identity" else f"_{name}" + (f"_{argument}" if argument else "")

@@ -27,7 +27,16 @@ from pydantic.alias_generators import to_camel
 
 from icebergsync.errors import SpecError, SpecFileError
 from icebergsync.table_routing import is_template, table_for, template_fields, template_matcher
-from icebergsync.types.grammar import PRIMITIVE_TYPES, ArrayOf, TypeSyntaxError, is_primitive, parse_type
+from icebergsync.types.grammar import (
+    NESTED_TYPES,
+    PRIMITIVE_TYPES,
+    ArrayOf,
+    SpecType,
+    StructOf,
+    TypeSyntaxError,
+    is_primitive,
+    parse_type,
+)
 from icebergsync.units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 API_GROUP = "icebergsync.io"
@@ -41,10 +50,20 @@ COLUMN_TYPE_PATTERN = rf"^({_PRIMITIVE_PATTERN}|(array|map|struct)<.*>)$"
 MAX_COLUMN_TYPE_LENGTH = 2048
 COLUMN_TYPES_MESSAGE = (f"type must be one of {', '.join(PRIMITIVE_TYPES)}, decimal(p,s), array<T>, map<K, V> or "
                         "struct<name: T, ...> (e.g. array<string>, struct<id: long not null, tags: array<string>>)")
+_FIELD_PATH = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"  # a column, or a field of a struct column: a.b
 PARTITION_PATTERN = (
-    r"^\s*(identity\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)|(year|month|day|hour|void)\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)"
-    r"|(bucket|truncate)\(\s*[0-9]+\s*,\s*[A-Za-z_][A-Za-z0-9_]*\s*\)|[A-Za-z_][A-Za-z0-9_]*)\s*$"
+    rf"^\s*(identity\(\s*{_FIELD_PATH}\s*\)|(year|month|day|hour|void)\(\s*{_FIELD_PATH}\s*\)"
+    rf"|(bucket|truncate)\(\s*[0-9]+\s*,\s*{_FIELD_PATH}\s*\)|{_FIELD_PATH})\s*$"
 )
+_PARTITION_SOURCE = re.compile(r"(?:\w+\(\s*(?:[0-9]+\s*,\s*)?)?([A-Za-z_][A-Za-z0-9_.]*)\s*\)?")
+
+
+def partition_source(expression: str) -> str:
+    """The source column (or struct field path, ``event.ts``) of a partitionBy expression such as ``day(event.ts)``."""
+    match = _PARTITION_SOURCE.fullmatch(expression.strip())
+    if match is None:
+        raise ValueError(f"{expression!r} is not a partition expression")
+    return match.group(1)
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 TABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
 # A table name, or a template of one for a sync of many tables: the last part may hold {topic} and {N}
@@ -121,12 +140,9 @@ class Column(Model):
     @classmethod
     def _grammatical(cls, value: str) -> str:
         try:
-            parsed = parse_type(value)
+            parse_type(value)
         except TypeSyntaxError as exc:
             raise ValueError(str(exc)) from None
-        if not is_primitive(value) and not (isinstance(parsed, ArrayOf) and is_primitive(str(parsed.element))):
-            raise ValueError(f"type {value!r}: maps, structs and arrays of them are not decoded yet; a column is a "
-                             "primitive type or an array of one")
         return value
 
 
@@ -937,6 +953,9 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     if spec.changes is not None and spec.source.files is not None and spec.source.files.format != "json":
         problems.append(f"spec.source.files.format: changes are JSON records, one per line; "
                         f"{spec.source.files.format!r} is not supported with spec.changes")
+    problems += [f"{where}.type: type {column.type!r}: maps, structs and arrays of them are not decoded yet; a "
+                 "column is a primitive type or an array of one" for where, column in _schema_columns(spec)
+                 if not _flat(column.type)]
     nested = [name for name, column in columns.items() if not is_primitive(column.type)]
     if nested and spec.source.files is not None and spec.source.files.format == "csv":
         problems.append(f"spec.schema: array, map or struct column(s) {', '.join(nested)} need JSON or Parquet "
@@ -956,20 +975,21 @@ def _table_problems(column_list: list[Column], partition_by: list[str], key: lis
     from_records = not columns
     problems = []
     for index, expression in enumerate(partition_by):
-        column = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expression)[-1]
+        column = partition_source(expression)
         if from_records:
             continue
-        if column not in columns:
-            problems.append(f"{where}.partitionBy[{index}]: column {column!r} is not in the schema")
-        elif not is_primitive(columns[column].type):
-            problems.append(f"{where}.partitionBy[{index}]: column {column!r} is {columns[column].type}; "
+        source_type, missing = _field_type(columns, column)
+        if missing:
+            problems.append(f"{where}.partitionBy[{index}]: {missing}")
+        elif isinstance(source_type, NESTED_TYPES):
+            problems.append(f"{where}.partitionBy[{index}]: column {column!r} is {source_type}; "
                             "an array, map or struct column cannot be a partition source")
-        elif expression.strip().startswith(("year", "month", "day", "hour")) and columns[column].type not in (
+        elif expression.strip().startswith(("year", "month", "day", "hour")) and str(source_type) not in (
             "date", "timestamp", "timestamptz"
         ):
             problems.append(
                 f"{where}.partitionBy[{index}]: {expression!r} needs a date or timestamp column, "
-                f"{column!r} is {columns[column].type}"
+                f"{column!r} is {source_type}"
             )
     for index, name in enumerate(key or []):
         if from_records:
@@ -984,6 +1004,37 @@ def _table_problems(column_list: list[Column], partition_by: list[str], key: lis
         if name in (key or [])[:index]:
             problems.append(f"{where}.key[{index}]: column {name!r} is listed twice")
     return problems
+
+
+def _flat(type_name: str) -> bool:
+    parsed = parse_type(type_name)
+    return is_primitive(type_name) or (isinstance(parsed, ArrayOf) and is_primitive(str(parsed.element)))
+
+
+def _schema_columns(spec: IcebergSyncSpec) -> list[tuple[str, Column]]:
+    """Every declared column with its field path: spec.schema's and each spec.tables entry's."""
+    columns = [(f"spec.schema[{index}]", column) for index, column in enumerate(spec.schema_ or [])]
+    for name, table in (spec.tables or {}).items():
+        columns += [(f"spec.tables[{name}].schema[{index}]", column) for index, column in enumerate(table.schema_ or [])]
+    return columns
+
+
+def _field_type(columns: Mapping[str, Column], path: str) -> tuple[SpecType | None, str]:
+    """(the type of the column or struct field at ``path``, "") or (None, why there is none)."""
+    name, *fields = path.split(".")
+    if name not in columns:
+        return None, f"column {name!r} is not in the schema"
+    current = parse_type(columns[name].type)
+    for depth, field_name in enumerate(fields, start=1):
+        parent = ".".join([name, *fields[:depth - 1]])
+        if not isinstance(current, StructOf):
+            return None, (f"{parent!r} is {current}, not a struct: {path!r} names no field (a field inside an "
+                          "array or a map cannot be one)")
+        nested = current.field(field_name)
+        if nested is None:
+            return None, f"struct {parent!r} has no field {field_name!r}"
+        current = nested.type
+    return current, ""
 
 
 def _template_problems(spec: IcebergSyncSpec) -> list[str]:

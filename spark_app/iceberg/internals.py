@@ -37,7 +37,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -49,9 +49,13 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.io.pyarrow import (
     DataFileStatistics,
+    MetricModeTypes,
+    MetricsMode,
+    StatisticsCollector,
     _task_to_record_batches,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
+    match_metrics_mode,
     parquet_path_to_id_mapping,
 )
 from pyiceberg.manifest import (
@@ -75,7 +79,7 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
-from pyiceberg.table import CommitTableResponse, FileScanTask, Table, Transaction
+from pyiceberg.table import CommitTableResponse, FileScanTask, Table, TableProperties, Transaction
 from pyiceberg.table.locations import LocationProvider
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV3
 from pyiceberg.table.name_mapping import NameMapping
@@ -97,7 +101,16 @@ from pyiceberg.table.update.snapshot import (
     _SnapshotProducer,
 )
 from pyiceberg.typedef import IcebergBaseModel, TableVersion
-from pyiceberg.types import IcebergType, IntegerType, ListType, MapType, NestedField, StructType
+from pyiceberg.types import (
+    BinaryType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+)
 
 from icebergsync import protocol
 from spark_app.iceberg.cut import TableChange, commit_cut
@@ -146,12 +159,52 @@ def partition_value(source_type: IcebergType, value: Any) -> Any:
 
 
 def footer_statistics(schema: Schema, table_properties: dict[str, str], metadata: pq.FileMetaData) -> DataFileStatistics:
-    """Iceberg column statistics (counts, bounds, sizes) of a Parquet file, from its footer."""
+    """Iceberg column statistics (counts, bounds, sizes) of a Parquet file, from its footer, as Iceberg's Java
+    writer gives them (its ``ParquetMetrics``): a field of a struct has metrics like a top-level column (bounds
+    too, where pyiceberg keeps only counts); what lies inside an array or a map has its size only (no counts,
+    no bounds: a count of elements is not one of rows)."""
     return data_file_statistics_from_parquet_metadata(
         parquet_metadata=metadata,
-        stats_columns=compute_statistics_plan(schema, table_properties),
+        stats_columns=_statistics_plan(schema, table_properties),
         parquet_column_mapping=parquet_path_to_id_mapping(schema),
     )
+
+
+def _statistics_plan(schema: Schema, table_properties: dict[str, str]) -> dict[int, StatisticsCollector]:
+    plan = compute_statistics_plan(schema, table_properties)
+    repeated = _inside_lists_and_maps(schema.as_struct(), inside=False)
+    default_mode = table_properties.get(TableProperties.DEFAULT_WRITE_METRICS_MODE,
+                                        TableProperties.DEFAULT_WRITE_METRICS_MODE_DEFAULT)
+    for field_id, collector in plan.items():
+        if field_id in repeated:
+            plan[field_id] = replace(collector, mode=MetricsMode(MetricModeTypes.NONE))
+        elif "." in collector.column_name:  # a struct's field: the mode a top-level column of its name gets
+            mode = match_metrics_mode(table_properties.get(
+                f"{TableProperties.METRICS_MODE_COLUMN_CONF_PREFIX}.{collector.column_name}", default_mode))
+            if mode.type == MetricModeTypes.TRUNCATE and not isinstance(collector.iceberg_type, StringType | BinaryType):
+                mode = MetricsMode(MetricModeTypes.FULL)
+            plan[field_id] = replace(collector, mode=mode)
+    return plan
+
+
+def _inside_lists_and_maps(struct: StructType, inside: bool) -> set[int]:
+    """The ids of the fields of ``struct`` (at any depth) that lie inside a list or a map."""
+    found: set[int] = set()
+
+    def visit(field_id: int, field_type: IcebergType, within: bool) -> None:
+        if within:
+            found.add(field_id)
+        if isinstance(field_type, StructType):
+            found.update(_inside_lists_and_maps(field_type, within))
+        elif isinstance(field_type, ListType):
+            visit(field_type.element_id, field_type.element_type, True)
+        elif isinstance(field_type, MapType):
+            visit(field_type.key_id, field_type.key_type, True)
+            visit(field_type.value_id, field_type.value_type, True)
+
+    for field in struct.fields:
+        visit(field.field_id, field.field_type, inside)
+    return found
 
 
 class _PartitionPath:

@@ -14,7 +14,7 @@ import itertools
 import math
 import pickle
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,14 +110,24 @@ class TaskResult:
 
 
 def _partition_fields(plan: TablePlan) -> list[tuple[str, Any, Any]]:
-    """(source column, arrow transform, source type) for each partition field."""
+    """(source column's path, arrow transform, source type) for each partition field."""
     fields = []
     for partition_field in plan.spec.fields:
         source = plan.schema.find_field(partition_field.source_id)
-        fields.append(
-            (source.name, partition_field.transform.pyarrow_transform(source.field_type), source.field_type)
-        )
+        path = plan.schema.find_column_name(partition_field.source_id)
+        assert path is not None
+        fields.append((path, partition_field.transform.pyarrow_transform(source.field_type), source.field_type))
     return fields
+
+
+def column_at(table: pa.Table, path: str) -> pa.ChunkedArray:
+    """The column at ``path``: a top-level column, or a field of a struct column (``event.ts``; null where the
+    struct is null)."""
+    name, *fields = path.split(".")
+    column = table.column(name)
+    for field_name in fields:
+        column = pc.struct_field(column, field_name)
+    return column
 
 
 def _run_starts(keys: list[pa.Array | pa.ChunkedArray], rows: int) -> list[int]:
@@ -148,7 +158,8 @@ def partition_groups(plan: TablePlan, table: pa.Table | pa.RecordBatch) -> Itera
     if not fields:
         yield (), _as_table(table)
         return
-    keys = [transform(table.column(name)) for name, transform, _ in fields]
+    rows = _as_table(table)
+    keys = [transform(column_at(rows, path)) for path, transform, _ in fields]
     starts = _run_starts(keys, table.num_rows)
     if len(starts) <= MAX_SLICED_RUNS:
         for start, end in itertools.pairwise([*starts, table.num_rows]):
@@ -182,14 +193,13 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     its indexes plus the dictionary are smaller than the plain values and the dictionary fits one
     dictionary page (1 MiB); otherwise it falls back to plain encoding. The same rule here, on
     estimated sizes: high-cardinality columns such as ids, timestamps and unique strings are
-    written plain, where a dictionary would only add bytes. A list column is judged by its elements (the Parquet
-    column ``<name>.list.element``).
+    written plain, where a dictionary would only add bytes. Nested columns are judged leaf by leaf, each by its
+    Parquet column path (``<name>.<field>`` in a struct, ``<name>.list.element``, ``<name>.key_value.key`` and
+    ``.value``).
     """
     sample = table.slice(0, _DICTIONARY_SAMPLE_ROWS)
     chosen = []
-    for name, column in zip(sample.column_names, sample.columns, strict=True):
-        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
-            name, column = f"{name}.list.element", pc.list_flatten(column)
+    for name, column in _leaves(zip(sample.column_names, sample.columns, strict=True)):
         values = len(column) - column.null_count
         if values == 0 or pa.types.is_boolean(column.type):
             continue
@@ -200,6 +210,22 @@ def dictionary_columns(table: pa.Table) -> list[str]:
         if indexes + dictionary < plain and dictionary <= _DICTIONARY_PAGE_BYTES:
             chosen.append(name)
     return chosen
+
+
+def _leaves(columns: Iterable[tuple[str, pa.ChunkedArray]]) -> Iterator[tuple[str, pa.ChunkedArray]]:
+    """The primitive leaves of columns, each with its Parquet column path."""
+    for name, column in columns:
+        kind = column.type
+        if pa.types.is_struct(kind):
+            yield from _leaves((f"{name}.{kind.field(i).name}", pc.struct_field(column, i)) for i in range(kind.num_fields))
+        elif pa.types.is_map(kind):
+            yield from _leaves([(f"{name}.key_value.key", pa.chunked_array([c.keys for c in column.chunks], kind.key_type)),
+                                (f"{name}.key_value.value",
+                                 pa.chunked_array([c.items for c in column.chunks], kind.item_type))])
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            yield from _leaves([(f"{name}.list.element", pc.list_flatten(column))])
+        else:
+            yield name, column
 
 
 def _plain_bytes(column: pa.ChunkedArray) -> int:

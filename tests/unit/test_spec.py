@@ -337,3 +337,19 @@ def test_only_a_sql_catalog_gets_the_local_warehouse_by_default(tmp_path: Path, 
     assert "warehouse" not in rest  # the server's own choice: Nessie refuses a warehouse it does not know
     given = catalog_properties(Catalog(type="rest", uri="http://127.0.0.1:1/iceberg", warehouse="s3://lake/w"))
     assert given["warehouse"] == "s3://lake/w"
+
+
+def test_a_struct_field_can_be_a_partition_source_and_paths_through_arrays_or_maps_are_named() -> None:
+    schema = [{"name": "id", "type": "long", "required": True},
+              {"name": "event", "type": "struct<ts: timestamp, kind: string, items: array<struct<sku: string>>>"}]
+    refused = problems_of(with_spec(source={"files": {"path": "/in"}}, schema=schema, table={
+        "name": "a.b", "partitionBy": ["day(event.ts)", "event.kind", "bucket(4, event.items.sku)", "event.nope",
+                                       "day(event.kind)", "nope.ts", "event"]}))
+    assert [p for p in refused if "partitionBy" in p] == [
+        "spec.table.partitionBy[2]: 'event.items' is array<struct<sku: string>>, not a struct: 'event.items.sku' "
+        "names no field (a field inside an array or a map cannot be one)",
+        "spec.table.partitionBy[3]: struct 'event' has no field 'nope'",
+        "spec.table.partitionBy[4]: 'day(event.kind)' needs a date or timestamp column, 'event.kind' is string",
+        "spec.table.partitionBy[5]: column 'nope' is not in the schema",
+        "spec.table.partitionBy[6]: column 'event' is struct<ts: timestamp, kind: string, items: array<struct<sku: "
+        "string>>>; an array, map or struct column cannot be a partition source"]

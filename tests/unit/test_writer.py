@@ -154,3 +154,44 @@ def test_zstd_is_written_at_the_level_icebergs_java_writer_uses_unless_the_table
     assert compression_options({"write.parquet.compression-codec": "zstd", "write.parquet.compression-level": "9"}) == {
         "compression": "zstd", "compression_level": 9}
     assert compression_options({"write.parquet.compression-codec": "snappy"}) == {"compression": "snappy"}
+
+
+def test_nested_columns_partitioned_by_a_struct_field_keep_their_values_and_metrics_as_java_writes(
+        tmp_path: Path) -> None:
+    """``day(event.ts)`` partitions by a struct's field (null where the struct is null); a struct field has bounds,
+    an array's elements and a map's entries have sizes only (Iceberg's Java ``ParquetMetrics``)."""
+    import datetime
+
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    from icebergsync.catalog import partition_spec
+    from icebergsync.schema import iceberg_schema
+    from icebergsync.spec import Column
+
+    schema = assign_fresh_schema_ids(iceberg_schema([
+        Column(name="id", type="long", required=True),
+        Column.model_construct(name="event", required=False,
+                               type="struct<ts: timestamp, tags: array<string>, attrs: map<string, long>>")]))
+    spec = partition_spec(schema, ["day(event.ts)"])
+    assert [field.name for field in spec.fields] == ["event.ts_day"]
+    table_plan = TablePlan(location=tmp_path.as_uri(), properties={}, schema=schema, spec=spec, io_properties={})
+    day = datetime.datetime(2024, 3, 1, 10)
+    rows = [{"id": 1, "event": {"ts": day, "tags": ["a", None], "attrs": [("k", 1)]}},
+            {"id": 2, "event": {"ts": day + datetime.timedelta(days=1), "tags": [], "attrs": []}},
+            {"id": 3, "event": None},
+            {"id": 4, "event": {"ts": day + datetime.timedelta(hours=3), "tags": None, "attrs": None}}]
+    writer = PartitionedWriter(table_plan, "isync-test", 1 << 30, 1 << 26)
+    writer.write(pa.Table.from_pylist(rows, schema=table_plan.arrow_schema()))
+    files = {data_file.partition[0]: data_file for data_file in writer.finish()}
+    epoch_day = (day.date() - datetime.date(1970, 1, 1)).days
+    assert sorted(files, key=lambda key: (key is None, key)) == [epoch_day, epoch_day + 1, None]
+    read = {key: pq.read_table(f.file_path.removeprefix("file://")).to_pylist() for key, f in files.items()}
+    assert [row["id"] for row in read[epoch_day]] == [1, 4]
+    assert read[None] == [{"id": 3, "event": None}]
+    assert read[epoch_day][0]["event"] == {"ts": day, "tags": ["a", None], "attrs": [("k", 1)]}
+    first = files[epoch_day]
+    ts_id = schema.find_field("event.ts").field_id
+    assert set(first.lower_bounds) == {schema.find_field("id").field_id, ts_id}
+    assert first.value_counts[ts_id] == 2 and first.null_value_counts[ts_id] == 0
+    repeated = {schema.find_field(name).field_id for name in ("event.tags.element", "event.attrs.key", "event.attrs.value")}
+    assert repeated <= set(first.column_sizes) and not repeated & (set(first.value_counts) | set(first.null_value_counts))
