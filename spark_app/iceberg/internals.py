@@ -159,10 +159,10 @@ def partition_value(source_type: IcebergType, value: Any) -> Any:
 
 
 def footer_statistics(schema: Schema, table_properties: dict[str, str], metadata: pq.FileMetaData) -> DataFileStatistics:
-    """Iceberg column statistics (counts, bounds, sizes) of a Parquet file, from its footer, as Iceberg's Java
-    writer gives them (its ``ParquetMetrics``): a field of a struct has metrics like a top-level column (bounds
-    too, where pyiceberg keeps only counts); what lies inside an array or a map has its size only (no counts,
-    no bounds: a count of elements is not one of rows)."""
+    """Iceberg column statistics (counts, bounds, sizes) of a Parquet file, from its footer. A field of a struct
+    (outside arrays and maps) has bounds like a top-level column, as Iceberg's Java writer (1.10, ``ParquetMetrics``)
+    gives them where pyiceberg keeps only counts; what lies inside an array or a map has its Parquet column's counts
+    and no bounds."""
     return data_file_statistics_from_parquet_metadata(
         parquet_metadata=metadata,
         stats_columns=_statistics_plan(schema, table_properties),
@@ -176,9 +176,7 @@ def _statistics_plan(schema: Schema, table_properties: dict[str, str]) -> dict[i
     default_mode = table_properties.get(TableProperties.DEFAULT_WRITE_METRICS_MODE,
                                         TableProperties.DEFAULT_WRITE_METRICS_MODE_DEFAULT)
     for field_id, collector in plan.items():
-        if field_id in repeated:
-            plan[field_id] = replace(collector, mode=MetricsMode(MetricModeTypes.NONE))
-        elif "." in collector.column_name:  # a struct's field: the mode a top-level column of its name gets
+        if "." in collector.column_name and field_id not in repeated:  # a struct's field: as a top-level column
             mode = match_metrics_mode(table_properties.get(
                 f"{TableProperties.METRICS_MODE_COLUMN_CONF_PREFIX}.{collector.column_name}", default_mode))
             if mode.type == MetricModeTypes.TRUNCATE and not isinstance(collector.iceberg_type, StringType | BinaryType):
