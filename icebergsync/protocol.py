@@ -14,12 +14,13 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Snapshot
+from typing import TYPE_CHECKING, Any
 
 from icebergsync.errors import ProgressConflictError
+
+if TYPE_CHECKING:
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
 
 PROTOCOL_VERSION = "1"
 PREFIX = "icebergsync."

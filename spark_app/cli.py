@@ -14,10 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from icebergsync import cli
-from icebergsync.catalog import open_catalog
 from icebergsync.errors import FencedError
-from icebergsync.launch_check import check_launch
-from icebergsync.spark_conf import spark_conf
 from icebergsync.spec import load_spec, shown
 
 if TYPE_CHECKING:
@@ -28,6 +25,9 @@ log = logging.getLogger("icebergsync")
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the sync; return the documented exit status."""
+    from icebergsync.catalog import open_catalog  # the data plane's imports: only for `run`
+    from icebergsync.launch_check import check_launch
+    from icebergsync.spark_conf import spark_conf
     from spark_app.job.loop import SyncJob, install_stop_handlers
     from spark_app.job.session import build_session, warm_up
 
