@@ -198,6 +198,16 @@ def plan_evolution(table_schema: Schema, columns: list[Column], table_name: str,
     return plan.changes
 
 
+def type_changes(column: str, old: IcebergType, new: IcebergType, table_name: str) -> list[SchemaChange]:
+    """The changes that take ``column`` of type ``old`` to ``new`` (a followed source's wider type: nested fields
+    added, widened or made optional by path); ``IncompatibleSchemaError`` when Iceberg cannot."""
+    plan = _EvolutionPlan(followed=True)
+    plan.type(column, old, new)
+    if plan.problems:
+        raise IncompatibleSchemaError(f"{table_name} cannot follow the source's schema: " + "; ".join(plan.problems))
+    return plan.changes
+
+
 @dataclass
 class _EvolutionPlan:
     """The changes and problems found comparing a table's type with the declared one, field by field."""

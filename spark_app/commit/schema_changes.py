@@ -8,12 +8,12 @@ from decimal import Context, Decimal
 from typing import Any
 
 from pyiceberg.schema import Schema
-from pyiceberg.types import DecimalType, ListType, PrimitiveType
+from pyiceberg.types import DecimalType, ListType, MapType, PrimitiveType, StructType
 
 from icebergsync.errors import IncompatibleSchemaError
-from icebergsync.schema import SchemaChange, iceberg_type, widening
-from icebergsync.spec import KEY_TYPES_REFUSED, Column
-from icebergsync.types.grammar import PRIMITIVE_TYPES, is_primitive
+from icebergsync.schema import SchemaChange, iceberg_type, type_changes, widening
+from icebergsync.spec import KEY_TYPES_REFUSED, Column, element_type
+from icebergsync.types.grammar import PRIMITIVE_TYPES, StructField, StructOf, is_primitive, parse_type
 from spark_app.decoding.changes import Logical, decode_value
 from spark_app.decoding.schema_drift.connect_types import MAX_DECIMAL_PRECISION
 from spark_app.decoding.schema_drift.drift import SchemaDrift
@@ -27,9 +27,20 @@ _NIL_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 def _type_name(field_type: object) -> str | None:
-    if isinstance(field_type, ListType):  # one whose elements are required (another writer's) is not written
+    """The spec type of an Iceberg type the sync writes, or None (``time``, ``uuid``, a list or map whose elements
+    or values are required: another engine's)."""
+    if isinstance(field_type, ListType):
         element = None if field_type.element_required else _type_name(field_type.element_type)
         return f"array<{element}>" if element is not None else None
+    if isinstance(field_type, MapType):
+        key, value = _type_name(field_type.key_type), _type_name(field_type.value_type)
+        return f"map<{key}, {value}>" if key and value and not field_type.value_required else None
+    if isinstance(field_type, StructType):
+        fields = [(field, _type_name(field.field_type)) for field in field_type.fields]
+        if any(name is None for _, name in fields):
+            return None
+        return str(StructOf(tuple(StructField(field.name, parse_type(name or ""), field.required)
+                                  for field, name in fields)))
     if isinstance(field_type, DecimalType):
         return f"decimal({field_type.precision},{field_type.scale})"
     return next((name for name in PRIMITIVE_TYPES if isinstance(field_type, PrimitiveType)
@@ -134,12 +145,14 @@ def _added(name: str, kind: str, drift: SchemaDrift, table_name: str, format_ver
     return SchemaChange("add", name, iceberg_type(kind), default)
 
 
-def schema_changes(drift: SchemaDrift, table_name: str, format_version: int = 2) -> list[SchemaChange]:
+def schema_changes(drift: SchemaDrift, table_name: str, format_version: int = 2,
+                   current: Schema | None = None) -> list[SchemaChange]:
     """The changes that let ``table_name`` take a trigger's records; ``IncompatibleSchemaError`` naming each
     column when some change is one Iceberg cannot express (nothing is committed then).
 
     On a ``format_version`` 3 table a new column whose Connect schema carries a default that converts exactly
-    gets it as its initial-default and write-default (:func:`connect_default`)."""
+    gets it as its initial-default and write-default (:func:`connect_default`). A widened struct or map column
+    changes field by field against its type in ``current`` (the table's schema)."""
     if drift.problems:
         raise IncompatibleSchemaError(
             f"the source's schema changed in a way {table_name} cannot follow: "
@@ -147,5 +160,14 @@ def schema_changes(drift: SchemaDrift, table_name: str, format_version: int = 2)
             + ". Nothing of this trigger was committed; see docs/connectors.md, \"Schema changes from the source\""
         )
     return ([_added(name, kind, drift, table_name, format_version) for name, kind in drift.adds.items()]
-            + [widening(name, iceberg_type(kind)) for name, kind in sorted(drift.widens.items())]
+            + [change for name, kind in sorted(drift.widens.items()) for change in _widened(name, kind, current, table_name)]
             + [SchemaChange("make-optional", name) for name in sorted(drift.optional)])
+
+
+def _widened(name: str, kind: str, current: Schema | None, table_name: str) -> list[SchemaChange]:
+    """The changes widening column ``name`` to spec type ``kind``."""
+    if is_primitive(kind) or (element_type(kind) is not None and is_primitive(element_type(kind) or "")):
+        return [widening(name, iceberg_type(kind))]
+    if current is None:
+        raise ValueError(f"widening nested column {name!r} needs the table's schema")
+    return type_changes(name, current.find_field(name).field_type, iceberg_type(kind), table_name)

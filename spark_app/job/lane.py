@@ -115,8 +115,9 @@ class Lane:
 
     def follow_schema(self, drift: SchemaDrift) -> None:
         """Commit the schema change this table's records asked for (its own fenced commit), then plan with it."""
-        format_version = self.catalog.load_table(self.name).metadata.format_version  # 3: new columns take defaults
-        changes = schema_changes(drift, self.name, format_version)  # raises, naming the columns, when Iceberg cannot
+        metadata = self.catalog.load_table(self.name).metadata  # format 3: new columns take defaults
+        # raises, naming the columns, when Iceberg cannot
+        changes = schema_changes(drift, self.name, metadata.format_version, metadata.schema())
         if not changes:
             raise IcebergSyncError(f"{self.name}: records asked for a schema change the table already "
                                    f"has ({drift.describe()}); nothing was committed")

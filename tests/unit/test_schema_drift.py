@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from pyiceberg.schema import Schema
-from pyiceberg.types import DecimalType, ListType, LongType, NestedField, StringType, TimeType
+from pyiceberg.types import DecimalType, ListType, LongType, NestedField, StringType, StructType, TimeType
 
 from icebergsync.errors import IncompatibleSchemaError
 from icebergsync.schema import SchemaChange, iceberg_schema, plan_evolution
@@ -19,7 +19,7 @@ from icebergsync.spec import Column
 from spark_app.commit.schema_changes import new_table_columns, schema_changes, table_columns
 from spark_app.decoding.changes import decode_changes
 from spark_app.decoding.schema_drift.connect_types import iceberg_type_name, sends_text
-from spark_app.decoding.schema_drift.drift import Fit, SchemaDrift, classify, observe
+from spark_app.decoding.schema_drift.drift import Fit, SchemaDrift, classify, fitted, observe
 from spark_app.sources.file_lines import ChangeReading, FileReader
 from spark_app.sources.units import FileUnit, UnitStats
 
@@ -57,6 +57,17 @@ def connect(name: str, kind: str, logical: str | None = None, **parameters: str)
     ({**connect("a", "array"), "items": {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
                                          "parameters": {"scale": "2", "connect.decimal.precision": "8"}}},
      "array<decimal(8,2)>"),
+    ({**connect("a", "array"), "items": {"type": "array", "items": {"type": "int32"}}}, "array<array<int>>"),
+    ({**connect("a", "map"), "keys": {"type": "string"}, "values": {"type": "int64", "optional": True}},
+     "map<string, long>"),
+    ({**connect("a", "struct"), "name": "io.debezium.data.geometry.Point", "fields": [
+        {"field": "x", "type": "double", "optional": False}, {"field": "y", "type": "double", "optional": False},
+        {"field": "wkb", "type": "bytes", "optional": True}, {"field": "srid", "type": "int32", "optional": True}]},
+     "struct<x: double not null, y: double not null, wkb: binary, srid: int>"),
+    ({**connect("a", "array"), "items": {"type": "struct", "fields": [
+        {"field": "sku", "type": "string", "optional": False},
+        {"field": "at", "type": "int32", "name": "io.debezium.time.Date", "optional": True}]}},
+     "array<struct<sku: string not null, at: date>>"),
 ])
 def test_connect_types_map_to_iceberg_types(schema: dict[str, Any], expected: str) -> None:
     assert iceberg_type_name(schema) == (expected, "")
@@ -69,7 +80,12 @@ def test_connect_types_map_to_iceberg_types(schema: dict[str, Any], expected: st
     (connect("a", "array"), "'array'"),
     ({**connect("a", "array"), "items": {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"}},
      "an array whose elements have no column type here (a numeric without a fixed scale"),
-    ({**connect("a", "array"), "items": {"type": "array", "items": {"type": "int32"}}}, "(arrays of arrays)"),
+    ({**connect("a", "map"), "keys": {"type": "array", "items": {"type": "int32"}}, "values": {"type": "string"}},
+     "a map whose keys have no primitive column type here (array<int>)"),
+    ({**connect("a", "struct"), "fields": [{"field": "x.y", "type": "int32"}]}, "a struct field named 'x.y'"),
+    ({**connect("a", "struct"), "fields": [{"field": "v", "type": "struct",
+                                            "name": "io.debezium.data.VariableScaleDecimal"}]},
+     "struct field 'v': a numeric without a fixed scale"),
     ({**connect("a", "array"), "items": {"type": "map"}}, "(Connect type 'map' has no"),
 ])
 def test_types_without_an_iceberg_column_say_why(schema: dict[str, Any], why: str) -> None:
@@ -90,9 +106,25 @@ def test_types_without_an_iceberg_column_say_why(schema: dict[str, Any], why: st
     ("array<long>", "array<int>", Fit.FITS), ("array<int>", "array<string>", Fit.INCOMPATIBLE),
     ("array<string>", "string", Fit.INCOMPATIBLE), ("string", "array<string>", Fit.INCOMPATIBLE),
     ("array<decimal(8,2)>", "array<decimal(10,2)>", Fit.WIDEN),
+    ("struct<a: int>", "struct<a: int>", Fit.FITS), ("struct<a: long, b: string>", "struct<a: int>", Fit.FITS),
+    ("struct<a: int>", "struct<a: string>", Fit.INCOMPATIBLE), ("struct<a: int>", "map<string, int>", Fit.INCOMPATIBLE),
+    ("map<string, int>", "map<string, long>", Fit.WIDEN), ("map<string, int>", "map<long, int>", Fit.INCOMPATIBLE),
+    ("array<struct<a: int>>", "array<struct<a: int, b: date>>", Fit.WIDEN), ("struct<a: int>", "int", Fit.INCOMPATIBLE),
 ])
 def test_a_source_type_fits_widens_or_is_incompatible(column: str, source: str, fit: Fit) -> None:
     assert classify(column, source) is fit
+
+
+@pytest.mark.parametrize(("column", "source", "wider"), [
+    ("array<int>", "array<long>", "array<long>"),
+    ("struct<a: int not null, b: string>", "struct<a: long, c: date not null>",
+     "struct<a: long, b: string, c: date>"),  # a widened and made optional, c added optional, b kept
+    ("struct<a: int not null, b: string>", "struct<b: string>", "struct<a: int, b: string>"),
+    ("map<string, struct<x: int>>", "map<string, struct<x: int, y: array<string>>>",
+     "map<string, struct<x: int, y: array<string>>>"),
+])
+def test_a_widened_nested_column_keeps_its_fields_and_takes_the_sources(column: str, source: str, wider: str) -> None:
+    assert fitted(column, source) == (Fit.WIDEN, wider)
 
 
 # One value of each form Debezium's settings send (docs/connectors.md "PostgreSQL types"), as the JSON converter
@@ -291,6 +323,25 @@ def test_an_arrays_element_widens_as_the_element_column() -> None:
         new_table_columns(SchemaDrift(adds={"tags": "array<string>"}), "t", ["tags"])
 
 
+def test_a_structs_drift_becomes_changes_of_its_fields_by_path() -> None:
+    """A Connect struct that adds a field and widens another becomes an ``add`` and a ``widen`` of those fields
+    (what Iceberg updates; the struct's other fields and their ids stay)."""
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    from icebergsync.schema import iceberg_schema
+
+    item = {**connect("item", "struct"), "fields": [connect("qty", "int64"), connect("sku", "string"),
+                                                     connect("note", "string")]}
+    columns = {"id": "long", "item": "struct<qty: int, sku: string>"}
+    drift = observe([connect("id", "int64"), item], columns, frozenset({"id"}), frozenset({"id"}), whole_row=True)
+    assert drift.widens == {"item": "struct<qty: long, sku: string, note: string>"}
+    table = assign_fresh_schema_ids(iceberg_schema([Column(name="id", type="long", required=True),
+                                                    Column.model_construct(name="item", type=columns["item"],
+                                                                           required=False)]))
+    assert [(c.kind, c.column, c.new_type) for c in schema_changes(drift, "t", current=table)] == [
+        ("widen", "item.qty", LongType()), ("add", "item.note", StringType())]
+
+
 def test_a_new_tables_columns_come_from_its_first_records_with_the_key_required() -> None:
     drift = SchemaDrift(adds={"id": "long", "note": "string"})
     assert new_table_columns(drift, "t", ["id"]) == [Column(name="id", type="long", required=True),
@@ -311,6 +362,12 @@ def test_a_tables_columns_as_spec_columns() -> None:
     assert table_columns(Schema(*iceberg_schema(COLUMNS).fields, required_elements), "t") == COLUMNS
     foreign = Schema(*iceberg_schema(COLUMNS).fields, NestedField(99, "at", TimeType(), required=False))
     assert table_columns(foreign, "t") == COLUMNS
+    nested = [*COLUMNS, Column.model_construct(name="e", type="struct<id: long not null, m: map<string, array<int>>>",
+                                               required=False)]
+    assert table_columns(iceberg_schema(nested), "t") == nested
+    with_time = StructType(NestedField(95, "at", TimeType(), required=False))
+    assert table_columns(Schema(*iceberg_schema(COLUMNS).fields, NestedField(96, "s", with_time, required=False)),
+                         "t") == COLUMNS
     with pytest.raises(IncompatibleSchemaError,
                        match=r"t has required column\(s\) of types IcebergSync does not write: at"):
         table_columns(Schema(NestedField(1, "at", TimeType(), required=True)), "t")

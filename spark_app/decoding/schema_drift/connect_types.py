@@ -1,8 +1,9 @@
 """Kafka Connect / Debezium field schemas as Iceberg column types (spec type names: ``long``, ``decimal(10,2)``).
 
 One table, documented in docs/connectors.md: a logical type (the field schema's ``name``) decides
-first, then the Connect base type; an ``array`` of a type with a column type is ``array<T>``. A field
-without an Iceberg equivalent maps to None with the reason.
+first, then the Connect base type; an ``array`` of a type with a column type is ``array<T>``, a ``map`` with
+primitive keys ``map<K, V>``, a ``struct`` ``struct<name: T, …>`` (to any depth). A field without an Iceberg
+equivalent maps to None with the reason.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from icebergsync.spec import element_type
+from icebergsync.types.grammar import StructField, is_primitive, parse_type
 
 MAX_DECIMAL_PRECISION = 38
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -60,12 +61,38 @@ def iceberg_type_name(field: Mapping[str, Any]) -> tuple[str | None, str]:
         return _LOGICAL_TYPES[name], ""
     if base == "array" and isinstance(items := field.get("items"), dict):
         element, why = iceberg_type_name(items)
-        if element is None or element_type(element) is not None:
-            return None, f"an array whose elements have no column type here ({why or 'arrays of arrays'})"
+        if element is None:
+            return None, f"an array whose elements have no column type here ({why})"
         return f"array<{element}>", ""
+    if base == "map" and isinstance(keys := field.get("keys"), dict) and isinstance(values := field.get("values"), dict):
+        key, why = iceberg_type_name(keys)
+        if key is None or not is_primitive(key):
+            return None, f"a map whose keys have no primitive column type here ({why or key})"
+        value, why = iceberg_type_name(values)
+        if value is None:
+            return None, f"a map whose values have no column type here ({why})"
+        return f"map<{key}, {value}>", ""
+    if base == "struct" and isinstance(fields := field.get("fields"), list):
+        return _struct_type_name(fields)
     if isinstance(base, str) and base in _BASE_TYPES:
         return _BASE_TYPES[base], ""
     return None, f"Connect type {base!r}{f' ({name})' if name else ''} has no Iceberg column type here"
+
+
+def _struct_type_name(fields: list[Any]) -> tuple[str | None, str]:
+    """``struct<…>`` of a Connect struct's fields (optional unless ``"optional": false``), or (None, why)."""
+    parts = []
+    for nested in fields:
+        name = nested.get("field") if isinstance(nested, dict) else None
+        if not isinstance(name, str) or not name or "." in name or "`" in name:
+            return None, f"a struct field named {name!r} (a field name is text without . or `)"
+        type_name, why = iceberg_type_name(nested)
+        if type_name is None:
+            return None, f"struct field {name!r}: {why}"
+        parts.append(str(StructField(name, parse_type(type_name), nested.get("optional") is False)))
+    if not parts:
+        return None, "a struct without fields"
+    return f"struct<{', '.join(parts)}>", ""
 
 
 def sends_text(field: Mapping[str, Any]) -> bool:

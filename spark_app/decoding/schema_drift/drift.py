@@ -4,12 +4,20 @@ changes Iceberg cannot express. Collected in the tasks while decoding, merged ov
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from icebergsync.schema import iceberg_type, widens
-from icebergsync.spec import element_type
+from icebergsync.types.grammar import (
+    NESTED_TYPES,
+    ArrayOf,
+    MapOf,
+    SpecType,
+    StructField,
+    StructOf,
+    parse_type,
+)
 from spark_app.decoding.schema_drift.connect_types import iceberg_type_name, sends_text
 
 _INTEGRAL = frozenset({"int", "long"})
@@ -59,18 +67,63 @@ def _decimal_fits(column: str, source: str) -> bool:
 
 
 def classify(column: str, source: str, text: bool = False) -> Fit:
-    """How values of spec type ``source`` fit a column of spec type ``column`` (arrays: as their elements do).
+    """How values of spec type ``source`` fit a column of spec type ``column`` (:func:`fitted`)."""
+    return fitted(column, source, text)[0]
+
+
+def fitted(column: str, source: str, text: bool = False) -> tuple[Fit, str]:
+    """How values of spec type ``source`` fit a column of spec type ``column``, and the type the column takes them
+    in: its own when they FIT, the wider one it must become when it must WIDEN.
 
     ``text``: the source sends its values as JSON text (a Connect ``string``, e.g. Debezium's ``IsoTimestamp``);
     a ``string`` source always does. FITS means the decoder reads every value of that form into the column
     (each value still checked: a dead letter names a value that does not fit), so drift detection agrees with
     decoding: ``tests/unit/test_schema_drift.py`` decodes a value of each form into each column type.
+    Arrays and map values fit as their elements do (a map's keys must fit as they are); a struct fits field by
+    field, a field the source adds or no longer sends widening it (the new field optional, the missing one made
+    optional).
     """
-    column_element, source_element = element_type(column), element_type(source)
-    if column_element is not None and source_element is not None:
-        return classify(column_element, source_element, text)
-    if column_element is not None or source_element is not None:
-        return Fit.INCOMPATIBLE
+    fit, wider = _fitted(parse_type(column), parse_type(source), text)
+    return fit, str(wider) if fit is Fit.WIDEN else column
+
+
+def _fitted(column: SpecType, source: SpecType, text: bool) -> tuple[Fit, SpecType]:
+    if isinstance(column, ArrayOf) and isinstance(source, ArrayOf):
+        fit, element = _fitted(column.element, source.element, text)
+        return fit, ArrayOf(element)
+    if isinstance(column, MapOf) and isinstance(source, MapOf):
+        if _fitted(column.key, source.key, text)[0] is not Fit.FITS:
+            return Fit.INCOMPATIBLE, column
+        fit, value = _fitted(column.value, source.value, text)
+        return fit, MapOf(column.key, value)
+    if isinstance(column, StructOf) and isinstance(source, StructOf):
+        return _struct_fitted(column, source)
+    if isinstance(column, NESTED_TYPES) or isinstance(source, NESTED_TYPES):
+        return Fit.INCOMPATIBLE, column
+    fit = _primitive_fit(str(column), str(source), text)
+    return fit, source if fit is Fit.WIDEN else column
+
+
+def _struct_fitted(column: StructOf, source: StructOf) -> tuple[Fit, SpecType]:
+    sent = {member.name: member for member in source.fields}
+    fit, fields = Fit.FITS, []
+    for member in column.fields:
+        if member.name not in sent:  # no longer sent: null from now on
+            fields.append(replace(member, required=False))
+            fit = Fit.WIDEN if member.required else fit
+            continue
+        nested_fit, nested_type = _fitted(member.type, sent[member.name].type, False)
+        if nested_fit is Fit.INCOMPATIBLE:
+            return Fit.INCOMPATIBLE, column
+        optional = member.required and not sent[member.name].required
+        fit = Fit.WIDEN if nested_fit is Fit.WIDEN or optional else fit
+        fields.append(StructField(member.name, nested_type, member.required and not optional))
+    known = {member.name for member in column.fields}
+    added = [replace(member, required=False) for member in source.fields if member.name not in known]
+    return (Fit.WIDEN if added else fit), StructOf((*fields, *added))
+
+
+def _primitive_fit(column: str, source: str, text: bool) -> Fit:
     if column == source or widens(iceberg_type(source), iceberg_type(column)):
         return Fit.FITS
     if widens(iceberg_type(column), iceberg_type(source)):
@@ -114,9 +167,10 @@ class SchemaDrift:
 
     def _widest(self, types: dict[str, str], name: str, type_name: str) -> None:
         seen = types.setdefault(name, type_name)
-        if classify(seen, type_name) is Fit.WIDEN:
-            types[name] = type_name
-        elif classify(seen, type_name) is Fit.INCOMPATIBLE or classify(type_name, seen) is Fit.INCOMPATIBLE:
+        fit, wider = fitted(seen, type_name)
+        if fit is Fit.WIDEN:
+            types[name] = wider
+        elif fit is Fit.INCOMPATIBLE or classify(type_name, seen) is Fit.INCOMPATIBLE:
             self.problems.setdefault(name, f"column {name!r} is sent as both {seen} and {type_name}")
 
     def describe(self) -> str:
@@ -149,9 +203,9 @@ def observe(fields: Sequence[Mapping[str, Any]], columns: Mapping[str, str], req
                 if "default" in spec:
                     drift.defaults[name] = dict(spec)
         elif type_name is not None:
-            fit = classify(columns[name], type_name, sends_text(spec))
+            fit, wider = fitted(columns[name], type_name, sends_text(spec))
             if fit is Fit.WIDEN:
-                drift.widens[name] = type_name
+                drift.widens[name] = wider
             elif fit is Fit.INCOMPATIBLE:
                 drift.problems[name] = (f"column {name!r} is {columns[name]} in the table and the source now sends "
                                         f"{type_name}: Iceberg cannot change {columns[name]} to {type_name}")
