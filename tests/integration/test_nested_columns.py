@@ -1,0 +1,172 @@
+"""Nested columns (struct, map, arrays of them) through the job, as a user declares them: JSON records appended from
+files and from Kafka through a kill -9, bad nested values as dead letters naming their path, the table read back
+by Apache Iceberg's Spark runtime and by pyiceberg equal to what was produced."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.table import Table
+from pyspark.sql import SparkSession
+
+from spark_app.job.loop import SyncJob
+from tests.infra.services import KafkaBroker
+from tests.integration.kafka_support import kafka_source, new_topic
+from tests.integration.sync_support import (
+    BackgroundJob,
+    catalog_of,
+    kill_after_first_commit,
+    make_sync,
+    run_job_process,
+    sink_commits,
+    sync_document,
+    write_spec,
+)
+
+SCHEMA = [
+    {"name": "id", "type": "long", "required": True},
+    {"name": "user", "type": "struct<id: long not null, name: string, `user-agent`: string>"},
+    {"name": "items", "type": "array<struct<sku: string not null, qty: int, price: decimal(9,2)>>"},
+    {"name": "attrs", "type": "map<string, long>"},
+    {"name": "event", "type": "struct<ts: timestamptz, day: date, tags: array<string>, "
+                              "where: struct<lat: double, lon: double>>"},
+    {"name": "matrix", "type": "array<array<int>>"},
+]
+COLUMNS = [column["name"] for column in SCHEMA]
+
+
+def record(n: int) -> dict[str, Any]:
+    """A nested record; every seventh has null or empty nested values."""
+    if n % 7 == 0:
+        return {"id": n, "user": None, "items": [], "attrs": {}, "event": {"ts": None, "tags": None}, "matrix": None}
+    return {
+        "id": n,
+        "user": {"id": n * 10, "name": f"u{n}", "user-agent": "curl/8" if n % 2 else None},
+        "items": [{"sku": f"s{n}-{i}", "qty": i, "price": f"{n}.{i:02d}"} for i in range(n % 4)],
+        "attrs": {f"k{i}": n * i for i in range(n % 3)},
+        "event": {"ts": f"2024-03-01T10:{n % 60:02d}:00+02:00", "day": "2024-02-29", "tags": ["a", None],
+                  "where": {"lat": 52.5, "lon": 13.4}},
+        "matrix": [[n, None], [], None],
+    }
+
+
+def expected_row(n: int) -> dict[str, Any]:
+    """``record(n)`` as a reader gives it back: every declared struct field present, absent ones null."""
+    raw = record(n)
+    if n % 7 == 0:
+        return {"id": n, "user": None, "items": [], "attrs": {},
+                "event": {"ts": None, "day": None, "tags": None, "where": None}, "matrix": None}
+    return {
+        "id": n,
+        "user": raw["user"],
+        "items": [{"sku": item["sku"], "qty": item["qty"], "price": Decimal(item["price"])} for item in raw["items"]],
+        "attrs": raw["attrs"],
+        "event": {"ts": datetime(2024, 3, 1, 8, n % 60, tzinfo=UTC), "day": date(2024, 2, 29), "tags": ["a", None],
+                  "where": {"lat": 52.5, "lon": 13.4}},
+        "matrix": [[n, None], [], None],
+    }
+
+
+BAD = {
+    '{"id": 900, "items": [{"sku": "a"}, {"sku": 5}]}': "field items[1].sku: ",
+    '{"id": 901, "user": {"id": 1, "nick": "x"}}': "field user: unknown field(s) not in its struct: nick",
+    '{"id": 902, "user": {"name": "no id"}}': "required field user.id is missing or null",
+    '{"id": 903, "attrs": {"k": "not a long"}}': 'field attrs["k"]: ',
+    '{"id": 904, "event": {"where": {"lat": "north"}}}': "field event.where.lat: ",
+    '{"id": 905, "items": {"sku": "not an array"}}': "field items: ",
+    '{"id": 906, "matrix": [[1], ["x"]]}': "field matrix[1][0]: ",
+    '{"id": 907, "items": [{"sku": "a", "price": 1.234}]}': "field items[0].price: value 1.234 does not fit decimal(9,2) "
+                                                            "without rounding",
+}
+
+
+def _spark_rows(spark: SparkSession, table: Table) -> dict[int, dict[str, Any]]:
+    frame = spark.read.format("iceberg").load(table.metadata_location)
+    rows = {}
+    for row in frame.select(*COLUMNS).collect():
+        value = row.asDict(recursive=True)
+        if value["event"] is not None and value["event"]["ts"] is not None:
+            value["event"]["ts"] = value["event"]["ts"].astimezone(UTC)
+        rows[value["id"]] = value
+    return rows
+
+
+def _pyiceberg_rows(table: Table) -> dict[int, dict[str, Any]]:
+    rows = {}
+    for row in table.scan(selected_fields=tuple(COLUMNS)).to_arrow().to_pylist():
+        if row["attrs"] is not None:
+            row["attrs"] = dict(row["attrs"])
+        rows[row["id"]] = row
+    return rows
+
+
+def _reasons(table: Table) -> list[str]:
+    return sorted(table.catalog.load_table("sales.orders_dlq").scan().to_arrow().column("reason").to_pylist())
+
+
+def _assert_dead_letters(table: Table) -> None:
+    reasons = _reasons(table)
+    assert len(reasons) == len(BAD), reasons
+    for prefix in BAD.values():
+        assert any(reason.startswith(prefix) for reason in reasons), (prefix, reasons)
+
+
+def test_nested_json_files_are_appended_and_bad_nested_values_name_their_path(tmp_path: Path,
+                                                                                spark: SparkSession) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    lines = [json.dumps(record(n)) for n in range(1, 200)]
+    (inbox / "0000.json").write_text("\n".join(lines[:100] + list(BAD)) + "\n")
+    (inbox / "0001.json").write_text("\n".join(lines[100:]) + "\n")
+    sync = make_sync(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}}, schema=SCHEMA,
+                     deadLetter={"table": "sales.orders_dlq"}, table={"partitionBy": ["day(event.ts)"]})
+    catalog = catalog_of(sync)
+
+    def reached() -> bool:
+        commits = sink_commits(catalog.load_table("sales.orders"), "test/orders")
+        return bool(commits) and commits[-1].frontier == {"after": "0001.json"}
+
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(reached, "the last file committed", timeout=300)
+    table = catalog.load_table("sales.orders")
+    expected = {n: expected_row(n) for n in range(1, 200)}
+    assert _pyiceberg_rows(table) == expected
+    assert _spark_rows(spark, table) == expected
+    _assert_dead_letters(table)
+
+
+def test_a_nested_kafka_topic_syncs_exactly_once_through_a_kill(tmp_path: Path, spark: SparkSession,
+                                                                 kafka_broker: KafkaBroker) -> None:
+    kafka = kafka_broker
+    topic = new_topic(kafka, partitions=2)
+    kafka.produce(topic, [(str(n), json.dumps(record(n)), None) for n in range(1, 301)]
+                  + [("bad", text, None) for text in BAD])
+    document = sync_document(tmp_path, kafka_source(kafka, topic, maxRecordsPerTrigger=60), schema=SCHEMA,
+                             deadLetter={"table": "sales.orders_dlq"})
+    spec_path = write_spec(tmp_path, document)
+    sync = make_sync(tmp_path, kafka_source(kafka, topic), schema=SCHEMA)
+    catalog = catalog_of(sync)
+
+    def committed() -> bool:
+        return any(c.kind == "data" for c in sink_commits(catalog.load_table("sales.orders"), "test/orders"))
+
+    kill_after_first_commit(spec_path, committed)
+    kafka.produce(topic, [(str(n), json.dumps(record(n)), None) for n in range(301, 400)])
+    ends = kafka.end_offsets(topic)
+
+    def caught_up() -> bool:
+        commits = sink_commits(catalog.load_table("sales.orders"), "test/orders")
+        frontier = (commits[-1].frontier or {}).get(topic, {}) if commits else {}
+        return {int(p): int(o) for p, o in frontier.items()} == ends
+
+    status, output = run_job_process(spec_path, 2, stop_when=caught_up, timeout=300)
+    assert status == 0, output[-3000:]
+    table = catalog.load_table("sales.orders")
+    expected = {n: expected_row(n) for n in range(1, 400)}
+    assert _spark_rows(spark, table) == expected
+    assert _pyiceberg_rows(table) == expected
+    _assert_dead_letters(table)
