@@ -815,8 +815,7 @@ def _csv_convert(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray, list[s
             try:
                 to_decimal(arr[int(i)].as_py())
             except Refused as refused:
-                if refused.strict:  # it would round (else it does not fit at all: the plain reason below)
-                    reasons[i] = f"{CSV_MISMATCH}: {refused.reason(col.name)}"
+                reasons[i] = f"{CSV_MISMATCH}: {refused.reason(col.name)}"
         bad = bad | suspect
     else:
         converted, bad = _convert_text(vtype, arr)

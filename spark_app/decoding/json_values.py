@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import binascii
 import decimal
+import functools
 import json
 import math
 import re
@@ -256,7 +257,8 @@ class Refused(ValueError):
         return f"field {field}: {self.detail}"
 
 
-def _not_a(vtype: ValueType, value: Any) -> Refused:
+def not_a(vtype: ValueType, value: Any) -> Refused:
+    """The refusal of a value that is not one of ``vtype``: ``value <shown> is not a <type>``."""
     article = "an" if vtype.kind == "array" else "a"
     return Refused(f"value {shown(value)} is not {article} {vtype.label}")
 
@@ -274,39 +276,39 @@ def _string(vtype: ValueType, value: Any) -> Any:
 def _boolean(vtype: ValueType, value: Any) -> Any:
     if isinstance(value, bool):
         return value
-    raise _not_a(vtype, value)
+    raise not_a(vtype, value)
 
 
 def _integer(vtype: ValueType, value: Any) -> Any:
     bound = 2**31 if vtype.kind == "int" else 2**63
     if type(value) is int and -bound <= value < bound:
         return value
-    raise _not_a(vtype, value)
+    raise not_a(vtype, value)
 
 
-def _floating(vtype: ValueType, value: Any) -> Any:
+def _floating(vtype: ValueType, value: Any, exact: bool) -> Any:
     if _is_number(value):
         real = float32_of(value) if vtype.kind == "float" else float64_of(value)
         if real is not None:
             return real
-    elif isinstance(value, str) and value in _FLOAT_WORDS:
+    elif isinstance(value, str) and value in _FLOAT_WORDS and not exact:
         return _FLOAT_WORDS[value]
-    raise _not_a(vtype, value)
+    raise not_a(vtype, value)
 
 
 def _decimal(vtype: ValueType, value: Any) -> Any:
     """An exact number (or its text) at the column's scale; rounding and overflow are refused."""
     if not (_is_number(value) or (isinstance(value, str) and _DECIMAL_TEXT.fullmatch(value))):
-        raise _not_a(vtype, value)
+        raise not_a(vtype, value)
     exact = Decimal(value)
     try:
         rounded = exact.quantize(Decimal(1).scaleb(-vtype.scale), context=_DECIMAL_CONTEXT)
     except decimal.InvalidOperation:
-        raise _not_a(vtype, value) from None
+        raise not_a(vtype, value) from None
+    text = _variant_number(value) if _is_number(value) else json.dumps(value, ensure_ascii=False)[1:-1]
     if abs(rounded) >= Decimal(10) ** (vtype.precision - vtype.scale):
-        raise _not_a(vtype, value)
+        raise Refused(f"value {text} does not fit {vtype.label}")
     if rounded != exact:
-        text = _variant_number(value) if _is_number(value) else json.dumps(value, ensure_ascii=False)[1:-1]
         raise Refused(f"value {text} does not fit {vtype.label} without rounding", strict=True)
     return rounded
 
@@ -329,36 +331,36 @@ def _date(vtype: ValueType, value: Any) -> Any:
         days = _days(int(match[1]), int(match[2]), int(match[3]))
         if days is not None:
             return days
-    raise _not_a(vtype, value)
+    raise not_a(vtype, value)
 
 
-def _timestamp(vtype: ValueType, value: Any, exact_instants: bool) -> Any:
+def _timestamp(vtype: ValueType, value: Any, exact: bool) -> Any:
     """ISO-8601 text to microseconds since 1970-01-01 (UTC for ``timestamptz``); see the module's notes."""
     match = _TIMESTAMP.fullmatch(value) if isinstance(value, str) else None
     days = _days(int(match[1]), int(match[2]), int(match[3])) if match else None
     hour, minute, second = (int(part or 0) for part in match.group(4, 5, 6)) if match else (0, 0, 0)
     if match is None or days is None or hour > 23 or minute > 59 or second > 59:
-        raise _not_a(vtype, value)
+        raise not_a(vtype, value)
     fraction, zone = match[7] or "", match[8]
     offset = 0
     if zone is not None:
         zone_hours, zone_minutes = int(zone[1:3] or 0), int(zone[3:].lstrip(":") or 0)
         if zone_hours > 23 or zone_minutes > 59:
-            raise _not_a(vtype, value)
+            raise not_a(vtype, value)
         if vtype.kind == "timestamp":
             raise Refused(f"value {shown(value)} has a UTC offset; a timestamp column takes local date-times "
                           "(declare the column timestamptz)")
         offset = (zone_hours * 60 + zone_minutes) * (-1 if zone[0] == "-" else 1) if zone != "Z" else 0
-    elif exact_instants and vtype.kind == "timestamptz":
+    elif exact and vtype.kind == "timestamptz":
         raise Refused(f"value {shown(value)} has no UTC offset (a timestamptz needs one)")
-    if exact_instants and fraction[6:].strip("0"):
+    if exact and fraction[6:].strip("0"):
         raise Refused(f"value {shown(value)} has more than microsecond precision")
     seconds = days * 86_400 + hour * 3600 + (minute - offset) * 60 + second
     if len(fraction) <= 6:
         return seconds * 1_000_000 + int(fraction.ljust(6, "0"))
     nanos = seconds * 1_000_000_000 + int(fraction.ljust(9, "0"))
     if not -_INT64 <= nanos < _INT64:  # Arrow reads more than six digits as nanoseconds
-        raise _not_a(vtype, value)
+        raise not_a(vtype, value)
     return nanos // 1000 if nanos >= 0 else -(-nanos // 1000)  # truncated toward zero, as Arrow's cast
 
 
@@ -380,7 +382,7 @@ def _binary(vtype: ValueType, value: Any) -> Any:
 def convert_array(vtype: ValueType, value: Any, convert_element: Callable[[Any], Any]) -> list[Any]:
     """A JSON array into an array column, each element by ``convert_element`` (a null element stays null)."""
     if not isinstance(value, list):
-        raise _not_a(vtype, value)
+        raise not_a(vtype, value)
     try:
         return [None if item is None else convert_element(item) for item in value]
     except Refused as refused:
@@ -388,23 +390,27 @@ def convert_array(vtype: ValueType, value: Any, convert_element: Callable[[Any],
 
 
 _CONVERSIONS: dict[str, Callable[[ValueType, Any], Any]] = {
-    "string": _string, "boolean": _boolean, "int": _integer, "long": _integer, "float": _floating,
-    "double": _floating, "decimal": _decimal, "date": _date, "binary": _binary,
+    "string": _string, "boolean": _boolean, "int": _integer, "long": _integer, "decimal": _decimal, "date": _date,
+    "binary": _binary,
+}
+_EXACT_CONVERSIONS: dict[str, Callable[[ValueType, Any, bool], Any]] = {
+    "float": _floating, "double": _floating, "timestamp": _timestamp, "timestamptz": _timestamp,
 }
 
 
-def converter(vtype: ValueType, exact_instants: bool = False) -> Callable[[Any], Any]:
+def converter(vtype: ValueType, exact: bool = False) -> Callable[[Any], Any]:
     """The conversion of one (non-null) JSON value into a column of ``vtype``, raising :class:`Refused`: a date
     as days and a timestamp as microseconds since 1970, a decimal at the column's scale, binary as bytes, an
-    array as a list. With ``exact_instants`` (the change decoders: Debezium writes instants exactly) a
-    ``timestamptz`` value must have an offset and digits below microseconds must be zero."""
+    array as a list. ``exact`` is the change decoders' reading (Debezium writes values exactly): a
+    ``timestamptz`` value must have an offset, digits below microseconds must be zero, and the strings
+    ``"NaN"``/``"Infinity"`` are not floats (Spark's ``from_json``, which the append path follows, takes them)."""
     if vtype.element is not None:
-        element = converter(vtype.element, exact_instants)
+        element = converter(vtype.element, exact)
         return lambda value: convert_array(vtype, value, element)
-    if vtype.kind in ("timestamp", "timestamptz"):
-        return lambda value: _timestamp(vtype, value, exact_instants)
-    conversion = _CONVERSIONS[vtype.kind]
-    return lambda value: conversion(vtype, value)
+    exact_conversion = _EXACT_CONVERSIONS.get(vtype.kind)
+    if exact_conversion is not None:
+        return lambda value: exact_conversion(vtype, value, exact)
+    return functools.partial(_CONVERSIONS[vtype.kind], vtype)
 
 
 def first_refusal(refusals: list[tuple[str, Refused]]) -> str:
