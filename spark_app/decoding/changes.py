@@ -69,6 +69,7 @@ from spark_app.decoding.json_values import (
     base64_bytes,
     convert_array,
     converter,
+    first_refusal,
     kind,
     loads,
     not_a,
@@ -249,22 +250,18 @@ def _reading(vtype: ValueType) -> Converter:
     return logical_reading(vtype, plain) if logical_reading is not None else lambda value, _: plain(value)
 
 
-def _converter(column: SpecColumn) -> Converter:
-    read = _reading(value_type(arrow_type(column.type)))
-
-    def convert(value: Any, logical: Logical | None) -> Any:
-        try:
-            return read(value, logical)
-        except Refused as refused:
-            raise _Bad(refused.reason(column.name)) from None
-    return convert
+def _reading_of(column: SpecColumn) -> Converter:
+    return _reading(value_type(arrow_type(column.type)))
 
 
 def decode_value(column: SpecColumn, value: Any, logical: Logical | None) -> Any:
-    """One parsed JSON value (:func:`~spark_app.decoding.json_values.loads`'s) decoded into ``column`` as a record's value is
-    (a date as epoch days, a timestamp as µs, a decimal unscaled to the column's scale); ``ValueError`` (the dead
+    """One parsed JSON value (:func:`~spark_app.decoding.json_values.loads`'s) decoded into ``column`` as a record's
+    value is (a date as epoch days, a timestamp as µs, a decimal at the column's scale); ``ValueError`` (the dead
     letter's reason) when it does not fit exactly. Used for the defaults of a source's columns."""
-    return _converter(column)(value, logical)
+    try:
+        return _reading_of(column)(value, logical)
+    except Refused as refused:
+        raise ValueError(refused.reason(column.name)) from None
 
 
 def arrow_type(type_name: str) -> pa.DataType:
@@ -307,7 +304,7 @@ class _Rows:
         self._required = frozenset(column.name for column in columns if column.required)
         self.names = [column.name for column in columns]
         self.declared = set(self.names)
-        self.converters = [(column.name, _converter(column)) for column in columns]
+        self.converters = [(column.name, _reading_of(column)) for column in columns]
         self.required_positions = [index for index, column in enumerate(columns) if column.required]
         # Columns Debezium may not send (TOASTed in PostgreSQL), with whether each is an array.
         self.unavailable_positions = [(index, element_type(column.type) is not None) for index, column
@@ -330,23 +327,43 @@ class _Rows:
         get, hint = obj.get, logical.get
         if key_only:  # a delete needs the key alone: the other values are checked for being declared only
             values: list[Any] = [None] * len(self.names)
-            for position in self.key_positions:
-                name, convert = self.converters[position]
-                value = get(name)
-                values[position] = None if value is None else convert(value, hint(name))
+            try:
+                for position in self.key_positions:
+                    name, convert = self.converters[position]
+                    value = get(name)
+                    values[position] = None if value is None else convert(value, hint(name))
+            except Refused:
+                raise _Bad(self._refusal(get, hint, self.key_positions)) from None
         else:
             unavailable = {position for position, array in self.unavailable_positions
                            if _unavailable(get(self.names[position]), array)}
             if unavailable.intersection(self.key_positions):
                 raise _Bad(f"key field(s) without a value ({UNAVAILABLE}) (in {where})")
-            values = [None if (value := get(name)) is None or position in unavailable else convert(value, hint(name))
-                      for position, (name, convert) in enumerate(self.converters)]
+            try:
+                values = [None if (value := get(name)) is None or position in unavailable
+                          else convert(value, hint(name)) for position, (name, convert) in enumerate(self.converters)]
+            except Refused:
+                sent = [position for position in range(len(self.names)) if position not in unavailable]
+                raise _Bad(self._refusal(get, hint, sent)) from None
             self.unavailable = [self.names[position] for position in sorted(unavailable)]
         for position in (self.key_positions if key_only else self.required_positions):
             if values[position] is None and (key_only or self.names[position] not in self.unavailable):
                 label = "key field" if key_only else "required field"
                 raise _Bad(f"{label} {self.names[position]} is missing or null (in {where})")
         return values
+
+    def _refusal(self, get: Callable[[str], Any], hint: Callable[[str], Logical | None], positions: list[int]) -> str:
+        """The reason of a row whose values at ``positions`` do not all convert: the one both JSON decoders give
+        (:func:`~spark_app.decoding.json_values.first_refusal`)."""
+        refusals: list[tuple[str, Refused]] = []
+        for position in positions:
+            name, convert = self.converters[position]
+            if (value := get(name)) is not None:
+                try:
+                    convert(value, hint(name))
+                except Refused as refused:
+                    refusals.append((name, refused))
+        return first_refusal(refusals)
 
     def observe(self, schema: Any, *path: str, whole_row: bool = True) -> None:
         """Note the drift of the Connect struct along ``path`` of a record's schema (once per distinct struct)."""
