@@ -953,9 +953,6 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
     if spec.changes is not None and spec.source.files is not None and spec.source.files.format != "json":
         problems.append(f"spec.source.files.format: changes are JSON records, one per line; "
                         f"{spec.source.files.format!r} is not supported with spec.changes")
-    problems += [f"{where}.type: type {column.type!r}: maps, structs and arrays of them are not decoded yet; a "
-                 "column is a primitive type or an array of one" for where, column in _schema_columns(spec)
-                 if not _flat(column.type)]
     nested = [name for name, column in columns.items() if not is_primitive(column.type)]
     if nested and spec.source.files is not None and spec.source.files.format == "csv":
         problems.append(f"spec.schema: array, map or struct column(s) {', '.join(nested)} need JSON or Parquet "
@@ -1004,19 +1001,6 @@ def _table_problems(column_list: list[Column], partition_by: list[str], key: lis
         if name in (key or [])[:index]:
             problems.append(f"{where}.key[{index}]: column {name!r} is listed twice")
     return problems
-
-
-def _flat(type_name: str) -> bool:
-    parsed = parse_type(type_name)
-    return is_primitive(type_name) or (isinstance(parsed, ArrayOf) and is_primitive(str(parsed.element)))
-
-
-def _schema_columns(spec: IcebergSyncSpec) -> list[tuple[str, Column]]:
-    """Every declared column with its field path: spec.schema's and each spec.tables entry's."""
-    columns = [(f"spec.schema[{index}]", column) for index, column in enumerate(spec.schema_ or [])]
-    for name, table in (spec.tables or {}).items():
-        columns += [(f"spec.tables[{name}].schema[{index}]", column) for index, column in enumerate(table.schema_ or [])]
-    return columns
 
 
 def _field_type(columns: Mapping[str, Column], path: str) -> tuple[SpecType | None, str]:

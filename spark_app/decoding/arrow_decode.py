@@ -639,7 +639,9 @@ class _JsonDecoder:
 
     def decode(self) -> pa.Table:
         r = self.records
-        fast = r.gated & r.valid_utf8 if r.count else np.zeros(0, dtype=bool)
+        # Nested columns (structs, maps, arrays of arrays) are read record by record (the authority).
+        vectorised = r.count and not any(c.value.nested for c in self.cols)
+        fast = r.gated & r.valid_utf8 if vectorised else np.zeros(r.count, dtype=bool)
         pieces = [self._chunk(start, min(start + CHUNK_RECORDS, r.count), fast) for start in range(0, r.count, CHUNK_RECORDS)]
         return _required_present(_assemble(self.out, pieces, r.count), self.schema, r)
 

@@ -23,7 +23,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -213,12 +213,29 @@ def _source_order_json(value: Any) -> str:
 class ValueType:
     """What a column holds, as the decoders convert values into it."""
 
-    kind: str  # string int long float double boolean decimal date timestamp timestamptz binary array
+    kind: str  # string int long float double boolean decimal date timestamp timestamptz binary array struct map
     arrow: pa.DataType  # the column's Arrow type
     label: str  # the spec's type name, for reasons
     precision: int = 0
     scale: int = 0
-    element: ValueType | None = None  # an array's elements
+    element: ValueType | None = None  # an array's elements, a map's values
+    key: ValueType | None = None  # a map's keys
+    fields: tuple[ValueField, ...] = ()  # a struct's fields
+
+    @property
+    def nested(self) -> bool:
+        """Whether values hold structs or maps, or arrays of arrays (what the vectorised reader does not read)."""
+        return self.kind in ("struct", "map") or (self.element is not None and self.element.kind in (
+            "struct", "map", "array"))
+
+
+@dataclass(frozen=True)
+class ValueField:
+    """A struct's field: its name, what it holds, and whether it may be null (``required``: not null)."""
+
+    name: str
+    type: ValueType
+    required: bool
 
 
 def value_type(arrow: pa.DataType) -> ValueType:
@@ -232,9 +249,17 @@ def value_type(arrow: pa.DataType) -> ValueType:
     if pa.types.is_timestamp(arrow):
         kind_name = "timestamptz" if arrow.tz is not None else "timestamp"
         return ValueType(kind_name, arrow, kind_name)
-    if (pa.types.is_list(arrow) or pa.types.is_large_list(arrow)) and not pa.types.is_nested(arrow.value_type):
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
         element = value_type(arrow.value_type)
         return ValueType("array", arrow, f"array<{element.label}>", element=element)
+    if pa.types.is_map(arrow):
+        key, item = value_type(arrow.key_type), value_type(arrow.item_type)
+        return ValueType("map", arrow, f"map<{key.label}, {item.label}>", key=key, element=item)
+    if pa.types.is_struct(arrow):
+        fields = tuple(ValueField(arrow.field(i).name, value_type(arrow.field(i).type), not arrow.field(i).nullable)
+                       for i in range(arrow.num_fields))
+        label = ", ".join(f"{f.name}: {f.type.label}" + (" not null" if f.required else "") for f in fields)
+        return ValueType("struct", arrow, f"struct<{label}>", fields=fields)
     for test, kind_name in ((pa.types.is_int32, "int"), (pa.types.is_int64, "long"), (pa.types.is_float32, "float"),
                             (pa.types.is_float64, "double"), (pa.types.is_boolean, "boolean"), (pa.types.is_date32, "date")):
         if test(arrow):
@@ -245,16 +270,26 @@ def value_type(arrow: pa.DataType) -> ValueType:
 class Refused(ValueError):
     """A JSON value that is not one of a column's type. ``detail`` is the reason after ``field <name>: ``;
     ``strict``: refused by a strictness check (a non-string in a string column, a decimal that would round),
-    which a record's reason names before any plain type mismatch (the order of the JVM decoder's checks)."""
+    which a record's reason names before any plain type mismatch (the order of the JVM decoder's checks).
+    ``path``: where in a nested value it is (``.sku``, ``[3]``, ``["key"]``); ``missing``: a required struct field
+    that is absent or null."""
 
-    def __init__(self, detail: str, strict: bool = False) -> None:
+    def __init__(self, detail: str, strict: bool = False, path: str = "", missing: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
         self.strict = strict
+        self.path = path
+        self.missing = missing
+
+    def at(self, step: str) -> Refused:
+        """This refusal, one step further inside a nested value (``step`` is that step's path)."""
+        return Refused(self.detail, self.strict, step + self.path, self.missing)
 
     def reason(self, field: str) -> str:
         """The dead letter's reason for the value of field ``field``."""
-        return f"field {field}: {self.detail}"
+        if self.missing:
+            return f"required field {field}{self.path} is missing or null"
+        return f"field {field}{self.path}: {self.detail}"
 
 
 def not_a(vtype: ValueType, value: Any) -> Refused:
@@ -380,13 +415,76 @@ def _binary(vtype: ValueType, value: Any) -> Any:
 
 
 def convert_array(vtype: ValueType, value: Any, convert_element: Callable[[Any], Any]) -> list[Any]:
-    """A JSON array into an array column, each element by ``convert_element`` (a null element stays null)."""
+    """A JSON array into an array column, each element by ``convert_element`` (a null element stays null). A bad
+    element of an array of primitives is named by the array's type, one inside a nested element by its path."""
     if not isinstance(value, list):
         raise not_a(vtype, value)
+    converted = []
+    for index, item in enumerate(value):
+        try:
+            converted.append(None if item is None else convert_element(item))
+        except Refused as refused:
+            if vtype.nested:
+                raise refused.at(f"[{index}]") from None
+            raise Refused(f"{refused.detail} (an element of {vtype.label})", refused.strict) from None
+    return converted
+
+
+def convert_struct(vtype: ValueType, value: Any, convert_fields: Sequence[Callable[[Any], Any]]) -> dict[str, Any]:
+    """A JSON object into a struct column, field by field (a field absent or null is null; a required one a
+    refusal); a key the struct does not declare is refused, as at the top level."""
+    if not isinstance(value, dict):
+        raise not_a(vtype, value)
+    names = {field.name for field in vtype.fields}
+    unknown = [key for key in value if key not in names]
+    if unknown:
+        raise Refused(f"unknown field(s) not in its struct: {', '.join(unknown)}", strict=True)
+    converted: dict[str, Any] = {}
+    for field, convert in zip(vtype.fields, convert_fields, strict=True):
+        item = value.get(field.name)
+        if item is None:
+            if field.required:
+                raise Refused("", strict=True, path=f".{field.name}", missing=True)
+            converted[field.name] = None
+            continue
+        try:
+            converted[field.name] = convert(item)
+        except Refused as refused:
+            raise refused.at(f".{field.name}") from None
+    return converted
+
+
+def convert_map(vtype: ValueType, value: Any, convert_key: Callable[[Any], Any],
+                convert_value: Callable[[Any], Any]) -> list[tuple[Any, Any]]:
+    """A JSON object (or Kafka Connect's ``[[key, value], …]`` for keys that are not text) into a map column's
+    entries; a key of a number or boolean type is read from the object's key text as JSON."""
+    if isinstance(value, dict):
+        pairs = list(value.items())
+    elif isinstance(value, list) and all(isinstance(pair, list) and len(pair) == 2 for pair in value):
+        pairs = [(pair[0], pair[1]) for pair in value]
+    else:
+        raise not_a(vtype, value)
+    assert vtype.key is not None
+    textual = vtype.key.kind in ("string", "binary", "date", "timestamp", "timestamptz", "decimal")
+    entries = []
+    for key, item in pairs:
+        step = f"[{json.dumps(key, ensure_ascii=False)}]" if isinstance(key, str) else f"[{shown_json(key)}]"
+        try:
+            parsed = key if textual or not isinstance(key, str) else _key_literal(key)
+            entry_key = convert_key(parsed) if parsed is not None else None
+            if entry_key is None:
+                raise Refused("a map key is null", strict=True)
+            entries.append((entry_key, None if item is None else convert_value(item)))
+        except Refused as refused:
+            raise refused.at(step) from None
+    return entries
+
+
+def _key_literal(text: str) -> Any:
     try:
-        return [None if item is None else convert_element(item) for item in value]
-    except Refused as refused:
-        raise Refused(f"{refused.detail} (an element of {vtype.label})", refused.strict) from None
+        return loads(text)
+    except BadJson:
+        return text
 
 
 _CONVERSIONS: dict[str, Callable[[ValueType, Any], Any]] = {
@@ -404,6 +502,13 @@ def converter(vtype: ValueType, exact: bool = False) -> Callable[[Any], Any]:
     array as a list. ``exact`` is the change decoders' reading (Debezium writes values exactly): a
     ``timestamptz`` value must have an offset, digits below microseconds must be zero, and the strings
     ``"NaN"``/``"Infinity"`` are not floats (Spark's ``from_json``, which the append path follows, takes them)."""
+    if vtype.kind == "struct":
+        fields = [converter(field.type, exact) for field in vtype.fields]
+        return lambda value: convert_struct(vtype, value, fields)
+    if vtype.kind == "map":
+        assert vtype.key is not None and vtype.element is not None
+        key, item = converter(vtype.key, exact), converter(vtype.element, exact)
+        return lambda value: convert_map(vtype, value, key, item)
     if vtype.element is not None:
         element = converter(vtype.element, exact)
         return lambda value: convert_array(vtype, value, element)

@@ -78,7 +78,7 @@ BAD = {
     '{"id": 903, "attrs": {"k": "not a long"}}': 'field attrs["k"]: ',
     '{"id": 904, "event": {"where": {"lat": "north"}}}': "field event.where.lat: ",
     '{"id": 905, "items": {"sku": "not an array"}}': "field items: ",
-    '{"id": 906, "matrix": [[1], ["x"]]}': "field matrix[1][0]: ",
+    '{"id": 906, "matrix": [[1], ["x"]]}': "field matrix[1]: value x is not a int (an element of array<int>)",
     '{"id": 907, "items": [{"sku": "a", "price": 1.234}]}': "field items[0].price: value 1.234 does not fit decimal(9,2) "
                                                             "without rounding",
 }
