@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 "$REPO_ROOT/scripts/bootstrap.sh"
-log "test dependencies: Spark jars, Kafka, REST catalog, Debezium, PostgreSQL, MinIO"
+log "test dependencies: Spark jars, Kafka, REST catalog, Debezium, PostgreSQL, MariaDB, Prometheus, MinIO, Schema Registry"
 bash "$REPO_ROOT/scripts/infra/services.sh"
 log "test dependencies: etcd, kube-apiserver, helm, Spark Operator (controller and CRDs)"
 bash "$REPO_ROOT/scripts/infra/kube-tools.sh"

@@ -4,7 +4,7 @@
 # is keyed by what pins it (its pom's content, the MinIO module version, the helper sources) and is
 # built in a temp dir then renamed into place, so an interrupted run never leaves a half cache.
 #
-#   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | debezium | postgres | mariadb | prometheus | minio | nessie
+#   scripts/infra/services.sh [PART...]     PART: all (default) | jars | spark | kafka | rest | debezium | postgres | mariadb | prometheus | minio | nessie | registry
 #     spark     Spark jar bundles: jars/iceberg-spark, jars/kafka-connector           (Maven)
 #     kafka     KRaft Kafka broker classpath + a small admin/produce/consume helper  (Maven, javac)
 #     rest      Iceberg REST catalog server classpath + a 127.0.0.1 launcher         (Maven, javac)
@@ -15,7 +15,8 @@
 #     prometheus Prometheus and promtool, unpacked (scripts/infra/prometheus.sh)      (Debian packages)
 #     minio     MinIO server built from its Go module                                 (go install)
 #     nessie    Project Nessie's server (Quarkus runner jar; not part of "all")        (Maven)
-#     jars      spark + kafka + rest + debezium + mariadb's Debezium (everything that comes from Maven)
+#     registry  Apicurio Registry's server (its Quarkus fast-jar distribution, unpacked) (Maven)
+#     jars      spark + kafka + rest + debezium + mariadb's Debezium + registry (everything from Maven but Nessie)
 #
 # Sources: Maven Central (through mvn), the Go module proxy (through go) and, for PostgreSQL, MariaDB and Prometheus,
 # Debian's packages (apt-get download, no install).
@@ -186,18 +187,43 @@ do_minio() {
 # Maven Central lists nessie-quarkus only at 0.60.1 and 0.99.0 (later releases publish the runner elsewhere);
 # 0.99.0 serves Iceberg REST under /iceberg. Not in "all": only that test needs it.
 NESSIE_VERSION="0.99.0"
+mvn_artifact() { # goal artifact outdir: the dependency plugin's copy (or unpack) of one artifact into outdir
+  command -v mvn >/dev/null || { log "mvn is required (apt-get install maven)"; return 1; }
+  mvn -B -q -Dstyle.color=never -Dmaven.repo.local="$M2_REPO" \
+    "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:$1" -Dartifact="$2" -DoutputDirectory="$3"
+}
+
 do_nessie() {
   local dest="$CACHE/nessie" tmp
   have_stamp "$dest" "$NESSIE_VERSION" && return 0
-  command -v mvn >/dev/null || { log "mvn is required (apt-get install maven)"; return 1; }
   log "fetching Nessie's server $NESSIE_VERSION"
   mkdir -p "$CACHE"
   tmp="$(mktemp -d "$CACHE/.nessie.XXXXXX")"
-  mvn -B -q -Dstyle.color=never -Dmaven.repo.local="$M2_REPO" \
-    org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy \
-    -Dartifact="org.projectnessie.nessie:nessie-quarkus:$NESSIE_VERSION:jar:runner" -DoutputDirectory="$tmp"
+  mvn_artifact copy "org.projectnessie.nessie:nessie-quarkus:$NESSIE_VERSION:jar:runner" "$tmp"
   mv "$tmp/nessie-quarkus-$NESSIE_VERSION-runner.jar" "$tmp/nessie-quarkus-runner.jar"
   publish "$tmp" "$dest" "$NESSIE_VERSION"
+  log "  $(du -sh "$dest" | cut -f1) in $dest"
+}
+
+# ---------------------------------------------------------------------------------------------
+# 8. Apicurio Registry, a Schema Registry whose Confluent-compatible API (/apis/ccompat/v7) serves the Confluent
+# wire format's schema ids (issue 36). Maven Central has apicurio-registry-app 3.3.3 both as a jar of the
+# application's classes, which no Quarkus build can make runnable here (its apicurio-registry-schema-util-provider
+# is on no registry this machine reaches), and as the release's own Quarkus fast-jar distribution, classifier
+# "all" (tar.gz, 159 MB): that one, unpacked into $CACHE/apicurio-registry (quarkus-run.jar, lib/, app/, quarkus/).
+# It is built for Java 21 (tests/infra/services.py java_21()). Started by tests/integration/schema_registry.py.
+APICURIO_VERSION="3.3.3"
+do_registry() {
+  local dest="$CACHE/apicurio-registry" tmp
+  have_stamp "$dest" "$APICURIO_VERSION" && return 0
+  log "fetching Apicurio Registry $APICURIO_VERSION"
+  mkdir -p "$CACHE"
+  tmp="$(mktemp -d "$CACHE/.apicurio-registry.XXXXXX")"
+  # From the temp dir: unpack leaves its markers under ./${project.basedir}/target (no property moves them).
+  ( cd "$tmp" && mvn_artifact unpack "io.apicurio:apicurio-registry-app:$APICURIO_VERSION:tar.gz:all" "$tmp/dist" )
+  [[ -f "$tmp/dist/quarkus-run.jar" ]] || { log "no quarkus-run.jar in Apicurio Registry's distribution"; rm -rf "$tmp"; return 1; }
+  publish "$tmp/dist" "$dest" "$APICURIO_VERSION"
+  rm -rf "$tmp"
   log "  $(du -sh "$dest" | cut -f1) in $dest"
 }
 
@@ -212,9 +238,9 @@ for part in "${parts[@]}"; do
     all)
       # The MinIO build is CPU-bound and the Maven fetches network-bound: overlap them.
       ( do_minio ) & minio_pid=$!
-      do_spark; do_kafka; do_rest; do_debezium; do_postgres; do_mariadb; do_prometheus
+      do_spark; do_kafka; do_rest; do_debezium; do_postgres; do_mariadb; do_prometheus; do_registry
       wait "$minio_pid" ;;
-    jars) do_spark; do_kafka; do_rest; do_debezium; do_debezium_mariadb ;;
+    jars) do_spark; do_kafka; do_rest; do_debezium; do_debezium_mariadb; do_registry ;;
     spark) do_spark ;;
     kafka) do_kafka ;;
     rest) do_rest ;;
@@ -224,6 +250,7 @@ for part in "${parts[@]}"; do
     prometheus) do_prometheus ;;
     minio) do_minio ;;
     nessie) do_nessie ;;
-    *) log "unknown part '$part' (all|jars|spark|kafka|rest|debezium|postgres|mariadb|prometheus|minio|nessie)"; exit 2 ;;
+    registry) do_registry ;;
+    *) log "unknown part '$part' (all|jars|spark|kafka|rest|debezium|postgres|mariadb|prometheus|minio|nessie|registry)"; exit 2 ;;
   esac
 done

@@ -823,11 +823,11 @@ def start_rest_catalog(workdir: Path, s3: S3Server | None = None, ttl: int = SER
 # Project Nessie (an Iceberg REST catalog whose multi-table commit is atomic)
 
 
-def nessie_java() -> str:
-    """A Java of release 21 or later (Nessie 0.99 is built for 21): ``$NESSIE_JAVA``, else the newest JDK under
-    /usr/lib/jvm (the machine image has a Temurin JDK beside OpenJDK 17), else ``java``."""
-    if os.environ.get("NESSIE_JAVA"):
-        return os.environ["NESSIE_JAVA"]
+def java_21() -> str:
+    """A Java of release 21 or later (Nessie 0.99 and Apicurio Registry 3.3 are built for 21): ``$JAVA_21``, else
+    the newest JDK under /usr/lib/jvm (the machine image has a Temurin JDK beside OpenJDK 17), else ``java``."""
+    if os.environ.get("JAVA_21"):
+        return os.environ["JAVA_21"]
     found = []
     for release_file in Path("/usr/lib/jvm").glob("*/release"):  # JAVA_VERSION="25.0.3"
         for line in release_file.read_text(errors="replace").splitlines():
@@ -870,7 +870,7 @@ def start_nessie(workdir: Path, s3: S3Server, ttl: int = SERVICE_TTL) -> RestCat
     log_path = workdir / "nessie.log"
     server = ServerProcess(
         "nessie",
-        [nessie_java(), *SMALL_JVM, "-Xmx768m", *(f"-D{k}={v}" for k, v in config.items()), "-jar", str(jar)],
+        [java_21(), *SMALL_JVM, "-Xmx768m", *(f"-D{k}={v}" for k, v in config.items()), "-jar", str(jar)],
         log_path,
         cwd=workdir,
         ttl=ttl,

@@ -1,4 +1,4 @@
-"""Fixtures for tests that run real Spark."""
+"""Fixtures for tests that run real Spark, and the servers only the integration tier starts."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from spark_app.job.session import build_session
 from tests.infra.services import spark_classpath
 from tests.integration.cdc_mariadb.servers import MariaDB, start_mariadb
 from tests.integration.cdc_postgres.servers import Postgres, running_postgres
+from tests.integration.schema_registry import SchemaRegistry, start_schema_registry
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +47,14 @@ def mariadb(tmp_path: Path) -> Iterator[MariaDB]:
         yield server
     finally:
         server.server.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistry]:
+    """Apicurio Registry (tests/integration/schema_registry.py): its Confluent-compatible API at ``url``,
+    ``client()``, and ``outage()``, which stops it for a ``with`` block and starts it again, its schemas kept."""
+    registry = start_schema_registry(tmp_path_factory.mktemp("schema-registry"))
+    try:
+        yield registry
+    finally:
+        registry.stop()
