@@ -46,7 +46,9 @@ CASES: dict[str, dict[str, Any]] = {
     "a column of an unknown type": {"source": FILES, "schema": [{"name": "id", "type": "integer"}]},
     "columns of every kind of type": {"source": FILES, "schema": [
         {"name": "a", "type": "long"}, {"name": "b", "type": "decimal( 10 , 2 )"}, {"name": "c", "type": "array<string>"},
-        {"name": "d", "type": "array< decimal(8,2) >"}, {"name": "e", "type": "timestamptz"}]},
+        {"name": "d", "type": "array< decimal(8,2) >"}, {"name": "e", "type": "timestamptz"},
+        {"name": "f", "type": "struct<id: long not null, items: array<struct<sku: string>>, m: map<string, int>>"}]},
+    "a column of a type shaped like none": {"source": FILES, "schema": [{"name": "f", "type": "structure<a: int>"}]},
     "poll interval 0ms": {"commit": {"pollInterval": "0ms"}},
     "poll interval 250ms": {"commit": {"pollInterval": "250ms"}},
     "target file size 1023": {"commit": {"targetFileSize": "1023"}},
