@@ -11,9 +11,10 @@ Fast path and fallback
     structural error ("... in row N"), that record is decoded alone and the rest is read again; an
     unknown field is located by reading the chunk once more with inferred extra columns; an error
     without a row (a value that does not convert) splits the chunk in halves. Records the cheap
-    vectorised checks flag (below) are decoded one by one as well. The per-record decoder
-    (``json.loads`` with duplicate-key detection) is the authority for every record it sees, and it
-    accepts whatever the fast path accepts, so a record's outcome never depends on its neighbours.
+    vectorised checks flag (below) are decoded one by one as well. The per-record decoder (the strict
+    rules of :mod:`spark_app.decoding.json_values`, which the keyed path follows too) is the authority for
+    every record it sees, and it accepts whatever the fast path accepts, reading texts to the same values,
+    so a record's outcome never depends on its neighbours.
 
 What pyarrow's JSON reader does silently (found by experiment, pyarrow 26) and how it is caught
     * a value that is not valid UTF-8 lands in a string column: the block (or each Kafka value) is
@@ -35,11 +36,10 @@ What pyarrow's JSON reader does silently (found by experiment, pyarrow 26) and h
       in the per-record decoder, which names every reason.
 
 Timestamps
-    ISO-8601 strings (``T`` or space, fraction up to nanoseconds, truncated to microseconds).
-    ``timestamptz`` takes an offset or ``Z``; a value without one is UTC (as Spark's ``from_json`` in
-    the job's UTC session). ``timestamp`` refuses a value with an offset. Dates are ``YYYY-MM-DD``.
-    Numbers are not timestamps (Spark's ``from_json`` reads an integer as epoch seconds into
-    ``timestamptz``; here it is a dead letter).
+    As :mod:`spark_app.decoding.json_values` reads them (ISO-8601, a fraction truncated to microseconds,
+    ``timestamptz`` without an offset is UTC as Spark's ``from_json`` in the job's UTC session, ``timestamp``
+    refuses an offset; dates ``YYYY-MM-DD``). Numbers are not timestamps (Spark's ``from_json`` reads an
+    integer as epoch seconds into ``timestamptz``; here it is a dead letter).
 """
 
 from __future__ import annotations

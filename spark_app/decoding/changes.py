@@ -12,7 +12,8 @@ Pure Arrow and Python (no Spark), run in the tasks (docs/dataplane.md):
   key the change with the highest order wins; the winning upserts are the rows to insert, and every
   key the changes touch is a key to delete (an equality delete, written by :mod:`spark_app.staging.equality_deletes`).
 
-Decoding is strict in the same way as the append decoders: a key twice, a field the table lacks (unless
+Decoding is strict by the same rules, and with the same reasons, as the append decoders
+(:mod:`spark_app.decoding.json_values`, read exactly: see its ``converter``): a key twice, a field the table lacks (unless
 the record's Connect schema says what it is and the table follows the source's schema: then the drift is
 collected, :mod:`spark_app.decoding.schema_drift`), a number into a string column, a decimal that would round, a timestamp that would lose
 precision: each is a dead letter. Numeric dates and timestamps follow Debezium's encodings where they

@@ -25,6 +25,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -44,6 +45,9 @@ _LOW_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _DATE = re.compile(r"(\d{4})-(\d\d)-(\d\d)", re.ASCII)
 _TIMESTAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)(?:[T ](\d\d)(?::(\d\d)(?::(\d\d)(?:\.(\d{1,9}))?)?)?"
                         r"(Z|[+-]\d\d(?::?\d\d)?)?)?", re.ASCII)
+_EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 _MONTH_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _INT64 = 2**63
 
@@ -70,33 +74,51 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class _DuplicateKeys(ValueError):
+    pass
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise _DuplicateKeys
+    return result
+
+
 def loads(text: str) -> Any:
     """Strict JSON: a key twice at any depth, ``NaN``/``Infinity`` and lone surrogate escapes are refused
     (:class:`BadJson`); an integer is an ``int``, any other number a :class:`JsonDecimal`."""
+    try:
+        value = json.loads(text, object_pairs_hook=_object, parse_float=JsonDecimal, parse_constant=_no_constants)
+    except _DuplicateKeys:
+        raise BadJson(_duplicates(text)) from None
+    except (ValueError, RecursionError):
+        raise BadJson(MALFORMED) from None
+    if ("\\ud" in text or "\\uD" in text) and _LOW_SURROGATE_ESCAPE.search(text) and not _surrogate_free(value):
+        raise BadJson(MALFORMED)
+    return value
+
+
+def _duplicates(text: str) -> str:
+    """The reason of a JSON text with a key twice: the outermost object's keys, else the first nested object's."""
+    found: list[list[str]] = []
     objects = 0
-    duplicates: list[tuple[int, list[str]]] = []
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         nonlocal objects
         objects += 1
-        result = dict(pairs)
-        if len(result) != len(pairs):
-            seen: set[str] = set()
-            duplicates.append((objects, list(dict.fromkeys(k for k, _ in pairs if k in seen or seen.add(k)))))  # type: ignore[func-returns-value]
-        return result
+        seen: set[str] = set()
+        repeated = list(dict.fromkeys(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+        found.append(repeated)
+        return dict(pairs)
 
     try:
         value = json.loads(text, object_pairs_hook=pairs_hook, parse_float=JsonDecimal, parse_constant=_no_constants)
     except (ValueError, RecursionError):
-        raise BadJson(MALFORMED) from None
-    if duplicates:
-        at, names = duplicates[-1]
-        if isinstance(value, dict) and at == objects:  # the outermost object is parsed last
-            raise BadJson("duplicate key(s) in the record: " + ", ".join(names))
-        raise BadJson("duplicate key(s) in a nested value: " + ", ".join(duplicates[0][1]))
-    if _LOW_SURROGATE_ESCAPE.search(text) and not _surrogate_free(value):
-        raise BadJson(MALFORMED)
-    return value
+        return MALFORMED  # malformed after the key twice: malformed, as the text is read to its end first
+    if isinstance(value, dict) and found[-1]:  # the outermost object is parsed last
+        return "duplicate key(s) in the record: " + ", ".join(found[-1])
+    return "duplicate key(s) in a nested value: " + ", ".join(next(names for names in found if names))
 
 
 def _surrogate_free(value: Any) -> bool:
@@ -321,7 +343,7 @@ def _integer(vtype: ValueType, value: Any) -> Any:
     raise not_a(vtype, value)
 
 
-def _floating(vtype: ValueType, value: Any, exact: bool) -> Any:
+def _floating(vtype: ValueType, exact: bool, value: Any) -> Any:
     if _is_number(value):
         real = float32_of(value) if vtype.kind == "float" else float64_of(value)
         if real is not None:
@@ -331,21 +353,26 @@ def _floating(vtype: ValueType, value: Any, exact: bool) -> Any:
     raise not_a(vtype, value)
 
 
-def _decimal(vtype: ValueType, value: Any) -> Any:
+def _decimal(vtype: ValueType) -> Callable[[Any], Any]:
     """An exact number (or its text) at the column's scale; rounding and overflow are refused."""
-    if not (_is_number(value) or (isinstance(value, str) and _DECIMAL_TEXT.fullmatch(value))):
-        raise not_a(vtype, value)
-    exact = Decimal(value)
-    try:
-        rounded = exact.quantize(Decimal(1).scaleb(-vtype.scale), context=_DECIMAL_CONTEXT)
-    except decimal.InvalidOperation:
-        raise not_a(vtype, value) from None
-    text = _variant_number(value) if _is_number(value) else json.dumps(value, ensure_ascii=False)[1:-1]
-    if abs(rounded) >= Decimal(10) ** (vtype.precision - vtype.scale):
-        raise Refused(f"value {text} does not fit {vtype.label}")
-    if rounded != exact:
+    quantum = Decimal(1).scaleb(-vtype.scale)
+    bound = Decimal(10) ** (vtype.precision - vtype.scale)
+
+    def convert(value: Any) -> Any:
+        if not (_is_number(value) or (isinstance(value, str) and _DECIMAL_TEXT.fullmatch(value))):
+            raise not_a(vtype, value)
+        exact = Decimal(value)
+        try:
+            rounded = exact.quantize(quantum, context=_DECIMAL_CONTEXT)
+        except decimal.InvalidOperation:
+            raise not_a(vtype, value) from None
+        if rounded == exact and abs(rounded) < bound:
+            return rounded
+        text = _variant_number(value) if _is_number(value) else json.dumps(value, ensure_ascii=False)[1:-1]
+        if abs(rounded) >= bound:
+            raise Refused(f"value {text} does not fit {vtype.label}")
         raise Refused(f"value {text} does not fit {vtype.label} without rounding", strict=True)
-    return rounded
+    return convert
 
 
 def _days(year: int, month: int, day: int) -> int | None:
@@ -369,28 +396,35 @@ def _date(vtype: ValueType, value: Any) -> Any:
     raise not_a(vtype, value)
 
 
-def _timestamp(vtype: ValueType, value: Any, exact: bool) -> Any:
+def _timestamp(vtype: ValueType, exact: bool, value: Any) -> Any:
     """ISO-8601 text to microseconds since 1970-01-01 (UTC for ``timestamptz``); see the module's notes."""
     match = _TIMESTAMP.fullmatch(value) if isinstance(value, str) else None
-    days = _days(int(match[1]), int(match[2]), int(match[3])) if match else None
-    hour, minute, second = (int(part or 0) for part in match.group(4, 5, 6)) if match else (0, 0, 0)
-    if match is None or days is None or hour > 23 or minute > 59 or second > 59:
+    if match is None:
         raise not_a(vtype, value)
-    fraction, zone = match[7] or "", match[8]
-    offset = 0
-    if zone is not None:
-        zone_hours, zone_minutes = int(zone[1:3] or 0), int(zone[3:].lstrip(":") or 0)
-        if zone_hours > 23 or zone_minutes > 59:
+    year, month, day, hour, minute, second, fraction, zone = match.groups("")
+    if hour > "23" or minute > "59" or second > "59":  # two digits compare as text; a missing one is ""
+        raise not_a(vtype, value)
+    if zone:
+        if zone[1:3] > "23" or zone[3:].lstrip(":") > "59":
             raise not_a(vtype, value)
         if vtype.kind == "timestamp":
             raise Refused(f"value {shown(value)} has a UTC offset; a timestamp column takes local date-times "
                           "(declare the column timestamptz)")
-        offset = (zone_hours * 60 + zone_minutes) * (-1 if zone[0] == "-" else 1) if zone != "Z" else 0
     elif exact and vtype.kind == "timestamptz":
         raise Refused(f"value {shown(value)} has no UTC offset (a timestamptz needs one)")
     if exact and fraction[6:].strip("0"):
         raise Refused(f"value {shown(value)} has more than microsecond precision")
-    seconds = days * 86_400 + hour * 3600 + (minute - offset) * 60 + second
+    if len(fraction) <= 6 and year != "0000":  # the common case: the standard library's parser (fast)
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise not_a(vtype, value) from None
+        return (parsed - (_EPOCH if parsed.tzinfo is None else _EPOCH_UTC)) // _MICROSECOND
+    days = _days(int(year), int(month), int(day))
+    if days is None:
+        raise not_a(vtype, value)
+    offset = 0 if zone in ("", "Z") else (int(zone[1:3]) * 60 + int(zone[3:].lstrip(":") or 0)) * int(f"{zone[0]}1")
+    seconds = days * 86_400 + int(hour or 0) * 3600 + (int(minute or 0) - offset) * 60 + int(second or 0)
     if len(fraction) <= 6:
         return seconds * 1_000_000 + int(fraction.ljust(6, "0"))
     nanos = seconds * 1_000_000_000 + int(fraction.ljust(9, "0"))
@@ -488,10 +522,9 @@ def _key_literal(text: str) -> Any:
 
 
 _CONVERSIONS: dict[str, Callable[[ValueType, Any], Any]] = {
-    "string": _string, "boolean": _boolean, "int": _integer, "long": _integer, "decimal": _decimal, "date": _date,
-    "binary": _binary,
+    "string": _string, "boolean": _boolean, "int": _integer, "long": _integer, "date": _date, "binary": _binary,
 }
-_EXACT_CONVERSIONS: dict[str, Callable[[ValueType, Any, bool], Any]] = {
+_EXACT_CONVERSIONS: dict[str, Callable[[ValueType, bool, Any], Any]] = {
     "float": _floating, "double": _floating, "timestamp": _timestamp, "timestamptz": _timestamp,
 }
 
@@ -512,9 +545,11 @@ def converter(vtype: ValueType, exact: bool = False) -> Callable[[Any], Any]:
     if vtype.element is not None:
         element = converter(vtype.element, exact)
         return lambda value: convert_array(vtype, value, element)
+    if vtype.kind == "decimal":
+        return _decimal(vtype)
     exact_conversion = _EXACT_CONVERSIONS.get(vtype.kind)
     if exact_conversion is not None:
-        return lambda value: exact_conversion(vtype, value, exact)
+        return functools.partial(exact_conversion, vtype, exact)
     return functools.partial(_CONVERSIONS[vtype.kind], vtype)
 
 
