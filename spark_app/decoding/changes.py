@@ -43,7 +43,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -69,6 +69,8 @@ from spark_app.decoding.json_values import (
     ValueType,
     base64_bytes,
     convert_array,
+    convert_map,
+    convert_struct,
     converter,
     first_refusal,
     kind,
@@ -123,10 +125,12 @@ _ISO_TIMESTAMP = "io.debezium.time.IsoTimestamp"
 
 
 class Logical(NamedTuple):
-    """A field's Kafka Connect logical type, from the record's schema: its name and parameters."""
+    """A field's Kafka Connect logical type, from the record's schema: its name and parameters; for a struct or
+    map field (``node``) its Connect schema, which holds its fields' and values' own."""
 
     name: str
     parameters: dict[str, Any]
+    node: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -243,12 +247,33 @@ _LOGICAL_READINGS: dict[str, Callable[[ValueType, Callable[[Any], Any]], Convert
 def _reading(vtype: ValueType) -> Converter:
     """How a change record's (non-null) value is read into a column of ``vtype``, given its field's Connect logical
     type (an array's is its items'); :class:`Refused` when it does not fit exactly."""
+    if vtype.kind == "struct":
+        fields = [(field.name, _reading(field.type)) for field in vtype.fields]
+
+        def struct(value: Any, logical: Logical | None) -> Any:
+            inner = _logical_types(logical.node) if logical is not None and logical.node is not None else {}
+            return convert_struct(vtype, value, [_given(reading, inner.get(name)) for name, reading in fields])
+        return struct
+    if vtype.kind == "map":
+        assert vtype.key is not None and vtype.element is not None
+        key, item = _reading(vtype.key), _reading(vtype.element)
+
+        def entries(value: Any, logical: Logical | None) -> Any:
+            node = logical.node if logical is not None and logical.node is not None else {}
+            keys, values = _logical_of(node.get("keys")), _logical_of(node.get("values"))
+            return convert_map(vtype, value, _given(key, keys), _given(item, values))
+        return entries
     if vtype.element is not None:
         element = _reading(vtype.element)
         return lambda value, logical: convert_array(vtype, value, lambda item: element(item, logical))
     plain = converter(vtype, exact=True)
     logical_reading = _LOGICAL_READINGS.get(vtype.kind)
     return logical_reading(vtype, plain) if logical_reading is not None else lambda value, _: plain(value)
+
+
+def _given(reading: Converter, logical: Logical | None) -> Callable[[Any], Any]:
+    """``reading`` of values whose Connect logical type is ``logical``."""
+    return lambda value: reading(value, logical)
 
 
 def _reading_of(column: SpecColumn) -> Converter:
@@ -403,13 +428,26 @@ def _struct_fields(schema: Any, *path: str) -> list[dict[str, Any]] | None:
 
 def _logical_types(schema: Any, *path: str) -> dict[str, Logical]:
     """Field name -> Kafka Connect logical type, from a record's Connect schema (struct fields along ``path``;
-    an ``array`` field's is that of its items); a float32 field without one is ``FLOAT32``: its text is a float32's
-    (Java's), read as that float32 also into a ``double`` column (a ``real`` widened to ``double precision``)."""
-    nodes = {f["field"]: f["items"] if f.get("type") == "array" and isinstance(f.get("items"), dict) else f
-             for f in _struct_fields(schema, *path) or [] if isinstance(f.get("field"), str)}
-    return {name: Logical(node["name"], node["parameters"] if isinstance(node.get("parameters"), dict) else {})
-            if isinstance(node.get("name"), str) else _FLOAT32_LOGICAL
-            for name, node in nodes.items() if isinstance(node.get("name"), str) or node.get("type") in _FLOAT32_TYPES}
+    an ``array`` field's is that of its items; see :func:`_logical_of`)."""
+    fields = {f["field"]: f for f in _struct_fields(schema, *path) or [] if isinstance(f.get("field"), str)}
+    return {name: logical for name, node in fields.items() if (logical := _logical_of(node)) is not None}
+
+
+def _logical_of(node: Any) -> Logical | None:
+    """The Kafka Connect logical type of a field schema (an ``array``'s is that of its items, at any depth); a
+    float32 field without one is ``FLOAT32``: its text is a float32's (Java's), read as that float32 also into a
+    ``double`` column (a ``real`` widened to ``double precision``); a struct or map keeps its schema."""
+    while isinstance(node, dict) and node.get("type") == "array" and isinstance(node.get("items"), dict):
+        node = node["items"]
+    if not isinstance(node, dict):
+        return None
+    name, parameters = node.get("name"), node.get("parameters")
+    nested = node if node.get("type") in ("struct", "map") else None
+    if isinstance(name, str):
+        return Logical(name, parameters if isinstance(parameters, dict) else {}, nested)
+    if nested is not None:
+        return Logical("", {}, nested)
+    return _FLOAT32_LOGICAL if node.get("type") in _FLOAT32_TYPES else None
 
 
 def _unavailable(value: Any, array: bool) -> bool:

@@ -4,6 +4,7 @@ by Apache Iceberg's Spark runtime and by pyiceberg equal to what was produced.""
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -170,3 +171,63 @@ def test_a_nested_kafka_topic_syncs_exactly_once_through_a_kill(tmp_path: Path, 
     assert _spark_rows(spark, table) == expected
     assert _pyiceberg_rows(table) == expected
     _assert_dead_letters(table)
+
+
+def _decimal(unscaled: int) -> str:
+    return base64.b64encode(unscaled.to_bytes(4, "big", signed=True)).decode()
+
+
+def _row_schema(item_fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Debezium row with a struct column (holding a Connect Decimal and a Date) and a map column."""
+    return {"type": "struct", "optional": True, "fields": [
+        {"field": "id", "type": "int64", "optional": False},
+        {"field": "item", "type": "struct", "optional": True, "fields": item_fields},
+        {"field": "attrs", "type": "map", "optional": True, "keys": {"type": "string", "optional": False},
+         "values": {"type": "int32", "optional": True}},
+    ]}
+
+
+_ITEM = [{"field": "qty", "type": "int32", "optional": True},
+         {"field": "price", "type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+          "parameters": {"scale": "2", "connect.decimal.precision": "9"}},
+         {"field": "at", "type": "int32", "optional": True, "name": "io.debezium.time.Date"}]
+_ITEM_LATER = [{**_ITEM[0], "type": "int64"}, *_ITEM[1:], {"field": "note", "type": "string", "optional": True}]
+
+
+def _debezium(row_schema: dict[str, Any], op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    schema = {"type": "struct", "name": "pg.public.orders.Envelope", "fields": [
+        {**row_schema, "field": "before"}, {**row_schema, "field": "after"},
+        {"field": "op", "type": "string", "optional": False}]}
+    return json.dumps({"schema": schema, "payload": {"op": op, "before": before, "after": after}})
+
+
+def test_debezium_structs_and_maps_create_evolve_and_update_a_keyed_table(tmp_path: Path, spark: SparkSession) -> None:
+    """Without spec.schema the table's nested columns come from the Connect schema; a later schema widens a struct's
+    field and adds one (changes of ``item.qty`` and ``item.note``, the struct's other fields kept); Connect logical
+    types inside the struct (Decimal, Date) are read as at the top level."""
+    first, later = _row_schema(_ITEM), _row_schema(_ITEM_LATER)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    one = {"id": 1, "item": {"qty": 2, "price": _decimal(1999), "at": 19782}, "attrs": {"a": 1}}
+    two = {"id": 2, "item": None, "attrs": None}
+    (inbox / "0000.json").write_text("\n".join([_debezium(first, "c", None, one), _debezium(first, "c", None, two)]) + "\n")
+    updated = {"id": 1, "item": {"qty": 2**40, "price": _decimal(5), "at": None, "note": "big"}, "attrs": {}}
+    (inbox / "0001.json").write_text("\n".join([_debezium(later, "u", one, updated),
+                                                _debezium(later, "d", {"id": 2}, None)]) + "\n")
+    sync = make_sync(tmp_path, {"files": {"path": str(inbox), "maxFilesPerTrigger": 1}},
+                     table={"key": ["id"]}, changes={"format": "debezium"})
+    catalog = catalog_of(sync)
+
+    def reached() -> bool:
+        commits = sink_commits(catalog.load_table("sales.orders"), "test/orders")
+        return bool(commits) and commits[-1].frontier == {"after": "0001.json"}
+
+    with BackgroundJob(SyncJob(sync, 1, spark)) as running:
+        running.wait_until(reached, "the last file committed", timeout=300)
+    table = catalog.load_table("sales.orders")
+    item = table.schema().find_field("item").field_type
+    assert [(f.name, str(f.field_type)) for f in item.fields] == [
+        ("qty", "long"), ("price", "decimal(9, 2)"), ("at", "date"), ("note", "string")]
+    frame = spark.read.format("iceberg").load(table.metadata_location)
+    assert [row.asDict(recursive=True) for row in frame.collect()] == [
+        {"id": 1, "item": {"qty": 2**40, "price": Decimal("0.05"), "at": None, "note": "big"}, "attrs": {}}]
