@@ -15,6 +15,8 @@ EXIT_CATALOG_UNREACHABLE = 4
 EXIT_OBJECT_STORE_UNREACHABLE = 6
 # Another sink wrote the table last (its newest IcebergSync commit): nothing was launched or written.
 EXIT_TABLE_IN_USE = 7
+# The Schema Registry did not answer within the retry budget (an executor's decode, or the driver's).
+EXIT_SCHEMA_REGISTRY_UNREACHABLE = 8
 # A record or file that cannot be ingested and no dead-letter table to put it in (EX_DATAERR): waiting or
 # relaunching will not help, the operator reports Stalled with the reason.
 EXIT_BAD_INPUT = 65
@@ -99,6 +101,12 @@ class ObjectStoreUnreachableError(IcebergSyncError):
     """The object store kept failing after the retry budget; nothing of the trigger was committed."""
 
     exit_status = EXIT_OBJECT_STORE_UNREACHABLE
+
+
+class SchemaRegistryUnreachableError(IcebergSyncError):
+    """The Schema Registry did not answer usefully within the retry budget; nothing of the trigger is committed."""
+
+    exit_status = EXIT_SCHEMA_REGISTRY_UNREACHABLE
 
 
 class BadInputError(IcebergSyncError):

@@ -102,6 +102,8 @@ KEYLESS_NEEDS_POSITION_MESSAGE = ("an empty key (a table without a primary key) 
 KEYLESS_NEEDS_CHANGES_MESSAGE = "an empty key (a table without a primary key) needs spec.changes"
 CHANGES_NEED_FILES_OR_KAFKA_MESSAGE = "changes needs the files or kafka source"
 TOPIC_OR_PATTERN_MESSAGE = "set exactly one of topic and topicPattern"
+REGISTRY_FORMATS = ("avro",)  # formats whose records name their schema in a Schema Registry
+REGISTRY_NEEDED_MESSAGE = "format avro needs schemaRegistry (where the records' schemas are)"
 TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE = ("changes.transactions needs changes.format debezium and the kafka source "
                                             "(Debezium's transaction metadata)")
 TEMPLATE_NEEDS_KAFKA_MESSAGE = ("a table.name template ({topic}, {N}: one table per topic or directory) needs the "
@@ -110,8 +112,9 @@ DEAD_LETTER_TEMPLATE_MESSAGE = ("with a table.name template, deadLetter.table is
                                 "table per table), and differs from it")
 TABLES_KEY_MESSAGE = "each key of tables is a table name, namespace.table"
 TABLES_NEED_TEMPLATE_MESSAGE = "tables (per-table settings) needs a table.name template ({topic} or {N})"
-SCHEMA_REQUIRED_MESSAGE = ("schema is required for the files and kafka sources, except for spec.changes with "
-                           "schemaEvolution evolve (the table's columns then come from the records' Kafka Connect schema)")
+SCHEMA_REQUIRED_MESSAGE = ("schema is required for the files and kafka sources, except for spec.changes or a kafka "
+                           "format with a schema registry (avro) with schemaEvolution evolve (the table's columns then "
+                           "come from the records' Kafka Connect or registry schema)")
 # Iceberg refuses floating-point identifier fields (equality of floats is not a key).
 KEY_TYPES_REFUSED = ("float", "double")
 
@@ -175,6 +178,13 @@ class FilesSource(Model):
     secret_ref: SecretRef | None = None
 
 
+class SchemaRegistry(Model):
+    """A Confluent-compatible Schema Registry: where records in the Confluent wire format find their schemas."""
+
+    url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://")
+    options: dict[str, str] = Field(default_factory=dict)
+
+
 class KafkaSource(Model):
     """Kafka topics read by the tasks with a Kafka client (librdkafka); offsets live in the table, not in Kafka."""
 
@@ -188,7 +198,8 @@ class KafkaSource(Model):
     )
     starting_offsets: str = Field(default="earliest", description="earliest, latest, or per-partition JSON.")
     max_records_per_trigger: int = Field(default=1_000_000, ge=1)
-    format: Literal["json"] = "json"
+    format: Literal["json", "avro"] = "json"
+    schema_registry: SchemaRegistry | None = None
     options: dict[str, str] = Field(default_factory=dict)
     secret_ref: SecretRef | None = None
 
@@ -221,6 +232,8 @@ class KafkaSource(Model):
     def _topic_or_pattern(self) -> KafkaSource:
         if (self.topic is None) == (self.topic_pattern is None):
             raise ValueError(TOPIC_OR_PATTERN_MESSAGE)
+        if self.format in REGISTRY_FORMATS and self.schema_registry is None:
+            raise ValueError(REGISTRY_NEEDED_MESSAGE)
         return self
 
     @property
@@ -246,6 +259,11 @@ class Source(Model):
     @property
     def kind(self) -> str:
         return next(name for name in SOURCE_KINDS if getattr(self, name) is not None)
+
+    @property
+    def registry_format(self) -> bool:
+        """True when the records name their schema in a Schema Registry (``kafka.format`` avro)."""
+        return self.kafka is not None and self.kafka.format in REGISTRY_FORMATS
 
     @property
     def bounded(self) -> bool:
@@ -775,8 +793,9 @@ class IcebergSyncSpec(Model):
 
     @property
     def follows_source_schema(self) -> bool:
-        """True when the table's schema follows the Connect schema of the change records (schemaEvolution evolve)."""
-        return self.changes is not None and self.schema_evolution == "evolve"
+        """True when the table's schema follows the records' schema (schemaEvolution evolve): the Connect schema of
+        change records, or the registry schema of Avro records."""
+        return (self.changes is not None or self.source.registry_format) and self.schema_evolution == "evolve"
 
     @property
     def keyed(self) -> bool:

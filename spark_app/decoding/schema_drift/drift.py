@@ -180,37 +180,58 @@ class SchemaDrift:
         return ", ".join(parts + sorted(self.problems.values()))
 
 
+@dataclass(frozen=True)
+class SentField:
+    """A field of the records' schema as drift detection compares it: its name, its spec type (None: it has none,
+    ``why``), whether its values are JSON text, and its schema when that carries a column default."""
+
+    name: str
+    type_name: str | None
+    why: str = ""
+    text: bool = False
+    default_schema: Mapping[str, Any] | None = None
+
+
 def observe(fields: Sequence[Mapping[str, Any]], columns: Mapping[str, str], required: frozenset[str],
             key: frozenset[str], whole_row: bool) -> SchemaDrift:
-    """The drift of one Connect struct (its ``fields``) against the table's ``columns`` (name -> spec type).
-
-    ``whole_row`` (a row's after image, not a delete's before, which may hold the key alone): a column the
-    struct lacks was dropped at the source; it stays, made optional if required, unless it is a key column.
-    """
-    drift = SchemaDrift()
-    sent = set()
+    """The drift of one Connect struct (its ``fields``) against the table's ``columns`` (name -> spec type)
+    (:func:`observe_fields`)."""
+    sent = []
     for spec in fields:
         name = spec.get("field")
-        if not isinstance(name, str):
-            continue
-        sent.add(name)
-        type_name, why = iceberg_type_name(spec)
+        if isinstance(name, str):
+            type_name, why = iceberg_type_name(spec)
+            sent.append(SentField(name, type_name, why, sends_text(spec), dict(spec) if "default" in spec else None))
+    return observe_fields(sent, columns, required, key, whole_row)
+
+
+def observe_fields(fields: Sequence[SentField], columns: Mapping[str, str], required: frozenset[str],
+                   key: frozenset[str], whole_row: bool) -> SchemaDrift:
+    """The drift of the fields of one schema of the records (a Connect struct's, a registry schema's) against the
+    table's ``columns`` (name -> spec type).
+
+    ``whole_row`` (a row's after image, not a delete's before, which may hold the key alone): a column the
+    schema lacks was dropped at the source; it stays, made optional if required, unless it is a key column.
+    """
+    drift = SchemaDrift()
+    for sent in fields:
+        name, type_name = sent.name, sent.type_name
         if name not in columns:
             if type_name is None:
-                drift.problems[name] = f"new column {name!r} cannot be added: {why}"
+                drift.problems[name] = f"new column {name!r} cannot be added: {sent.why}"
             else:
                 drift.adds[name] = type_name
-                if "default" in spec:
-                    drift.defaults[name] = dict(spec)
+                if sent.default_schema is not None:
+                    drift.defaults[name] = dict(sent.default_schema)
         elif type_name is not None:
-            fit, wider = fitted(columns[name], type_name, sends_text(spec))
+            fit, wider = fitted(columns[name], type_name, sent.text)
             if fit is Fit.WIDEN:
                 drift.widens[name] = wider
             elif fit is Fit.INCOMPATIBLE:
                 drift.problems[name] = (f"column {name!r} is {columns[name]} in the table and the source now sends "
                                         f"{type_name}: Iceberg cannot change {columns[name]} to {type_name}")
     if whole_row:
-        for name in columns.keys() - sent:
+        for name in columns.keys() - {sent.name for sent in fields}:
             if name in key:
                 drift.problems[name] = f"key column {name!r} is no longer in the source's rows"
             elif name in required:

@@ -1,0 +1,106 @@
+"""The Schema Registry as the tasks see it: a schema by its id, fetched once per process, through confluent-kafka's
+``SchemaRegistryClient`` with bounded retries.
+
+A schema id the registry does not know is an answer (None: the record is a dead letter); a registry that does not
+answer usefully within the budget is :class:`~icebergsync.errors.SchemaRegistryUnreachableError` (the sync stops with
+its one line, exit 8), never a stream of dead letters.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from icebergsync.errors import SchemaRegistryUnreachableError
+from icebergsync.transient.calls import last_line
+from icebergsync.transient.http import jittered_backoff
+
+log = logging.getLogger("icebergsync.job")
+
+SECRET_PREFIX = "schema.registry."  # the kafka secretRef's keys for the registry (credentials, TLS files)
+BUDGET_SECONDS = 60.0
+_CLIENT_DEFAULTS = {"max.retries": "3", "retries.wait.ms": "500", "retries.max.wait.ms": "4000", "timeout": "10"}
+_NOT_FOUND = 404
+
+
+@dataclass(frozen=True)
+class RegisteredSchema:
+    """A registered schema: its type (``AVRO``, ``PROTOBUF``, ``JSON``) and its text."""
+
+    schema_type: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """Where the registry is and how to reach it (picklable: the tasks build their own client)."""
+
+    url: str
+    conf: tuple[tuple[str, str], ...] = ()
+
+    @staticmethod
+    def of(url: str, options: Mapping[str, str], secret: Mapping[str, str]) -> RegistrySettings:
+        """The settings from ``schemaRegistry`` (url, options) and the kafka secret's ``schema.registry.`` keys."""
+        conf = {**_CLIENT_DEFAULTS, **options,
+                **{key[len(SECRET_PREFIX):]: value for key, value in secret.items() if key.startswith(SECRET_PREFIX)}}
+        return RegistrySettings(url.rstrip("/"), tuple(sorted(conf.items())))
+
+
+_schemas: dict[tuple[RegistrySettings, int], RegisteredSchema | None] = {}
+_clients: dict[RegistrySettings, Any] = {}
+_lock = threading.Lock()
+
+
+def registered_schema(settings: RegistrySettings, schema_id: int,
+                      sleep: Callable[[float], None] = time.sleep) -> RegisteredSchema | None:
+    """The schema registered as ``schema_id`` (None: the registry does not know it), cached for the process."""
+    key = (settings, schema_id)
+    if key in _schemas:
+        return _schemas[key]
+    found = _fetch(settings, schema_id, sleep)
+    with _lock:
+        _schemas[key] = found
+    return found
+
+
+def _client(settings: RegistrySettings) -> Any:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    with _lock:
+        if settings not in _clients:
+            conf: dict[str, Any] = {"url": settings.url, **dict(settings.conf)}
+            for number in ("max.retries", "retries.wait.ms", "retries.max.wait.ms", "timeout"):
+                if number in conf:
+                    conf[number] = int(conf[number])
+            _clients[settings] = SchemaRegistryClient(conf)
+        return _clients[settings]
+
+
+def _fetch(settings: RegistrySettings, schema_id: int, sleep: Callable[[float], None]) -> RegisteredSchema | None:
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    deadline = time.monotonic() + BUDGET_SECONDS
+    attempt = 0
+    while True:
+        try:
+            schema = _client(settings).get_schema(schema_id)
+            return RegisteredSchema(str(schema.schema_type or "AVRO"), schema.schema_str)
+        except SchemaRegistryError as error:
+            if error.http_status_code == _NOT_FOUND:
+                return None
+            failure: BaseException = error
+        except Exception as error:  # the HTTP client's connection errors and timeouts
+            failure = error
+        delay = jittered_backoff(attempt, 1.0, 10.0)
+        attempt += 1
+        if time.monotonic() + delay > deadline:
+            raise SchemaRegistryUnreachableError(
+                f"schema registry {settings.url}: schema id {schema_id} could not be fetched "
+                f"({last_line(failure)})") from failure
+        log.warning("schema registry %s: schema id %d: %s; attempt %d again in %.1fs", settings.url, schema_id,
+                    last_line(failure), attempt + 1, delay)
+        sleep(delay)
