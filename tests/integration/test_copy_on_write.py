@@ -22,7 +22,9 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-import spark_app.commit.committer as committer_module
+import spark_app.commit.data_commit as data_commit_module
+import spark_app.commit.head_writes as head_writes_module
+import spark_app.commit.swap as swap_module
 from icebergsync import protocol
 from icebergsync.protocol import Writer
 from spark_app.commit.committer import SinkCommitter
@@ -216,11 +218,11 @@ def test_a_kill_around_the_copy_on_write_commit_leaves_every_row_once(
         if when == "before-the-swap":
             def refuse(*_: object) -> object:
                 raise Killed
-            patched.setattr(committer_module, "commit_transactions", refuse)
+            patched.setattr(swap_module, "commit_transactions", refuse)
         else:
             def killed(*_: object) -> object:
                 raise Killed
-            patched.setattr(committer_module.DataCommit, "land", killed)
+            patched.setattr(data_commit_module.DataCommit, "land", killed)
         with pytest.raises(Killed):
             v1.commit(output, {"after": "t-killed"})
     table = catalog.load_table(name)
@@ -254,8 +256,8 @@ def test_a_threshold_above_every_file_rewrites_no_more_than_the_driver_budget(
     triggers.commit(v1, 3000)
     table = catalog.load_table(name)
     budget = sum(f.data_file.file_size_in_bytes for f in live_files(table, table.current_snapshot())) // 3  # type: ignore[arg-type]
-    real = committer_module.copy_on_write
-    monkeypatch.setattr(committer_module, "copy_on_write",
+    real = head_writes_module.copy_on_write
+    monkeypatch.setattr(head_writes_module, "copy_on_write",
                         lambda *args, **kwargs: real(*args, **kwargs, budget_bytes=budget))
     for number in range(4):
         before = {f.path: f.data_file.file_size_in_bytes for f in live_files(table, table.current_snapshot())  # type: ignore[arg-type]
