@@ -26,7 +26,7 @@ from spark_app.commit.head_writes import HeadWrites
 from spark_app.commit.maintenance_commits import commit_manifest_rewrite, commit_rewrite, commit_schema
 from spark_app.commit.partition_evolution import PartitionChange
 from spark_app.commit.sink import Sink
-from spark_app.commit.swap import Commit, TablePin
+from spark_app.commit.swap import Commit
 from spark_app.commit.trigger_output import TriggerOutput
 
 if TYPE_CHECKING:
@@ -60,14 +60,6 @@ class SinkCommitter:
         return self.sink.dead_letter_identifier
 
     @property
-    def source(self) -> SourceIdentity | None:
-        return self.sink.source
-
-    @property
-    def pins(self) -> dict[str, TablePin]:
-        return self.sink.pins
-
-    @property
     def last_snapshot(self) -> Snapshot | None:
         """The main-table snapshot of this writer's newest commit (its fence, before any data)."""
         return self.sink.last_snapshot
@@ -75,14 +67,6 @@ class SinkCommitter:
     @property
     def last_snapshot_id(self) -> int | None:
         return self.last_snapshot.snapshot_id if self.last_snapshot else None
-
-    @property
-    def last_dead_letter_snapshot(self) -> Snapshot | None:
-        return self.sink.last_dead_letter_snapshot
-
-    @property
-    def fence_time_ms(self) -> int | None:
-        return self.sink.fence_time_ms
 
     @property
     def frontier(self) -> Frontier | None:
@@ -98,11 +82,6 @@ class SinkCommitter:
     @copy_on_write_bytes.setter
     def copy_on_write_bytes(self, value: int) -> None:
         self.head_writes.copy_on_write_bytes = value
-
-    @property
-    def unmatched_copies(self) -> int:
-        """Of the last keyless locate: rows the source removed that the table did not hold."""
-        return self.head_writes.unmatched_copies
 
     def start(self, schema_changes: list[SchemaChange], source: SourceIdentity | None = None,
               check_frontier: Callable[[Frontier], None] | None = None,
@@ -184,8 +163,8 @@ class SinkCommitter:
         attempt's fence, are candidates: a newer writer's files are never touched. With
         ``older_than_ms`` (epoch ms) only files written before it are (the periodic removal's safety age).
         """
-        assert self.fence_time_ms is not None
-        return cleanup_orphans(self.writer, self.fence_time_ms, table, older_than_ms)
+        assert self.sink.fence_time_ms is not None
+        return cleanup_orphans(self.writer, self.sink.fence_time_ms, table, older_than_ms)
 
     def discard(self, output: TriggerOutput) -> None:
         """Delete files staged for a main commit that certainly did not land."""

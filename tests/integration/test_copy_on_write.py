@@ -150,7 +150,7 @@ def test_a_foreign_commit_between_staging_and_commit_is_rebuilt_on(tmp_path: Pat
     v1 = committer(catalog, name)
     triggers.commit(v1, 300)
     output = stage(catalog.load_table(name), v1.writer, *triggers.stream.records(300), "debezium", "foreign-0", True)
-    original = v1._position_deletes
+    original = v1.head_writes.position_deletes
     rounds: list[int] = []
     foreign_key, moment = 10**9, START + timedelta(days=1, hours=3)
 
@@ -165,7 +165,7 @@ def test_a_foreign_commit_between_staging_and_commit_is_rebuilt_on(tmp_path: Pat
                                   pa.field("updated_at", pa.timestamp("us", tz="UTC"))])))
         return result
 
-    v1._position_deletes = interfere  # type: ignore[method-assign]
+    v1.head_writes.position_deletes = interfere  # type: ignore[method-assign]
     v1.commit(output, {"after": "t-foreign"})
     assert len(rounds) == 2 and rounds[0] > 0, rounds
     table = catalog.load_table(name)
