@@ -381,3 +381,41 @@ def test_a_maintenance_commit_refused_because_main_moved_leaves_no_manifest(
         sink.commit_maintenance(planned, [old], replacement)
     assert len(rounds) == 1
     assert _metadata_avro(catalog) == _referenced_avro(catalog)
+
+
+def test_an_expiry_that_lost_to_a_conflict_is_recomputed_on_the_new_head(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An expiry goes through the same compare-and-swap as every commit: the head moved under its first send, so
+    the next round re-checks the fence on the new head and expires what is expirable there (the newest snapshot of
+    main and the sink's own newest are kept)."""
+    catalog, table, sink = started_sink(tmp_path, 3)
+    commit_range(sink, table, 3, 6)
+    rounds = _another_writer_first(monkeypatch, catalog)
+    expired = sink.expire_snapshots(int(time.time() * 1000) + 60_000, retain_last=1)
+    assert len(rounds) == 2
+    after = catalog.load_table(TABLE).metadata
+    kept = {s.snapshot_id for s in after.snapshots}
+    assert kept == {after.current_snapshot_id, sink.last_snapshot_id} and len(kept) == 2
+    assert expired and not kept & {s.snapshot_id for s in expired}
+    assert committed_ids(catalog) == [-1, 0, 1, 2, 3, 4, 5]
+
+
+def test_an_expiry_whose_answer_was_lost_after_it_landed_sends_nothing_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An expiry adds no snapshot to look for after an unknown outcome: it is idempotent, so the next round
+    recomputes on the head, finds nothing left to expire and sends nothing."""
+    catalog, _, sink = started_sink(tmp_path, 3)
+    before = {s.snapshot_id for s in catalog.load_table(TABLE).metadata.snapshots}
+    real_commit = swap_module.commit_transactions
+    rounds: list[int] = []
+
+    def answer_lost(catalog_: Catalog, changes: list[TableChange]) -> object:
+        rounds.append(len(changes))
+        real_commit(catalog_, changes)
+        raise ConnectionError("the answer to the expiry was lost")
+
+    monkeypatch.setattr(swap_module, "commit_transactions", answer_lost)
+    assert sink.expire_snapshots(int(time.time() * 1000) + 60_000, retain_last=1) == []
+    assert rounds == [1]
+    assert {s.snapshot_id for s in catalog.load_table(TABLE).metadata.snapshots} == {sink.last_snapshot_id} != before
+    assert committed_ids(catalog) == [0, 1, 2]
