@@ -96,8 +96,8 @@ class Commit:
     commit_ms: float
 
 
-# A transaction built on a head, with the id of the snapshot it adds (None: it adds none, as an expiry), or None
-# when there is nothing to commit on that head.
+# A transaction built on a head, with the id of the snapshot it adds (None: it adds none, as an expiry, which is
+# swapped alone), or None when there is nothing to commit on that head.
 Built = tuple[Transaction, int | None] | None
 
 
