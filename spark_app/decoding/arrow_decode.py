@@ -11,9 +11,10 @@ Fast path and fallback
     structural error ("... in row N"), that record is decoded alone and the rest is read again; an
     unknown field is located by reading the chunk once more with inferred extra columns; an error
     without a row (a value that does not convert) splits the chunk in halves. Records the cheap
-    vectorised checks flag (below) are decoded one by one as well. The per-record decoder
-    (``json.loads`` with duplicate-key detection) is the authority for every record it sees, and it
-    accepts whatever the fast path accepts, so a record's outcome never depends on its neighbours.
+    vectorised checks flag (below) are decoded one by one as well. The per-record decoder (the strict
+    rules of :mod:`spark_app.decoding.json_values`, which the keyed path follows too) is the authority for
+    every record it sees, and it accepts whatever the fast path accepts, reading texts to the same values,
+    so a record's outcome never depends on its neighbours.
 
 What pyarrow's JSON reader does silently (found by experiment, pyarrow 26) and how it is caught
     * a value that is not valid UTF-8 lands in a string column: the block (or each Kafka value) is
@@ -35,21 +36,18 @@ What pyarrow's JSON reader does silently (found by experiment, pyarrow 26) and h
       in the per-record decoder, which names every reason.
 
 Timestamps
-    ISO-8601 strings (``T`` or space, fraction up to nanoseconds, truncated to microseconds).
-    ``timestamptz`` takes an offset or ``Z``; a value without one is UTC (as Spark's ``from_json`` in
-    the job's UTC session). ``timestamp`` refuses a value with an offset. Dates are ``YYYY-MM-DD``.
-    Numbers are not timestamps (Spark's ``from_json`` reads an integer as epoch seconds into
-    ``timestamptz``; here it is a dead letter).
+    As :mod:`spark_app.decoding.json_values` reads them (ISO-8601, a fraction truncated to microseconds,
+    ``timestamptz`` without an offset is UTC as Spark's ``from_json`` in the job's UTC session, ``timestamp``
+    refuses an offset; dates ``YYYY-MM-DD``). Numbers are not timestamps (Spark's ``from_json`` reads an
+    integer as epoch seconds into ``timestamptz``; here it is a dead letter).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import decimal
 import io
 import json
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -66,11 +64,19 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column as SpecColumn
 from spark_app.decoding.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
-from spark_app.decoding.float32 import float32_of, float64_of
+from spark_app.decoding.json_values import (
+    NOT_UTF8,
+    BadJson,
+    Refused,
+    ValueType,
+    converter,
+    first_refusal,
+    kind,
+    loads,
+    value_type,
+)
 
-NOT_UTF8 = "record is not valid UTF-8 (the payload is its bytes in base64)"
 EMPTY_RECORD = "empty record"
-MALFORMED = "malformed JSON"
 CSV_MISMATCH = "CSV row does not match the schema"
 
 # Records per read of the vectorised reader: small enough that a bad record costs little, large
@@ -84,16 +90,11 @@ _ROW_IN_ERROR = re.compile(r" in row (\d+)\s*$")
 # A conversion error names the value it could not convert, not its row.
 _VALUE_IN_ERROR = [re.compile(r"couldn't parse:(.+)$", re.S), re.compile(r"Failed to convert JSON to [^:]+: (\S+) requires"),
                    re.compile(r"The string '(.*)' is not a valid", re.S)]
-_DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _OFFSET_SUFFIX = r"[T ]\d.*(?:Z|[+-]\d\d(?::?\d\d)?)$"  # a time, then an offset
-# Strings Spark's from_json takes as non-finite floats (allowNonNumericNumbers).
-_JSON_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "+INF": math.inf,
-                     "-Infinity": -math.inf, "-INF": -math.inf}
 _CSV_FLOAT_WORDS = {"NaN", "Inf", "-Inf", "+Inf", "Infinity", "-Infinity", "+Infinity"}
 _JSON_WHITESPACE = b" \t\r\n"
 _CSV_FIELD = r'(?:"(?:[^"]|"")*"|[^",][^,]*)?'
 _CSV_QUOTED_LINE = rf"^{_CSV_FIELD}(?:,{_CSV_FIELD})*$"
-_DECIMAL_CONTEXT = decimal.Context(prec=200, rounding=decimal.ROUND_HALF_UP, Emax=10_000, Emin=-10_000)
 REQUIRED_METADATA = {b"icebergsync.required": b"true"}
 _CONTROL_FIELDS = [pa.field(ERROR_COLUMN, pa.string()), pa.field(RAW_COLUMN, pa.string()),
                    pa.field(POSITION_COLUMN, pa.string())]
@@ -143,26 +144,21 @@ def _required_present(table: pa.Table, schema: pa.Schema, records: _Records) -> 
 
 @dataclass(frozen=True)
 class _Col:
-    """How one declared column is read and checked."""
+    """A declared column: its name and what it holds."""
 
     name: str
-    kind: str  # string int long float double boolean decimal date timestamp timestamptz binary array
-    type: pa.DataType  # the target type
-    label: str  # the spec's type name, for reasons
-    precision: int = 0
-    scale: int = 0
-    element: _Col | None = None  # an array's elements (same name)
+    value: ValueType
 
-    @property
-    def read_type(self) -> pa.DataType:
-        """The type the vectorised JSON reader reads this column as."""
-        if self.element is not None:
-            return pa.list_(self.element.read_type)
-        if self.kind in ("string", "date", "timestamp", "timestamptz", "binary"):
-            return pa.string()
-        if self.kind == "decimal":  # the column's scale (rounding is refused), any precision (checked here)
-            return pa.decimal128(38, self.scale)
-        return self.type
+
+def _read_type(vtype: ValueType) -> pa.DataType:
+    """The type the vectorised JSON reader reads a column of ``vtype`` as."""
+    if vtype.element is not None:
+        return pa.list_(_read_type(vtype.element))
+    if vtype.kind in ("string", "date", "timestamp", "timestamptz", "binary"):
+        return pa.string()
+    if vtype.kind == "decimal":  # the column's scale (rounding is refused), any precision (checked here)
+        return pa.decimal128(38, vtype.scale)
+    return vtype.arrow
 
 
 def _loose_scale(precision: int, scale: int) -> int:
@@ -173,33 +169,10 @@ def _loose_scale(precision: int, scale: int) -> int:
 def _plan(schema: pa.Schema) -> list[_Col]:
     cols = []
     for f in schema:
-        t = f.type
-        if pa.types.is_string(t) or pa.types.is_large_string(t):
-            cols.append(_Col(f.name, "string", t, "string"))
-        elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-            cols.append(_Col(f.name, "binary", t, "binary"))
-        elif pa.types.is_int32(t):
-            cols.append(_Col(f.name, "int", t, "int"))
-        elif pa.types.is_int64(t):
-            cols.append(_Col(f.name, "long", t, "long"))
-        elif pa.types.is_float32(t):
-            cols.append(_Col(f.name, "float", t, "float"))
-        elif pa.types.is_float64(t):
-            cols.append(_Col(f.name, "double", t, "double"))
-        elif pa.types.is_boolean(t):
-            cols.append(_Col(f.name, "boolean", t, "boolean"))
-        elif pa.types.is_decimal(t):
-            cols.append(_Col(f.name, "decimal", t, f"decimal({t.precision},{t.scale})", t.precision, t.scale))
-        elif pa.types.is_date32(t):
-            cols.append(_Col(f.name, "date", t, "date"))
-        elif pa.types.is_timestamp(t):
-            kind = "timestamptz" if t.tz is not None else "timestamp"
-            cols.append(_Col(f.name, kind, t, kind))
-        elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and not pa.types.is_nested(t.value_type):
-            element = _plan(pa.schema([pa.field(f.name, t.value_type)]))[0]
-            cols.append(_Col(f.name, "array", t, f"array<{element.label}>", element=element))
-        else:
-            raise ValueError(f"column {f.name}: type {t} is not supported by the decoders")
+        try:
+            cols.append(_Col(f.name, value_type(f.type)))
+        except ValueError as exc:
+            raise ValueError(f"column {f.name}: {exc}") from None
     return cols
 
 
@@ -319,58 +292,58 @@ def _base64(arr: pa.Array) -> pa.Array:
     return pa.array(out, pa.binary())
 
 
-def _text_converter(col: _Col) -> Callable[[pa.Array], pa.Array]:
+def _text_converter(vtype: ValueType) -> Callable[[pa.Array], pa.Array]:
     """String array -> the column's type, refusing (ArrowInvalid) any value that is not one."""
-    if col.kind == "date":
+    if vtype.kind == "date":
         return lambda a: a.cast(pa.date32())
-    if col.kind == "timestamp":
+    if vtype.kind == "timestamp":
         return _naive
-    if col.kind == "timestamptz":
+    if vtype.kind == "timestamptz":
         return _zoned
-    if col.kind == "binary":
+    if vtype.kind == "binary":
         return _base64
-    raise AssertionError(col.kind)
+    raise AssertionError(vtype.kind)
 
 
-def _convert_text(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    converted, bad = _masked(arr, _text_converter(col), pa.binary() if col.kind == "binary" else col.type)
-    return converted.cast(col.type), bad
+def _convert_text(vtype: ValueType, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    converted, bad = _masked(arr, _text_converter(vtype), pa.binary() if vtype.kind == "binary" else vtype.arrow)
+    return converted.cast(vtype.arrow), bad
 
 
-def _decimal_suspects(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
+def _decimal_suspects(vtype: ValueType, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """A wide decimal array -> the column's decimal; values that need rounding or overflow are flagged."""
-    if arr.type.scale == col.scale:  # only the precision to check: cheaply, by the extremes
-        bound = Decimal(10) ** (col.precision - col.scale)
+    if arr.type.scale == vtype.scale:  # only the precision to check: cheaply, by the extremes
+        bound = Decimal(10) ** (vtype.precision - vtype.scale)
         extremes = pc.min_max(arr).as_py()
         if extremes["min"] is None or (-bound < extremes["min"] and extremes["max"] < bound):
-            return arr.view(pa.decimal128(col.precision, col.scale)).cast(col.type), np.zeros(len(arr), dtype=bool)
+            return arr.view(pa.decimal128(vtype.precision, vtype.scale)).cast(vtype.arrow), np.zeros(len(arr), dtype=bool)
     try:
-        return arr.cast(col.type), np.zeros(len(arr), dtype=bool)
+        return arr.cast(vtype.arrow), np.zeros(len(arr), dtype=bool)
     except pa.ArrowInvalid:
         pass
-    rounds = pc.not_equal(pc.round(arr, col.scale), arr)
-    bound = pa.scalar(Decimal(10) ** (col.precision - col.scale), arr.type)
+    rounds = pc.not_equal(pc.round(arr, vtype.scale), arr)
+    bound = pa.scalar(Decimal(10) ** (vtype.precision - vtype.scale), arr.type)
     overflows = pc.greater_equal(pc.abs(arr), bound)
     bad = pc.fill_null(pc.or_(rounds, overflows), False)
-    return pc.if_else(bad, pa.scalar(None, arr.type), arr).cast(col.type), bad.to_numpy(zero_copy_only=False)
+    return pc.if_else(bad, pa.scalar(None, arr.type), arr).cast(vtype.arrow), bad.to_numpy(zero_copy_only=False)
 
 
-def _check(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
+def _check(vtype: ValueType, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """What the JSON reader read for ``col`` in the column's type, and the values the cheap vectorised checks
     flag (see the module's notes); an array's flagged elements flag it."""
     bad = np.zeros(len(arr), dtype=bool)
-    if col.element is not None:
-        element = col.element
+    element = vtype.element
+    if element is not None:
         arr, bad = _by_elements(arr, lambda elements: _check(element, elements))
-    elif col.kind in ("float", "double"):
+    elif vtype.kind in ("float", "double"):
         finite = pc.fill_null(pc.is_finite(arr), True)
         if not pc.all(finite).as_py():
             bad = ~finite.to_numpy(zero_copy_only=False)
-    elif col.kind == "decimal":
-        arr, bad = _decimal_suspects(col, arr)
-    elif col.kind in ("date", "timestamp", "timestamptz", "binary"):
-        arr, bad = _convert_text(col, arr)
-    return (arr.cast(col.type) if arr.type != col.type else arr), bad
+    elif vtype.kind == "decimal":
+        arr, bad = _decimal_suspects(vtype, arr)
+    elif vtype.kind in ("date", "timestamp", "timestamptz", "binary"):
+        arr, bad = _convert_text(vtype, arr)
+    return (arr.cast(vtype.arrow) if arr.type != vtype.arrow else arr), bad
 
 
 def _by_elements(arr: pa.Array, convert: Callable[[pa.Array], tuple[pa.Array, np.ndarray]]) -> tuple[pa.Array, np.ndarray]:
@@ -388,289 +361,52 @@ def _combine(array: pa.Array | pa.ChunkedArray) -> pa.Array:
     return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
 
-# -- Java-like text of values in reasons (to match the JVM decoder) -----------------------------------
-
-
-class _Num(str):
-    """A JSON number, kept as its text."""
-
-    is_float = False
-
-
-class _Float(_Num):
-    is_float = True
-
-
-def _java_double(x: float) -> str:
-    """``Double.toString``: plain between 1e-3 and 1e7, else ``d.dddE±n``."""
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    if x == 0:
-        return "-0.0" if math.copysign(1, x) < 0 else "0.0"
-    sign, digits, exponent = Decimal(repr(x)).as_tuple()
-    assert isinstance(exponent, int)
-    figures = list(digits)
-    while len(figures) > 1 and figures[-1] == 0:
-        figures.pop()
-        exponent += 1
-    prefix = "-" if sign else ""
-    if 1e-3 <= abs(x) < 1e7:
-        text = format(Decimal((0, tuple(figures), exponent)), "f")
-        return prefix + (text if "." in text else text + ".0")
-    mantissa = f"{figures[0]}." + ("".join(map(str, figures[1:])) or "0")
-    return f"{prefix}{mantissa}E{len(figures) - 1 + exponent}"
-
-
-def _variant_number(num: _Num) -> str:
-    """A number as Spark's variant ``to_json`` writes it (long, else decimal, else double)."""
-    if not num.is_float:
-        if len(num) > 60:
-            return _java_double(float(num))
-        value = int(num)
-        if -(2**63) <= value < 2**63 or len(str(abs(value))) <= 38:
-            return str(value)
-        return _java_double(float(value))
-    if "e" in num or "E" in num:
-        return _java_double(float(num))
-    exact = Decimal(num)
-    _, digits, exponent = exact.as_tuple()
-    if len(digits) <= 38 and isinstance(exponent, int) and -exponent <= 38:
-        if exact == 0:
-            return "0"
-        return format(exact.normalize(_DECIMAL_CONTEXT), "f")
-    return _java_double(float(num))
-
-
-def _variant_json(value: Any) -> str:
-    """Spark's ``to_json`` of a variant: compact, object keys sorted, numbers normalised."""
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_variant_json(value[k])}" for k in sorted(value)) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(_variant_json(v) for v in value) + "]"
-    if isinstance(value, _Num):
-        return _variant_number(value)
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _jackson_json(value: Any) -> str:
-    """Spark's ``get_json_object`` text of a value: a string unquoted, else compact JSON in source order."""
-    if isinstance(value, str) and not isinstance(value, _Num):
-        return value
-    return _jackson_nested(value)
-
-
-def _jackson_nested(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_jackson_nested(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(_jackson_nested(v) for v in value) + "]"
-    if isinstance(value, _Num):
-        return _java_double(float(value)) if value.is_float else (str(int(value)) if len(value) < 60 else str(value))
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, _Num):
-        return "a number"
-    if value is None:
-        return "null"
-    return "a string"
-
-
 # -- the per-record JSON decoder (the authority) ------------------------------------------------------
 
 
-class _Duplicates(Exception):
-    def __init__(self, top: list[str] | None) -> None:
-        self.top = top
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _loads(text: str) -> Any:
-    """``json.loads`` that refuses NaN/Infinity and raises :class:`_Duplicates` for a key twice."""
-    calls: list[list[str]] = []
-
-    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [k for k, _ in pairs]
-        counts: dict[str, int] = {}
-        for key in keys:
-            counts[key] = counts.get(key, 0) + 1
-        calls.append(list(dict.fromkeys(k for k in keys if counts[k] > 1)))
-        return dict(pairs)
-
-    value = json.loads(text, object_pairs_hook=pairs_hook, parse_float=_Float, parse_int=_Num,
-                       parse_constant=_no_constants)
-    if any(calls):
-        top = calls[-1] if isinstance(value, dict) and calls[-1] else None
-        raise _Duplicates(top)
-    return value
-
-
-def _surrogate_free(value: Any) -> bool:
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return True
-    if isinstance(value, dict):
-        return all(_surrogate_free(k) and _surrogate_free(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_surrogate_free(v) for v in value)
-    return True
-
-
-def _convert_one(col: _Col, value: Any) -> tuple[Any, str | None, str | None]:
-    """(value, strict error, mismatch error) of one JSON value for ``col``; errors as decode.py words them."""
-    mismatch = f"field {col.name}: value {_jackson_json(value)} is not a {col.label}"
-    kind = col.kind
-    if col.element is not None:
-        if isinstance(value, list):
-            return _convert_array(col, col.element, value)
-        return None, None, f"field {col.name}: value {_jackson_json(value)} is not an {col.label}"
-    if kind == "string":
-        if isinstance(value, str) and not isinstance(value, _Num):
-            return value, None, None
-        return None, f"field {col.name}: value {_variant_json(value)} is {_kind(value)}, not a string", None
-    if kind == "boolean":
-        return (value, None, None) if isinstance(value, bool) else (None, None, mismatch)
-    if kind in ("int", "long"):
-        if isinstance(value, _Num) and not value.is_float and len(value) < 30:
-            number = int(value)
-            bits = 31 if kind == "int" else 63
-            if -(2**bits) <= number < 2**bits:
-                return number, None, None
-        return None, None, mismatch
-    if kind in ("float", "double"):
-        if isinstance(value, _Num):
-            real = float32_of(value) if kind == "float" else float64_of(value)
-            return (real, None, None) if real is not None else (None, None, mismatch)
-        if isinstance(value, str) and value in _JSON_FLOAT_WORDS:
-            return _JSON_FLOAT_WORDS[value], None, None
-        return None, None, mismatch
-    if kind == "decimal":
-        if isinstance(value, _Num) or (isinstance(value, str) and _DECIMAL_TEXT.fullmatch(value)):
-            exact = Decimal(value)
-            try:
-                rounded = exact.quantize(Decimal(1).scaleb(-col.scale), context=_DECIMAL_CONTEXT)
-            except decimal.InvalidOperation:
-                return None, None, mismatch
-            if abs(rounded) >= Decimal(10) ** (col.precision - col.scale):
-                return None, None, mismatch
-            if rounded != exact:
-                text = _variant_number(value) if isinstance(value, _Num) else json.dumps(value, ensure_ascii=False)[1:-1]
-                return None, f"field {col.name}: value {text} does not fit {col.label} without rounding", None
-            return rounded, None, None
-        return None, None, mismatch
-    # date, timestamp, timestamptz, binary: from strings, by the same conversion as the fast path,
-    # later and for all records at once (see _decode_records)
-    if isinstance(value, str) and not isinstance(value, _Num):
-        return _Pending(value), None, None
-    return None, None, mismatch
-
-
-def _convert_array(col: _Col, element: _Col, items: list[Any]) -> tuple[Any, str | None, str | None]:
-    """:func:`_convert_one` of a JSON array: each element (null stays null), text ones converted at once."""
-    values: list[Any] = []
-    for item in items:
-        converted, strict, mismatch = (None, None, None) if item is None else _convert_one(element, item)
-        if strict or mismatch:
-            where = f" (an element of {col.label})"
-            return None, strict and strict + where, mismatch and mismatch + where
-        values.append(converted)
-    pending = [i for i, value in enumerate(values) if isinstance(value, _Pending)]
-    if pending:
-        converted_text, bad = _convert_text(element, pa.array([values[i] for i in pending], pa.string()))
-        if bad.any():
-            shown = values[pending[int(np.flatnonzero(bad)[0])]]
-            return None, None, f"field {col.name}: value {shown} is not a {element.label} (an element of {col.label})"
-        for i, value in zip(pending, converted_text.to_pylist(), strict=True):
-            values[i] = value
-    return values, None, None
-
-
-class _Pending(str):
-    """A string the column's vectorised conversion has yet to take (or refuse)."""
-
-
-def _decode_records(cols: list[_Col], declared: set[str], raws: list[bytes | None]) -> tuple[list[str | None], list[list[Any]]]:
-    """Reasons (None: good) and columns of JSON records, each decoded alone, with decode.py's checks
-    in its order: the record's own problems, then the first strict error, then the first mismatch."""
-    decoded = [_decode_record(cols, declared, raw) for raw in raws]
-    columns: list[list[Any]] = [[values[c] for _, _, values in decoded] for c in range(len(cols))]
-    for c, col in enumerate(cols):
-        pending = [j for j, value in enumerate(columns[c]) if isinstance(value, _Pending)]
-        if not pending:
-            continue
-        converted, bad = _convert_text(col, pa.array([str(columns[c][j]) for j in pending], pa.string()))
-        for j, value, refused in zip(pending, converted.to_pylist(), bad, strict=True):
-            if refused:
-                decoded[j][1].append((c, f"field {col.name}: value {columns[c][j]} is not a {col.label}"))
-            columns[c][j] = value
+def _decode_records(cols: list[_Col], converters: list[Callable[[Any], Any]], declared: set[str],
+                    raws: list[bytes | None]) -> tuple[list[str | None], list[list[Any]]]:
+    """Reasons (None: good) and columns of JSON records, each decoded alone."""
     reasons: list[str | None] = []
-    for j, (reason, mismatches, _) in enumerate(decoded):
-        if reason is None and mismatches:
-            reason = min(mismatches)[1]
+    columns: list[list[Any]] = [[] for _ in cols]
+    for raw in raws:
+        reason, values = _decode_record(cols, converters, declared, raw)
         reasons.append(reason)
-        if reason is not None:
-            for column in columns:
-                column[j] = None
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
     return reasons, columns
 
 
-def _decode_record(cols: list[_Col], declared: set[str],
-                   raw: bytes | None) -> tuple[str | None, list[tuple[int, str]], list[Any]]:
-    """(the record's reason or its first strict error, its mismatches by column, values) of one JSON
-    record; text columns' values are :class:`_Pending`."""
+def _decode_record(cols: list[_Col], converters: list[Callable[[Any], Any]], declared: set[str],
+                   raw: bytes | None) -> tuple[str | None, list[Any]]:
+    """(reason or None, values) of one JSON record, with the JVM decoder's checks in its order: the record's
+    own problems, then its values' (:func:`~spark_app.decoding.json_values.first_refusal`)."""
     nulls: list[Any] = [None] * len(cols)
     if raw is None:
-        return EMPTY_RECORD, [], nulls
+        return EMPTY_RECORD, nulls
     try:
-        text = raw.decode("utf-8")
+        record = loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        return NOT_UTF8, [], nulls
-    try:
-        record = _loads(text)
-    except _Duplicates as dup:
-        if dup.top:
-            return "duplicate key(s) in the record: " + ", ".join(dup.top), [], nulls
-        return "duplicate keys in a nested value", [], nulls
-    except (ValueError, RecursionError):
-        return MALFORMED, [], nulls
-    if not _surrogate_free(record):
-        return MALFORMED, [], nulls
+        return NOT_UTF8, nulls
+    except BadJson as bad:
+        return str(bad), nulls
     if not isinstance(record, dict):
-        return f"record is {_kind(record)}, not a JSON object", [], nulls
+        return f"record is {kind(record)}, not a JSON object", nulls
     unknown = [key for key in record if key not in declared]
     if unknown:
-        return "unknown field(s) not in spec.schema: " + ", ".join(unknown), [], nulls
+        return "unknown field(s) not in spec.schema: " + ", ".join(unknown), nulls
     values: list[Any] = []
-    strict_error: str | None = None
-    mismatches: list[tuple[int, str]] = []
-    for c, col in enumerate(cols):
+    refusals: list[tuple[str, Refused]] = []
+    for col, convert in zip(cols, converters, strict=True):
         value = record.get(col.name)
-        if value is None:
+        try:
+            values.append(None if value is None else convert(value))
+        except Refused as refused:
+            refusals.append((col.name, refused))
             values.append(None)
-            continue
-        converted, strict, mismatch = _convert_one(col, value)
-        values.append(converted)
-        strict_error = strict_error or strict
-        if mismatch:
-            mismatches.append((c, mismatch))
-    if strict_error is not None:
-        return strict_error, [], nulls
-    return None, mismatches, values
+    if refusals:
+        return first_refusal(refusals), nulls
+    return None, values
 
 
 # -- records: where they come from ---------------------------------------------------------------
@@ -895,7 +631,8 @@ class _JsonDecoder:
         self.declared = {c.name for c in self.cols}
         self.out = _output_schema(schema)
         self.records = records
-        self.read_schema = pa.schema([pa.field(c.name, c.read_type) for c in self.cols])
+        self.read_schema = pa.schema([pa.field(c.name, _read_type(c.value)) for c in self.cols])
+        self.converters = [converter(c.value) for c in self.cols]
         # Records per first read in a chunk: smaller while chunks keep needing narrowing (a value the
         # reader cannot convert is found only after it parsed the whole read).
         self.first_read = CHUNK_RECORDS
@@ -1008,7 +745,7 @@ class _JsonDecoder:
         suspect = suspect.copy()
         arrays = []
         for col in self.cols:
-            arr, bad = _check(col, _combine(table.column(col.name)))
+            arr, bad = _check(col.value, _combine(table.column(col.name)))
             suspect |= bad
             arrays.append(arr)
         return pa.Table.from_arrays([*arrays, *_control(table.num_rows)], schema=self.out), suspect
@@ -1021,12 +758,12 @@ class _JsonDecoder:
 
     def _one_by_one(self, idx: np.ndarray) -> _Piece:
         records = [self.records.raw(int(i)) for i in idx]
-        errors, columns = _decode_records(self.cols, self.declared, records)
+        errors, columns = _decode_records(self.cols, self.converters, self.declared, records)
         raws = [_raw_text(raw) if reason is not None and raw is not None else None
                 for raw, reason in zip(records, errors, strict=True)]
         positions = [self.records.position(int(i)) if reason is not None else None
                      for i, reason in zip(idx, errors, strict=True)]
-        arrays = [pa.array(values, col.type) for col, values in zip(self.cols, columns, strict=True)]
+        arrays = [pa.array(values, col.value.arrow) for col, values in zip(self.cols, columns, strict=True)]
         return _Piece(np.asarray(idx), pa.Table.from_arrays([*arrays, *_control(len(idx), errors, raws, positions)],
                                                             schema=self.out))
 
@@ -1052,39 +789,40 @@ def decode_json_values(values: pa.Array | pa.ChunkedArray, schema: pa.Schema,
 
 def _csv_convert(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray, list[str | None]]:
     """A CSV text column -> the column's type, the mask of bad values and their reasons (None: not bad)."""
+    vtype = col.value
     n = len(arr)
     reasons: list[str | None] = [None] * n
-    if col.kind == "string":
-        return arr.cast(col.type), np.zeros(n, dtype=bool), reasons
-    if col.kind == "boolean":
+    if vtype.kind == "string":
+        return arr.cast(vtype.arrow), np.zeros(n, dtype=bool), reasons
+    if vtype.kind == "boolean":
         lower = pc.utf8_lower(arr)
         true, false = pc.equal(lower, "true"), pc.equal(lower, "false")
         bad = pc.fill_null(pc.invert(pc.or_(true, false)), False).to_numpy(zero_copy_only=False)
         converted = pc.if_else(pa.array(bad), pa.scalar(None, pa.bool_()), true)
-    elif col.kind in ("int", "long", "float", "double"):
-        converted, bad = _masked(arr, lambda a: a.cast(col.type), col.type)
-        if col.kind in ("float", "double"):
+    elif vtype.kind in ("int", "long", "float", "double"):
+        converted, bad = _masked(arr, lambda a: a.cast(vtype.arrow), vtype.arrow)
+        if vtype.kind in ("float", "double"):
             words = pc.is_in(arr, value_set=pa.array(sorted(_CSV_FLOAT_WORDS)))
             odd = pc.fill_null(pc.and_(pc.invert(pc.is_finite(converted)), pc.invert(words)), False)
             bad = bad | odd.to_numpy(zero_copy_only=False)
-            converted = pc.if_else(pa.array(bad), pa.scalar(None, col.type), converted)
-    elif col.kind == "decimal":
-        wide_type = pa.decimal128(38, _loose_scale(col.precision, col.scale))
+            converted = pc.if_else(pa.array(bad), pa.scalar(None, vtype.arrow), converted)
+    elif vtype.kind == "decimal":
+        wide_type = pa.decimal128(38, _loose_scale(vtype.precision, vtype.scale))
         wide, bad = _masked(arr, lambda a: a.cast(wide_type), wide_type)
-        converted, suspect = _decimal_suspects(col, wide)
+        converted, suspect = _decimal_suspects(vtype, wide)
+        to_decimal = converter(vtype)
         for i in np.flatnonzero(suspect):
-            text = arr[int(i)].as_py()
-            exact = Decimal(text)
-            rounded = exact.quantize(Decimal(1).scaleb(-col.scale), context=_DECIMAL_CONTEXT)
-            if abs(rounded) < Decimal(10) ** (col.precision - col.scale):
-                reasons[i] = f"{CSV_MISMATCH}: field {col.name}: value {text} does not fit {col.label} without rounding"
+            try:
+                to_decimal(arr[int(i)].as_py())
+            except Refused as refused:
+                reasons[i] = f"{CSV_MISMATCH}: {refused.reason(col.name)}"
         bad = bad | suspect
     else:
-        converted, bad = _convert_text(col, arr)
+        converted, bad = _convert_text(vtype, arr)
     for i in np.flatnonzero(bad):
         if reasons[i] is None:
-            reasons[i] = f"{CSV_MISMATCH}: field {col.name}: value {arr[int(i)].as_py()} is not a {col.label}"
-    return converted.cast(col.type), bad, reasons
+            reasons[i] = f"{CSV_MISMATCH}: field {col.name}: value {arr[int(i)].as_py()} is not a {vtype.label}"
+    return converted.cast(vtype.arrow), bad, reasons
 
 
 def decode_csv_block(block: bytes, schema: pa.Schema, file: str, first_line: int) -> pa.Table:
@@ -1126,7 +864,7 @@ def decode_csv_block(block: bytes, schema: pa.Schema, file: str, first_line: int
         bad_idx = np.array(sorted(errors), dtype=np.int64)
         control = _control(len(bad_idx), [errors[int(i)] for i in bad_idx],
                            [_raw_text(lines.raw(int(i))) for i in bad_idx], [lines.position(int(i)) for i in bad_idx])
-        pieces.append(_Piece(bad_idx, pa.Table.from_arrays([*[pa.nulls(len(bad_idx), c.type) for c in cols], *control],
+        pieces.append(_Piece(bad_idx, pa.Table.from_arrays([*[pa.nulls(len(bad_idx), c.value.arrow) for c in cols], *control],
                                                            schema=out)))
     return _required_present(_assemble(out, pieces, lines.count), schema, lines)
 
@@ -1199,22 +937,22 @@ def conform_table(table: pa.Table, schema: pa.Schema, position: Callable[[int], 
     reasons: list[str | None] = [None] * n
     for col in cols:
         if col.name not in table.column_names:
-            arrays.append(pa.nulls(n, col.type))
+            arrays.append(pa.nulls(n, col.value.arrow))
             continue
         source = _combine(table.column(col.name))
-        element = col.element
+        element = col.value.element
         if element is not None and (pa.types.is_list(source.type) or pa.types.is_large_list(source.type)):
-            converted, col_bad = _by_elements(source, _cast_masked(element.type))
-            converted = converted.cast(col.type)
+            converted, col_bad = _by_elements(source, _cast_masked(element.arrow))
+            converted = converted.cast(col.value.arrow)
         else:
-            converted, col_bad = _cast_masked(col.type)(source)
+            converted, col_bad = _cast_masked(col.value.arrow)(source)
         for i in np.flatnonzero(col_bad & ~bad):
             value = source[int(i)]
             try:
                 text = value.cast(pa.string()).as_py()
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 text = str(value.as_py())
-            reasons[i] = f"field {col.name}: value {text} is not {'an' if element is not None else 'a'} {col.label}"
+            reasons[i] = f"field {col.name}: value {text} is not {'an' if element is not None else 'a'} {col.value.label}"
         bad |= col_bad
         arrays.append(converted)
     mask = pa.array(bad)

@@ -12,7 +12,8 @@ Pure Arrow and Python (no Spark), run in the tasks (docs/dataplane.md):
   key the change with the highest order wins; the winning upserts are the rows to insert, and every
   key the changes touch is a key to delete (an equality delete, written by :mod:`spark_app.staging.equality_deletes`).
 
-Decoding is strict in the same way as the append decoders: a key twice, a field the table lacks (unless
+Decoding is strict by the same rules, and with the same reasons, as the append decoders
+(:mod:`spark_app.decoding.json_values`, read exactly: see its ``converter``): a key twice, a field the table lacks (unless
 the record's Connect schema says what it is and the table follows the source's schema: then the drift is
 collected, :mod:`spark_app.decoding.schema_drift`), a number into a string column, a decimal that would round, a timestamp that would lose
 precision: each is a dead letter. Numeric dates and timestamps follow Debezium's encodings where they
@@ -38,15 +39,13 @@ aligns the trigger's end with the source's transactions (:mod:`spark_app.sources
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
-from decimal import Context, Decimal
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -62,7 +61,22 @@ from spark_app.decoding.deadletter import (
     RAW_COLUMN,
     encode_position,
 )
-from spark_app.decoding.float32 import float32_of, float64_of
+from spark_app.decoding.float32 import float32_of
+from spark_app.decoding.json_values import (
+    NOT_UTF8,
+    BadJson,
+    Refused,
+    ValueType,
+    base64_bytes,
+    convert_array,
+    converter,
+    first_refusal,
+    kind,
+    loads,
+    not_a,
+    shown_json,
+    value_type,
+)
 from spark_app.decoding.schema_drift.drift import SchemaDrift, observe
 from spark_app.decoding.settings_seen import NOTHING_SEEN, SettingsSeen
 from spark_app.decoding.source_positions import Position, source_position
@@ -80,15 +94,6 @@ OP_DELETE = 1
 
 FORMATS = ("debezium", "upsert")
 DELETED_FIELD = "__deleted"
-NOT_UTF8 = "record is not valid UTF-8 (the payload is its bytes in base64)"
-
-_EPOCH = datetime(1970, 1, 1)
-_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
-_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-_MICROSECOND = timedelta(microseconds=1)
-_FRACTION = re.compile(r"[.,](\d+)")
-_DECIMAL_TEXT = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
-_INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 
 # Kafka Connect / Debezium logical type names of numeric dates and timestamps, and the factor that
 # turns one unit of theirs into the column's unit (days for dates, microseconds for timestamps).
@@ -144,251 +149,120 @@ class _Bad(ValueError):
     """A record that cannot be applied; the message is the dead letter's reason."""
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        seen: set[str] = set()
-        duplicates = sorted({name for name, _ in pairs if name in seen or seen.add(name)})  # type: ignore[func-returns-value]
-        raise _DuplicateKey(", ".join(duplicates))
-    return result
-
-
-def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _loads(text: str) -> Any:
-    """Strict JSON: a key twice (at any depth) and NaN/Infinity are errors; numbers with a fraction are exact."""
-    try:
-        return json.loads(text, object_pairs_hook=_object, parse_float=Decimal, parse_constant=_constant)
-    except _DuplicateKey as exc:
-        raise _Bad(f"duplicate key(s) in the record: {exc}") from None
-    except ValueError:
-        raise _Bad("malformed JSON") from None
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | Decimal):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _shown(value: Any) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, Decimal) else str(value)
-    return text if len(text) <= 80 else text[:80] + "…"
-
-
-# -- values ---------------------------------------------------------------------------------------
+# -- values: the plain JSON rules (spark_app/decoding/json_values.py) with Connect's logical types on top ----------
 
 
 Converter = Callable[[Any, "Logical | None"], Any]
 
 
-def _not_a(column: SpecColumn, value: Any) -> _Bad:
-    return _Bad(f"field {column.name}: value {_shown(value)} is not a {column.type}")
-
-
-def _integer(column: SpecColumn) -> Converter:
-    low, high = _INT_RANGES[column.type]
-
-    def convert(value: Any, _: Logical | None) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
-            return value
-        raise _not_a(column, value)
-    return convert
-
-
-def _floating(column: SpecColumn) -> Converter:
-    rounded = float32_of if column.type == "float" else float64_of
-
-    def convert(value: Any, logical: Logical | None) -> Any:
-        if isinstance(value, int | Decimal) and not isinstance(value, bool):
-            result = float32_of(value) if logical is _FLOAT32_LOGICAL else rounded(value)
-            if result is not None:
-                return result
-        raise _not_a(column, value)
-    return convert
-
-
-def _boolean(column: SpecColumn) -> Converter:
-    def convert(value: Any, _: Logical | None) -> Any:
-        if isinstance(value, bool):
-            return value
-        raise _not_a(column, value)
-    return convert
-
-
-def _string(column: SpecColumn) -> Converter:
-    def convert(value: Any, _: Logical | None) -> Any:
-        if isinstance(value, str):
-            return value
-        raise _Bad(f"field {column.name}: value {_shown(value)} is {_kind(value)}, not a string")
-    return convert
-
-
-def _binary(column: SpecColumn) -> Converter:
-    def convert(value: Any, _: Logical | None) -> Any:
-        if isinstance(value, str):
-            try:
-                return base64.b64decode(value, validate=True)
-            except (binascii.Error, ValueError):
-                pass
-        raise _Bad(f"field {column.name}: value {_shown(value)} is not base64 text (a binary column takes base64)")
-    return convert
-
-
-def _unscaled(column: SpecColumn, text: Any, scale: Any) -> Decimal:
+def _unscaled(text: Any, scale: Any) -> Decimal:
     """A Connect ``Decimal``: base64 of the big-endian two's-complement unscaled value, and its scale."""
+    data = base64_bytes(text) if isinstance(text, str) else None
     try:
-        unscaled = int.from_bytes(base64.b64decode(text, validate=True), "big", signed=True)
-        return Decimal(f"{unscaled}E{-int(scale)}")  # exact (scaleb would round to the context's 28 digits)
-    except (binascii.Error, ValueError, TypeError):
-        raise _Bad(f"field {column.name}: value {_shown(text)} is not a Connect Decimal (base64 of the unscaled "
-                   f"value, scale {_shown(scale)})") from None
+        if data is not None:
+            return Decimal(f"{int.from_bytes(data, 'big', signed=True)}E{-int(scale)}")  # exact (scaleb rounds to 28)
+    except (ValueError, TypeError):
+        pass
+    raise Refused(f"value {shown_json(text)} is not a Connect Decimal (base64 of the unscaled value, scale "
+                  f"{shown_json(scale)})")
 
 
-def _variable_scale(column: SpecColumn, value: dict[str, Any]) -> Decimal:
-    """Debezium's ``VariableScaleDecimal``: ``{"scale": s, "value": base64 of the unscaled value}``."""
-    if set(value) != {"scale", "value"} or type(value["scale"]) is not int:
-        raise _not_a(column, value)
-    return _unscaled(column, value["value"], value["scale"])
-
-
-def _decimal(column: SpecColumn) -> Converter:
-    precision, scale = (int(part) for part in column.type[len("decimal("):-1].split(","))
-    integer_digits = precision - scale
-
+def _decimal(vtype: ValueType, plain: Callable[[Any], Any]) -> Converter:
+    """Debezium's ``VariableScaleDecimal`` (``{"scale": s, "value": base64 of the unscaled value}``, with or without
+    the schema) and a Connect ``Decimal`` (base64 text, the scale in the schema) are read as their numbers."""
     def convert(value: Any, logical: Logical | None) -> Any:
         if isinstance(value, dict) and (logical is None or logical.name == _VARIABLE_SCALE_DECIMAL):
-            number = _variable_scale(column, value)
+            if set(value) != {"scale", "value"} or type(value["scale"]) is not int:
+                raise not_a(vtype, value)
+            value = _unscaled(value["value"], value["scale"])
         elif isinstance(value, str) and logical is not None and logical.name == _CONNECT_DECIMAL:
-            number = _unscaled(column, value, logical.parameters.get("scale"))
-        elif isinstance(value, bool) or not isinstance(value, int | Decimal | str):
-            raise _not_a(column, value)
-        elif isinstance(value, str):
-            if not _DECIMAL_TEXT.match(value):
-                raise _not_a(column, value)
-            number = Decimal(value.strip())
-        else:
-            number = Decimal(value)
-        exponent = number.as_tuple().exponent
-        if not isinstance(exponent, int):
-            raise _not_a(column, value)
-        if exponent < -scale:
-            # trailing zeros beyond the scale do not round (a precision of its own digits: never rounded to 28)
-            number = number.normalize(Context(prec=len(number.as_tuple().digits)))
-            if number.as_tuple().exponent < -scale:  # type: ignore[operator]
-                raise _Bad(f"field {column.name}: value {_shown(value)} does not fit {column.type} without rounding")
-        if number and number.adjusted() >= integer_digits:
-            raise _Bad(f"field {column.name}: value {_shown(value)} does not fit {column.type}")
-        return number  # Arrow rescales it to the column's scale exactly
+            value = _unscaled(value, logical.parameters.get("scale"))
+        return plain(value)
     return convert
 
 
-def _date(column: SpecColumn) -> Converter:
+def _floating(vtype: ValueType, plain: Callable[[Any], Any]) -> Converter:
+    """A Connect ``FLOAT32`` field's number is a float32's text (Java's), read as that float32 also into a double."""
     def convert(value: Any, logical: Logical | None) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool) and (logical is None or logical.name in _DATE_TYPES):
+        if logical is _FLOAT32_LOGICAL and isinstance(value, int | Decimal) and not isinstance(value, bool):
+            real = float32_of(value)
+            if real is None:
+                raise not_a(vtype, value)
+            return real
+        return plain(value)
+    return convert
+
+
+def _date(vtype: ValueType, plain: Callable[[Any], Any]) -> Converter:
+    """A number is epoch days (Debezium's ``Date``, Connect's ``Date``); ``2024-03-01Z`` is Debezium's ``IsoDate``."""
+    def convert(value: Any, logical: Logical | None) -> Any:
+        if type(value) is int and (logical is None or logical.name in _DATE_TYPES):
             if -719162 <= value <= 2932896:  # 0001-01-01 … 9999-12-31
                 return value
-        elif isinstance(value, str):
-            try:  # Debezium's IsoDate writes the date with a UTC designator: 2024-03-01Z
-                return date.fromisoformat(value.removesuffix("Z")).toordinal() - _EPOCH_ORDINAL
-            except ValueError:
-                pass
-        raise _not_a(column, value)
+            raise not_a(vtype, value)
+        if isinstance(value, str) and value.endswith("Z"):
+            try:
+                return plain(value[:-1])
+            except Refused:
+                raise not_a(vtype, value) from None
+        return plain(value)
     return convert
 
 
-def _exact_fraction(column: SpecColumn, text: str) -> None:
-    """fromisoformat drops digits beyond microseconds: refuse a value they would change."""
-    match = _FRACTION.search(text, 19) if len(text) > 26 else None
-    if match and len(match.group(1)) > 6 and match.group(1)[6:].strip("0"):
-        raise _Bad(f"field {column.name}: value {_shown(text)} has more than microsecond precision")
-
-
-def _timestamp(column: SpecColumn) -> Converter:
-    zoned = column.type == "timestamptz"
-    epoch = _EPOCH_UTC if zoned else _EPOCH
-
+def _timestamp(vtype: ValueType, plain: Callable[[Any], Any]) -> Converter:
+    """A number counts the unit its Connect logical type names (ambiguous without one); Debezium's ``IsoTimestamp``
+    is the source's local date-time written with ``Z``: in a ``timestamp`` column the Z is not an offset (in a
+    ``timestamptz`` column it is: the wall time as UTC, as the same text without the schema is read)."""
     def convert(value: Any, logical: Logical | None) -> Any:
         if isinstance(value, str):
-            local = logical is not None and logical.name == _ISO_TIMESTAMP and value.endswith("Z") and not zoned
-            try:  # an IsoTimestamp is the source's local date-time written with Z: the Z is not an offset (in a
-                # timestamptz column it is: the wall time as UTC, as the same text without the schema is read)
-                parsed = datetime.fromisoformat(value[:-1] if local else value)
-            except ValueError:
-                raise _not_a(column, value) from None
-            _exact_fraction(column, value)
-            if zoned and parsed.tzinfo is None:
-                raise _Bad(f"field {column.name}: value {_shown(value)} has no UTC offset (a timestamptz needs one)")
-            if not zoned and parsed.tzinfo is not None:
-                raise _Bad(f"field {column.name}: value {_shown(value)} has a UTC offset; a timestamp column takes "
-                           "local date-times (declare the column timestamptz)")
-            return (parsed - epoch) // _MICROSECOND
-        if isinstance(value, int) and not isinstance(value, bool):
-            unit = _TIMESTAMP_UNITS.get(logical.name) if logical is not None else None
-            if unit is None:
-                raise _Bad(
-                    f"field {column.name}: numeric value {value} in a {column.type} column is ambiguous without the "
-                    "record's schema (epoch milliseconds or microseconds?): send ISO-8601 text, or records with "
-                    "their Kafka Connect schema (value.converter.schemas.enable=true)"
-                )
-            unit_name, multiply, divide = unit
-            if value % divide:
-                raise _Bad(f"field {column.name}: value {value} (in {unit_name}) has more than microsecond precision")
-            micros = value * multiply // divide
-            if -62135596800000000 <= micros <= 253402300799999999:
-                return micros
-        raise _not_a(column, value)
+            local = logical is not None and logical.name == _ISO_TIMESTAMP and vtype.kind == "timestamp"
+            return plain(value[:-1] if local and value.endswith("Z") else value)
+        if type(value) is not int:
+            return plain(value)
+        unit = _TIMESTAMP_UNITS.get(logical.name) if logical is not None else None
+        if unit is None:
+            raise Refused(f"numeric value {value} in a {vtype.label} column is ambiguous without the record's schema "
+                          "(epoch milliseconds or microseconds?): send ISO-8601 text, or records with their Kafka "
+                          "Connect schema (value.converter.schemas.enable=true)")
+        unit_name, multiply, divide = unit
+        if value % divide:
+            raise Refused(f"value {value} (in {unit_name}) has more than microsecond precision")
+        micros = value * multiply // divide
+        if -62135596800000000 <= micros <= 253402300799999999:
+            return micros
+        raise not_a(vtype, value)
     return convert
 
 
-_CONVERTERS: dict[str, Callable[[SpecColumn], Converter]] = {
-    "boolean": _boolean, "int": _integer, "long": _integer, "float": _floating, "double": _floating,
-    "string": _string, "binary": _binary, "date": _date, "timestamp": _timestamp, "timestamptz": _timestamp,
+_LOGICAL_READINGS: dict[str, Callable[[ValueType, Callable[[Any], Any]], Converter]] = {
+    "decimal": _decimal, "float": _floating, "double": _floating, "date": _date, "timestamp": _timestamp,
+    "timestamptz": _timestamp,
 }
 
 
-def _array(column: SpecColumn, element: str) -> Converter:
-    """A JSON array of the element type (a Connect ``ARRAY``): the logical type is its items'; null elements stay."""
-    convert_element = _converter(column.model_copy(update={"type": element}))
-
-    def convert(value: Any, logical: Logical | None) -> Any:
-        if not isinstance(value, list):
-            raise _Bad(f"field {column.name}: value {_shown(value)} is {_kind(value)}, not an array")
-        try:
-            return [None if item is None else convert_element(item, logical) for item in value]
-        except _Bad as bad:
-            raise _Bad(f"{bad} (an element of {column.type})") from None
-    return convert
+def _reading(vtype: ValueType) -> Converter:
+    """How a change record's (non-null) value is read into a column of ``vtype``, given its field's Connect logical
+    type (an array's is its items'); :class:`Refused` when it does not fit exactly."""
+    if vtype.element is not None:
+        element = _reading(vtype.element)
+        return lambda value, logical: convert_array(vtype, value, lambda item: element(item, logical))
+    plain = converter(vtype, exact=True)
+    logical_reading = _LOGICAL_READINGS.get(vtype.kind)
+    return logical_reading(vtype, plain) if logical_reading is not None else lambda value, _: plain(value)
 
 
-def _converter(column: SpecColumn) -> Converter:
-    element = element_type(column.type)
-    if element is not None:
-        return _array(column, element)
-    if column.type.startswith("decimal"):
-        return _decimal(column)
-    return _CONVERTERS[column.type](column)
+def _reading_of(column: SpecColumn) -> Converter:
+    return _reading(value_type(arrow_type(column.type)))
 
 
 def decode_value(column: SpecColumn, value: Any, logical: Logical | None) -> Any:
-    """One parsed JSON value (numbers with a fraction as ``Decimal``) decoded into ``column`` as a record's value is
-    (a date as epoch days, a timestamp as µs, a decimal unscaled to the column's scale); ``ValueError`` (the dead
+    """One parsed JSON value (:func:`~spark_app.decoding.json_values.loads`'s) decoded into ``column`` as a record's
+    value is (a date as epoch days, a timestamp as µs, a decimal at the column's scale); ``ValueError`` (the dead
     letter's reason) when it does not fit exactly. Used for the defaults of a source's columns."""
-    return _converter(column)(value, logical)
+    try:
+        return _reading_of(column)(value, logical)
+    except Refused as refused:
+        raise ValueError(refused.reason(column.name)) from None
 
 
 def arrow_type(type_name: str) -> pa.DataType:
@@ -431,7 +305,7 @@ class _Rows:
         self._required = frozenset(column.name for column in columns if column.required)
         self.names = [column.name for column in columns]
         self.declared = set(self.names)
-        self.converters = [(column.name, _converter(column)) for column in columns]
+        self.converters = [(column.name, _reading_of(column)) for column in columns]
         self.required_positions = [index for index, column in enumerate(columns) if column.required]
         # Columns Debezium may not send (TOASTed in PostgreSQL), with whether each is an array.
         self.unavailable_positions = [(index, element_type(column.type) is not None) for index, column
@@ -447,30 +321,50 @@ class _Rows:
 
         A column Debezium did not send is None in the row and named in :meth:`unavailable` of it."""
         if type(obj) is not dict:
-            raise _Bad(f"{where} is {_kind(obj)}, not a JSON object")
+            raise _Bad(f"{where} is {kind(obj)}, not a JSON object")
         if not self.declared.issuperset(obj):
             unknown = [name for name in obj if name not in self.declared]
             raise _Bad(f"unknown field(s) not in spec.schema: {', '.join(unknown)} (in {where})")
         get, hint = obj.get, logical.get
         if key_only:  # a delete needs the key alone: the other values are checked for being declared only
             values: list[Any] = [None] * len(self.names)
-            for position in self.key_positions:
-                name, convert = self.converters[position]
-                value = get(name)
-                values[position] = None if value is None else convert(value, hint(name))
+            try:
+                for position in self.key_positions:
+                    name, convert = self.converters[position]
+                    value = get(name)
+                    values[position] = None if value is None else convert(value, hint(name))
+            except Refused:
+                raise _Bad(self._refusal(get, hint, self.key_positions)) from None
         else:
             unavailable = {position for position, array in self.unavailable_positions
                            if _unavailable(get(self.names[position]), array)}
             if unavailable.intersection(self.key_positions):
                 raise _Bad(f"key field(s) without a value ({UNAVAILABLE}) (in {where})")
-            values = [None if (value := get(name)) is None or position in unavailable else convert(value, hint(name))
-                      for position, (name, convert) in enumerate(self.converters)]
+            try:
+                values = [None if (value := get(name)) is None or position in unavailable
+                          else convert(value, hint(name)) for position, (name, convert) in enumerate(self.converters)]
+            except Refused:
+                sent = [position for position in range(len(self.names)) if position not in unavailable]
+                raise _Bad(self._refusal(get, hint, sent)) from None
             self.unavailable = [self.names[position] for position in sorted(unavailable)]
         for position in (self.key_positions if key_only else self.required_positions):
             if values[position] is None and (key_only or self.names[position] not in self.unavailable):
                 label = "key field" if key_only else "required field"
                 raise _Bad(f"{label} {self.names[position]} is missing or null (in {where})")
         return values
+
+    def _refusal(self, get: Callable[[str], Any], hint: Callable[[str], Logical | None], positions: list[int]) -> str:
+        """The reason of a row whose values at ``positions`` do not all convert: the one both JSON decoders give
+        (:func:`~spark_app.decoding.json_values.first_refusal`)."""
+        refusals: list[tuple[str, Refused]] = []
+        for position in positions:
+            name, convert = self.converters[position]
+            if (value := get(name)) is not None:
+                try:
+                    convert(value, hint(name))
+                except Refused as refused:
+                    refusals.append((name, refused))
+        return first_refusal(refusals)
 
     def observe(self, schema: Any, *path: str, whole_row: bool = True) -> None:
         """Note the drift of the Connect struct along ``path`` of a record's schema (once per distinct struct)."""
@@ -586,14 +480,14 @@ def _debezium(rows: _Rows, record: Any) -> list[_Change]:
     if envelope is None:
         return []  # a tombstone: not a change
     if not isinstance(envelope, dict):
-        raise _Bad(f"record is {_kind(envelope)}, not a JSON object")
+        raise _Bad(f"record is {kind(envelope)}, not a JSON object")
     op = envelope.get("op")
     if op is None:
         raise _Bad("not a Debezium change event: op is missing")
     if op == "t":
         return _truncate(rows, envelope)
     if op not in ("c", "r", "u", "d"):
-        raise _Bad(f"unknown op {_shown(op)} (a change event's op is c, r, u, d or t)")
+        raise _Bad(f"unknown op {shown_json(op)} (a change event's op is c, r, u, d or t)")
     if rows.truncated_at is not None and (place := source_position(envelope)) is not None and place <= rows.truncated_at:
         return []  # before a truncate the table already applied
     rows.settings.event(envelope, schema, op)
@@ -694,13 +588,13 @@ def _deleted_flag(value: Any) -> bool:
         return False
     if value is True or value == "true":
         return True
-    raise _Bad(f"field {DELETED_FIELD}: value {_shown(value)} is not true, false, \"true\" or \"false\"")
+    raise _Bad(f"field {DELETED_FIELD}: value {shown_json(value)} is not true, false, \"true\" or \"false\"")
 
 
 def _upsert(rows: _Rows, record: Any) -> list[_Change]:
     row, schema = _unwrap(record)
     if not isinstance(row, dict):
-        raise _Bad(f"record is {_kind(row)}, not a JSON object")
+        raise _Bad(f"record is {kind(row)}, not a JSON object")
     types = _logical_types(schema) if schema is not None else {}
     deleted = DELETED_FIELD in row and _deleted_flag(row[DELETED_FIELD])
     rows.observe(schema, whole_row=not deleted)
@@ -715,11 +609,11 @@ def _tombstone_key(rows: _Rows, message_key: Any) -> list[_Change]:
     """An upsert-format Kafka tombstone: delete the row of the message key (a JSON object of the key columns)."""
     if message_key is None:
         raise _Bad("a tombstone (null value) without a message key: the deleted key is unknown")
-    parsed = _loads(_text(message_key))
+    parsed = loads(_text(message_key))
     key, schema = _unwrap(parsed)
     types = _logical_types(schema) if schema is not None else {}
     if not isinstance(key, dict):
-        raise _Bad(f"message key is {_kind(key)}, not a JSON object of the key columns")
+        raise _Bad(f"message key is {kind(key)}, not a JSON object of the key columns")
     extra = [name for name in key if name not in rows.key]
     if extra:
         raise _Bad(f"message key has field(s) that are not key columns: {', '.join(extra)}")
@@ -797,13 +691,13 @@ def decode_changes(
                     continue  # a Kafka tombstone follows every Debezium delete: not a change
                 changes = _tombstone_key(rows, keys[index] if keys is not None else None)
             else:
-                parsed = _loads(_text(value))
+                parsed = loads(_text(value))
                 if transactions is not None and format == "debezium":
                     transaction = transaction_id(parsed)
                     if transaction is not None:
                         transactions.append((index, transaction))
                 changes = decode(rows, parsed)
-        except _Bad as bad:
+        except (_Bad, BadJson) as bad:
             out_rows.append([None] * width)
             ops.append(OP_UPSERT)
             orders.append(order_base + index)

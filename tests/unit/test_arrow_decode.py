@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 import spark_app.decoding.arrow_decode as ad
+import spark_app.decoding.json_values as json_values
 from icebergsync.spec import Column
 from spark_app.decoding.arrow_decode import (
     NOT_UTF8,
@@ -102,7 +103,7 @@ RECORD_CASES = [
     (b"null", "record is null, not a JSON object"),
     (b'{"id": 1, "id": 2}', "duplicate key(s) in the record: id"),
     (b'{"b": 1, "a": 2, "b": 3, "a": 4}', "duplicate key(s) in the record: b, a"),
-    (b'{"name": {"k": 1, "k": 2}}', "duplicate keys in a nested value"),
+    (b'{"name": {"k": 1, "k": 2}}', "duplicate key(s) in a nested value: k"),
     (b'{"id": 1, "colour": "red", "size": 3}', "unknown field(s) not in spec.schema: colour, size"),
     (b'{"id": 1, "colour": null}', "unknown field(s) not in spec.schema: colour"),
     (b'{"ID": 1}', "unknown field(s) not in spec.schema: ID"),
@@ -154,14 +155,14 @@ VALUE_CASES: list[tuple[str, str, Any]] = [
     ("amount", "1.5e-3", "!field amount: value 0.0015 does not fit decimal(10,2) without rounding"),
     ("amount", "1.5e-30", "!field amount: value 1.5E-30 does not fit decimal(10,2) without rounding"),
     ("amount", "1.0000000000000000000001", "!field amount: value 1.0000000000000000000001 does not fit decimal(10,2) without rounding"),
-    ("amount", "123456789.1", "!field amount: value 1.234567891E8 is not a decimal(10,2)"),
-    ("amount", "1e20", "!field amount: value 1.0E20 is not a decimal(10,2)"),
+    ("amount", "123456789.1", "!field amount: value 123456789.1 does not fit decimal(10,2)"),
+    ("amount", "1e20", "!field amount: value 1.0E20 does not fit decimal(10,2)"),
     ("amount", '" 12.5"', "!field amount: value  12.5 is not a decimal(10,2)"),
     ("amount", '"abc"', "!field amount: value abc is not a decimal(10,2)"),
     ("amount", "true", "!field amount: value true is not a decimal(10,2)"),
     ("small", "99.99", Decimal("99.99")),
-    ("small", "123.4", "!field small: value 123.4 is not a decimal(4,2)"),  # pyarrow keeps it silently
-    ("small", "-99.995", "!field small: value -99.995 is not a decimal(4,2)"),
+    ("small", "123.4", "!field small: value 123.4 does not fit decimal(4,2)"),  # pyarrow keeps it silently
+    ("small", "-99.995", "!field small: value -99.995 does not fit decimal(4,2)"),
     ("x", "3", 3.0),
     ("x", '"NaN"', "nan"),
     ("x", '"-Infinity"', float("-inf")),
@@ -185,8 +186,8 @@ VALUE_CASES: list[tuple[str, str, Any]] = [
     ("ts", "1700000000.5", "!field ts: value 1.7000000005E9 is not a timestamptz"),
     ("tn", '"2024-01-01 10:00:00"', datetime(2024, 1, 1, 10)),
     ("tn", '"2024-01-01T10:00:00.000001"', datetime(2024, 1, 1, 10, 0, 0, 1)),
-    ("tn", '"2024-01-01T10:00:00Z"', "!field tn: value 2024-01-01T10:00:00Z is not a timestamp"),  # pyarrow shifts it
-    ("tn", '"2024-01-01T10:00:00+02:00"', "!field tn: value 2024-01-01T10:00:00+02:00 is not a timestamp"),
+    ("tn", '"2024-01-01T10:00:00Z"', "!field tn: value 2024-01-01T10:00:00Z has a UTC offset; a timestamp column takes local date-times (declare the column timestamptz)"),  # pyarrow shifts it
+    ("tn", '"2024-01-01T10:00:00+02:00"', "!field tn: value 2024-01-01T10:00:00+02:00 has a UTC offset; a timestamp column takes local date-times (declare the column timestamptz)"),
     ("d", '"2024-02-29"', date(2024, 2, 29)),
     ("d", "19000", "!field d: value 19000 is not a date"),  # pyarrow reads it as a day count
     ("d", '"2024-1-5"', "!field d: value 2024-1-5 is not a date"),
@@ -194,9 +195,9 @@ VALUE_CASES: list[tuple[str, str, Any]] = [
     ("d", '"2024-02-30"', "!field d: value 2024-02-30 is not a date"),
     ("bin", '"aGVsbG8="', b"hello"),
     ("bin", '""', b""),
-    ("bin", '"aGVsbG8"', "!field bin: value aGVsbG8 is not a binary"),  # pyarrow takes the text's bytes
-    ("bin", '"not base64!"', "!field bin: value not base64! is not a binary"),
-    ("bin", "5", "!field bin: value 5 is not a binary"),
+    ("bin", '"aGVsbG8"', "!field bin: value aGVsbG8 is not base64 text (a binary column takes base64)"),  # pyarrow takes the text's bytes
+    ("bin", '"not base64!"', "!field bin: value not base64! is not base64 text (a binary column takes base64)"),
+    ("bin", "5", "!field bin: value 5 is not base64 text (a binary column takes base64)"),
 ]
 
 
@@ -433,7 +434,7 @@ def test_csv_lines_that_do_not_fit_are_dead_letters_with_their_line() -> None:
         f"{MISMATCH}: expected 7 field(s)",
         f"{MISMATCH}: quotes do not pair up (RFC 4180)",
         f"{MISMATCH}: field amount: value 1.005 does not fit decimal(10,2) without rounding",
-        f"{MISMATCH}: field amount: value 123456789.5 is not a decimal(10,2)",
+        f"{MISMATCH}: field amount: value 123456789.5 does not fit decimal(10,2)",
         f"{MISMATCH}: field b: value yes is not a boolean",
         f"{MISMATCH}: field ts: value 1700000000 is not a timestamptz",
         f"{MISMATCH}: field d: value 2024-1-5 is not a date",
@@ -497,7 +498,7 @@ def test_whole_input_row() -> None:
     (123456789.1, "1.234567891E8"), (1.5e-30, "1.5E-30"), (-2.5e20, "-2.5E20"), (0.0, "0.0"), (-0.0, "-0.0"),
 ])
 def test_java_double_text(value: float, text: str) -> None:
-    assert ad._java_double(value) == text
+    assert json_values._java_double(value) == text
 
 
 # -- arrays -------------------------------------------------------------------------------------------
@@ -524,12 +525,12 @@ ARRAY_GOOD_ROW = {"id": 1, "tags": ["a", None], "n": [1, 2], "prices": [Decimal(
     ("prices", '["2.25", 3]', [Decimal("2.25"), Decimal("3.00")]),
     ("prices", '[1.234]', "field prices: value 1.234 does not fit decimal(6,2) without rounding "
                           "(an element of array<decimal(6,2)>)"),
-    ("prices", '[12345.6]', "field prices: value 12345.6 is not a decimal(6,2) (an element of array<decimal(6,2)>)"),
+    ("prices", '[12345.6]', "field prices: value 12345.6 does not fit decimal(6,2) (an element of array<decimal(6,2)>)"),
     ("days", '["2024-02-30"]', "field days: value 2024-02-30 is not a date (an element of array<date>)"),
     ("days", '[19782]', "field days: value 19782 is not a date (an element of array<date>)"),
     ("at", '["2024-03-01T10:00:00", null]', [datetime(2024, 3, 1, 10, tzinfo=UTC), None]),
     ("at", '["soon"]', "field at: value soon is not a timestamptz (an element of array<timestamptz>)"),
-    ("bin", '["a Gk="]', "field bin: value a Gk= is not a binary (an element of array<binary>)"),
+    ("bin", '["a Gk="]', "field bin: value a Gk= is not base64 text (a binary column takes base64) (an element of array<binary>)"),
     ("x", '[1e400]', "field x: value Infinity is not a double (an element of array<double>)"),
 ])
 def test_array_values_decode_or_are_dead_letters_naming_the_field_on_both_paths(field: str, value: str,
