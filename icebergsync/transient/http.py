@@ -8,7 +8,7 @@ rule of which request may be repeated after which answer:
 * ``500``/``502``/``503``/``504``, a connection lost after sending, and an answer whose body breaks off (truncated,
   reset mid-body: :class:`ReadingAdapter`): reads (``GET``, ``HEAD``) only.
   A ``POST`` is a create or a commit whose outcome such an answer leaves unknown: the committer looks
-  for what landed before it sends again (``spark_app/commit/committer.py``), and ``ensure_table`` retries
+  for what landed before it sends again (``spark_app/commit/swap.py``), and ``ensure_table`` retries
   create-or-load as a whole (:mod:`.calls`).
 
 A ``Retry-After`` header is honoured up to ``RETRY_AFTER_MAX_SECONDS``; otherwise the backoff doubles from

@@ -41,7 +41,7 @@ _DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 # Strings Spark's from_json takes as non-finite floats (allowNonNumericNumbers).
 _FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "+INF": math.inf,
                 "-Infinity": -math.inf, "-INF": -math.inf}
-_LOW_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _DATE = re.compile(r"(\d{4})-(\d\d)-(\d\d)", re.ASCII)
 _TIMESTAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)(?:[T ](\d\d)(?::(\d\d)(?::(\d\d)(?:\.(\d{1,9}))?)?)?"
                         r"(Z|[+-]\d\d(?::?\d\d)?)?)?", re.ASCII)
@@ -94,7 +94,7 @@ def loads(text: str) -> Any:
         raise BadJson(_duplicates(text)) from None
     except (ValueError, RecursionError):
         raise BadJson(MALFORMED) from None
-    if ("\\ud" in text or "\\uD" in text) and _LOW_SURROGATE_ESCAPE.search(text) and not _surrogate_free(value):
+    if ("\\ud" in text or "\\uD" in text) and _SURROGATE_ESCAPE.search(text) and not _surrogate_free(value):
         raise BadJson(MALFORMED)
     return value
 

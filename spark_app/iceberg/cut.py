@@ -139,7 +139,7 @@ def _commit_rest(catalog: RestCatalog, changes: Sequence[TableChange]) -> list[C
     loaded, in which the caller looks up the snapshot its change added. Another writer's commit on top of it in
     between hides it on Nessie, whose table metadata holds the current snapshot only (the table's history is
     Nessie's commit log): the caller then finds it named by the checkpoint property the change wrote
-    (:func:`spark_app.commit.committer.swap_cut`). 409 is a conflict (nothing landed); 500, 502, 503 and 504 leave the
+    (:func:`spark_app.commit.swap.swap`). 409 is a conflict (nothing landed); 500, 502, 503 and 504 leave the
     outcome unknown, as for one table.
 
     Crash points (spark_app/faults.py): ``cut-sending`` before the request, every table built and checked;

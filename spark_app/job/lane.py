@@ -22,9 +22,10 @@ from icebergsync.protocol import Frontier, Progress, SourceIdentity, Writer, att
 from icebergsync.schema import iceberg_schema, plan_evolution, spark_ddl
 from icebergsync.spec import Column, IcebergSyncSpec, TableSettings
 from icebergsync.table_routing import table_frontier
-from spark_app.commit.committer import Commit, SinkCommitter
+from spark_app.commit.committer import SinkCommitter
 from spark_app.commit.partition_evolution import plan_partition_change
 from spark_app.commit.schema_changes import new_table_columns, schema_changes, table_columns
+from spark_app.commit.swap import Commit
 from spark_app.decoding.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.decoding.schema_drift.drift import SchemaDrift
 from spark_app.decoding.source_positions import Position

@@ -39,7 +39,8 @@ from icebergsync.errors import (
 from icebergsync.protocol import Frontier, Progress, Writer, encode_json
 from icebergsync.spec import IcebergSync
 from icebergsync.table_routing import resume_frontier, table_for
-from spark_app.commit.committer import Commit, TriggerOutput
+from spark_app.commit.swap import Commit
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.decoding.deadletter import Rejection
 from spark_app.decoding.schema_drift.drift import SchemaDrift
 from spark_app.decoding.source_positions import TRUNCATED_NOTE, Position

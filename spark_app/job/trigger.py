@@ -2,7 +2,7 @@
 
 Each table's commit is that table's own (its fence check, its frontier: the sub-frontier of its streams,
 its checkpoint), built by its :class:`~spark_app.commit.committer.SinkCommitter`. Where the catalog commits several
-tables atomically they land as ONE cut (:func:`spark_app.commit.committer.commit_together`); elsewhere one table at
+tables atomically they land as ONE cut (:func:`spark_app.commit.data_commit.commit_together`); elsewhere one table at
 a time in identifier order, a crash between two of them leaving each table exactly once at its own frontier.
 Every snapshot records its cut in ``icebergsync.cut``: ``{"atomic": …, "id": …, "tables": …}``.
 """
@@ -14,7 +14,10 @@ from collections.abc import Sequence
 
 from icebergsync.errors import BadInputError, FencedError, ProgressConflictError, TableChangedError
 from icebergsync.protocol import Frontier
-from spark_app.commit.committer import Commit, SinkCommitter, TriggerOutput, commit_together
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.data_commit import commit_together
+from spark_app.commit.swap import Commit
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.faults import crash_point
 from spark_app.iceberg.cut import atomic_cut_supported
 
@@ -32,11 +35,11 @@ def commit_trigger(parts: Sequence[tuple[SinkCommitter, TriggerOutput, Frontier]
     commits = [committer.data_commit(output, frontier, cut) for committer, output, frontier in ordered]
     if atomic:
         landed = commit_together(commits)
-        return {commit.committer.identifier: done for commit, done in zip(commits, landed, strict=True)}
+        return {commit.identifier: done for commit, done in zip(commits, landed, strict=True)}
     result: dict[str, Commit] = {}
     for index, commit in enumerate(commits):
         try:
-            [result[commit.committer.identifier]] = commit_together([commit])
+            [result[commit.identifier]] = commit_together([commit])
         except (FencedError, ProgressConflictError, TableChangedError, BadInputError):
             for later in commits[index + 1:]:
                 later.abandon()

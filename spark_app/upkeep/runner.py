@@ -65,7 +65,9 @@ from icebergsync.errors import (
 from icebergsync.protocol import attempt_file_prefix
 from icebergsync.spec import Maintenance
 from icebergsync.transient.calls import last_line
-from spark_app.commit.committer import MaintenanceConflictError, SinkCommitter, file_references
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.references import file_references
+from spark_app.commit.swap import MaintenanceConflictError
 from spark_app.faults import crash_point
 from spark_app.iceberg.applied_deletes import PositionReferences
 from spark_app.iceberg.internals import LiveFile, live_files, manifest_files

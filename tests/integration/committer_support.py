@@ -15,7 +15,8 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
 from icebergsync.protocol import Writer, attempt_file_prefix
-from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.staging.writer import PartitionedWriter, TablePlan, conform, table_plan
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "who", StringType()))

@@ -26,7 +26,7 @@ from icebergsync.protocol import sink_file_prefix
 from icebergsync.source_settings.checks import SettingsVerdict, newest_data_notes, settings_verdict
 from icebergsync.spec import IcebergSync, parse_spec
 from icebergsync.storage import list_files, normalize
-from spark_app.commit.committer import referenced_files
+from spark_app.commit.references import referenced_files
 from tests.integration.previous_release import release_environment
 
 REPO = Path(__file__).resolve().parents[2]

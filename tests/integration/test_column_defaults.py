@@ -32,7 +32,8 @@ from pyspark.sql import SparkSession
 
 from icebergsync.protocol import Writer
 from icebergsync.schema import SchemaChange
-from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.iceberg.internals import read_data_file
 from tests.integration.committer_support import SCHEMA, TABLE, open_catalog, stage, stage_rows
 

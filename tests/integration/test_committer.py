@@ -13,7 +13,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.types import StringType
 
-import spark_app.commit.committer as committer_module
+import spark_app.commit.swap as swap_module
 from icebergsync import protocol
 from icebergsync.errors import FencedError
 from icebergsync.metrics.lag import lag_text
@@ -21,12 +21,10 @@ from icebergsync.protocol import Writer, sink_file_prefix
 from icebergsync.schema import SchemaChange
 from icebergsync.sink_state import read_sink_state
 from icebergsync.storage import list_files, normalize
-from spark_app.commit.committer import (
-    MaintenanceConflictError,
-    SinkCommitter,
-    TriggerOutput,
-    referenced_files,
-)
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.references import referenced_files
+from spark_app.commit.swap import MaintenanceConflictError
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.decoding.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.iceberg.cut import TableChange
 from tests.integration.committer_support import (
@@ -307,7 +305,7 @@ def _referenced_avro(catalog: Catalog) -> set[str]:
 def test_a_commit_round_that_lost_to_a_conflict_leaves_no_manifest(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     catalog, table, sink = started_sink(tmp_path, 3)
-    real_commit = committer_module.commit_transactions
+    real_commit = swap_module.commit_transactions
     rounds = []
 
     def another_writer_first(catalog_: Catalog, changes: list[TableChange]) -> object:
@@ -317,7 +315,7 @@ def test_a_commit_round_that_lost_to_a_conflict_leaves_no_manifest(tmp_path: Pat
             foreign.append(pa.Table.from_pylist([{"id": -1, "who": "foreign"}], schema=foreign.schema().as_arrow()))
         return real_commit(catalog_, changes)
 
-    monkeypatch.setattr(committer_module, "commit_transactions", another_writer_first)
+    monkeypatch.setattr(swap_module, "commit_transactions", another_writer_first)
     commit_range(sink, table, 3, 6)
     assert len(rounds) == 2
     assert _metadata_avro(catalog) == _referenced_avro(catalog)  # the lost round's manifests went with it
@@ -331,7 +329,7 @@ def test_manifests_of_a_commit_that_never_landed_are_deleted_on_start_and_only_t
     def crash_before_sending(catalog_: Catalog, changes: list[TableChange]) -> object:
         raise KeyboardInterrupt("killed between writing the commit's manifests and sending it")
 
-    monkeypatch.setattr(committer_module, "commit_transactions", crash_before_sending)
+    monkeypatch.setattr(swap_module, "commit_transactions", crash_before_sending)
     with pytest.raises(KeyboardInterrupt):
         commit_range(crashed, table, 3, 6)
     monkeypatch.undo()
@@ -349,7 +347,7 @@ def test_manifests_of_a_commit_that_never_landed_are_deleted_on_start_and_only_t
 
 def _another_writer_first(monkeypatch: pytest.MonkeyPatch, catalog: Catalog) -> list[int]:
     """Make the first commit the sink sends lose to another writer's append (the head moves under it)."""
-    real_commit = committer_module.commit_transactions
+    real_commit = swap_module.commit_transactions
     rounds: list[int] = []
 
     def commit(catalog_: Catalog, changes: list[TableChange]) -> object:
@@ -359,7 +357,7 @@ def _another_writer_first(monkeypatch: pytest.MonkeyPatch, catalog: Catalog) -> 
             foreign.append(pa.Table.from_pylist([{"id": -1, "who": "foreign"}], schema=foreign.schema().as_arrow()))
         return real_commit(catalog_, changes)
 
-    monkeypatch.setattr(committer_module, "commit_transactions", commit)
+    monkeypatch.setattr(swap_module, "commit_transactions", commit)
     return rounds
 
 
@@ -383,3 +381,41 @@ def test_a_maintenance_commit_refused_because_main_moved_leaves_no_manifest(
         sink.commit_maintenance(planned, [old], replacement)
     assert len(rounds) == 1
     assert _metadata_avro(catalog) == _referenced_avro(catalog)
+
+
+def test_an_expiry_that_lost_to_a_conflict_is_recomputed_on_the_new_head(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An expiry goes through the same compare-and-swap as every commit: the head moved under its first send, so
+    the next round re-checks the fence on the new head and expires what is expirable there (the newest snapshot of
+    main and the sink's own newest are kept)."""
+    catalog, table, sink = started_sink(tmp_path, 3)
+    commit_range(sink, table, 3, 6)
+    rounds = _another_writer_first(monkeypatch, catalog)
+    expired = sink.expire_snapshots(int(time.time() * 1000) + 60_000, retain_last=1)
+    assert len(rounds) == 2
+    after = catalog.load_table(TABLE).metadata
+    kept = {s.snapshot_id for s in after.snapshots}
+    assert kept == {after.current_snapshot_id, sink.last_snapshot_id} and len(kept) == 2
+    assert expired and not kept & {s.snapshot_id for s in expired}
+    assert committed_ids(catalog) == [-1, 0, 1, 2, 3, 4, 5]
+
+
+def test_an_expiry_whose_answer_was_lost_after_it_landed_sends_nothing_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An expiry adds no snapshot to look for after an unknown outcome: it is idempotent, so the next round
+    recomputes on the head, finds nothing left to expire and sends nothing."""
+    catalog, _, sink = started_sink(tmp_path, 3)
+    before = {s.snapshot_id for s in catalog.load_table(TABLE).metadata.snapshots}
+    real_commit = swap_module.commit_transactions
+    rounds: list[int] = []
+
+    def answer_lost(catalog_: Catalog, changes: list[TableChange]) -> object:
+        rounds.append(len(changes))
+        real_commit(catalog_, changes)
+        raise ConnectionError("the answer to the expiry was lost")
+
+    monkeypatch.setattr(swap_module, "commit_transactions", answer_lost)
+    assert sink.expire_snapshots(int(time.time() * 1000) + 60_000, retain_last=1) == []
+    assert rounds == [1]
+    assert {s.snapshot_id for s in catalog.load_table(TABLE).metadata.snapshots} == {sink.last_snapshot_id} != before
+    assert committed_ids(catalog) == [0, 1, 2]

@@ -22,7 +22,9 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-import spark_app.commit.committer as committer_module
+import spark_app.commit.data_commit as data_commit_module
+import spark_app.commit.head_writes as head_writes_module
+import spark_app.commit.swap as swap_module
 from icebergsync import protocol
 from icebergsync.protocol import Writer
 from spark_app.commit.committer import SinkCommitter
@@ -148,7 +150,7 @@ def test_a_foreign_commit_between_staging_and_commit_is_rebuilt_on(tmp_path: Pat
     v1 = committer(catalog, name)
     triggers.commit(v1, 300)
     output = stage(catalog.load_table(name), v1.writer, *triggers.stream.records(300), "debezium", "foreign-0", True)
-    original = v1._position_deletes
+    original = v1.head_writes.position_deletes
     rounds: list[int] = []
     foreign_key, moment = 10**9, START + timedelta(days=1, hours=3)
 
@@ -163,7 +165,7 @@ def test_a_foreign_commit_between_staging_and_commit_is_rebuilt_on(tmp_path: Pat
                                   pa.field("updated_at", pa.timestamp("us", tz="UTC"))])))
         return result
 
-    v1._position_deletes = interfere  # type: ignore[method-assign]
+    v1.head_writes.position_deletes = interfere  # type: ignore[method-assign]
     v1.commit(output, {"after": "t-foreign"})
     assert len(rounds) == 2 and rounds[0] > 0, rounds
     table = catalog.load_table(name)
@@ -216,11 +218,11 @@ def test_a_kill_around_the_copy_on_write_commit_leaves_every_row_once(
         if when == "before-the-swap":
             def refuse(*_: object) -> object:
                 raise Killed
-            patched.setattr(committer_module, "commit_transactions", refuse)
+            patched.setattr(swap_module, "commit_transactions", refuse)
         else:
             def killed(*_: object) -> object:
                 raise Killed
-            patched.setattr(committer_module.DataCommit, "land", killed)
+            patched.setattr(data_commit_module.DataCommit, "land", killed)
         with pytest.raises(Killed):
             v1.commit(output, {"after": "t-killed"})
     table = catalog.load_table(name)
@@ -254,8 +256,8 @@ def test_a_threshold_above_every_file_rewrites_no_more_than_the_driver_budget(
     triggers.commit(v1, 3000)
     table = catalog.load_table(name)
     budget = sum(f.data_file.file_size_in_bytes for f in live_files(table, table.current_snapshot())) // 3  # type: ignore[arg-type]
-    real = committer_module.copy_on_write
-    monkeypatch.setattr(committer_module, "copy_on_write",
+    real = head_writes_module.copy_on_write
+    monkeypatch.setattr(head_writes_module, "copy_on_write",
                         lambda *args, **kwargs: real(*args, **kwargs, budget_bytes=budget))
     for number in range(4):
         before = {f.path: f.data_file.file_size_in_bytes for f in live_files(table, table.current_snapshot())  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from icebergsync.errors import FencedError, ProgressConflictError
 from icebergsync.protocol import Writer
 from icebergsync.spec import GENERATOR_COLUMNS
-from spark_app.commit import committer as committer_module
+from spark_app.commit import data_commit as data_commit_module
 from spark_app.commit.committer import SinkCommitter
 from spark_app.job.loop import SyncJob
 from spark_app.staging.writer import rebuild_data_file
@@ -40,7 +40,7 @@ def test_a_dead_letter_commit_fenced_after_the_main_commit_deletes_nothing_commi
                                        rebuild_data_file))
             newer[0].start([])
 
-    monkeypatch.setattr(committer_module, "crash_point", newer_version_fences_between_the_commits)
+    monkeypatch.setattr(data_commit_module, "crash_point", newer_version_fences_between_the_commits)
     job = SyncJob(sync, 1, spark)
     with pytest.raises(FencedError) as fenced:
         job.run()

@@ -30,7 +30,9 @@ from icebergsync.errors import FencedError, IcebergSyncError
 from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.schema import iceberg_schema
 from icebergsync.storage import normalize
-from spark_app.commit.committer import SinkCommitter, TriggerOutput, referenced_files
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.references import referenced_files
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.decoding.changes import collapse, decode_changes
 from spark_app.decoding.deadletter import ERROR_COLUMN
 from spark_app.iceberg.internals import unpartitioned_spec_id

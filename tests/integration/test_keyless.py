@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from icebergsync import protocol
 from icebergsync.errors import EXIT_INVALID_SPEC
 from icebergsync.spec import parse_spec
-from spark_app.commit.committer import UNMATCHED_COPIES_NOTE
+from spark_app.commit.data_commit import UNMATCHED_COPIES_NOTE
 from tests.infra.services import KafkaBroker
 from tests.integration.kafka_support import kafka_document, last_frontier, new_topic
 from tests.integration.sync_support import catalog_of, run_job_process, sink_commits, write_spec

@@ -33,7 +33,9 @@ from icebergsync.protocol import Writer
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import ExpireSnapshots, Maintenance, RemoveOrphans, parse_spec
 from icebergsync.storage import normalize
-from spark_app.commit.committer import MaintenanceConflictError, SinkCommitter, referenced_files
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.references import referenced_files
+from spark_app.commit.swap import MaintenanceConflictError
 from spark_app.iceberg.applied_deletes import PositionReferences
 from spark_app.iceberg.internals import (
     FileKey,

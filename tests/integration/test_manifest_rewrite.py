@@ -22,7 +22,8 @@ from pyspark.sql import SparkSession
 from icebergsync.errors import FencedError
 from icebergsync.protocol import Writer
 from icebergsync.spec import Maintenance
-from spark_app.commit.committer import MaintenanceConflictError, SinkCommitter
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.swap import MaintenanceConflictError
 from spark_app.iceberg.internals import FileKey, file_key, first_row_id, manifest_entries, manifest_files
 from spark_app.upkeep.runner import Maintainer
 from tests.integration.keyed_support import ChangeStream, spark_rows

@@ -22,7 +22,8 @@ from icebergsync.protocol import Writer
 from icebergsync.resource_status import SyncStatus
 from icebergsync.spec import IcebergSync, parse_spec
 from icebergsync.tables.cuts import spec_cut_support
-from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.decoding.deadletter import DEAD_LETTER_SCHEMA
 from tests.infra.services import RestCatalog
 from tests.integration.committer_support import SCHEMA, stage

@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 from icebergsync import protocol
 from icebergsync.errors import FencedError
 from icebergsync.protocol import Frontier, Writer
-from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.faults import CRASH_ENV
 from spark_app.job.trigger import commit_trigger
 from tests.infra.services import RestCatalog

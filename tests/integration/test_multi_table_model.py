@@ -47,8 +47,9 @@ from pyiceberg.table.snapshots import Operation
 from icebergsync import protocol
 from icebergsync.errors import FencedError, ProgressConflictError
 from icebergsync.protocol import Writer
-from spark_app.commit import committer as committer_module
-from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.commit import swap as swap_module
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.iceberg import internals as iceberg_internals
 from spark_app.iceberg.cut import TableChange
 from spark_app.job.trigger import commit_trigger
@@ -135,14 +136,14 @@ class MultiTableModel(RuleBasedStateMachine):
         self.launches = 0
         self.rolled_back: set[str] = set()  # tables rolled back and not committed to by the sink since
         self.raced = dict.fromkeys(TABLES, 0)  # per table, the other writer's commits that raced a cut
-        self._real_cut, self._real_time = iceberg_internals.commit_cut, committer_module.time
+        self._real_cut, self._real_time = iceberg_internals.commit_cut, swap_module.time
         iceberg_internals.commit_cut = lambda catalog, changes: self.catalog.cut(self._real_cut, catalog, changes)
         # Retries back off with sleeps; the model needs their decisions, not their waiting.
-        committer_module.time = types.SimpleNamespace(  # type: ignore[assignment]
+        swap_module.time = types.SimpleNamespace(  # type: ignore[assignment]
             monotonic=time.monotonic, time=time.time, sleep=lambda seconds: None)
 
     def teardown(self) -> None:
-        iceberg_internals.commit_cut, committer_module.time = self._real_cut, self._real_time
+        iceberg_internals.commit_cut, swap_module.time = self._real_cut, self._real_time
         self.catalog.engine.dispose()
         shutil.rmtree(self.directory, ignore_errors=True)
 

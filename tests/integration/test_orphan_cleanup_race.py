@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import spark_app.commit.committer as committer_module
+import spark_app.commit.cleanup as cleanup_module
 from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.storage import StoredFile
 from spark_app.commit.committer import SinkCommitter
@@ -20,12 +20,12 @@ def test_cleanup_tolerates_orphans_that_vanish_before_the_delete(tmp_path: Path,
     stale = Writer("sink", 1, "old")
     vanished = stage(table, stale, range(3))[0].file_path
     Path(vanished.removeprefix("file://")).unlink()  # the stale writer discarded it after we listed it
-    listing = committer_module.list_files
+    listing = cleanup_module.list_files
 
     def listed_before_the_discard(location: str, properties: dict[str, str]) -> list[StoredFile]:
         return [*listing(location, properties), StoredFile(vanished, None, 1)]
 
-    monkeypatch.setattr(committer_module, "list_files", listed_before_the_discard)
+    monkeypatch.setattr(cleanup_module, "list_files", listed_before_the_discard)
     kept = stage(table, stale, range(3, 6))[0].file_path
     newer = SinkCommitter(catalog, TABLE, Writer("sink", 2, "new"))
     newer.start([])

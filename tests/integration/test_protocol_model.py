@@ -98,9 +98,11 @@ from icebergsync.catalog import KEYED_FORMAT_VERSIONS
 from icebergsync.errors import FencedError, ProgressConflictError, TableChangedError
 from icebergsync.schema import SchemaChange
 from icebergsync.spec import ExpireSnapshots, Maintenance
-from spark_app.commit import committer as committer_module
-from spark_app.commit.committer import MaintenanceConflictError, TriggerOutput
+from spark_app.commit import data_commit as data_commit_module
+from spark_app.commit import swap as swap_module
 from spark_app.commit.schema_changes import schema_changes
+from spark_app.commit.swap import MaintenanceConflictError
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.decoding.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.staging.writer import table_plan
 from spark_app.upkeep.runner import Maintainer
@@ -308,18 +310,18 @@ class ProtocolModel(RuleBasedStateMachine):
         self.steps = 0
         ProtocolModel.examples_started += 1
         self.example = ProtocolModel.examples_started
-        self._real_crash_point = committer_module.crash_point
-        self._real_time = committer_module.time
-        committer_module.crash_point = self._crash_point
+        self._real_crash_point = data_commit_module.crash_point
+        self._real_time = swap_module.time
+        data_commit_module.crash_point = self._crash_point
         # Retries back off with sleeps; the model needs their decisions, not their waiting.
-        committer_module.time = types.SimpleNamespace(  # type: ignore[assignment]
+        swap_module.time = types.SimpleNamespace(  # type: ignore[assignment]
             monotonic=time.monotonic, time=time.time, sleep=lambda seconds: None)
 
     def teardown(self) -> None:
         if self.spark_reader is not None and SPARK_EXAMPLES and self.example % SPARK_EXAMPLES == 0:
             self._check_with_spark()
-        committer_module.crash_point = self._real_crash_point
-        committer_module.time = self._real_time
+        data_commit_module.crash_point = self._real_crash_point
+        swap_module.time = self._real_time
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def _copy_on_write_bytes(self) -> int:

@@ -20,7 +20,8 @@ from pyspark.sql import SparkSession
 from icebergsync.protocol import Writer
 from icebergsync.spec import Compaction, ExpireSnapshots, Maintenance, RewriteDeletes, RewriteManifests
 from icebergsync.storage import normalize
-from spark_app.commit.committer import SinkCommitter, file_references
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.references import file_references
 from spark_app.upkeep.runner import Maintainer
 from tests.integration.keyed_support import Row
 from tests.integration.test_keyed_commit import SINK, open_catalog

@@ -31,12 +31,13 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId
 from pyspark.sql import SparkSession
 
-import spark_app.commit.committer as committer_module
+import spark_app.commit.swap as swap_module
 from icebergsync import protocol
+from icebergsync.errors import CommitStateUnknownError
 from icebergsync.protocol import Writer
 from icebergsync.spec import parse_spec
 from icebergsync.tables.cuts import ATOMIC_MULTI_TABLE_COMMIT, catalog_cut_support, spec_cut_support
-from spark_app.commit.committer import CommitStateUnknownError, SwapPart, swap_cut
+from spark_app.commit.swap import SwapPart, swap_cut
 from spark_app.iceberg.cut import TableChange, atomic_cut_supported, commit_cut
 from spark_app.iceberg.internals import commit_transactions
 from spark_app.job.trigger import commit_trigger
@@ -199,7 +200,7 @@ def test_nessie_an_unknown_outcome_whose_snapshots_another_writer_hid_is_found_b
             raise ConnectionError("the answer was lost")
         return responses
 
-    monkeypatch.setattr(committer_module, "commit_transactions", answer_lost)
+    monkeypatch.setattr(swap_module, "commit_transactions", answer_lost)
     landed = commit_trigger([trigger_part(orders, 5, 10), trigger_part(lines, 15, 20)])
 
     assert sent == [2]  # sent once, found landed

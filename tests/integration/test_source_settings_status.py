@@ -23,7 +23,8 @@ from icebergsync import cli
 from icebergsync.protocol import Writer
 from icebergsync.source_settings.checks import EVENTS_WITHOUT_TRANSACTION, RECORDS_WITHOUT_SCHEMA
 from icebergsync.spec import IcebergSync, parse_spec
-from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.trigger_output import TriggerOutput
 from tests.integration.committer_support import SCHEMA, stage
 from tests.integration.sync_support import catalog_of, write_spec
 from tests.unit.test_catalog_access import reach

@@ -15,8 +15,10 @@ from pyiceberg.types import StringType
 from icebergsync import protocol
 from icebergsync.errors import ProgressConflictError, TableChangedError
 from icebergsync.protocol import Writer
-from spark_app.commit import committer as committer_module
-from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.commit import data_commit as data_commit_module
+from spark_app.commit import fence as fence_module
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.decoding.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.staging.writer import rebuild_data_file, table_plan
 from tests.integration.committer_support import (
@@ -294,7 +296,7 @@ def test_dead_letters_are_recovered_after_a_crash_between_the_two_commits(
         if point == "main-committed":
             raise Killed
 
-    monkeypatch.setattr(committer_module, "crash_point", kill_between_commits)
+    monkeypatch.setattr(data_commit_module, "crash_point", kill_between_commits)
     crashing = TriggerOutput(data_files=stage(table, sink.writer, range(6, 9)), records=3,
                              dead_letter_files=stage_rows(dead, sink.writer, dead_letter_rows(sink.writer, [9, 10])))
     with pytest.raises(Killed):
@@ -323,7 +325,7 @@ def test_pending_dead_letters_survive_expiry_of_the_snapshot_that_listed_them(
     def kill(*_: object) -> None:
         raise Killed
 
-    monkeypatch.setattr(committer_module, "crash_point", kill)
+    monkeypatch.setattr(data_commit_module, "crash_point", kill)
     crashing = TriggerOutput(data_files=stage(table, sink.writer, range(0, 3)), records=3,
                              dead_letter_files=stage_rows(dead, sink.writer, dead_letter_rows(sink.writer, [3])))
     with pytest.raises(Killed):
@@ -333,7 +335,7 @@ def test_pending_dead_letters_survive_expiry_of_the_snapshot_that_listed_them(
         table = catalog.load_table(TABLE)
         table.append(pa.table({"id": [-1], "who": ["foreign"]}, schema=table.schema().as_arrow()))
     else:
-        monkeypatch.setattr(SinkCommitter, "_fence_dead_letters", kill)
+        monkeypatch.setattr(fence_module, "fence_dead_letters", kill)
         for version in (2, 2, 3):
             with pytest.raises(Killed):
                 started(catalog, version, dead=True)

@@ -28,8 +28,9 @@ from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column
 from spark_app.commit.carry import live_rows
 from spark_app.commit.carry.live_rows import live_positions, read_live_rows
-from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.commit.committer import SinkCommitter
 from spark_app.commit.key_index.locate import locate_rows
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.decoding.changes import UNAVAILABLE, decode_changes
 from spark_app.decoding.deadletter import DEAD_LETTER_SCHEMA
 from spark_app.staging.equality_deletes import delete_plan

@@ -31,7 +31,8 @@ from icebergsync.errors import FencedError
 from icebergsync.protocol import Writer
 from icebergsync.schema import SchemaChange
 from icebergsync.spec import Maintenance
-from spark_app.commit.committer import SinkCommitter, TriggerOutput
+from spark_app.commit.committer import SinkCommitter
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.iceberg import internals
 from spark_app.iceberg.position_deletes.deletion_vector import DeletionVector
 from spark_app.iceberg.position_deletes.stage import stage_position_deletes

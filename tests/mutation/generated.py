@@ -53,7 +53,9 @@ UPKEEP_UNIT_TESTS = ("tests/unit/test_upkeep_plan.py", "tests/unit/test_upkeep_m
 # What is mutated (a file or a package folder) and which tests judge it: the deterministic ones need no Spark.
 TARGETS = (
     Target("protocol", ("icebergsync/protocol.py",), PROTOCOL_TESTS, ()),
-    Target("committer", ("spark_app/commit/committer.py",), PROTOCOL_TESTS,
+    Target("committer", tuple(f"spark_app/commit/{name}.py" for name in (
+        "swap", "sink", "fence", "data_commit", "head_writes", "dead_letters", "maintenance_commits", "expiry",
+        "cleanup", "references", "trigger_output", "committer")), PROTOCOL_TESTS,
            ("tests/integration/test_multi_table_commit.py", "tests/integration/test_transient_faults.py")),
     Target("key_index", ("spark_app/commit/key_index/", "spark_app/iceberg/bloom_filter.py",
                          "spark_app/iceberg/parquet_hash.py"), KEYED_UNIT_TESTS,

@@ -17,7 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PROTOCOL = "icebergsync/protocol.py"
-COMMITTER = "spark_app/commit/committer.py"
+SWAP = "spark_app/commit/swap.py"
+SINK = "spark_app/commit/sink.py"
+DEAD_LETTERS = "spark_app/commit/dead_letters.py"
+DATA_COMMIT = "spark_app/commit/data_commit.py"
+HEAD_WRITES = "spark_app/commit/head_writes.py"
+MAINTENANCE_COMMITS = "spark_app/commit/maintenance_commits.py"
+EXPIRY = "spark_app/commit/expiry.py"
 INTERNALS = "spark_app/iceberg/internals.py"
 CUT = "spark_app/iceberg/cut.py"
 LOCATE = "spark_app/commit/key_index/locate.py"
@@ -56,21 +62,20 @@ REVIEWED = (
            ((PROTOCOL, "            notes.append(f\"checkpoint snapshot {checkpoint.snapshot_id} is not on main",
              "            raise DamagedRecordError(f\"checkpoint snapshot {checkpoint.snapshot_id} is not on main"),)),
     Mutant("rolled-back-past-removed", "the rolled-back-past refusal before a commit is removed",
-           ((COMMITTER, "if protocol.rolled_back_past(metadata, self.writer.sink_id, last):",
+           ((SINK, "if protocol.rolled_back_past(metadata, self.writer.sink_id, last):",
              "if False and protocol.rolled_back_past(metadata, self.writer.sink_id, last):"),)),
     Mutant("no-recheck-after-conflict", "the fence is not re-checked after a commit conflict",
-           ((COMMITTER, "                part.pin.check(part.identifier, table.metadata)\n"
+           ((SWAP, "                part.pin.check(part.identifier, table.metadata)\n"
                         "            part.check(table.metadata)\n",
              "                part.pin.check(part.identifier, table.metadata)\n"
              "            if not any(attempted):\n                part.check(table.metadata)\n"),)),
     Mutant("checkpoint-pending-ignored", "the dead letters the checkpoint carries are ignored",
-           ((COMMITTER, "carried = protocol.parse_checkpoint(main, self.writer.sink_id)", "carried = None"),)),
+           ((DEAD_LETTERS, "carried = protocol.parse_checkpoint(main, sink.writer.sink_id)", "carried = None"),)),
     Mutant("uuid-pin-dropped", "the table-uuid pin is not checked",
-           ((COMMITTER, "if str(metadata.table_uuid) != self.table_uuid:", "if False:"),)),
+           ((SWAP, "if str(metadata.table_uuid) != self.table_uuid:", "if False:"),)),
     Mutant("expiry-unfenced", "a sink expires snapshots without a fence check",
-           ((COMMITTER, "                self.pins[self._identifier].check(self._identifier, table.metadata)\n"
-                        "            check(table.metadata)\n",
-             "                self.pins[self._identifier].check(self._identifier, table.metadata)\n"),)),
+           ((EXPIRY, "sink.part(sink.identifier, sink.steady_check(sink.last_snapshot), build)",
+             "sink.part(sink.identifier, lambda metadata: None, build)"),)),
 )
 
 NEW = (
@@ -78,7 +83,7 @@ NEW = (
            "(a bug the review found)",
            ((PROTOCOL, "return same_version_above if checkpoint is None else None", "return same_version_above"),)),
     Mutant("unknown-outcome-not-searched", "after an unknown outcome the attempted snapshots are not looked for",
-           ((COMMITTER, "landed = [next((s for s in map(table.metadata.snapshot_by_id, ids) if s is not None), None)\n"
+           ((SWAP, "landed = [next((s for s in map(table.metadata.snapshot_by_id, ids) if s is not None), None)\n"
                         "                  or _named_by_checkpoint(table.metadata, ids, built)\n",
              "landed = [None\n"),)),
     Mutant("no-head-requirement", "the commit does not require main's head it was checked on (no compare-and-swap)",
@@ -86,18 +91,18 @@ NEW = (
              "return (*(r for r in self.transaction._requirements if r.type != 'assert-ref-snapshot-id'), "
              "*self.requirements)"),)),
     Mutant("no-schema-requirement", "the commit does not require the schema it was checked on",
-           ((COMMITTER, "AssertCurrentSchemaId(current_schema_id=table.metadata.current_schema_id),  # type: ignore",
+           ((SWAP, "AssertCurrentSchemaId(current_schema_id=table.metadata.current_schema_id),  # type: ignore",
              "# no schema requirement"),)),
     Mutant("maintenance-ignores-moved-head", "a maintenance commit lands although main moved since it was planned",
-           ((COMMITTER, "if metadata.current_snapshot_id != planned.snapshot_id:", "if False:"),)),
+           ((MAINTENANCE_COMMITS, "if metadata.current_snapshot_id != planned.snapshot_id:", "if False:"),)),
     Mutant("maintenance-null-frontier", "a maintenance commit states no frontier",
-           ((COMMITTER, "self._statement(protocol.KIND_MAINTENANCE, self.frontier, last)",
-             "self._statement(protocol.KIND_MAINTENANCE, None, last)"),)),
+           ((MAINTENANCE_COMMITS, "sink.statement(protocol.KIND_MAINTENANCE, sink.frontier, last)",
+             "sink.statement(protocol.KIND_MAINTENANCE, None, last)"),)),
     Mutant("expiry-ignores-retain-last", "a sink's expiry keeps only the head, whatever retainLast says",
-           ((COMMITTER, "zip(range(max(retain_last, 1)), protocol.main_ancestry(metadata), strict=False)",
+           ((EXPIRY, "zip(range(max(retain_last, 1)), protocol.main_ancestry(metadata), strict=False)",
              "zip(range(1), protocol.main_ancestry(metadata), strict=False)"),)),
     Mutant("dead-letters-re-added", "recovery re-adds dead-letter files the dead-letter table already holds",
-           ((COMMITTER, "pending = [path for path in listed if normalize(path) not in present]", "pending = listed"),)),
+           ((DEAD_LETTERS, "pending = [path for path in listed if normalize(path) not in present]", "pending = listed"),)),
     Mutant("oldest-own-commit", "recovery resumes from the oldest own commit on main instead of the newest",
            ((PROTOCOL, "            if last_commit is None:\n                last_commit = commit\n",
              "            last_commit = commit\n"),)),
@@ -112,13 +117,13 @@ NEW = (
 KEYED = (
     Mutant("locate-on-own-last-commit", "the touched keys are located on the writer's own last commit, not on the "
            "head the commit swaps against",
-           ((COMMITTER, "located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats, self._spark, "
+           ((HEAD_WRITES, "located = locate_rows(table, snapshot, touched_keys, self._file_keys, stats, self._spark, "
                         "self._key_columns)",
-             "located = locate_rows(table, self.last_snapshot or snapshot, touched_keys, self._file_keys, stats, "
+             "located = locate_rows(table, self._sink.last_snapshot or snapshot, touched_keys, self._file_keys, stats, "
              "self._spark, self._key_columns)"),)),
     Mutant("no-relocate-on-retry", "a commit retried on a new head keeps the deletes located on its first round",
-           ((COMMITTER, "                deletes, cow = committer._position_deletes(table, output)\n",
-             "                deletes, cow = self.__dict__.setdefault('_first', committer._position_deletes(table, output))\n"
+           ((DATA_COMMIT, "                deletes, cow = head_writes.position_deletes(table, output)\n",
+             "                deletes, cow = self.__dict__.setdefault('_first', head_writes.position_deletes(table, output))\n"
              ),)),
     Mutant("deletes-not-touched", "a key a trigger only deletes is not among the keys it touches (its row stays)",
            ((CHANGES, "upserts.filter(complete).select(declared), winners.select(list(key)),",
@@ -158,7 +163,7 @@ JUDGE = (
            ((MAINTENANCE, "kept = file_references(table, table.metadata.snapshots, live_only=True)",
              "kept = file_references(table, list(protocol.main_ancestry(table.metadata)), live_only=True)"),)),
     Mutant("expiry-of-referenced-snapshots", "a sink's expiry does not spare the snapshots tags and branches name",
-           ((COMMITTER, "protected = {ref.snapshot_id for ref in metadata.refs.values()} | retained",
+           ((EXPIRY, "protected = {ref.snapshot_id for ref in metadata.refs.values()} | retained",
              "protected = {metadata.current_snapshot_id} | retained"),)),
     Mutant("rewrite-keeps-deleted-rows", "upkeep writes a data file again without applying its position deletes",
            ((UPKEEP_REWRITE, "group.spec_id, positions.get(live.path), keep)", "group.spec_id, None, keep)"),)),

@@ -130,3 +130,23 @@ def test_a_text_the_vectorised_reader_accepts_converts_to_the_same_value_alone(t
     if type_name == "timestamptz":
         assert values[texts.index("2024-02-29T10:00-01:30")] == \
             (datetime(2024, 2, 29, 11, 30, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+@pytest.mark.parametrize(("type_name", "text", "append", "reason"), [
+    ("double", "NaN", "nan", 'field v: value NaN is not a double'),
+    ("timestamptz", "2024-03-01T10:00:00", datetime(2024, 3, 1, 10, tzinfo=UTC),
+     "field v: value 2024-03-01T10:00:00 has no UTC offset (a timestamptz needs one)"),
+    ("timestamp", "2024-03-01T10:00:00.1234567", datetime(2024, 3, 1, 10, 0, 0, 123456),
+     "field v: value 2024-03-01T10:00:00.1234567 has more than microsecond precision"),
+])
+def test_the_keyed_path_reads_exactly_what_the_append_path_reads_as_spark(type_name: str, text: str, append: Any,
+                                                                            reason: str) -> None:
+    """Spark's from_json (the append path) takes NaN words, UTC for a missing offset and truncates below
+    microseconds; Debezium writes values exactly, so on the keyed path each is a dead letter."""
+    columns = [Column(name="id", type="long", required=True), Column(name="v", type=type_name)]
+    raw = f'{{"id": 1, "v": "{text}"}}'.encode()
+    appended = decode_json_values(pa.array([raw], pa.binary()), target_schema(columns), lambda i: {}).to_pylist()[0]
+    value = appended["v"]
+    assert (str(value) if isinstance(value, float) else value, appended[ERROR_COLUMN]) == (append, None)
+    keyed = decode_changes([raw], None, lambda i: {}, columns, ["id"], "upsert", 0).to_pylist()[0]
+    assert (keyed["v"], keyed[ERROR_COLUMN]) == (None, reason)

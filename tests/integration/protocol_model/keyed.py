@@ -31,8 +31,8 @@ from icebergsync.catalog import ensure_table
 from icebergsync.protocol import Writer, attempt_file_prefix
 from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column
-from spark_app.commit.committer import TriggerOutput
 from spark_app.commit.schema_changes import table_columns
+from spark_app.commit.trigger_output import TriggerOutput
 from spark_app.decoding.changes import UNAVAILABLE, decode_changes
 from spark_app.decoding.schema_drift.drift import SchemaDrift
 from spark_app.iceberg.internals import live_files, rewrite_files, row_delta
