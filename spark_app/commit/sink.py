@@ -138,7 +138,7 @@ class Sink:
                     if change.kind == "add":
                         assert change.new_type is not None
                         default = change.default if table.metadata.format_version >= 3 else None
-                        update.add_column(change.column, change.new_type, required=False, default_value=default)
+                        update.add_column(change.path, change.new_type, required=False, default_value=default)
                     elif change.kind == "widen":
                         update.update_column(change.column, field_type=change.new_type)
                     else:
