@@ -34,6 +34,9 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
                                          "schema.registry.bearer.auth.token, ...), never from the spec."),
     "spec.source.kafka.schemaRegistry.url": ("The registry's base URL (Confluent: http://registry:8081; Apicurio: "
                                              "http://registry:8080/apis/ccompat/v7)."),
+    "spec.source.kafka.schemaRegistry.retryBudget": ("How long a task retries a registry that does not answer "
+                                                     "before the sync stops (exit 8, the cause on its last line); "
+                                                     "a schema id the registry does not know is a dead letter."),
     "spec.source.kafka.schemaRegistry.options": ("Settings of confluent-kafka's SchemaRegistryClient (e.g. timeout, "
                                                  "ssl.ca.location), without secrets."),
     "spec.source.kafka.options": ("Kafka client properties (security.protocol, sasl.mechanism, fetch.max.bytes, ...; the kafka. "

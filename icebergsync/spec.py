@@ -183,6 +183,12 @@ class SchemaRegistry(Model):
 
     url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://")
     options: dict[str, str] = Field(default_factory=dict)
+    retry_budget: Duration = "60s"
+
+    @property
+    def retry_budget_seconds(self) -> float:
+        """``retryBudget`` in seconds."""
+        return parse_duration(self.retry_budget)
 
 
 class KafkaSource(Model):
@@ -969,6 +975,9 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
             or (kafka.pattern is not None and kafka.pattern.fullmatch(transactions.topic))):
         problems.append("spec.changes.transactions.topic: the transaction topic is one of spec.source.kafka's topics; "
                         "its records are not change events (leave it out of topic / topicPattern)")
+    if spec.changes is not None and spec.source.registry_format:
+        problems.append("spec.changes: change records in Avro (Debezium's Avro converter) are not read yet; use "
+                        "Debezium's JSON converter with kafka format json")
     if spec.changes is not None and spec.source.files is not None and spec.source.files.format != "json":
         problems.append(f"spec.source.files.format: changes are JSON records, one per line; "
                         f"{spec.source.files.format!r} is not supported with spec.changes")

@@ -20,7 +20,12 @@ from typing import TypeVar
 import requests
 from pyiceberg.exceptions import ServerError, ServiceUnavailableError, TooManyRequestsError
 
-from icebergsync.errors import CatalogUnreachableError, IcebergSyncError, ObjectStoreUnreachableError
+from icebergsync.errors import (
+    CatalogUnreachableError,
+    IcebergSyncError,
+    ObjectStoreUnreachableError,
+    SchemaRegistryUnreachableError,
+)
 from icebergsync.transient.http import jittered_backoff
 
 log = logging.getLogger("icebergsync")
@@ -37,6 +42,7 @@ _TRANSIENT_S3 = re.compile(
 # How the driver hears of a Spark task's error (a Py4JJavaError, a PythonException): the worker's traceback as text,
 # its exception on a line of its own.
 _TASK_OS_ERROR = re.compile(r"^(?:builtins\.)?OSError: .*$", re.MULTILINE)
+_TASK_REGISTRY_FAULT = re.compile(r"SchemaRegistryUnreachableError: (.*)$", re.MULTILINE)
 _CATALOG_FAULTS: tuple[type[BaseException], ...] = (
     TooManyRequestsError, ServiceUnavailableError, ServerError, requests.ConnectionError, requests.Timeout,
     requests.exceptions.ChunkedEncodingError)
@@ -77,7 +83,11 @@ def last_line(error: BaseException) -> str:
 
 
 def unreachable(what: str, error: BaseException) -> IcebergSyncError | None:
-    """The documented error for ``error`` met by ``what`` when it is transient (None: it is not)."""
+    """The documented error for ``error`` met by ``what`` when it is transient (None: it is not); a Spark task's
+    failure from a Schema Registry that outlasted its budget is that error again (its line)."""
+    registry = _TASK_REGISTRY_FAULT.search(str(error)) if not isinstance(error, IcebergSyncError) else None
+    if registry is not None:
+        return SchemaRegistryUnreachableError(registry.group(1).strip())
     if catalog_fault(error):
         return CatalogUnreachableError(f"{what}: the catalog did not answer usefully ({last_line(error)})")
     if object_store_fault(error):

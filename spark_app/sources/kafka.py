@@ -56,6 +56,9 @@ from icebergsync.protocol import Frontier
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
 from spark_app.decoding.arrow_decode import decode_json_values, target_schema
+from spark_app.decoding.registry.avro_records import TableColumns, decode_avro_values
+from spark_app.decoding.registry.client import SECRET_PREFIX as REGISTRY_SECRET_PREFIX
+from spark_app.decoding.registry.client import RegistrySettings
 from spark_app.decoding.source_positions import Position
 from spark_app.sources.base import Pending, Source
 from spark_app.sources.file_lines import ChangeReading
@@ -180,8 +183,13 @@ class KafkaSource(Source):
         assert settings is not None
         self.settings = settings
         self.topics = ([settings.topic] if isinstance(settings.topic, str) else list(settings.topic or []))
-        self.options = source_options(settings.bootstrap_servers, settings.options, read_secret(settings.secret_ref),
+        secret = read_secret(settings.secret_ref)
+        self.options = source_options(settings.bootstrap_servers, settings.options,
+                                      {k: v for k, v in secret.items() if not k.startswith(REGISTRY_SECRET_PREFIX)},
                                       "spec.source.kafka.options")
+        registry = settings.schema_registry
+        self.registry = (RegistrySettings.of(registry.url, registry.options, secret, registry.retry_budget_seconds)
+                         if registry is not None else None)
         self.lookup = OffsetLookup(self.options.client)
         self._reported: set[tuple[str, int, int, int]] = set()
         self._missing_topics_reported: set[str] = set()
@@ -386,6 +394,12 @@ class KafkaSource(Source):
 
     def unit_reader(self, columns: list[SpecColumn], key: list[str] | None = None,
                     truncated_at: Position | None = None) -> KafkaUnitReader:
+        if self.registry is not None:
+            required = frozenset(column.name for column in columns if column.required)
+            table = TableColumns({column.name: column.type for column in columns}, required, frozenset(key or []),
+                                 self.spec.follows_source_schema)
+            return KafkaUnitReader(self.options.client, list(columns), self.settings.format, registry=self.registry,
+                                   table=table)
         reading = ChangeReading.of(self.spec, columns, key, truncated_at)
         return KafkaUnitReader(self.options.client, list(columns), self.settings.format, reading)
 
@@ -447,6 +461,8 @@ class KafkaUnitReader:
     columns: list[SpecColumn]
     format: str = "json"
     changes: ChangeReading | None = None
+    registry: RegistrySettings | None = None  # format avro: where the records' schemas are
+    table: TableColumns | None = None  # format avro: the table's columns the records' schemas are compared with
 
     def __call__(self, unit: WorkUnit, stats: UnitStats) -> Iterator[pa.RecordBatch]:
 
@@ -468,7 +484,11 @@ class KafkaUnitReader:
                         stats.saw_transaction(unit.topic, unit.partition, transaction, offset_list[index],
                                               offset_list[index])
                 continue
-            yield from decode_json_values(raw.column("value"), schema,
-                                          _record_positions(unit.topic, unit.partition, offsets)).to_batches()
+            positions = _record_positions(unit.topic, unit.partition, offsets)
+            if self.registry is not None and self.table is not None:
+                yield from decode_avro_values(raw.column("value"), schema, self.table, self.registry, positions,
+                                              stats.drift).to_batches()
+                continue
+            yield from decode_json_values(raw.column("value"), schema, positions).to_batches()
         if counts.offsets_without_records:
             stats.add("offsets-without-records", counts.offsets_without_records)

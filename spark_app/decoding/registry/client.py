@@ -22,7 +22,6 @@ from icebergsync.transient.http import jittered_backoff
 log = logging.getLogger("icebergsync.job")
 
 SECRET_PREFIX = "schema.registry."  # the kafka secretRef's keys for the registry (credentials, TLS files)
-BUDGET_SECONDS = 60.0
 _CLIENT_DEFAULTS = {"max.retries": "3", "retries.wait.ms": "500", "retries.max.wait.ms": "4000", "timeout": "10"}
 _NOT_FOUND = 404
 
@@ -41,13 +40,15 @@ class RegistrySettings:
 
     url: str
     conf: tuple[tuple[str, str], ...] = ()
+    budget_seconds: float = 60.0
 
     @staticmethod
-    def of(url: str, options: Mapping[str, str], secret: Mapping[str, str]) -> RegistrySettings:
-        """The settings from ``schemaRegistry`` (url, options) and the kafka secret's ``schema.registry.`` keys."""
+    def of(url: str, options: Mapping[str, str], secret: Mapping[str, str], budget_seconds: float) -> RegistrySettings:
+        """The settings from ``schemaRegistry`` (url, options, retry budget) and the kafka secret's
+        ``schema.registry.`` keys."""
         conf = {**_CLIENT_DEFAULTS, **options,
                 **{key[len(SECRET_PREFIX):]: value for key, value in secret.items() if key.startswith(SECRET_PREFIX)}}
-        return RegistrySettings(url.rstrip("/"), tuple(sorted(conf.items())))
+        return RegistrySettings(url.rstrip("/"), tuple(sorted(conf.items())), budget_seconds)
 
 
 _schemas: dict[tuple[RegistrySettings, int], RegisteredSchema | None] = {}
@@ -83,7 +84,7 @@ def _client(settings: RegistrySettings) -> Any:
 def _fetch(settings: RegistrySettings, schema_id: int, sleep: Callable[[float], None]) -> RegisteredSchema | None:
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    deadline = time.monotonic() + BUDGET_SECONDS
+    deadline = time.monotonic() + settings.budget_seconds
     attempt = 0
     while True:
         try:
