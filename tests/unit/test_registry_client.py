@@ -8,6 +8,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -20,9 +21,9 @@ SCHEMA = json.dumps({"type": "record", "name": "R", "fields": [{"name": "id", "t
 
 class _Registry(BaseHTTPRequestHandler):
     failures = 0  # answers of 503 still to give
-    requests: list[str] = []
+    requests: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+    def do_GET(self) -> None:
         type(self).requests.append(self.path)
         if type(self).failures > 0:
             type(self).failures -= 1
