@@ -652,7 +652,7 @@ class _JsonDecoder:
         window = fast[start:end]
         if not window.all():
             found.alone.append(np.flatnonzero(~window) + start)
-        self._pieces(np.flatnonzero(window) + start, found, self.first_read)
+        self._solve(self._pieces(np.flatnonzero(window) + start, self.first_read), found)
         narrowed = len(found.reads) > 1 or bool(found.alone)
         self.first_read = max(_NARROW_RECORDS, self.first_read // 4) if narrowed else min(CHUNK_RECORDS, self.first_read * 2)
         parts = []
@@ -685,48 +685,54 @@ class _JsonDecoder:
                                                newlines_in_values=self.records.newlines),
         )
 
-    def _solve(self, idx: np.ndarray, found: _Found) -> None:
+    def _solve(self, parts: list[np.ndarray], found: _Found) -> None:
+        """Solve ``parts`` in order, and what each step leaves to solve before the parts after it (a work list, not
+        recursion: a long run of records the reader refuses one by one would exceed Python's recursion limit)."""
+        pending = list(reversed(parts))
+        while pending:
+            pending.extend(reversed(self._step(pending.pop(), found)))
+
+    def _step(self, idx: np.ndarray, found: _Found) -> list[np.ndarray]:
+        """Read ``idx`` (or set it aside to decode alone); the ranges still to solve, in order."""
         if not len(idx):
-            return
+            return []
         if len(idx) <= _LEAF_RECORDS:
             found.alone.append(idx)
-            return
+            return []
         try:
             table = self._read(idx)
         except pa.ArrowInvalid as exc:
-            self._narrow(idx, str(exc), found)
-            return
+            return self._narrow(idx, str(exc), found)
         if table.num_rows != len(idx):  # cannot happen with gated records; be safe
-            self._halves(idx, found)
-            return
+            return self._halves(idx)
         flagged = np.zeros(len(idx), dtype=bool)
         extra = [name for name in table.column_names if name not in self.declared]
         for name in extra:
             flagged |= self._unknown_field(idx, name, table.column(name))
         found.reads.append((idx, table.drop_columns(extra) if extra else table, flagged))
+        return []
 
-    def _pieces(self, idx: np.ndarray, found: _Found, size: int | None = None) -> None:
-        """Solve ``idx`` in runs of adjacent records of at most ``size`` (default ``_NARROW_RECORDS``)."""
+    @staticmethod
+    def _pieces(idx: np.ndarray, size: int | None = None) -> list[np.ndarray]:
+        """``idx`` in runs of adjacent records of at most ``size`` (default ``_NARROW_RECORDS``)."""
         size = size or _NARROW_RECORDS
-        if len(idx):
-            for run in np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1):
-                for start in range(0, len(run), size):
-                    self._solve(run[start:start + size], found)
+        if not len(idx):
+            return []
+        return [run[start:start + size] for run in np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1)
+                for start in range(0, len(run), size)]
 
-    def _halves(self, idx: np.ndarray, found: _Found) -> None:
+    @staticmethod
+    def _halves(idx: np.ndarray) -> list[np.ndarray]:
         mid = len(idx) // 2
-        self._solve(idx[:mid], found)
-        self._solve(idx[mid:], found)
+        return [idx[:mid], idx[mid:]]
 
-    def _narrow(self, idx: np.ndarray, message: str, found: _Found) -> None:
-        """The reader refused ``idx``: find the records it refuses and decode them alone."""
+    def _narrow(self, idx: np.ndarray, message: str, found: _Found) -> list[np.ndarray]:
+        """The reader refused ``idx``: set aside the records it refuses (to decode alone); the rest to solve."""
         row = _ROW_IN_ERROR.search(message)
         if row is not None and int(row.group(1)) < len(idx):
             n = int(row.group(1))
-            self._solve(idx[:n], found)
             found.alone.append(idx[n:n + 1])
-            self._pieces(idx[n + 1:], found)
-            return
+            return [idx[:n], *self._pieces(idx[n + 1:])]
         for pattern in _VALUE_IN_ERROR:
             value = pattern.search(message)
             if value is not None:
@@ -736,10 +742,9 @@ class _JsonDecoder:
                 suspect = self.records.locate(idx, text, token)
                 if 0 < suspect.sum() <= len(idx) // 2:
                     found.alone.append(idx[suspect])
-                    self._pieces(idx[~suspect], found)
-                    return
+                    return self._pieces(idx[~suspect])
                 break
-        self._halves(idx, found)
+        return self._halves(idx)
 
     def _checked(self, table: pa.Table, suspect: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         """The read records in the output's types, and which of them (besides those ``suspect``

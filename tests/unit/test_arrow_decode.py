@@ -557,3 +557,16 @@ def test_conform_table_checks_a_parquet_list_by_its_elements() -> None:
     assert [(row["id"], row["n"], row[ERROR_COLUMN]) for row in out] == [
         (1, [1, None], None), (None, None, "field n: value [1099511627776] is not an array<int>"), (3, None, None),
         (4, [], None)]
+
+
+def test_a_long_run_of_records_the_reader_refuses_one_by_one_is_decoded_record_by_record() -> None:
+    """Thousands of consecutive records the vectorised reader refuses each in turn (a number in a string column):
+    every one a dead letter with its reason, the good ones after them rows (narrowing is a work list, not
+    recursion, which stopped the job with a RecursionError here)."""
+    schema = target_schema([Column(name="id", type="long"), Column(name="name", type="string")])
+    lines = [json.dumps({"id": n, "name": 5}) for n in range(3000)] + [json.dumps({"id": n, "name": "x"})
+                                                                       for n in range(3000, 3050)]
+    table = decode_json_block(("\n".join(lines) + "\n").encode(), schema, "f.json", 1)
+    errors = table.column(ERROR_COLUMN).to_pylist()
+    assert errors[:3000] == ["field name: value 5 is a number, not a string"] * 3000
+    assert errors[3000:] == [None] * 50 and table.column("id").to_pylist()[3000:] == list(range(3000, 3050))
