@@ -56,9 +56,9 @@ from icebergsync.protocol import Frontier
 from icebergsync.spec import Column as SpecColumn
 from icebergsync.spec import IcebergSyncSpec
 from spark_app.decoding.arrow_decode import decode_json_values, target_schema
-from spark_app.decoding.registry.avro_records import TableColumns, decode_avro_values
 from spark_app.decoding.registry.client import SECRET_PREFIX as REGISTRY_SECRET_PREFIX
 from spark_app.decoding.registry.client import RegistrySettings
+from spark_app.decoding.registry.records import TableColumns, decode_registry_values
 from spark_app.decoding.source_positions import Position
 from spark_app.sources.base import Pending, Source
 from spark_app.sources.file_lines import ChangeReading
@@ -486,8 +486,8 @@ class KafkaUnitReader:
                 continue
             positions = _record_positions(unit.topic, unit.partition, offsets)
             if self.registry is not None and self.table is not None:
-                yield from decode_avro_values(raw.column("value"), schema, self.table, self.registry, positions,
-                                              stats.drift).to_batches()
+                yield from decode_registry_values(raw.column("value"), schema, self.table, self.registry, self.format,
+                                                  positions, stats.drift).to_batches()
                 continue
             yield from decode_json_values(raw.column("value"), schema, positions).to_batches()
         if counts.offsets_without_records:
