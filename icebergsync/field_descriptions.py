@@ -50,6 +50,9 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
                     "evolve)."),
     "spec.schema[].name": "Column name.",
     "spec.schema[].required": "Whether the column is NOT NULL.",
+    "spec.schema[].jsonText": ("A string column that keeps any JSON value as its text: an object or array as compact "
+                               "JSON (in the record's key order), a number as written, a string as itself "
+                               "(docs/formats.md)."),
     "spec.eventTimeColumn": "Column holding event time, reported as maxEventTime.",
     "spec.table": "The Iceberg table records are committed to.",
     "spec.table.catalog": ("The Iceberg catalog holding the table, declared inline: for local runs (the default is an "
@@ -78,6 +81,8 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.tables.*.schema": "This table's columns (instead of spec.schema).",
     "spec.tables.*.schema[].name": "Column name.",
     "spec.tables.*.schema[].required": "Whether the column is NOT NULL.",
+    "spec.tables.*.schema[].jsonText": ("A string column that keeps any JSON value as its text (as "
+                                        "spec.schema[].jsonText)."),
     "spec.changes": "Change data capture: records upsert and delete rows by spec.table.key (needs table.key, [] for "
     "a table without a primary key, and the files or kafka source). See docs/connectors.md.",
     "spec.commit": "When the job commits.",

@@ -102,6 +102,7 @@ KEYLESS_NEEDS_POSITION_MESSAGE = ("an empty key (a table without a primary key) 
 KEYLESS_NEEDS_CHANGES_MESSAGE = "an empty key (a table without a primary key) needs spec.changes"
 CHANGES_NEED_FILES_OR_KAFKA_MESSAGE = "changes needs the files or kafka source"
 TOPIC_OR_PATTERN_MESSAGE = "set exactly one of topic and topicPattern"
+JSON_TEXT_NEEDS_STRING_MESSAGE = "jsonText keeps a value's JSON text: the column's type must be string"
 REGISTRY_FORMATS = ("avro", "jsonschema")  # formats whose records name their schema in a Schema Registry
 REGISTRY_NEEDED_MESSAGE = "formats avro and jsonschema need schemaRegistry (where the records' schemas are)"
 TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE = ("changes.transactions needs changes.format debezium and the kafka source "
@@ -138,6 +139,7 @@ class Column(Model):
         "struct<name: T, ...> to any depth, e.g. struct<id: long not null, tags: array<string>> (a struct field is "
         "optional unless not null; array elements and map values are optional)."))
     required: bool = False
+    json_text: bool = False
 
     @field_validator("type")
     @classmethod
@@ -147,6 +149,12 @@ class Column(Model):
         except TypeSyntaxError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    @model_validator(mode="after")
+    def _json_text_is_a_string(self) -> Column:
+        if self.json_text and self.type != "string":
+            raise ValueError(JSON_TEXT_NEEDS_STRING_MESSAGE)
+        return self
 
 
 def element_type(type_name: str) -> str | None:

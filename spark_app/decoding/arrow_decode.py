@@ -50,7 +50,7 @@ import io
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -65,6 +65,7 @@ from icebergsync.schema import iceberg_schema
 from icebergsync.spec import Column as SpecColumn
 from spark_app.decoding.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
 from spark_app.decoding.json_values import (
+    JSON_TEXT,
     NOT_UTF8,
     BadJson,
     Refused,
@@ -96,6 +97,7 @@ _JSON_WHITESPACE = b" \t\r\n"
 _CSV_FIELD = r'(?:"(?:[^"]|"")*"|[^",][^,]*)?'
 _CSV_QUOTED_LINE = rf"^{_CSV_FIELD}(?:,{_CSV_FIELD})*$"
 REQUIRED_METADATA = {b"icebergsync.required": b"true"}
+JSON_TEXT_METADATA = {b"icebergsync.json-text": b"true"}
 _CONTROL_FIELDS = [pa.field(ERROR_COLUMN, pa.string()), pa.field(RAW_COLUMN, pa.string()),
                    pa.field(POSITION_COLUMN, pa.string())]
 
@@ -106,10 +108,13 @@ _CONTROL_FIELDS = [pa.field(ERROR_COLUMN, pa.string()), pa.field(RAW_COLUMN, pa.
 def target_schema(columns: list[SpecColumn]) -> pa.Schema:
     """The declared columns in the Arrow types the table's writer uses; every field nullable (a bad
     record's columns are null). A required column carries :data:`REQUIRED_METADATA`: the text
-    decoders make a record without it a dead letter with its raw text and position."""
+    decoders make a record without it a dead letter with its raw text and position; a ``jsonText`` column
+    :data:`JSON_TEXT_METADATA`."""
     schema = schema_to_pyarrow(iceberg_schema(columns), include_field_ids=False)
-    return pa.schema([pa.field(f.name, f.type, nullable=True, metadata=REQUIRED_METADATA if not f.nullable else None)
-                      for f in schema])
+    json_text = {column.name for column in columns if column.json_text}
+    return pa.schema([pa.field(f.name, f.type, nullable=True, metadata={
+        **(REQUIRED_METADATA if not f.nullable else {}), **(JSON_TEXT_METADATA if f.name in json_text else {})} or None)
+        for f in schema])
 
 
 def _output_schema(schema: pa.Schema) -> pa.Schema:
@@ -118,7 +123,7 @@ def _output_schema(schema: pa.Schema) -> pa.Schema:
 
 def _required_present(table: pa.Table, schema: pa.Schema, records: _Records) -> pa.Table:
     """Mark good rows that lack a required column as dead letters, with the record's raw text and position."""
-    required = [f.name for f in schema if f.metadata == REQUIRED_METADATA]
+    required = [f.name for f in schema if (f.metadata or {}).get(b"icebergsync.required") == b"true"]
     if not required or table.num_rows == 0:
         return table
     errors = table.column(ERROR_COLUMN)
@@ -170,7 +175,8 @@ def _plan(schema: pa.Schema) -> list[_Col]:
     cols = []
     for f in schema:
         try:
-            cols.append(_Col(f.name, value_type(f.type)))
+            json_text = (f.metadata or {}).get(b"icebergsync.json-text") == b"true"
+            cols.append(_Col(f.name, replace(JSON_TEXT, arrow=f.type) if json_text else value_type(f.type)))
         except ValueError as exc:
             raise ValueError(f"column {f.name}: {exc}") from None
     return cols
@@ -799,7 +805,7 @@ def _csv_convert(col: _Col, arr: pa.Array) -> tuple[pa.Array, np.ndarray, list[s
     vtype = col.value
     n = len(arr)
     reasons: list[str | None] = [None] * n
-    if vtype.kind == "string":
+    if vtype.kind in ("string", "json"):
         return arr.cast(vtype.arrow), np.zeros(n, dtype=bool), reasons
     if vtype.kind == "boolean":
         lower = pc.utf8_lower(arr)

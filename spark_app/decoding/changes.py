@@ -44,7 +44,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -63,6 +63,7 @@ from spark_app.decoding.deadletter import (
 )
 from spark_app.decoding.float32 import float32_of
 from spark_app.decoding.json_values import (
+    JSON_TEXT,
     NOT_UTF8,
     BadJson,
     Refused,
@@ -277,7 +278,8 @@ def _given(reading: Converter, logical: Logical | None) -> Callable[[Any], Any]:
 
 
 def _reading_of(column: SpecColumn) -> Converter:
-    return _reading(value_type(arrow_type(column.type)))
+    arrow = arrow_type(column.type)
+    return _reading(replace(JSON_TEXT, arrow=arrow) if column.json_text else value_type(arrow))
 
 
 def decode_value(column: SpecColumn, value: Any, logical: Logical | None) -> Any:

@@ -235,7 +235,7 @@ def _source_order_json(value: Any) -> str:
 class ValueType:
     """What a column holds, as the decoders convert values into it."""
 
-    kind: str  # string int long float double boolean decimal date timestamp timestamptz binary array struct map
+    kind: str  # string json int long float double boolean decimal date timestamp timestamptz binary array struct map
     arrow: pa.DataType  # the column's Arrow type
     label: str  # the spec's type name, for reasons
     precision: int = 0
@@ -247,7 +247,7 @@ class ValueType:
     @property
     def nested(self) -> bool:
         """Whether values hold structs or maps, or arrays of arrays (what the vectorised reader does not read)."""
-        return self.kind in ("struct", "map") or (self.element is not None and self.element.kind in (
+        return self.kind in ("struct", "map", "json") or (self.element is not None and self.element.kind in (
             "struct", "map", "array"))
 
 
@@ -258,6 +258,9 @@ class ValueField:
     name: str
     type: ValueType
     required: bool
+
+
+JSON_TEXT = ValueType("json", pa.large_string(), "string (its JSON text)")  # a jsonText column
 
 
 def value_type(arrow: pa.DataType) -> ValueType:
@@ -322,6 +325,24 @@ def not_a(vtype: ValueType, value: Any) -> Refused:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | Decimal) and not isinstance(value, bool)
+
+
+def json_text(value: Any) -> str:
+    """A parsed JSON value as a ``jsonText`` column keeps it: a string as itself, anything else as compact JSON in
+    the record's key order, numbers as written."""
+    if isinstance(value, str):
+        return value
+    return _written_json(value)
+
+
+def _written_json(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_written_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_written_json(v) for v in value) + "]"
+    if isinstance(value, int | Decimal) and not isinstance(value, bool):
+        return _number_text(value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _string(vtype: ValueType, value: Any) -> Any:
@@ -522,7 +543,7 @@ def _key_literal(text: str) -> Any:
 
 
 _CONVERSIONS: dict[str, Callable[[ValueType, Any], Any]] = {
-    "string": _string, "boolean": _boolean, "int": _integer, "long": _integer, "date": _date, "binary": _binary,
+    "string": _string, "json": lambda _, value: json_text(value), "boolean": _boolean, "int": _integer, "long": _integer, "date": _date, "binary": _binary,
 }
 _EXACT_CONVERSIONS: dict[str, Callable[[ValueType, bool, Any], Any]] = {
     "float": _floating, "double": _floating, "timestamp": _timestamp, "timestamptz": _timestamp,

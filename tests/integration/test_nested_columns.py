@@ -36,6 +36,7 @@ SCHEMA = [
     {"name": "event", "type": "struct<ts: timestamptz, day: date, tags: array<string>, "
                               "where: struct<lat: double, lon: double>>"},
     {"name": "matrix", "type": "array<array<int>>"},
+    {"name": "extra", "type": "string", "jsonText": True},  # any JSON value kept as its text
 ]
 COLUMNS = [column["name"] for column in SCHEMA]
 
@@ -43,7 +44,8 @@ COLUMNS = [column["name"] for column in SCHEMA]
 def record(n: int) -> dict[str, Any]:
     """A nested record; every seventh has null or empty nested values."""
     if n % 7 == 0:
-        return {"id": n, "user": None, "items": [], "attrs": {}, "event": {"ts": None, "tags": None}, "matrix": None}
+        return {"id": n, "user": None, "items": [], "attrs": {}, "event": {"ts": None, "tags": None}, "matrix": None,
+                "extra": None}
     return {
         "id": n,
         "user": {"id": n * 10, "name": f"u{n}", "user-agent": "curl/8" if n % 2 else None},
@@ -52,6 +54,7 @@ def record(n: int) -> dict[str, Any]:
         "event": {"ts": f"2024-03-01T10:{n % 60:02d}:00+02:00", "day": "2024-02-29", "tags": ["a", None],
                   "where": {"lat": 52.5, "lon": 13.4}},
         "matrix": [[n, None], [], None],
+        "extra": {"k": [n, 1.50], "s": "x"} if n % 2 else f"plain {n}",
     }
 
 
@@ -60,7 +63,7 @@ def expected_row(n: int) -> dict[str, Any]:
     raw = record(n)
     if n % 7 == 0:
         return {"id": n, "user": None, "items": [], "attrs": {},
-                "event": {"ts": None, "day": None, "tags": None, "where": None}, "matrix": None}
+                "event": {"ts": None, "day": None, "tags": None, "where": None}, "matrix": None, "extra": None}
     return {
         "id": n,
         "user": raw["user"],
@@ -69,6 +72,7 @@ def expected_row(n: int) -> dict[str, Any]:
         "event": {"ts": datetime(2024, 3, 1, 8, n % 60, tzinfo=UTC), "day": date(2024, 2, 29), "tags": ["a", None],
                   "where": {"lat": 52.5, "lon": 13.4}},
         "matrix": [[n, None], [], None],
+        "extra": f'{{"k":[{n},1.5],"s":"x"}}' if n % 2 else f"plain {n}",
     }
 
 

@@ -60,3 +60,27 @@ def test_map_keys_of_other_types_and_connects_pair_form() -> None:
 ])
 def test_a_bad_nested_value_is_named_by_its_path(type_name: str, text: str, reason: str) -> None:
     assert refusal(type_name, text) == reason
+
+
+def test_a_json_text_column_keeps_any_value_as_its_text_on_both_paths() -> None:
+    from spark_app.decoding.changes import decode_value
+
+    column = Column(name="payload", type="string", jsonText=True)
+    for text, kept in [('{"b": [1, 2.50, "x"], "a": null}', '{"b":[1,2.50,"x"],"a":null}'), ('"plain"', "plain"),
+                       ("1e2", "1e2"), ("[true]", "[true]")]:
+        assert decode_value(column, loads(text), None) == kept
+    from spark_app.decoding.arrow_decode import decode_json_block
+
+    schema = target_schema([Column(name="id", type="long"), column])
+    table = decode_json_block(b'{"id": 1, "payload": {"b": [1, 2.50]}}\n{"id": 2, "payload": "x"}\n', schema, "f", 1)
+    assert table.column("payload").to_pylist() == ['{"b":[1,2.50]}', "x"]
+
+
+def test_json_text_is_for_string_columns() -> None:
+    from icebergsync.errors import SpecError
+    from icebergsync.spec import parse_spec
+
+    with pytest.raises(SpecError, match="jsonText keeps a value's JSON text: the column's type must be string"):
+        parse_spec({"apiVersion": "icebergsync.io/v1alpha1", "kind": "IcebergSync", "metadata": {"name": "x"},
+                    "spec": {"source": {"files": {"path": "/in"}}, "table": {"name": "a.b"},
+                             "schema": [{"name": "p", "type": "long", "jsonText": True}]}})
