@@ -71,7 +71,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             # (spec.changes with schemaEvolution evolve: the columns come from the records' Connect schema)
             "rule": "has(self.source.generator) || (has(self.schema) && size(self.schema) > 0) || "
                     "((has(self.changes) || (has(self.source.kafka) && has(self.source.kafka.format) && "
-                    "self.source.kafka.format in ['avro', 'jsonschema'])) && (!has(self.schemaEvolution) || "
+                    "self.source.kafka.format in ['avro', 'protobuf', 'jsonschema'])) && (!has(self.schemaEvolution) || "
                     "self.schemaEvolution == 'evolve'))",
             "fieldPath": ".schema",
             "message": SCHEMA_REQUIRED_MESSAGE,

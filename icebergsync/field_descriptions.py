@@ -25,12 +25,13 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.source.kafka.maxRecordsPerTrigger": "Upper bound of records read in one trigger.",
     "spec.source.kafka.format": ("Record value encoding. json: a JSON object per record. avro: Avro in the Confluent "
                                  "wire format (magic byte 0, the schema's id, the datum), its schema fetched from "
-                                 "schemaRegistry. jsonschema: a JSON document in the same wire format, its JSON Schema "
-                                 "in the registry. Without spec.schema the table's columns are the record schema's "
+                                 "schemaRegistry. protobuf: a Protobuf message in the same wire format (with its "
+                                 "message indexes). jsonschema: a JSON document in the same wire format, its JSON "
+                                 "Schema in the registry. Without spec.schema the table's columns are the record schema's "
                                  "fields, and later schema versions evolve the table (schemaEvolution). "
                                  "See docs/formats.md."),
-    "spec.source.kafka.schemaRegistry": ("A Confluent-compatible Schema Registry (needed by formats avro and "
-                                         "jsonschema). Credentials "
+    "spec.source.kafka.schemaRegistry": ("A Confluent-compatible Schema Registry (needed by formats avro, "
+                                         "protobuf and jsonschema). Credentials "
                                          "come from spec.source.kafka.secretRef under keys prefixed schema.registry. "
                                          "(schema.registry.basic.auth.user.info = user:password, "
                                          "schema.registry.bearer.auth.token, ...), never from the spec."),
@@ -46,7 +47,7 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "spec.source.kafka.secretRef": ("Secret with Kafka client properties and PEM files (sasl.username + sasl.password or "
                                     "sasl.jaas.config, ca.crt, tls.crt + tls.key), mounted as files."),
     "spec.schema": ("Columns of the table; required for the files and kafka sources, unless the table follows the "
-                    "records' schema (spec.changes, or kafka format avro or jsonschema, with schemaEvolution "
+                    "records' schema (spec.changes, or kafka format avro, protobuf or jsonschema, with schemaEvolution "
                     "evolve)."),
     "spec.schema[].name": "Column name.",
     "spec.schema[].required": "Whether the column is NOT NULL.",

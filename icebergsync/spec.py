@@ -103,8 +103,9 @@ KEYLESS_NEEDS_CHANGES_MESSAGE = "an empty key (a table without a primary key) ne
 CHANGES_NEED_FILES_OR_KAFKA_MESSAGE = "changes needs the files or kafka source"
 TOPIC_OR_PATTERN_MESSAGE = "set exactly one of topic and topicPattern"
 JSON_TEXT_NEEDS_STRING_MESSAGE = "jsonText keeps a value's JSON text: the column's type must be string"
-REGISTRY_FORMATS = ("avro", "jsonschema")  # formats whose records name their schema in a Schema Registry
-REGISTRY_NEEDED_MESSAGE = "formats avro and jsonschema need schemaRegistry (where the records' schemas are)"
+REGISTRY_FORMATS = ("avro", "protobuf", "jsonschema")  # formats whose records name their schema in a Schema Registry
+REGISTRY_NEEDED_MESSAGE = ("formats avro, protobuf and jsonschema need schemaRegistry (where the records' schemas "
+                           "are)")
 TRANSACTIONS_NEED_DEBEZIUM_KAFKA_MESSAGE = ("changes.transactions needs changes.format debezium and the kafka source "
                                             "(Debezium's transaction metadata)")
 TEMPLATE_NEEDS_KAFKA_MESSAGE = ("a table.name template ({topic}, {N}: one table per topic or directory) needs the "
@@ -114,7 +115,7 @@ DEAD_LETTER_TEMPLATE_MESSAGE = ("with a table.name template, deadLetter.table is
 TABLES_KEY_MESSAGE = "each key of tables is a table name, namespace.table"
 TABLES_NEED_TEMPLATE_MESSAGE = "tables (per-table settings) needs a table.name template ({topic} or {N})"
 SCHEMA_REQUIRED_MESSAGE = ("schema is required for the files and kafka sources, except for spec.changes or a kafka "
-                           "format with a schema registry (avro, jsonschema) with schemaEvolution evolve (the table's columns then "
+                           "format with a schema registry (avro, protobuf, jsonschema) with schemaEvolution evolve (the table's columns then "
                            "come from the records' Kafka Connect or registry schema)")
 # Iceberg refuses floating-point identifier fields (equality of floats is not a key).
 KEY_TYPES_REFUSED = ("float", "double")
@@ -212,7 +213,7 @@ class KafkaSource(Model):
     )
     starting_offsets: str = Field(default="earliest", description="earliest, latest, or per-partition JSON.")
     max_records_per_trigger: int = Field(default=1_000_000, ge=1)
-    format: Literal["json", "avro", "jsonschema"] = "json"
+    format: Literal["json", "avro", "protobuf", "jsonschema"] = "json"
     schema_registry: SchemaRegistry | None = None
     options: dict[str, str] = Field(default_factory=dict)
     secret_ref: SecretRef | None = None
@@ -984,8 +985,8 @@ def _semantic_problems(spec: IcebergSyncSpec) -> list[str]:
         problems.append("spec.changes.transactions.topic: the transaction topic is one of spec.source.kafka's topics; "
                         "its records are not change events (leave it out of topic / topicPattern)")
     if spec.changes is not None and spec.source.registry_format:
-        problems.append("spec.changes: change records in a registry format (Debezium's Avro or JSON Schema "
-                        "converter) are not read yet; use Debezium's JSON converter with kafka format json")
+        problems.append("spec.changes: change records in a registry format (Debezium's Avro, Protobuf or JSON "
+                        "Schema converter) are not read yet; use Debezium's JSON converter with kafka format json")
     if spec.changes is not None and spec.source.files is not None and spec.source.files.format != "json":
         problems.append(f"spec.source.files.format: changes are JSON records, one per line; "
                         f"{spec.source.files.format!r} is not supported with spec.changes")

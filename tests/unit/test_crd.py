@@ -106,7 +106,7 @@ def test_defaults_enums_and_patterns_come_from_the_model() -> None:
     assert "default" not in spec["table"]["properties"]["catalog"]
     assert spec["table"]["properties"]["catalogRef"]["properties"]["kind"]["default"] == "IcebergCatalog"
     assert spec["table"]["properties"]["catalog"]["properties"]["type"]["enum"] == ["sql", "rest"]
-    assert spec["source"]["properties"]["kafka"]["properties"]["format"]["enum"] == ["json", "avro", "jsonschema"]
+    assert spec["source"]["properties"]["kafka"]["properties"]["format"]["enum"] == ["json", "avro", "protobuf", "jsonschema"]
     assert spec["suspend"]["default"] is False
     assert "default" not in spec["source"]
     schema = spec["schema"]

@@ -8,6 +8,8 @@ its one line, exit 8), never a stream of dead letters.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import threading
 import time
@@ -56,16 +58,40 @@ _clients: dict[RegistrySettings, Any] = {}
 _lock = threading.Lock()
 
 
-def registered_schema(settings: RegistrySettings, schema_id: int,
-                      sleep: Callable[[float], None] = time.sleep) -> RegisteredSchema | None:
-    """The schema registered as ``schema_id`` (None: the registry does not know it), cached for the process."""
+def registered_schema(settings: RegistrySettings, schema_id: int, sleep: Callable[[float], None] = time.sleep,
+                      serialized: bool = False) -> RegisteredSchema | None:
+    """The schema registered as ``schema_id`` (None: the registry does not know it), cached for the process.
+    ``serialized``: a Protobuf schema registered as ``.proto`` text is asked for again in Confluent's serialized
+    form (a base64 ``FileDescriptorProto``); a registry without that form leaves the text."""
     key = (settings, schema_id)
     if key in _schemas:
         return _schemas[key]
     found = _fetch(settings, schema_id, sleep)
+    if serialized and found is not None and found.schema_type.upper() == "PROTOBUF" and not _base64(found.text):
+        found = _serialized(settings, schema_id) or found
     with _lock:
         _schemas[key] = found
     return found
+
+
+def _base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def _serialized(settings: RegistrySettings, schema_id: int) -> RegisteredSchema | None:
+    """Confluent's serialized form of a Protobuf schema, or None when the registry does not give it."""
+    try:
+        schema = _client(settings).get_schema(schema_id, fmt="serialized")
+    except Exception as error:  # Apicurio answers 500; any other registry may lack the form
+        log.info("schema registry %s: schema id %d has no serialized form (%s)", settings.url, schema_id,
+                 last_line(error))
+        return None
+    return RegisteredSchema(str(schema.schema_type or "PROTOBUF"), schema.schema_str) if _base64(
+        schema.schema_str) else None
 
 
 def _client(settings: RegistrySettings) -> Any:

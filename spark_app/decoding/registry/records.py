@@ -18,10 +18,7 @@ missing or null. The raw payload of a dead letter is its bytes in base64.
 from __future__ import annotations
 
 import base64
-import datetime
-import io
 import json
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +27,17 @@ import pyarrow as pa
 
 from spark_app.decoding.arrow_decode import decode_json_values
 from spark_app.decoding.deadletter import ERROR_COLUMN, POSITION_COLUMN, RAW_COLUMN, encode_position
+from spark_app.decoding.registry.avro_reader import avro_reader
 from spark_app.decoding.registry.avro_types import AvroTypeError, record_columns
 from spark_app.decoding.registry.client import RegistrySettings, registered_schema
 from spark_app.decoding.registry.json_schema_types import JsonSchemaTypeError, object_columns
+from spark_app.decoding.registry.protobuf_types import (
+    ProtobufTypeError,
+    file_descriptor,
+    message_at,
+    message_columns,
+    message_reader,
+)
 from spark_app.decoding.schema_drift.drift import SchemaDrift, SentField, observe_fields
 
 EMPTY_RECORD = "empty record (null value)"
@@ -40,10 +45,7 @@ NOT_WIRE_FORMAT = "not in the Confluent wire format (magic byte 0, then a 4-byte
 _REQUIRED = b"icebergsync.required"
 _CONTROL = [pa.field(ERROR_COLUMN, pa.string()), pa.field(RAW_COLUMN, pa.string()),
             pa.field(POSITION_COLUMN, pa.string())]
-_NEEDS_NORMALIZING = ("time-millis", "time-micros", "uuid", "duration")
-# The registry's schema type of each kafka format, and how its schema's columns are found.
-SCHEMA_TYPES = {"avro": "AVRO", "jsonschema": "JSON"}
-_COLUMNS: dict[str, Callable[[Any], list[tuple[str, Any, bool]]]] = {"AVRO": record_columns, "JSON": object_columns}
+SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "jsonschema": "JSON"}  # the registry's type of each format
 
 
 @dataclass(frozen=True)
@@ -59,106 +61,140 @@ class TableColumns:
 
 @dataclass
 class _Writer:
-    """One writer schema, as this call decodes its records: for Avro fastavro's parsed schema and how its values are
-    normalized (None for JSON: the JSON decoder reads them), or the reason every record of it is a dead letter."""
+    """One writer schema (for Protobuf, one message of it), as this call decodes its records: how a payload is read
+    into a row (None: a JSON document, which the JSON decoder reads), or the reason each record of it is a dead
+    letter."""
 
-    parsed: Any = None
-    normalize: Callable[[Any], Any] | None = None
+    read: Callable[[bytes], Any] | None = None
     refusal: str | None = None
 
 
 def decode_registry_values(values: pa.Array | pa.ChunkedArray, schema: pa.Schema, table: TableColumns,
                            registry: RegistrySettings, kafka_format: str, positions: Callable[[int], dict[str, Any]],
                            drift: SchemaDrift | None) -> pa.Table:
-    """Decode Kafka values in the Confluent wire format (``kafka_format``: avro or jsonschema) into ``schema``'s
-    columns plus the control columns (a dead letter's reason, raw payload and position), one row per value in
-    order; the writer schemas' drift is merged into ``drift``."""
+    """Decode Kafka values in the Confluent wire format (``kafka_format``: avro, protobuf or jsonschema) into
+    ``schema``'s columns plus the control columns (a dead letter's reason, raw payload and position), one row per
+    value in order; the writer schemas' drift is merged into ``drift``."""
+    schema_type = SCHEMA_TYPES[kafka_format]
     raws = values.to_pylist()
-    writers: dict[int, _Writer] = {}
+    writers: dict[tuple[int, tuple[int, ...]], _Writer] = {}
     rows: list[dict[str, Any] | None] = []
     errors: list[str | None] = []
-    documents: list[int] = []  # JSON Schema records to read with the JSON decoder
+    documents: list[tuple[int, int]] = []  # (record, payload offset): JSON documents for the JSON decoder
     for index, raw in enumerate(raws):
-        writer, error = _writer_of(raw, writers, table, registry, SCHEMA_TYPES[kafka_format], drift)
-        if writer is not None and writer.parsed is None:
-            documents.append(index)
-            rows.append(None)
-            errors.append(None)
-            continue
-        row, error = _datum(raw, writer) if writer is not None else (None, error)
+        row, error, offset = None, None, 0
+        header = _header(raw, schema_type)
+        if isinstance(header, str):
+            error = header
+        else:
+            key, offset = header
+            writer = writers.get(key)
+            if writer is None:
+                writer = writers[key] = _writer(key, schema_type, table, registry, drift)
+            if writer.refusal is not None:
+                error = writer.refusal
+            elif writer.read is None:
+                documents.append((index, offset))
+            else:
+                row, error = _read(raw[offset:], key[0], writer.read)
         rows.append(row)
         errors.append(error)
-    decoded = _assemble(schema, rows, errors, raws, positions, skip=set(documents))
+    decoded = _assemble(schema, rows, errors, raws, positions, skip={index for index, _ in documents})
     if not documents:
         return decoded
-    read = decode_json_values(pa.array([(raws[index] or b"")[5:] for index in documents], pa.binary()),
-                              schema, lambda k: positions(documents[k]))
+    read = decode_json_values(pa.array([(raws[index] or b"")[offset:] for index, offset in documents], pa.binary()),
+                              schema, lambda k: positions(documents[k][0]))
     order = list(range(len(raws)))
-    for k, index in enumerate(documents):
+    for k, (index, _) in enumerate(documents):
         order[index] = len(raws) + k
     return pa.concat_tables([decoded, read.cast(decoded.schema)]).take(pa.array(order, pa.int64()))
 
 
-def _writer_of(raw: bytes | None, writers: dict[int, _Writer], table: TableColumns, registry: RegistrySettings,
-               schema_type: str, drift: SchemaDrift | None) -> tuple[_Writer | None, str | None]:
-    """(the writer schema of a record, None) or (None, why the record is a dead letter before its datum is read)."""
+def _header(raw: bytes | None, schema_type: str) -> tuple[tuple[int, tuple[int, ...]], int] | str:
+    """((schema id, Protobuf message indexes), where the datum starts) of a record, or why it is a dead letter."""
     if raw is None:
-        return None, EMPTY_RECORD
+        return EMPTY_RECORD
     if len(raw) < 5 or raw[0] != 0:
-        return None, NOT_WIRE_FORMAT
+        return NOT_WIRE_FORMAT
     schema_id = int.from_bytes(raw[1:5], "big")
-    writer = writers.get(schema_id)
-    if writer is None:
-        writer = writers[schema_id] = _writer(schema_id, schema_type, table, registry, drift)
-    return (None, writer.refusal) if writer.refusal is not None else (writer, None)
+    if schema_type != "PROTOBUF":
+        return (schema_id, ()), 5
+    indexes, offset = _message_indexes(raw, 5)
+    return ((schema_id, indexes), offset) if indexes is not None else NOT_WIRE_FORMAT
 
 
-def _datum(raw: bytes | None, writer: _Writer) -> tuple[dict[str, Any] | None, str | None]:
-    """An Avro record's row (None and why, when its bytes are not a datum of its schema)."""
-    from fastavro import schemaless_reader
+def _message_indexes(raw: bytes, offset: int) -> tuple[tuple[int, ...] | None, int]:
+    """Protobuf's message indexes after the schema id: a count, then the indexes, zigzag varints (``0``: ``[0]``)."""
+    values: list[int] = []
+    count = None
+    while count is None or len(values) < count:
+        shift = number = 0
+        while True:
+            if offset >= len(raw) or shift > 63:
+                return None, offset
+            byte = raw[offset]
+            offset += 1
+            number |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        decoded = (number >> 1) ^ -(number & 1)
+        if count is None:
+            if decoded == 0:
+                return (0,), offset
+            if decoded < 0:
+                return None, offset
+            count = decoded
+        else:
+            values.append(decoded)
+    return tuple(values), offset
 
-    assert raw is not None
-    schema_id = int.from_bytes(raw[1:5], "big")
-    stream = io.BytesIO(raw)
-    stream.seek(5)
+
+def _read(payload: bytes, schema_id: int, read: Callable[[bytes], Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """A record's row (None and why, when its bytes are not a datum of its schema)."""
     try:
-        datum = schemaless_reader(stream, writer.parsed, None)
-    except Exception as error:  # fastavro raises what its readers meet: EOFError, ValueError, UnicodeDecodeError...
-        return None, f"bytes are not a datum of schema id {schema_id} ({type(error).__name__}: {error})"
-    if stream.tell() != len(raw):
-        return None, f"bytes are not a datum of schema id {schema_id} ({len(raw) - stream.tell()} byte(s) after it)"
+        datum = read(payload)
+    except Exception as error:  # the readers' errors: the bytes are not a datum of the schema
+        return None, f"bytes are not a datum of schema id {schema_id} ({error})"
     if not isinstance(datum, dict):
         return None, f"schema id {schema_id} is not a record schema"
-    return (writer.normalize(datum) if writer.normalize is not None else datum), None
+    return datum, None
 
 
-def _writer(schema_id: int, schema_type: str, table: TableColumns, registry: RegistrySettings,
+def _writer(key: tuple[int, tuple[int, ...]], schema_type: str, table: TableColumns, registry: RegistrySettings,
             drift: SchemaDrift | None) -> _Writer:
-    """How the records of ``schema_id`` are decoded: its schema parsed and compared with the table's columns."""
-    from fastavro import parse_schema
-
-    registered = registered_schema(registry, schema_id)
+    """How the records of a schema id (and Protobuf message) are decoded: its schema parsed and compared with the
+    table's columns."""
+    schema_id, indexes = key
+    registered = registered_schema(registry, schema_id, serialized=schema_type == "PROTOBUF")
     if registered is None:
         return _Writer(refusal=f"schema id {schema_id} is not in the schema registry")
     if registered.schema_type.upper() != schema_type:
         return _Writer(refusal=f"schema id {schema_id} is a {registered.schema_type} schema, not {schema_type}")
-    schema = json.loads(registered.text)
     try:
-        sent = [SentField(name, str(spec_type)) for name, spec_type, _ in _COLUMNS[schema_type](schema)]
-    except (AvroTypeError, JsonSchemaTypeError) as error:
+        columns, read = _format(schema_type, registered.text, indexes)
+    except (AvroTypeError, JsonSchemaTypeError, ProtobufTypeError) as error:
         if table.follow and drift is not None:
             drift.problems[f"schema id {schema_id}"] = f"schema id {schema_id} has no table columns: {error}"
         return _Writer(refusal=f"schema id {schema_id} has no table columns: {error}")
+    sent = [SentField(name, str(spec_type)) for name, spec_type, _ in columns]
     asked = observe_fields(sent, table.types, table.required, table.key, whole_row=True)
     changes = bool(asked.adds or asked.widens or asked.problems)
     if changes and table.follow and drift is not None:
         drift.merge(asked)
-    if changes:
-        return _Writer(refusal=_refusal(schema_id, asked))
-    if schema_type != "AVRO":
-        return _Writer()
-    return _Writer(parse_schema(schema), _normalizer(schema) if any(
-        word in registered.text for word in _NEEDS_NORMALIZING) else None)
+    return _Writer(refusal=_refusal(schema_id, asked)) if changes else _Writer(read)
+
+
+def _format(schema_type: str, text: str, indexes: tuple[int, ...]
+            ) -> tuple[list[tuple[str, Any, bool]], Callable[[bytes], Any] | None]:
+    """(the columns of a registered schema, how its payloads are read: None for JSON documents)."""
+    if schema_type == "AVRO":
+        schema = json.loads(text)
+        return record_columns(schema), avro_reader(schema, text)
+    if schema_type == "JSON":
+        return object_columns(json.loads(text)), None
+    message = message_at(file_descriptor(text), indexes)
+    return message_columns(message), message_reader(message)
 
 
 def _refusal(schema_id: int, asked: SchemaDrift) -> str:
@@ -169,42 +205,6 @@ def _refusal(schema_id: int, asked: SchemaDrift) -> str:
     parts += [f"field {name} is {kind}, which the column cannot hold" for name, kind in sorted(asked.widens.items())]
     parts += [asked.problems[name] for name in sorted(asked.problems)]
     return f"schema id {schema_id}: " + "; ".join(parts)
-
-
-def _normalizer(schema: Any) -> Callable[[Any], Any]:
-    """The function giving fastavro's values of ``schema`` the columns' form: times as integers, uuids as text,
-    durations as their counts (records, arrays, maps and unions walked)."""
-    named: dict[str, Any] = {}
-
-    def convert(value: Any, node: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(node, str):
-            node = named.get(node, node)
-        if isinstance(node, list):  # a union: the member whose Python type the value has
-            members = [member for member in node if member != "null"]
-            return convert(value, members[0]) if len(members) == 1 else value
-        if not isinstance(node, dict):
-            return value
-        logical, kind = node.get("logicalType"), node.get("type")
-        if logical in ("time-millis", "time-micros") and isinstance(value, datetime.time):
-            micros = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
-            return micros // 1000 if logical == "time-millis" else micros
-        if logical == "uuid" and isinstance(value, uuid.UUID):
-            return str(value)
-        if logical == "duration" and isinstance(value, bytes) and len(value) == 12:
-            months, days, millis = (int.from_bytes(value[i:i + 4], "little") for i in (0, 4, 8))
-            return {"months": months, "days": days, "milliseconds": millis}
-        if kind == "record":
-            named[str(node.get("name"))] = node
-            return {field["name"]: convert(value.get(field["name"]), field["type"]) for field in node["fields"]}
-        if kind == "array":
-            return [convert(item, node["items"]) for item in value]
-        if kind == "map":
-            return {key: convert(item, node["values"]) for key, item in value.items()}
-        return convert(value, kind) if isinstance(kind, dict | list) else value
-
-    return lambda datum: convert(datum, schema)
 
 
 def _assemble(schema: pa.Schema, rows: list[dict[str, Any] | None], errors: list[str | None],
