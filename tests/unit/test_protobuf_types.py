@@ -7,7 +7,12 @@ import base64
 import pytest
 from google.protobuf import descriptor_pb2
 
-from spark_app.decoding.registry.protobuf_types import ProtobufTypeError, file_descriptor, message_at, message_columns
+from spark_app.decoding.registry.protobuf_types import (
+    ProtobufTypeError,
+    file_descriptor,
+    message_at,
+    message_columns,
+)
 from spark_app.decoding.registry.records import _message_indexes
 
 F = descriptor_pb2.FieldDescriptorProto
@@ -40,9 +45,9 @@ def test_scalars_nesting_and_what_has_no_column_type() -> None:
     assert message_columns(message_at(file_descriptor(registered(file)), [0, 0])) == [
         ("x", columns[-1][1].fields[0].type, False)]  # type: ignore[union-attr]
     row.field.add(name="again", number=9, type=F.TYPE_MESSAGE, type_name=".t.Row", label=F.LABEL_OPTIONAL)
-    with pytest.raises(ProtobufTypeError, match="message t.Row contains itself"):
+    with pytest.raises(ProtobufTypeError, match=r"message t\.Row contains itself"):
         message_columns(message_at(file_descriptor(registered(file)), [0]))
-    with pytest.raises(ProtobufTypeError, match="message indexes \\[3\\] name no message"):
+    with pytest.raises(ProtobufTypeError, match=r"message indexes \[3\] name no message"):
         message_at(file_descriptor(registered(file)), [3])
-    with pytest.raises(ProtobufTypeError, match=".proto text"):
+    with pytest.raises(ProtobufTypeError, match=r"\.proto text"):
         file_descriptor('syntax = "proto3"; message Row { int64 id = 1; }')
