@@ -209,6 +209,23 @@ def test_a_spec_outside_the_admins_policy_is_refused_with_a_condition_and_an_eve
     assert app["spec"]["sparkConf"] == {**QUICK_JIT, **CLUSTER_SPARK_CONF}  # only the product's defaults are left
 
 
+def test_a_nested_type_the_api_server_admits_but_the_grammar_refuses_stalls_naming_where(
+        kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
+    """The API server checks a nested column type's shape only; the operator parses it and stalls the sync with
+    InvalidSpec, naming the field and where the type breaks, and launches nothing."""
+    spec = generator_spec(warehouse)
+    spec["source"] = {"files": {"path": "/in"}}
+    spec["schema"] = [{"name": "id", "type": "long"}, {"name": "e", "type": "struct<a int>"}]
+    kube.create_sync("nested", spec)
+    operator = start_operator()
+    status = kube.wait_status("nested", "refused", lambda s: s.get("phase") == "Failed")
+    assert kube.condition("nested", "Stalled") == ("True", "InvalidSpec")
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert "spec.schema[1].type" in stalled["message"] and "expected ':' at position 10" in stalled["message"]
+    operator.wait_reconciles(1)
+    assert kube.applications() == {}
+
+
 def test_spec_change_raises_the_version_and_removes_the_old_application(
         kube: Kube, start_operator: StartOperator, warehouse: Lake) -> None:
     kube.create_sync("trips", generator_spec(warehouse))
