@@ -159,6 +159,8 @@ def _read_type(vtype: ValueType) -> pa.DataType:
     """The type the vectorised JSON reader reads a column of ``vtype`` as."""
     if vtype.element is not None:
         return pa.list_(_read_type(vtype.element))
+    if vtype.kind == "struct":
+        return pa.struct([pa.field(field.name, _read_type(field.type)) for field in vtype.fields])
     if vtype.kind in ("string", "date", "timestamp", "timestamptz", "binary"):
         return pa.string()
     if vtype.kind == "decimal":  # the column's scale (rounding is refused), any precision (checked here)
@@ -341,6 +343,8 @@ def _check(vtype: ValueType, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     element = vtype.element
     if element is not None:
         arr, bad = _by_elements(arr, lambda elements: _check(element, elements))
+    elif vtype.kind == "struct":
+        arr, bad = _by_fields(vtype, arr)
     elif vtype.kind in ("float", "double"):
         finite = pc.fill_null(pc.is_finite(arr), True)
         if not pc.all(finite).as_py():
@@ -350,6 +354,48 @@ def _check(vtype: ValueType, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     elif vtype.kind in ("date", "timestamp", "timestamptz", "binary"):
         arr, bad = _convert_text(vtype, arr)
     return (arr.cast(vtype.arrow) if arr.type != vtype.arrow else arr), bad
+
+
+def _by_fields(vtype: ValueType, arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """A struct array with each declared field checked as a column is (fields the reader inferred beyond them left
+    out), and the structs holding a flagged value or a required field that is null."""
+    valid = pc.is_valid(arr).to_numpy(zero_copy_only=False)
+    bad = np.zeros(len(arr), dtype=bool)
+    children = []
+    for field in vtype.fields:
+        child, child_bad = _check(field.type, _combine(pc.struct_field(arr, field.name)))
+        bad |= child_bad
+        if field.required:
+            bad |= valid & pc.is_null(child).to_numpy(zero_copy_only=False)
+        children.append(child)
+    assert isinstance(vtype.arrow, pa.StructType)
+    return pa.StructArray.from_arrays(children, fields=list(vtype.arrow), mask=pc.invert(pc.is_valid(arr))), bad
+
+
+def _declared(arr: pa.Array, declared: pa.DataType) -> pa.Array:
+    """``arr`` (what the reader read) without the struct fields it inferred beyond ``declared``, at any depth."""
+    if pa.types.is_struct(arr.type) and pa.types.is_struct(declared):
+        children = [_declared(arr.field(declared.field(i).name), declared.field(i).type)
+                    for i in range(declared.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(declared), mask=pc.is_null(arr))
+    if pa.types.is_list(arr.type) and pa.types.is_list(declared):
+        return pa.ListArray.from_arrays(arr.offsets, _declared(arr.values, declared.value_type), mask=pc.is_null(arr))
+    return arr
+
+
+def _inferred_fields(read: pa.DataType, declared: pa.DataType, found: set[str]) -> None:
+    """Add to ``found`` the names of struct fields in ``read`` (what the reader read) that ``declared`` lacks."""
+    if pa.types.is_struct(read) and pa.types.is_struct(declared):
+        names = {declared.field(i).name: declared.field(i).type for i in range(declared.num_fields)}
+        for i in range(read.num_fields):
+            child = read.field(i)
+            if child.name not in names:
+                found.add(child.name)
+            else:
+                _inferred_fields(child.type, names[child.name], found)
+    elif (pa.types.is_list(read) or pa.types.is_large_list(read)) and (
+            pa.types.is_list(declared) or pa.types.is_large_list(declared)):
+        _inferred_fields(read.value_type, declared.value_type, found)
 
 
 def _by_elements(arr: pa.Array, convert: Callable[[pa.Array], tuple[pa.Array, np.ndarray]]) -> tuple[pa.Array, np.ndarray]:
@@ -645,8 +691,8 @@ class _JsonDecoder:
 
     def decode(self) -> pa.Table:
         r = self.records
-        # Nested columns (structs, maps, arrays of arrays) are read record by record (the authority).
-        vectorised = r.count and not any(c.value.nested for c in self.cols)
+        # Maps and JSON-text columns are read record by record (the authority): the vectorised reader reads no maps.
+        vectorised = r.count and all(c.value.vectorised for c in self.cols)
         fast = r.gated & r.valid_utf8 if vectorised else np.zeros(r.count, dtype=bool)
         pieces = [self._chunk(start, min(start + CHUNK_RECORDS, r.count), fast) for start in range(0, r.count, CHUNK_RECORDS)]
         return _required_present(_assemble(self.out, pieces, r.count), self.schema, r)
@@ -715,6 +761,12 @@ class _JsonDecoder:
         extra = [name for name in table.column_names if name not in self.declared]
         for name in extra:
             flagged |= self._unknown_field(idx, name, table.column(name))
+        inferred = self.nested_unknown(table)
+        for name in inferred:
+            flagged |= self.records.locate(idx, json.dumps(name).encode("utf-8")) | self.records.locate(idx, b"\\u")
+        if inferred:  # every read of a chunk in the declared read types, to be checked as one
+            table = pa.table({name: _declared(_combine(table.column(name)), self.read_schema.field(name).type)
+                              if name in self.declared else table.column(name) for name in table.column_names})
         found.reads.append((idx, table.drop_columns(extra) if extra else table, flagged))
         return []
 
@@ -762,6 +814,15 @@ class _JsonDecoder:
             suspect |= bad
             arrays.append(arr)
         return pa.Table.from_arrays([*arrays, *_control(table.num_rows)], schema=self.out), suspect
+
+    def nested_unknown(self, table: pa.Table) -> set[str]:
+        """The names of fields the reader found inside structs beyond those declared (any depth): a record holding
+        one is decoded alone (which names it)."""
+        found: set[str] = set()
+        for col in self.cols:
+            if col.name in table.column_names:
+                _inferred_fields(table.schema.field(col.name).type, _read_type(col.value), found)
+        return found
 
     def _unknown_field(self, idx: np.ndarray, name: str, column: pa.ChunkedArray) -> np.ndarray:
         """The records that have the undeclared field ``name`` (the reader inferred a column for it): a

@@ -246,9 +246,19 @@ class ValueType:
 
     @property
     def nested(self) -> bool:
-        """Whether values hold structs or maps, or arrays of arrays (what the vectorised reader does not read)."""
+        """Whether values hold structs or maps, or arrays of arrays or of structs (a bad value inside is named by
+        its path)."""
         return self.kind in ("struct", "map", "json") or (self.element is not None and self.element.kind in (
             "struct", "map", "array"))
+
+    @property
+    def vectorised(self) -> bool:
+        """Whether the vectorised JSON reader reads values of this type: anything but maps (which it cannot read)
+        and JSON text, at any depth."""
+        if self.kind in ("map", "json"):
+            return False
+        return all(field.type.vectorised for field in self.fields) and (
+            self.element is None or self.element.vectorised)
 
 
 @dataclass(frozen=True)
