@@ -19,6 +19,19 @@ ALLOWED_LAYERS = {"icebergsync": {"icebergsync"}, "spark_app": {"icebergsync", "
 FLOORS = {
     "spark_app": ["faults", "iceberg", "decoding", "sources", "staging", "commit", "upkeep", "job",
                   "worker_daemon", "cli", "main"],
+    # the core: words and values first (errors, units, column types, metric names, the protocol, the fault
+    # policy), then the spec and what reads it, catalog access, table status, and the generators and CLI on top
+    "icebergsync": ["errors", "resource_status", "units", "types", "metrics", "protocol", "transient",
+                    "table_routing", "source_settings", "storage", "spec", "sink_state", "spark_conf",
+                    "field_descriptions", "cel_rules", "schema", "catalog", "tables", "structural_schema",
+                    "launch_check", "crd", "cli", "catalogs", "docs_reference", "generate"],
+    # the operator: its small parts (metrics, kube access, bounded readers, settings), rendering and policy, the
+    # catalog readers, the context, then reconcile, launch and lifecycle, the kopf handlers and main
+    "icebergsync_operator": ["catalog_memory", "endpoints", "metrics", "constants", "secret_refs", "status_update",
+                             "deadline", "liveness", "s3_read", "applications", "kube", "bounded_http", "cleanup",
+                             "catalog_access", "catalog_scope", "settings", "read_bounds", "render",
+                             "catalog_reads", "policy", "peering", "rest_read", "metadata_file", "context",
+                             "sql_read", "table", "catalogs", "reconcile", "launch", "lifecycle", "handlers", "main"],
 }
 
 
