@@ -15,12 +15,14 @@ Identity = tuple[Any, ...]
 
 
 def _value_identity(value: Any) -> Any:
-    """A value as compared: a float by its bits (NaN equal to NaN, -0.0 not 0.0: what is stored), an array by its
-    elements; anything else as it is (None equal to None)."""
+    """A value as compared: a float by its bits (NaN equal to NaN, -0.0 not 0.0: what is stored), an array (and a
+    map's entries) by its elements, a struct by its fields in order; anything else as it is (None equal to None)."""
     if isinstance(value, float):
         return ("nan",) if math.isnan(value) else ("float", struct.pack("<d", value))
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return tuple(_value_identity(item) for item in value)
+    if isinstance(value, dict):
+        return ("struct", *((name, _value_identity(item)) for name, item in value.items()))
     return value
 
 

@@ -127,3 +127,16 @@ def test_the_vectorised_reader_gives_nested_columns_what_the_per_record_authorit
     authority = arrow_decode.decode_json_block(block, schema, "f.json", 1)
     assert repr(fast.to_pylist()) == repr(authority.to_pylist())  # repr: NaN ("NaN" is a double) equals itself
     assert sum(error is not None for error in fast.column("_isync_error").to_pylist()[:len(TRICKY)]) == 18
+
+
+def test_rows_with_nested_values_have_identities_equal_exactly_when_the_rows_are() -> None:
+    """A keyless table's rows are matched by every column: structs and maps too (they are dicts and entry lists)."""
+    from spark_app.decoding.row_identity import row_identities
+
+    arrow = target_schema([Column.model_construct(name="e", required=False,
+                                                  type="struct<x: double, m: map<string, double>>")])
+    rows = pa.table({"e": pa.array([{"x": 1.0, "m": [("a", float("nan"))]}, {"x": 1.0, "m": [("a", float("nan"))]},
+                                    {"x": -0.0, "m": []}, {"x": 0.0, "m": []}, None], arrow.field("e").type)})
+    first, second, negative, positive, null = row_identities(rows, ["e"])
+    assert first == second and hash(first) == hash(second)
+    assert negative != positive and null == (None,)
