@@ -4,8 +4,14 @@ To align a trigger with the source's transactions (:mod:`spark_app.sources.trans
 partition, which transaction each event of the range belongs to. :class:`TransactionScan` reads the range's records
 from Kafka (the reader the tasks use, so the same records) and takes only the ``transaction`` block's id of each
 change event, without decoding rows or writing files; the job then stages a range that is already aligned, once.
-The staged trigger is checked again with what its tasks noted (the authority: a record whose JSON only the strict
-decoder refuses names no transaction there), which then agrees.
+
+A change event is not parsed whole (its Connect schema and rows are most of it, and would cost the driver about as
+much as decoding costs the tasks): :func:`event_transaction` reads the JSON value after the event's last
+``"transaction":`` key. Debezium writes the envelope's ``transaction`` after ``before`` and ``after`` (whose columns
+may have any name) and the Connect schema names fields as values (``"field": "transaction"``), never as keys, so
+that is the envelope's block. The staged trigger is checked again with what its tasks noted while decoding, which
+decides: a record the two read differently (not JSON, or JSON only the tasks' strict decoding refuses) costs a
+staging discarded, never a transaction split.
 
 What a partition's scan found is kept, from the range's start up to the furthest offset read: the range re-planned
 (narrowed or grown) and the next trigger, which starts where this one ends, read only offsets not read yet. Nothing
@@ -14,6 +20,7 @@ is kept across restarts.
 
 from __future__ import annotations
 
+import json
 import sys
 from array import array
 from bisect import bisect_left
@@ -22,20 +29,28 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from spark_app.decoding.changes import payload_of, transaction_id
+from spark_app.decoding.changes import transaction_key
 from spark_app.sources.kafka_client import ClientSettings, read_range
 
 TopicPartition = tuple[str, int]
 # Per partition, per transaction id: [offset of its first event, offset of its last event, events] in a range.
 Seen = dict[TopicPartition, dict[str, list[int]]]
 RangeReader = Callable[[ClientSettings, str, int, int, int], Iterator[pa.RecordBatch]]
+TRANSACTION_KEY = b'"transaction":'
+_JSON = json.JSONDecoder()
 
 
 def event_transaction(value: bytes | None) -> str | None:
-    """The source transaction a raw Debezium change event names (None: a tombstone, not JSON, or no ``transaction``
-    block), keyed as the tasks key it (:func:`spark_app.decoding.changes.transaction_id`)."""
-    payload = payload_of(value)
-    return transaction_id(payload) if isinstance(payload, dict) else None
+    """The source transaction a raw Debezium change event names (None: a tombstone, no ``transaction`` block, or
+    one that is not JSON), keyed as the tasks key it (:func:`spark_app.decoding.changes.transaction_key`)."""
+    if value is None or (at := value.rfind(TRANSACTION_KEY)) < 0:
+        return None
+    try:
+        block, _ = _JSON.raw_decode(value[at + len(TRANSACTION_KEY):].decode("utf-8").lstrip())
+    except ValueError:
+        return None
+    transaction = block.get("id") if isinstance(block, dict) else None
+    return transaction_key(transaction) if isinstance(transaction, str) and transaction else None
 
 
 @dataclass

@@ -221,12 +221,15 @@ def test_the_transaction_log_reads_back_only_as_far_as_needed_then_forward(monke
     assert not log.known("t-missing")  # unknown: the whole topic has been read
 
 
-def change_event(transaction: str | None, row: int, wrapped: bool = False) -> bytes:
-    """A Debezium change event of ``transaction`` (None: no ``transaction`` block), optionally in Connect's
-    ``{schema, payload}`` form."""
-    payload = {"op": "c", "after": {"id": row},
-               "transaction": {"id": transaction, "total_order": 1, "data_collection_order": 1} if transaction else None}
-    return json.dumps({"schema": {}, "payload": payload} if wrapped else payload).encode()
+def change_event(transaction: str | None, row: int, wrapped: bool = False, column: str = "body") -> bytes:
+    """A Debezium change event of ``transaction`` (None: a null ``transaction`` block) in Debezium's field order,
+    optionally in Connect's ``{schema, payload}`` form; its rows have a column ``column``."""
+    payload = {"before": {"id": row, column: {"id": "not-a-transaction"}}, "after": {"id": row, column: "x"},
+               "source": {"txId": 1}, "transaction": {"id": transaction, "total_order": 1, "data_collection_order": 1}
+               if transaction else None, "op": "u", "ts_ms": 1}
+    schema = {"type": "struct", "fields": [{"field": "transaction", "type": "struct", "optional": True}]}
+    return json.dumps({"schema": schema, "payload": payload} if wrapped else payload,
+                      separators=(",", ":")).encode()
 
 
 class Partitions:
@@ -245,10 +248,13 @@ class Partitions:
 
 
 def test_the_driver_reads_the_transactions_the_tasks_note() -> None:
-    """Before staging, the driver finds per partition what the tasks note while decoding the same records."""
+    """Before staging, the driver finds per partition what the tasks note while decoding the same records: Connect's
+    schema, columns named ``transaction`` and JSON's spacing aside."""
     records: list[bytes | None] = [change_event("tx1", 0), change_event("tx1", 1, wrapped=True), None,
-                                   change_event(None, 2), b"not json", change_event("727:22185080", 3),
-                                   change_event("tx2", 4), change_event("727:22185112", 5), change_event("tx1", 6)]
+                                   change_event(None, 2, column="transaction"), b"not json",
+                                   change_event("727:22185080", 3, column="transaction"),
+                                   json.dumps({"op": "c", "after": {"id": 4}, "transaction": {"id": "tx2"}}).encode(),
+                                   change_event("727:22185112", 5, wrapped=True), change_event("tx1", 6)]
     partitions = Partitions({A: records})
     scan = TransactionScan(ClientSettings("unused:9092"), partitions.read)
     noted: list[tuple[int, str]] = []
