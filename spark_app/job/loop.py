@@ -186,6 +186,7 @@ class _Loop:
     last_commit: float = field(default_factory=time.monotonic)
     ahead: Future[Trigger | None] | None = None  # the next trigger, staged while this one merges and commits
     replanned: Pending | None = None  # a range to stage at once instead of polling (aligned with transactions)
+    staged_waiting: Frontier | None = None  # where a range holding no whole transaction was last staged all the same
     finished: bool = False  # the bounded source is finished and every record committed
 
 
@@ -295,7 +296,7 @@ class SyncJob:
         if pending is None:
             return None
         with self.metrics.phase("plan"):
-            pending = self._aligned(loop.source, self._with_truncates(loop.source, pending))
+            pending = self._aligned(loop.source, self._with_truncates(loop.source, pending), loop)
             if pending is not None:
                 units = self._units_by_lane(loop.source, loop.frontier, pending)
                 claimed = self._claim(loop.source, loop.frontier, units)
@@ -430,23 +431,29 @@ class SyncJob:
             if self.aligner is not None:
                 self.aligner.close()
 
-    def _aligned(self, source: Source, pending: Pending, ahead: bool = False) -> Pending | None:
+    def _aligned(self, source: Source, pending: Pending, loop: _Loop | None) -> Pending | None:
         """``pending`` narrowed or grown to hold every source transaction it touches whole, learnt from its records'
         transaction ids before anything is staged (spec.changes.transactions; ``pending`` itself without); None when
-        nothing whole is pending yet (spark_app/sources/transactions.py). A range staged ``ahead`` is planned before
-        the trigger it follows is committed, so before the aligner knows which transactions that trigger split: it
-        is not grown nor waited for (None), but planned again once that trigger is committed."""
+        nothing whole is pending yet (spark_app/sources/transactions.py). Then the range is staged all the same once
+        at each frontier: its tasks may find a source truncate or a schema change, which come first (a truncate's
+        replay may leave the pending transaction out). Without ``loop``, a range staged ahead: planned before the
+        trigger it follows is committed, so before the aligner knows which transactions that trigger split, it is
+        not grown nor staged while nothing whole is pending, but planned again once that trigger is committed."""
         if self.aligner is None:
             return pending
         verdict = check_planned(self.aligner, pending)
-        while verdict.action == "restage" and not (ahead and verdict.grows):
+        while verdict.action == "restage" and not (loop is None and verdict.grows):
             self._log_postponed(verdict, "the planned range")
             pending = source.within(pending, verdict.end or {})
             verdict = check_planned(self.aligner, pending)
         if verdict.action == "commit":
             return pending
-        if not ahead:
-            self._log_postponed(verdict, "the planned range")
+        if loop is None:
+            return None
+        self._log_postponed(verdict, "the planned range")
+        if loop.staged_waiting != loop.frontier:
+            loop.staged_waiting = loop.frontier
+            return pending
         return None
 
     def _check_transactions(self, trigger: Trigger) -> Verdict | None:
@@ -548,7 +555,7 @@ class SyncJob:
         pending = source.pending(frontier, self.spec.commit.max_staged_bytes)
         if pending is None or not self._cannot_grow(pending):
             return None
-        pending = self._aligned(source, pending, ahead=True)
+        pending = self._aligned(source, pending, None)
         if pending is None:
             return None
         units = self._units_by_lane(source, frontier, pending)

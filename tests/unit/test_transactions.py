@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from icebergsync.protocol import Writer
 from icebergsync.spec import Column
 from spark_app.decoding.changes import decode_changes
-from spark_app.job.loop import SyncJob
+from spark_app.job.loop import SyncJob, _Loop
 from spark_app.sources.kafka import KafkaPending, KafkaSource
 from spark_app.sources.kafka_client import ClientSettings
 from spark_app.sources.transaction_scan import TransactionScan
@@ -305,13 +305,21 @@ def job_aligning(events: list[str], log: _KnownLog) -> tuple[SyncJob, Partitions
 
 def test_a_range_is_aligned_before_it_is_staged() -> None:
     """A range holding part of a transaction is narrowed before it; one holding only part of the first transaction
-    grows to hold it, unless staged ahead of a commit; an open transaction is waited for: nothing is staged."""
+    grows to hold it, unless staged ahead of a commit; while a transaction is open, its range is staged once (a
+    truncate or a schema change its tasks find comes first), then waited for without staging."""
     source = KafkaSource.__new__(KafkaSource)  # within() needs no broker
     job, _ = job_aligning(["t1", "t1", "t2", "t2", "t2", "t3"], _KnownLog({"t1": 2, "t2": 3}, begun=("t3",)))
-    for ahead in (False, True):
+    loop = _Loop.__new__(_Loop)
+    loop.frontier, loop.staged_waiting = {"orders": {"0": 5}}, None
+    for ahead in (None, loop):
         narrowed = job._aligned(source, planned(0, 4, 6), ahead)
         assert narrowed is not None and narrowed.end == {"orders": {"0": 2}}
-    grown = job._aligned(source, planned(2, 4, 6))
+    grown = job._aligned(source, planned(2, 4, 6), loop)
     assert grown is not None and grown.end == {"orders": {"0": 5}}
-    assert job._aligned(source, planned(2, 4, 6), ahead=True) is None
-    assert job._aligned(source, planned(5, 6, 6)) is None
+    assert job._aligned(source, planned(2, 4, 6), None) is None
+    assert job._aligned(source, planned(5, 6, 6), None) is None
+    once = job._aligned(source, planned(5, 6, 6), loop)
+    assert once is not None and once.end == {"orders": {"0": 6}}
+    assert job._aligned(source, planned(5, 6, 6), loop) is None
+    loop.frontier = {"orders": {"0": 6}}  # a commit moved the frontier: the next wait stages once again
+    assert job._aligned(source, planned(5, 6, 6), loop) is not None
