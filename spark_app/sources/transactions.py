@@ -21,9 +21,9 @@ again after (before anything is committed), whether that range holds every trans
   or after the first event of a left-out one in any partition, to a fixpoint; each partition then ends at the
   first offset of a left-out event (or where it ended);
 * :func:`decide` turns that into what the job does (:class:`Verdict`): stage the range (or commit it, staged),
-  stage it with another end instead (narrowed to the aligned end, or grown when the first pending transaction did not fit the range the
-  source planned), wait for a transaction still being written, or commit it split once it waited ``maxWait``,
-  and always when it is larger than one trigger's cap.
+  stage it with another end instead (narrowed to the aligned end, or grown when the first pending transaction did
+  not fit the range the source planned), wait for a transaction still being written, or commit it split once it
+  waited ``maxWait``, and always when it is larger than one trigger's cap.
 
 Everything here but :class:`TransactionLog`, the scan and :class:`TransactionAligner`'s clock is pure.
 """
@@ -38,13 +38,11 @@ from typing import Any, Literal
 
 from spark_app.decoding.changes import payload_of, transaction_key
 from spark_app.sources.kafka_client import ClientSettings, KafkaAccessError, OffsetLookup, read_range
-from spark_app.sources.transaction_scan import TopicPartition, TransactionScan
+from spark_app.sources.transaction_scan import Seen, TopicPartition, TransactionScan
 
 log = logging.getLogger("icebergsync.transactions")
 
 Offsets = dict[TopicPartition, int]
-# Per partition, per transaction id: [offset of its first event, offset of its last event, events] in the range.
-Seen = Mapping[TopicPartition, Mapping[str, list[int]]]
 
 SPLIT_NOTE = "transaction-split"
 # How long a transaction the transaction topic does not show yet is waited for before its events are committed
@@ -91,8 +89,9 @@ def align(ends: Mapping[TopicPartition, int], seen: Seen, incomplete: Iterable[s
 class Verdict:
     """What to do with a trigger's range, planned (before staging) or staged.
 
-    * ``commit``: stage it, or commit it as staged; ``split`` names transactions it holds only part of (larger than a trigger's
-      cap, or waited for ``maxWait``), to be warned about and noted in the commit (``transaction-split``);
+    * ``commit``: stage it, or commit it as staged; ``split`` names transactions it holds only part of (larger
+      than a trigger's cap, or waited for ``maxWait``), to be warned about and noted in the commit
+      (``transaction-split``);
     * ``restage``: stage ``[frontier, end)`` instead (aligned, or, ``grows``, grown to hold the first pending
       transaction), what was staged discarded;
     * ``wait``: poll again, what was staged discarded: ``waiting`` are still being written (or their END is not out
@@ -111,9 +110,9 @@ def decide(starts: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, i
            log_ends: Mapping[TopicPartition, int], seen: Seen, expected: Mapping[str, int | None], cap: int,
            overdue: Callable[[set[str]], bool]) -> Verdict:
     """What to do with a trigger's range ``[starts, ends)`` (partitions ending at ``log_ends`` now) whose events
-    belong to the transactions ``seen``; ``expected`` is each transaction's event count from its END (None: BEGIN only, still
-    open; absent: unknown to the transaction topic), ``cap`` the records one trigger may hold, ``overdue(ids)``
-    whether the oldest of those has been waited for longer than ``maxWait``."""
+    belong to the transactions ``seen``; ``expected`` is each transaction's event count from its END (None: BEGIN
+    only, still open; absent: unknown to the transaction topic), ``cap`` the records one trigger may hold,
+    ``overdue(ids)`` whether the oldest of those has been waited for longer than ``maxWait``."""
     counts = totals(seen)
     incomplete: set[str] = set()
     oversize: set[str] = set()

@@ -263,7 +263,8 @@ def test_the_driver_reads_the_transactions_the_tasks_note() -> None:
     stats = UnitStats()
     for index, transaction in noted:
         stats.saw_transaction(*A, transaction, 1 + index, 1 + index)
-    assert scan.seen({A: 1}, {A: 8}) == stats.transactions == {A: {"tx1": [1, 1, 1], "727": [5, 7, 2], "tx2": [6, 6, 1]}}
+    assert scan.seen({A: 1}, {A: 8}) == stats.transactions
+    assert stats.transactions == {A: {"tx1": [1, 1, 1], "727": [5, 7, 2], "tx2": [6, 6, 1]}}
     assert scan.seen({A: 3}, {A: 5}) == {} and scan.seen({B: 0}, {B: 0}) == {}
 
 
