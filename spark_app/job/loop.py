@@ -51,7 +51,14 @@ from spark_app.job.metrics import JobMetrics
 from spark_app.job.trigger import commit_trigger
 from spark_app.sources.base import Pending, SessionProvider, Source
 from spark_app.sources.registry import make_source
-from spark_app.sources.transactions import SPLIT_NOTE, TransactionAligner, Verdict, aligner_for, check_pending
+from spark_app.sources.transactions import (
+    SPLIT_NOTE,
+    TransactionAligner,
+    Verdict,
+    aligner_for,
+    check_pending,
+    check_planned,
+)
 from spark_app.sources.units import WorkUnit
 from spark_app.staging.packing import merge_small_files
 from spark_app.staging.pipeline import read_drift, run_transform, run_units
@@ -180,6 +187,7 @@ class _Loop:
     last_commit: float = field(default_factory=time.monotonic)
     ahead: Future[Trigger | None] | None = None  # the next trigger, staged while this one merges and commits
     replanned: Pending | None = None  # a range to stage at once instead of polling (aligned with transactions)
+    staged_waiting: Frontier | None = None  # where a range holding no whole transaction was last staged all the same
     finished: bool = False  # the bounded source is finished and every record committed
 
 
@@ -289,9 +297,13 @@ class SyncJob:
         if pending is None:
             return None
         with self.metrics.phase("plan"):
-            pending = self._with_truncates(loop.source, pending)
-            units = self._units_by_lane(loop.source, loop.frontier, pending)
-            claimed = self._claim(loop.source, loop.frontier, units)
+            pending = self._aligned(loop.source, self._with_truncates(loop.source, pending), loop)
+            if pending is not None:
+                units = self._units_by_lane(loop.source, loop.frontier, pending)
+                claimed = self._claim(loop.source, loop.frontier, units)
+        if pending is None:  # nothing whole is pending yet (source transactions)
+            self.stop_requested.wait(self.spec.commit.poll_seconds)
+            return None
         if claimed != loop.frontier:  # a table's claim read a frontier other than the one planned from
             loop.frontier = claimed
             return None
@@ -420,23 +432,56 @@ class SyncJob:
             if self.aligner is not None:
                 self.aligner.close()
 
+    def _aligned(self, source: Source, pending: Pending, loop: _Loop | None) -> Pending | None:
+        """``pending`` narrowed or grown to hold every source transaction it touches whole, learnt from its records'
+        transaction ids before anything is staged (spec.changes.transactions; ``pending`` itself without); None when
+        nothing whole is pending yet (spark_app/sources/transactions.py). Then the range is staged all the same once
+        at each frontier: its tasks may find a source truncate or a schema change, which come first (a truncate's
+        replay may leave the pending transaction out). Without ``loop``, a range staged ahead: planned before the
+        trigger it follows is committed, so before the aligner knows which transactions that trigger split, it is
+        not grown nor staged while nothing whole is pending, but planned again once that trigger is committed."""
+        if self.aligner is None:
+            return pending
+        verdict = check_planned(self.aligner, pending)
+        while verdict.action == "restage" and not (loop is None and verdict.grows):
+            self._log_postponed(verdict, "the planned range")
+            pending = source.within(pending, verdict.end or {})
+            verdict = check_planned(self.aligner, pending)
+        if verdict.action == "commit":
+            return pending
+        if loop is None:
+            return None
+        self._log_postponed(verdict, "the planned range")
+        if loop.staged_waiting != loop.frontier:
+            loop.staged_waiting = loop.frontier
+            return pending
+        return None
+
     def _check_transactions(self, trigger: Trigger) -> Verdict | None:
-        """Whether a staged trigger holds every source transaction it touches whole (spec.changes.transactions;
-        None without): commit it, stage another range, or wait (spark_app/sources/transactions.py)."""
+        """Whether a staged trigger holds every source transaction it touches whole, as its tasks saw them
+        (spec.changes.transactions; None without): commit it, or discard it and stage another range or wait
+        (spark_app/sources/transactions.py). Its range was aligned before staging (:meth:`_aligned`), so this
+        commits but when the tasks saw otherwise (a record only the strict decoder refuses names no transaction)
+        or the transaction topic changed in between."""
         if self.aligner is None or trigger.rejected or trigger.pending is None:
             return None
         verdict = check_pending(self.aligner, trigger.pending, trigger.transactions)
-        if verdict.action == "restage":
-            log.info("%s v%d: the trigger's range splits a source transaction; staging %s instead", self.writer.sink_id,
-                     self.writer.version, encode_json(verdict.end and {f"{t}/{p}": o for (t, p), o in verdict.end.items()}))
-        elif verdict.action == "wait":
-            log.info("%s v%d: waiting for source transaction(s) %s: not all their events are in Kafka yet",
-                     self.writer.sink_id, self.writer.version, ", ".join(sorted(verdict.waiting)[:5]))
+        self._log_postponed(verdict, "the staged trigger (discarded)")
         if verdict.split:
             log.warning("%s v%d: committing source transaction(s) %s SPLIT across commits (larger than one trigger, or "
                         "not complete after spec.changes.transactions.maxWait); noted as %s in the commit",
                         self.writer.sink_id, self.writer.version, ", ".join(verdict.split[:10]), SPLIT_NOTE)
         return verdict
+
+    def _log_postponed(self, verdict: Verdict, what: str) -> None:
+        """The log line of a verdict that stages another range, or waits, instead of ``what``."""
+        if verdict.action == "restage":
+            log.info("%s v%d: %s splits a source transaction; staging %s instead", self.writer.sink_id,
+                     self.writer.version, what,
+                     encode_json(verdict.end and {f"{t}/{p}": o for (t, p), o in verdict.end.items()}))
+        elif verdict.action == "wait":
+            log.info("%s v%d: waiting for source transaction(s) %s: not all their events are in Kafka yet (%s)",
+                     self.writer.sink_id, self.writer.version, ", ".join(sorted(verdict.waiting)[:5]), what)
 
     def _resume(self, source: Source) -> Frontier:
         """The sync's frontier at start. A sync of one table claims it now when its columns are known (declared,
@@ -510,6 +555,9 @@ class SyncJob:
             return None
         pending = source.pending(frontier, self.spec.commit.max_staged_bytes)
         if pending is None or not self._cannot_grow(pending):
+            return None
+        pending = self._aligned(source, pending, None)
+        if pending is None:
             return None
         units = self._units_by_lane(source, frontier, pending)
         if not all(self.lanes[name].claimed for name in units):

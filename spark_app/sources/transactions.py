@@ -4,12 +4,13 @@ Debezium with ``provide.transaction.metadata=true`` names the source transaction
 (``transaction: {id, total_order, data_collection_order}``) and writes a BEGIN and an END event per transaction
 to its transaction topic; the END says how many change events the transaction has, per data collection
 (``data_collections: [{data_collection, event_count}]``). A trigger reads, per topic partition, a range
-``[frontier, end)`` chosen without regard to transactions; this module decides, after the trigger is staged and
-before anything is committed, whether that range holds every transaction it touches whole:
+``[frontier, end)`` chosen without regard to transactions; this module decides, before the range is staged and
+again after (before anything is committed), whether that range holds every transaction it touches whole:
 
-* the tasks note, per partition, for each transaction they decoded (its id; PostgreSQL's ``<txId>:<LSN>`` by its
-  txId, :func:`spark_app.decoding.changes.transaction_key`) the offsets of its first and last event
-  and how many events they read (:class:`spark_app.sources.units.UnitStats`);
+* per partition, for each transaction (its id; PostgreSQL's ``<txId>:<LSN>`` by its txId,
+  :func:`spark_app.decoding.changes.transaction_key`), the offsets of its first and last event in the range and how
+  many events it has there: before staging as the driver reads them (:mod:`spark_app.sources.transaction_scan`),
+  after as the tasks noted them while decoding (:class:`spark_app.sources.units.UnitStats`);
 * :class:`TransactionLog` reads the transaction topic on the driver (from where it stopped; after a start,
   backwards from the topic's end only as far as the transactions asked about need) for each transaction's
   END: the number of events of the data collections the sync reads (topic ``<prefix>.<data collection>``,
@@ -19,12 +20,12 @@ before anything is committed, whether that range holds every transaction it touc
   counts is left out, and, since a frontier is a per-partition prefix, so is every transaction with an event at
   or after the first event of a left-out one in any partition, to a fixpoint; each partition then ends at the
   first offset of a left-out event (or where it ended);
-* :func:`decide` turns that into what the job does (:class:`Verdict`): commit the trigger, stage it again with
-  another end (narrowed to the aligned end, or grown when the first pending transaction did not fit the range the
-  source planned), wait for a transaction still being written, or commit it split once it waited ``maxWait``,
-  and always when it is larger than one trigger's cap.
+* :func:`decide` turns that into what the job does (:class:`Verdict`): stage the range (or commit it, staged),
+  stage it with another end instead (narrowed to the aligned end, or grown when the first pending transaction did
+  not fit the range the source planned), wait for a transaction still being written, or commit it split once it
+  waited ``maxWait``, and always when it is larger than one trigger's cap.
 
-Everything here but :class:`TransactionLog` and :class:`TransactionAligner`'s clock is pure.
+Everything here but :class:`TransactionLog`, the scan and :class:`TransactionAligner`'s clock is pure.
 """
 
 from __future__ import annotations
@@ -37,13 +38,11 @@ from typing import Any, Literal
 
 from spark_app.decoding.changes import payload_of, transaction_key
 from spark_app.sources.kafka_client import ClientSettings, KafkaAccessError, OffsetLookup, read_range
+from spark_app.sources.transaction_scan import Seen, TopicPartition, TransactionScan
 
 log = logging.getLogger("icebergsync.transactions")
 
-TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
-# Per partition, per transaction id: [offset of its first event, offset of its last event, events] in the range.
-Seen = Mapping[TopicPartition, Mapping[str, list[int]]]
 
 SPLIT_NOTE = "transaction-split"
 # How long a transaction the transaction topic does not show yet is waited for before its events are committed
@@ -88,13 +87,15 @@ def align(ends: Mapping[TopicPartition, int], seen: Seen, incomplete: Iterable[s
 
 @dataclass(frozen=True)
 class Verdict:
-    """What to do with a staged trigger.
+    """What to do with a trigger's range, planned (before staging) or staged.
 
-    * ``commit``: commit it as staged; ``split`` names transactions it holds only part of (larger than a trigger's
-      cap, or waited for ``maxWait``), to be warned about and noted in the commit (``transaction-split``);
-    * ``restage``: discard it and stage ``[frontier, end)`` instead (aligned, or grown to hold the first pending
-      transaction);
-    * ``wait``: discard it and poll again: ``waiting`` are still being written (or their END is not out yet).
+    * ``commit``: stage it, or commit it as staged; ``split`` names transactions it holds only part of (larger
+      than a trigger's cap, or waited for ``maxWait``), to be warned about and noted in the commit
+      (``transaction-split``);
+    * ``restage``: stage ``[frontier, end)`` instead (aligned, or, ``grows``, grown to hold the first pending
+      transaction), what was staged discarded;
+    * ``wait``: poll again, what was staged discarded: ``waiting`` are still being written (or their END is not out
+      yet).
     """
 
     action: Literal["commit", "restage", "wait"]
@@ -102,15 +103,16 @@ class Verdict:
     split: tuple[str, ...] = ()
     waiting: frozenset[str] = frozenset()
     unknown: tuple[str, ...] = ()  # transactions the transaction topic does not know: not aligned
+    grows: bool = False  # a restage past the range's end
 
 
 def decide(starts: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int],
            log_ends: Mapping[TopicPartition, int], seen: Seen, expected: Mapping[str, int | None], cap: int,
            overdue: Callable[[set[str]], bool]) -> Verdict:
-    """What to do with a trigger staged as ``[starts, ends)`` (partitions ending at ``log_ends`` now) in which the
-    tasks saw ``seen``; ``expected`` is each transaction's event count from its END (None: BEGIN only, still
-    open; absent: unknown to the transaction topic), ``cap`` the records one trigger may hold, ``overdue(ids)``
-    whether the oldest of those has been waited for longer than ``maxWait``."""
+    """What to do with a trigger's range ``[starts, ends)`` (partitions ending at ``log_ends`` now) whose events
+    belong to the transactions ``seen``; ``expected`` is each transaction's event count from its END (None: BEGIN
+    only, still open; absent: unknown to the transaction topic), ``cap`` the records one trigger may hold,
+    ``overdue(ids)`` whether the oldest of those has been waited for longer than ``maxWait``."""
     counts = totals(seen)
     incomplete: set[str] = set()
     oversize: set[str] = set()
@@ -140,7 +142,7 @@ def decide(starts: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, i
             grown = {tp: min(log_ends.get(tp, end), end + max(1, end - starts.get(tp, end)))
                      for tp, end in ends.items()}
         if grown != dict(ends):
-            return Verdict("restage", end=grown, unknown=tuple(unknown))
+            return Verdict("restage", end=grown, unknown=tuple(unknown), grows=True)
     if overdue(incomplete):
         return Verdict("commit", split=tuple(sorted(excluded | oversize)), unknown=tuple(unknown))
     return Verdict("wait", waiting=frozenset(incomplete), unknown=tuple(unknown))
@@ -268,11 +270,13 @@ class TransactionLog:
 
 
 class TransactionAligner:
-    """The job's view of transactions across triggers: the transaction topic, when each transaction the job
-    waits for was first waited for, and the transactions it committed split (their rest is not waited for)."""
+    """The job's view of transactions across triggers: the transaction topic, the transactions of the ranges
+    planned (:class:`TransactionScan`), when each transaction the job waits for was first waited for, and the
+    transactions it committed split (their rest is not waited for)."""
 
     def __init__(self, topic: str, max_wait_seconds: float, client: ClientSettings, streams: Callable[[], list[str]],
-                 cap: int, clock: Callable[[], float] = time.monotonic, transaction_log: TransactionLog | None = None):
+                 cap: int, clock: Callable[[], float] = time.monotonic, transaction_log: TransactionLog | None = None,
+                 scan: TransactionScan | None = None):
         self.topic = topic
         self.prefix = topic.removesuffix(TRANSACTION_TOPIC_SUFFIX) if topic.endswith(TRANSACTION_TOPIC_SUFFIX) else None
         self.max_wait_seconds = max_wait_seconds
@@ -280,13 +284,14 @@ class TransactionAligner:
         self.cap = cap
         self.clock = clock
         self.log = transaction_log or TransactionLog(client, topic)
+        self.scan = scan or TransactionScan(client)
         self.waiting_since: dict[str, float] = {}
         self.split_before: dict[str, None] = {}  # insertion-ordered set
         self._unknown_reported: set[str] = set()
 
     def check(self, starts: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int],
               log_ends: Mapping[TopicPartition, int], seen: Seen) -> Verdict:
-        """The verdict on a trigger staged as ``[starts, ends)``, whose tasks saw ``seen``."""
+        """The verdict on a trigger's range ``[starts, ends)``, whose events belong to the transactions ``seen``."""
         counts = totals(seen)
         if not counts:
             return Verdict("commit")
@@ -359,8 +364,16 @@ def aligner_for(source: Any, spec: Any) -> TransactionAligner | None:
 
 
 def check_pending(aligner: TransactionAligner, pending: Any, seen: Seen) -> Verdict:
-    """:meth:`TransactionAligner.check` of a Kafka trigger's range (a ``KafkaPending``)."""
+    """:meth:`TransactionAligner.check` of a Kafka trigger's range (a ``KafkaPending``) whose tasks saw ``seen``."""
     from spark_app.sources.kafka import topic_partitions
 
     ends = topic_partitions(pending.end)
     return aligner.check(pending.starts, {tp: ends[tp] for tp in pending.starts}, pending.log_ends, seen)
+
+
+def check_planned(aligner: TransactionAligner, pending: Any) -> Verdict:
+    """:meth:`TransactionAligner.check` of a Kafka trigger's range before it is staged, on the transactions the
+    driver reads of its records (:class:`TransactionScan`)."""
+    from spark_app.sources.kafka import topic_partitions
+
+    return check_pending(aligner, pending, aligner.scan.seen(pending.starts, topic_partitions(pending.end)))

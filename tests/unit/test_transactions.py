@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from icebergsync.protocol import Writer
 from icebergsync.spec import Column
 from spark_app.decoding.changes import decode_changes
+from spark_app.job.loop import SyncJob, _Loop
+from spark_app.sources.kafka import KafkaPending, KafkaSource
 from spark_app.sources.kafka_client import ClientSettings
+from spark_app.sources.transaction_scan import TransactionScan
 from spark_app.sources.transactions import (
     UNKNOWN_GRACE_SECONDS,
     End,
@@ -179,8 +184,6 @@ def test_the_tasks_note_each_events_transaction() -> None:
 
 
 def test_the_transaction_log_reads_back_only_as_far_as_needed_then_forward(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pyarrow as pa
-
     import spark_app.sources.transactions as transactions
 
     log_records: list[bytes] = []
@@ -216,3 +219,108 @@ def test_the_transaction_log_reads_back_only_as_far_as_needed_then_forward(monke
     assert reads == [(12000, 12001)] and log.known("t-new") and "t-new" not in log.ends
     log.refresh(["t-missing"])
     assert not log.known("t-missing")  # unknown: the whole topic has been read
+
+
+def change_event(transaction: str | None, row: int, wrapped: bool = False, column: str = "body") -> bytes:
+    """A Debezium change event of ``transaction`` (None: a null ``transaction`` block) in Debezium's field order,
+    optionally in Connect's ``{schema, payload}`` form; its rows have a column ``column``."""
+    payload = {"before": {"id": row, column: {"id": "not-a-transaction"}}, "after": {"id": row, column: "x"},
+               "source": {"txId": 1}, "transaction": {"id": transaction, "total_order": 1, "data_collection_order": 1}
+               if transaction else None, "op": "u", "ts_ms": 1}
+    schema = {"type": "struct", "fields": [{"field": "transaction", "type": "struct", "optional": True}]}
+    return json.dumps({"schema": schema, "payload": payload} if wrapped else payload,
+                      separators=(",", ":")).encode()
+
+
+class Partitions:
+    """Kafka partitions for :class:`TransactionScan`: their records by offset, and every range read."""
+
+    def __init__(self, records: dict[tuple[str, int], list[bytes | None]]) -> None:
+        self.records = records
+        self.reads: list[tuple[tuple[str, int], int, int]] = []
+
+    def read(self, _client: object, topic: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        self.reads.append(((topic, partition), start, end))
+        values = self.records[(topic, partition)][start:end]
+        yield pa.RecordBatch.from_pydict({"offset": pa.array(range(start, start + len(values)), pa.int64()),
+                                          "key": pa.array([None] * len(values), pa.binary()),
+                                          "value": pa.array(values, pa.binary())})
+
+
+def test_the_driver_reads_the_transactions_the_tasks_note() -> None:
+    """Before staging, the driver finds per partition what the tasks note while decoding the same records: Connect's
+    schema, columns named ``transaction`` and JSON's spacing aside."""
+    records: list[bytes | None] = [change_event("tx1", 0), change_event("tx1", 1, wrapped=True), None,
+                                   change_event(None, 2, column="transaction"), b"not json",
+                                   change_event("727:22185080", 3, column="transaction"),
+                                   json.dumps({"op": "c", "after": {"id": 4}, "transaction": {"id": "tx2"}}).encode(),
+                                   change_event("727:22185112", 5, wrapped=True), change_event("tx1", 6)]
+    partitions = Partitions({A: records})
+    scan = TransactionScan(ClientSettings("unused:9092"), partitions.read)
+    noted: list[tuple[int, str]] = []
+    decode_changes(records[1:8], None, lambda i: {"offset": i}, [Column(name="id", type="long", required=True)],
+                   ["id"], "debezium", 0, transactions=noted)
+    stats = UnitStats()
+    for index, transaction in noted:
+        stats.saw_transaction(*A, transaction, 1 + index, 1 + index)
+    assert scan.seen({A: 1}, {A: 8}) == stats.transactions
+    assert stats.transactions == {A: {"tx1": [1, 1, 1], "727": [5, 7, 2], "tx2": [6, 6, 1]}}
+    assert scan.seen({A: 3}, {A: 5}) == {} and scan.seen({B: 0}, {B: 0}) == {}
+
+
+def test_the_driver_reads_each_offset_once_while_ranges_move_forward() -> None:
+    partitions = Partitions({A: [change_event(f"tx{offset // 3}", offset) for offset in range(30)]})
+    scan = TransactionScan(ClientSettings("unused:9092"), partitions.read)
+    assert scan.seen({A: 0}, {A: 10}) == {A: {"tx0": [0, 2, 3], "tx1": [3, 5, 3], "tx2": [6, 8, 3], "tx3": [9, 9, 1]}}
+    assert scan.seen({A: 0}, {A: 9})[A]["tx2"] == [6, 8, 3]  # narrowed: nothing read
+    assert scan.seen({A: 9}, {A: 15})[A] == {"tx3": [9, 11, 3], "tx4": [12, 14, 3]}  # the next trigger: the rest only
+    assert partitions.reads == [(A, 0, 10), (A, 10, 15)]
+    assert scan.seen({A: 2}, {A: 4})[A] == {"tx0": [2, 2, 1], "tx1": [3, 3, 1]}  # behind what is kept: read again
+    assert partitions.reads[-1] == (A, 2, 4)
+
+
+class _KnownLog(_EmptyLog):
+    """A transaction topic that shows the given ENDs (event counts) and BEGINs."""
+
+    def __init__(self, ends: dict[str, int], begun: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.ends = {transaction: End(events) for transaction, events in ends.items()}
+        self.begun = dict.fromkeys(begun)
+
+
+def planned(start: int, end: int, log_end: int) -> KafkaPending:
+    return KafkaPending(end={A[0]: {str(A[1]): end}}, estimated_bytes=end - start, starts={A: start},
+                        log_ends={A: log_end})
+
+
+def job_aligning(events: list[str], log: _KnownLog) -> tuple[SyncJob, Partitions]:
+    """A job (only what planning a range needs) whose partition ``A`` holds events of the transactions ``events``."""
+    partitions = Partitions({A: [change_event(transaction, offset) for offset, transaction in enumerate(events)]})
+    job = SyncJob.__new__(SyncJob)
+    job.writer = Writer("sink", 1, "attempt")
+    job.aligner = TransactionAligner("db.transaction", 300, ClientSettings("unused:9092"), lambda: ["orders"], 100,
+                                     transaction_log=log,  # type: ignore[arg-type]
+                                     scan=TransactionScan(ClientSettings("unused:9092"), partitions.read))
+    return job, partitions
+
+
+def test_a_range_is_aligned_before_it_is_staged() -> None:
+    """A range holding part of a transaction is narrowed before it; one holding only part of the first transaction
+    grows to hold it, unless staged ahead of a commit; while a transaction is open, its range is staged once (a
+    truncate or a schema change its tasks find comes first), then waited for without staging."""
+    source = KafkaSource.__new__(KafkaSource)  # within() needs no broker
+    job, _ = job_aligning(["t1", "t1", "t2", "t2", "t2", "t3"], _KnownLog({"t1": 2, "t2": 3}, begun=("t3",)))
+    loop = _Loop.__new__(_Loop)
+    loop.frontier, loop.staged_waiting = {"orders": {"0": 5}}, None
+    for ahead in (None, loop):
+        narrowed = job._aligned(source, planned(0, 4, 6), ahead)
+        assert narrowed is not None and narrowed.end == {"orders": {"0": 2}}
+    grown = job._aligned(source, planned(2, 4, 6), loop)
+    assert grown is not None and grown.end == {"orders": {"0": 5}}
+    assert job._aligned(source, planned(2, 4, 6), None) is None
+    assert job._aligned(source, planned(5, 6, 6), None) is None
+    once = job._aligned(source, planned(5, 6, 6), loop)
+    assert once is not None and once.end == {"orders": {"0": 6}}
+    assert job._aligned(source, planned(5, 6, 6), loop) is None
+    loop.frontier = {"orders": {"0": 6}}  # a commit moved the frontier: the next wait stages once again
+    assert job._aligned(source, planned(5, 6, 6), loop) is not None
