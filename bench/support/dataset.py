@@ -49,12 +49,41 @@ NOTE_WORDS = np.array(["airport", "downtown", "late night", "rush hour", "scenic
                        "midtown"], dtype=object)
 
 
-def spark_ddl() -> str:
-    return ", ".join(f"`{name}` {sql}" for name, _spec, sql in COLUMNS)
+# The nested shape: the same values, the trip's and the fare's fields each in a struct (what an application event
+# looks like); the other columns stay at the top level.
+NESTED_GROUPS = {"trip": ("vendor", "pickup_zone", "dropoff_zone", "passenger_count", "trip_distance"),
+                 "fare": ("fare_amount", "tip_amount", "total_amount", "payment_type", "rate_code")}
+SHAPES = ("flat", "nested")
 
 
-def spec_schema() -> list[dict[str, Any]]:
-    return [{"name": name, "type": spec} for name, spec, _sql in COLUMNS]
+def _layout(shape: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """The top-level columns of ``shape``: (name, [] for a column of COLUMNS, else the struct's fields)."""
+    if shape == "flat":
+        return [(name, []) for name, _spec, _sql in COLUMNS]
+    grouped = {field for fields in NESTED_GROUPS.values() for field in fields}
+    by_name = {column[0]: column for column in COLUMNS}
+    layout: list[tuple[str, list[tuple[str, str, str]]]] = []
+    for name, _spec, _sql in COLUMNS:
+        group = next((group for group, fields in NESTED_GROUPS.items() if name == fields[0]), None)
+        if group is not None:
+            layout.append((group, [by_name[field] for field in NESTED_GROUPS[group]]))
+        elif name not in grouped:
+            layout.append((name, []))
+    return layout
+
+
+def spark_ddl(shape: str = "flat") -> str:
+    by_name = {name: sql for name, _spec, sql in COLUMNS}
+    return ", ".join(f"`{name}` {by_name[name]}" if not fields else
+                     f"`{name}` struct<{','.join(f'`{field}`:{sql}' for field, _spec, sql in fields)}>"
+                     for name, fields in _layout(shape))
+
+
+def spec_schema(shape: str = "flat") -> list[dict[str, Any]]:
+    by_name = {name: spec for name, spec, _sql in COLUMNS}
+    return [{"name": name, "type": by_name[name] if not fields else
+             f"struct<{', '.join(f'{field}: {spec}' for field, spec, _sql in fields)}>"}
+            for name, fields in _layout(shape)]
 
 
 def make_rows(start: int, count: int, total: int, days: int, seed: int = 14) -> pa.Table:
@@ -97,10 +126,14 @@ def _quoted(values: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise('"', values, '"', "")
 
 
-def json_lines(table: pa.Table) -> pa.Array:
-    """One JSON object per row (no nested quoting needed: no value contains quotes or backslashes)."""
+def json_lines(table: pa.Table, shape: str = "flat") -> pa.Array:
+    """One JSON object per row (no nested quoting needed: no value contains quotes or backslashes); ``nested``: the
+    trip's and the fare's fields in objects of their own."""
     parts: list[Any] = []
+    opened: str | None = None
     for index, (name, spec, _sql) in enumerate(COLUMNS):
+        group = next((group for group, fields in NESTED_GROUPS.items() if name in fields), None) \
+            if shape == "nested" else None
         column = table.column(name).combine_chunks()
         if spec == "timestamptz":  # Spark's default JSON timestamp format: 2025-01-01T00:00:05.123Z
             millis = pc.strftime(column.cast(pa.timestamp("ms", tz="UTC")), format="%Y-%m-%dT%H:%M:%S")
@@ -113,21 +146,26 @@ def json_lines(table: pa.Table) -> pa.Array:
             text = column.cast(pa.string())
         if column.null_count:
             text = pc.if_else(pc.is_null(column), "null", text)
-        parts.append(f'{"{" if index == 0 else ","}"{name}":')
+        separator = "{" if index == 0 else ","
+        if group != opened:  # leaving a struct, entering one, or both
+            separator = ("}," if opened is not None else separator) + (f'"{group}":{{' if group is not None else "")
+            opened = group
+        parts.append(f'{separator}"{name}":')
         parts.append(text)
-    parts.append("}")
+    parts.append("}}" if opened is not None else "}")
     return pc.binary_join_element_wise(*parts, "")
 
 
-def write_json_files(directory: Path, rows: int, files: int, days: int) -> dict[str, Any]:
-    """``files`` JSON-lines files ``part-00000.json`` … holding rows 0..rows in order; returns facts."""
+def write_json_files(directory: Path, rows: int, files: int, days: int, shape: str = "flat") -> dict[str, Any]:
+    """``files`` JSON-lines files ``part-00000.json`` … holding rows 0..rows in order (in ``shape``); returns
+    facts."""
     directory.mkdir(parents=True, exist_ok=True)
     per_file = -(-rows // files)
     total_bytes = 0
     for index in range(files):
         start = index * per_file
         count = max(0, min(per_file, rows - start))
-        lines = json_lines(make_rows(start, count, rows, days))
+        lines = json_lines(make_rows(start, count, rows, days), shape)
         data = "\n".join(lines.to_pylist()) + "\n" if count else ""
         tmp = directory / f".part-{index:05d}.json"
         tmp.write_text(data)
@@ -182,6 +220,9 @@ def checksum(table: pa.Table) -> dict[str, Any]:
     """
     import pandas as pd
 
+    if any(group in table.column_names for group in NESTED_GROUPS):  # the nested shape: its struct fields
+        flat = table.flatten()
+        table = flat.rename_columns([name.split(".")[-1] for name in flat.column_names])
     columns = {}
     for field in ARROW_SCHEMA:
         column = table.column(field.name)

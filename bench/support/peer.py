@@ -69,8 +69,9 @@ def main() -> int:
             properties["write.distribution-mode"] = "hash"  # Iceberg's default for a partitioned table, made explicit
         props = ", ".join(f"'{k}'='{v}'" for k, v in properties.items())
         spark.sql("CREATE NAMESPACE IF NOT EXISTS peer.bench")
-        spark.sql(f"CREATE TABLE {table} ({spark_ddl()}) USING iceberg {partitioned} TBLPROPERTIES ({props})")
-        schema = StructType.fromDDL(spark_ddl().replace("`", ""))
+        ddl = spark_ddl(config.get("shape", "flat"))
+        spark.sql(f"CREATE TABLE {table} ({ddl}) USING iceberg {partitioned} TBLPROPERTIES ({props})")
+        schema = StructType.fromDDL(ddl.replace("`", ""))
         assert isinstance(schema, StructType)
         if config["source"] in ("files", "parquet"):
             frame = (spark.readStream.schema(schema)
