@@ -464,7 +464,9 @@ def render(document: dict[str, Any], out: Path) -> None:
         f"- {m['nproc']} cores (`nproc`), {m['memory_gib']} GiB, {m['cpu']}; Python {m['python']}, {m['java']}, "
         f"PySpark {m['pyspark']}, pyarrow {m['pyarrow']}, pyiceberg {m['pyiceberg']}, {m['iceberg_spark_runtime']}.",
         f"- Every Spark contender on `local[{cores}]`; zstd; target file size {args['target_file_size']}; "
-        "the same 15-column table (`day(ts)` or unpartitioned); tables on tmpfs.",
+        + ("the same 15-column table" if args.get("shape", "flat") == "flat" else
+           "the same table, its 15 values in 7 columns (two structs of 5 fields: `--shape nested`)")
+        + " (`day(ts)` or unpartitioned); tables on tmpfs.",
         f"- Data: {document['data']['rows']:,} taxi-like rows in {document['data']['files']} JSON-lines files "
         f"({document['data']['json_bytes'] / MiB:,.0f} MiB, {document['data']['days']} days of event time); "
         + (f"the same rows in as many zstd Parquet files ({document['data']['parquet_bytes'] / MiB:,.0f} MiB); "
