@@ -218,13 +218,18 @@ def shown(value: Any) -> str:
     return _source_order_json(value)
 
 
-def _source_order_json(value: Any) -> str:
+def _source_order_json(value: Any, number: Callable[[int | Decimal], str] | None = None) -> str:
+    """Compact JSON of a parsed value in the record's key order, each number as ``number`` writes it (by default a
+    fraction as Java's ``Double.toString``, an integer as itself)."""
     if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_source_order_json(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_source_order_json(v, number)}"
+                              for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ",".join(_source_order_json(v) for v in value) + "]"
-    if isinstance(value, Decimal):
-        return _java_double(float(value))
+        return "[" + ",".join(_source_order_json(v, number) for v in value) + "]"
+    if isinstance(value, int | Decimal) and not isinstance(value, bool):
+        if number is not None:
+            return number(value)
+        return _java_double(float(value)) if isinstance(value, Decimal) else str(value)
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -342,17 +347,7 @@ def json_text(value: Any) -> str:
     the record's key order, numbers as written."""
     if isinstance(value, str):
         return value
-    return _written_json(value)
-
-
-def _written_json(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_written_json(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(_written_json(v) for v in value) + "]"
-    if isinstance(value, int | Decimal) and not isinstance(value, bool):
-        return _number_text(value)
-    return json.dumps(value, ensure_ascii=False)
+    return _source_order_json(value, _number_text)
 
 
 def _string(vtype: ValueType, value: Any) -> Any:

@@ -8,11 +8,13 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer as ClientProducer
 from confluent_kafka.admin import AdminClient, NewPartitions
+from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from spark_app.sources.kafka import source_options
@@ -59,6 +61,17 @@ def covered_ids(placed: dict[int, tuple[int, int]], frontier: dict[str, Any] | N
     """The ids whose offsets a frontier says are in the table."""
     ends = {int(p): int(o) for p, o in ((frontier or {}).get(topic) or {}).items()}
     return sorted(i for i, (p, o) in placed.items() if o < ends.get(p, 0))
+
+
+def frontier_reached(catalog: Catalog, topic: str, ends: dict[int, int], table: str = "sales.orders",
+                     sink_id: str = "test/orders") -> Callable[[], bool]:
+    """Whether the sink's newest commit on ``table`` has reached ``ends`` (each partition's end offset) of ``topic``."""
+    def reached() -> bool:
+        commits = sink_commits(catalog.load_table(table), sink_id)
+        frontier = (commits[-1].frontier or {}).get(topic, {}) if commits else {}
+        return {int(p): int(o) for p, o in frontier.items()} == ends
+
+    return reached
 
 
 def last_frontier(table: Table, sink_id: str = "test/orders") -> dict[str, Any] | None:

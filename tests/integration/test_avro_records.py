@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from icebergsync.errors import EXIT_SCHEMA_REGISTRY_UNREACHABLE
 from tests.infra.services import KafkaBroker
-from tests.integration.kafka_support import kafka_source, new_topic
+from tests.integration.kafka_support import frontier_reached, kafka_source, new_topic
 from tests.integration.schema_registry import SchemaRegistry
 from tests.integration.sync_support import (
     catalog_of,
@@ -114,10 +114,7 @@ def test_an_avro_topic_evolving_twice_syncs_exactly_once_through_a_kill(
             [b"\x00" + v1_id.to_bytes(4, "big") + b"\xff\xff\xff"])  # a known id, bytes no datum of it
     ends = kafka_broker.end_offsets(topic)
 
-    def caught_up() -> bool:
-        commits = sink_commits(catalog.load_table("sales.orders"), "test/orders")
-        frontier = (commits[-1].frontier or {}).get(topic, {}) if commits else {}
-        return {int(p): int(o) for p, o in frontier.items()} == ends
+    caught_up = frontier_reached(catalog, topic, ends)
 
     status, output = run_job_process(spec_path, 2, stop_when=caught_up, timeout=300)
     assert status == 0, output[-3000:]

@@ -17,9 +17,9 @@ from pyspark.sql import SparkSession
 
 from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker
-from tests.integration.kafka_support import kafka_source, new_topic
+from tests.integration.kafka_support import frontier_reached, kafka_source, new_topic
 from tests.integration.schema_registry import SchemaRegistry
-from tests.integration.sync_support import BackgroundJob, catalog_of, make_sync, sink_commits
+from tests.integration.sync_support import BackgroundJob, catalog_of, make_sync
 
 V1 = {
     "$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
@@ -72,10 +72,7 @@ def test_a_json_schema_topic_creates_and_evolves_its_table(
     ends = kafka_broker.end_offsets(topic)
     catalog = catalog_of(sync)
 
-    def caught_up() -> bool:
-        commits = sink_commits(catalog.load_table("sales.orders"), "test/orders")
-        frontier = (commits[-1].frontier or {}).get(topic, {}) if commits else {}
-        return {int(p): int(o) for p, o in frontier.items()} == ends
+    caught_up = frontier_reached(catalog, topic, ends)
 
     with BackgroundJob(SyncJob(sync, 1, spark)) as running:
         running.wait_until(caught_up, "every record committed", timeout=300)

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from spark_app.job.loop import SyncJob
 from tests.infra.services import KafkaBroker
-from tests.integration.kafka_support import kafka_source, new_topic
+from tests.integration.kafka_support import frontier_reached, kafka_source, new_topic
 from tests.integration.sync_support import (
     BackgroundJob,
     catalog_of,
@@ -163,10 +163,7 @@ def test_a_nested_kafka_topic_syncs_exactly_once_through_a_kill(tmp_path: Path, 
     kafka.produce(topic, [(str(n), json.dumps(record(n)), None) for n in range(301, 400)])
     ends = kafka.end_offsets(topic)
 
-    def caught_up() -> bool:
-        commits = sink_commits(catalog.load_table("sales.orders"), "test/orders")
-        frontier = (commits[-1].frontier or {}).get(topic, {}) if commits else {}
-        return {int(p): int(o) for p, o in frontier.items()} == ends
+    caught_up = frontier_reached(catalog, topic, ends)
 
     status, output = run_job_process(spec_path, 2, stop_when=caught_up, timeout=300)
     assert status == 0, output[-3000:]
