@@ -52,7 +52,7 @@ class SchemaRegistry:
 
     def client(self, conf: Mapping[str, object] | None = None) -> SchemaRegistryClient:
         """A new confluent-kafka client of this registry (its own schema caches), with extra ``conf``."""
-        return SchemaRegistryClient({"url": self.url, **(conf or {})})
+        return SchemaRegistryClient({"url": self.url, "timeout": 10, **(conf or {})})  # never an endless wait
 
     @contextlib.contextmanager
     def outage(self) -> Iterator[None]:

@@ -192,7 +192,9 @@ def test_outage_is_a_connection_error_and_the_registry_comes_back(schema_registr
     subject = f"outage-{uuid.uuid4().hex[:8]}-value"
     context = SerializationContext(subject.removesuffix("-value"), MessageField.VALUE)
     schema_id = schema_registry.client().register_schema(subject, Schema(json.dumps(AVRO_ORDER), "AVRO"))
-    client = schema_registry.client({"max.retries": 0})  # nothing cached yet
+    # Nothing cached yet. One quick retry, and a read timeout: a request that meets a connection the restart left
+    # half-open (seen once in a full run: the answer never came) is sent again instead of waiting forever.
+    client = schema_registry.client({"max.retries": 1, "retries.wait.ms": 100, "timeout": 10})
     serialize = AvroSerializer(client, json.dumps(AVRO_ORDER), conf=REGISTERED)
 
     with schema_registry.outage():
