@@ -819,9 +819,9 @@ class _JsonDecoder:
         """The names of fields the reader found inside structs beyond those declared (any depth): a record holding
         one is decoded alone (which names it)."""
         found: set[str] = set()
-        for col in self.cols:
-            if col.name in table.column_names:
-                _inferred_fields(table.schema.field(col.name).type, _read_type(col.value), found)
+        for field in self.read_schema:
+            if field.name in table.column_names:
+                _inferred_fields(table.schema.field(field.name).type, field.type, found)
         return found
 
     def _unknown_field(self, idx: np.ndarray, name: str, column: pa.ChunkedArray) -> np.ndarray:
